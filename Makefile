@@ -1,0 +1,35 @@
+# Two commands set everything up on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install test lint golden bench demo clean
+
+$(STAMP): pyproject.toml runtime/pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e runtime -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check fems2py runtime tests bench golden
+	$(BIN)/ruff format --check fems2py runtime tests bench
+
+golden: $(STAMP)
+	$(BIN)/python -m fems2py.golden
+
+bench: $(STAMP)
+	$(BIN)/python -m bench
+
+demo: $(STAMP)
+	$(BIN)/fems2py build examples/werewolf/werewolf.fems -o examples/werewolf/build/werewolf.py
+	$(BIN)/python examples/werewolf/build/werewolf.py --model fems/mock --seed 7 --db :memory:
+
+clean:
+	rm -rf $(VENV) .pytest_cache examples/*/build

@@ -1,0 +1,91 @@
+"""Compiler diagnostics: what went wrong, where, and how to fix it.
+
+Every stage reports problems through :class:`Diagnostics` so that a file's errors are all
+collected and printed together, like a C compiler::
+
+    game.fems:12:7: error: undeclared variable 'scroe'
+       12 |     -> if (scroe > 3) -> [END]
+          |            ^^^^^
+    hint: did you mean 'score'?
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Literal
+
+from fems2py.nodes import Span
+
+Severity = Literal["error", "warning"]
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    severity: Severity
+    message: str
+    span: Span
+    hint: str | None = None
+
+    def format(self, source: str | None = None) -> str:
+        """``path:line:col: severity: message``, then the source line with a caret, then the hint."""
+        lines = [f"{self.span}: {self.severity}: {self.message}"]
+        if source is not None:
+            lines.extend(_excerpt(source, self.span))
+        if self.hint:
+            lines.append(f"hint: {self.hint}")
+        return "\n".join(lines)
+
+
+def _excerpt(source: str, span: Span) -> list[str]:
+    source_lines = source.splitlines()
+    if not 1 <= span.line <= len(source_lines):
+        return []
+    text = source_lines[span.line - 1].expandtabs(1)
+    width = span.end_col - span.col if span.end_line == span.line else len(text) - span.col + 1
+    gutter = f"{span.line:>5} | "
+    caret = " " * (span.col - 1) + "^" * max(1, width)
+    return [gutter + text, " " * (len(gutter) - 2) + "| " + caret]
+
+
+def suggest(name: str, candidates: Iterable[str]) -> str | None:
+    """A ``did you mean 'x'?`` hint for a misspelled name, or None when nothing is close."""
+    close = difflib.get_close_matches(name, sorted(set(candidates)), n=1, cutoff=0.6)
+    return f"did you mean '{close[0]}'?" if close else None
+
+
+class Diagnostics:
+    """Collects the diagnostics of one file, in the order they were found."""
+
+    def __init__(self) -> None:
+        self._items: list[Diagnostic] = []
+
+    def error(self, message: str, span: Span, hint: str | None = None) -> None:
+        self._items.append(Diagnostic("error", message, span, hint))
+
+    def warning(self, message: str, span: Span, hint: str | None = None) -> None:
+        self._items.append(Diagnostic("warning", message, span, hint))
+
+    def extend(self, diagnostics: Iterable[Diagnostic]) -> None:
+        self._items.extend(diagnostics)
+
+    @property
+    def has_errors(self) -> bool:
+        return any(item.severity == "error" for item in self._items)
+
+    def __iter__(self) -> Iterator[Diagnostic]:
+        return iter(sorted(self._items, key=lambda d: (d.span.line, d.span.col)))
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+class CompileError(Exception):
+    """Raised when a file has errors; carries every diagnostic found, warnings included."""
+
+    def __init__(self, diagnostics: Iterable[Diagnostic]) -> None:
+        self.diagnostics = tuple(diagnostics)
+        errors = [d for d in self.diagnostics if d.severity == "error"]
+        first = errors[0] if errors else None
+        super().__init__(f"{first.span}: {first.message}" if first else "compile error")

@@ -1,0 +1,459 @@
+"""The FEM syntax tree: frozen dataclasses, each with the source span it came from.
+
+The parser builds these, the checker reads them (and records what it computes, such as merge
+nodes, in a separate :class:`~fems2py.checker.CheckedScript`), and the code generator turns
+them into view models. Nothing here knows how a tree is parsed or compiled.
+
+Conventions:
+
+* Actor names always carry their ``@`` (``"@Eve"``, ``"@上帝"``), in every field.
+* Variable names are stored as written, ``@`` included for actor-typed variables.
+* Tuples, never lists, so that every node is hashable and immutable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Union
+
+
+@dataclass(frozen=True, order=True)
+class Span:
+    """Where a node stands in a ``.fems`` file: 1-based lines, 1-based columns in characters.
+
+    ``end_line``/``end_col`` point one past the last character (like Python slices), so a
+    one-character token at column 5 has ``col=5, end_col=6``.
+    """
+
+    file: str
+    line: int
+    col: int
+    end_line: int
+    end_col: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}"
+
+
+# --------------------------------------------------------------------------- values (§4.2)
+
+
+@dataclass(frozen=True)
+class StringValue:
+    """A text value. ``style`` records how it was written (§1.5): a quoted string is always a
+    string (§4.2 Decision), bare text is a string too, ``block`` is a ``|`` block and ``file``
+    is ``file:"path"`` whose content was read at build time (``path`` is as written)."""
+
+    value: str
+    style: Literal["quoted", "bare", "block", "file"]
+    span: Span
+    path: str | None = None
+
+
+@dataclass(frozen=True)
+class NumberValue:
+    value: int | float
+    span: Span
+
+
+@dataclass(frozen=True)
+class BoolValue:
+    value: bool
+    span: Span
+
+
+@dataclass(frozen=True)
+class NullValue:
+    span: Span
+
+
+@dataclass(frozen=True)
+class ActorValue:
+    """``@name``: a defined actor or an actor-typed variable (resolved by the checker)."""
+
+    name: str
+    span: Span
+
+
+@dataclass(frozen=True)
+class ListValue:
+    items: tuple[Value, ...]
+    span: Span
+
+
+@dataclass(frozen=True)
+class DictValue:
+    """``{k: v, …}``; keys are actor refs, strings (quoted or bare) or numbers."""
+
+    items: tuple[tuple[Value, Value], ...]
+    span: Span
+
+
+Value = Union[StringValue, NumberValue, BoolValue, NullValue, ActorValue, ListValue, DictValue]
+
+
+# ---------------------------------------------------------------- embedded Python (§12.2)
+
+
+@dataclass(frozen=True)
+class PathRef:
+    """One FEM path read inside an expression or placeholder.
+
+    ``name`` is the variable (or actor) read first; ``attr`` is set for ``@x.attr`` and
+    ``attr.@x`` (then ``name`` is the actor side, ``"@x"``, and ``attr`` the attribute).
+    """
+
+    name: str
+    span: Span
+    attr: str | None = None
+
+
+@dataclass(frozen=True)
+class Expr:
+    """A Python expression embedded in FEM (conditions, loop iterables, ``in:`` values).
+
+    ``text`` is as written. ``python`` is the validated, rewritten expression the generated
+    code evaluates, following the naming convention of docs/ARCHITECTURE.md: every variable or
+    actor read is ``ctx["name"]`` (``ctx["@x"]`` for actors), attributes ``ctx.attr("@x",
+    "type")``, ``true/false/null`` become ``True/False/None``, bare ``ai``/``human`` become
+    strings, and ``alias.fn(...)`` becomes ``ctx.code("alias").fn(...)``.
+    ``reads`` lists every path read, with spans mapped into the ``.fems`` file.
+    """
+
+    text: str
+    python: str
+    reads: tuple[PathRef, ...]
+    span: Span
+
+
+# --------------------------------------------------------------------------- prompt text
+
+
+@dataclass(frozen=True)
+class Placeholder:
+    """A ``{path}`` in prompt text (§9.4); ``path`` is the text between the braces."""
+
+    path: str
+    ref: PathRef
+    span: Span
+
+
+@dataclass(frozen=True)
+class Text:
+    """A rendered text field (``prompt``, ``showprompt``, ``system_safety`` …).
+
+    ``value.value`` is the text with ``{{``/``}}`` kept as written; ``placeholders`` are the
+    braces that hold a path (other braces stay literal, §9.4).
+    """
+
+    value: StringValue
+    placeholders: tuple[Placeholder, ...]
+
+    @property
+    def span(self) -> Span:
+        return self.value.span
+
+
+# --------------------------------------------------------------------------- top-level blocks
+
+
+@dataclass(frozen=True)
+class MetaEntry:
+    key: str
+    value: Value
+    span: Span
+
+
+@dataclass(frozen=True)
+class VarDecl:
+    """``name = value`` in ``vars:`` (§4); ``@name = …`` declares an actor-typed variable."""
+
+    name: str
+    value: Value
+    span: Span
+
+
+@dataclass(frozen=True)
+class CodeAlias:
+    """``alias = file:"path.py"`` (§5). ``path`` is as written, relative to the script."""
+
+    alias: str
+    path: str
+    span: Span
+
+
+@dataclass(frozen=True)
+class ActorDef:
+    """``ai|human @name = soul:…, source:…, tools:[…]`` (§6)."""
+
+    kind: Literal["ai", "human"]
+    name: str
+    soul: str
+    source: str | None
+    tools: tuple[str, ...] | bool
+    span: Span
+
+
+@dataclass(frozen=True)
+class Blueprint:
+    """``blueprint NAME:`` with ``source:``/``tools:`` lines (§6.5), used by ``system.spawn``."""
+
+    name: str
+    source: str | None
+    tools: tuple[str, ...] | bool
+    span: Span
+
+
+@dataclass(frozen=True)
+class FuncRef:
+    """``alias.fn`` (``system.spawn`` for the built-in)."""
+
+    alias: str
+    func: str
+    span: Span
+
+
+@dataclass(frozen=True)
+class Input:
+    """One ``in:`` item: ``name`` or ``name = expr`` (then ``expr`` is set)."""
+
+    name: str
+    expr: Expr | None
+    span: Span
+
+
+@dataclass(frozen=True)
+class Method:
+    """``memory NAME(alias.fn):`` / ``context NAME(alias.fn):`` (§8)."""
+
+    kind: Literal["memory", "context"]
+    name: str
+    func: FuncRef
+    inputs: tuple[Input, ...]
+    outputs: tuple[str, ...]
+    span: Span
+
+
+# --------------------------------------------------------------------------- actions (§9)
+
+
+@dataclass(frozen=True)
+class Target:
+    """An assignment target (§9.6): ``name``; ``dict.@x``/``@x.attr``/``attr.@x`` (``key``
+    is the actor ``"@x"``, ``name`` the dict); ``dict[key]`` (``key`` is the literal or path
+    text inside the brackets)."""
+
+    name: str
+    span: Span
+    key: str | None = None
+
+
+@dataclass(frozen=True)
+class OutType:
+    """A typed out (§10.4): ``int float bool string actor enum dropdown``.
+
+    ``choices`` holds the values of ``enum([a, b])`` or ``dropdown, choices={…}``.
+    """
+
+    name: Literal["int", "float", "bool", "string", "actor", "enum", "dropdown"]
+    choices: tuple[Value, ...] = ()
+
+
+@dataclass(frozen=True)
+class Out:
+    """One ``out:`` item of an ``@ai``/``@human``/``@mind``/``@func`` action or a method."""
+
+    target: Target
+    type: OutType | None
+    optional: bool
+    span: Span
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """One ``@assign`` statement (§9.6); ``value`` is a literal or a path expression."""
+
+    target: Target
+    op: Literal["=", "+=", "-=", "add", "remove"]
+    value: Expr
+    span: Span
+
+
+@dataclass(frozen=True)
+class ScopeItem:
+    """One item of a scope (§9.3). ``kind``: ``actor`` (``@a``), ``var`` (a list or actor
+    variable), ``expand`` (``{alive}`` inside brackets), ``all`` (every defined actor)."""
+
+    kind: Literal["actor", "var", "expand", "all"]
+    name: str
+    span: Span
+
+
+@dataclass(frozen=True)
+class Scope:
+    items: tuple[ScopeItem, ...]
+    span: Span
+
+
+@dataclass(frozen=True)
+class Resolve:
+    """``resolve: alias.fn(arg, …)``; ``args`` is None when no argument list was written."""
+
+    func: FuncRef
+    args: tuple[str, ...] | None
+    span: Span
+
+
+@dataclass(frozen=True)
+class Interrupt:
+    """``interrupt:`` (§10.7): ``HUMAN``, ``HUMAN_EXCEPT(@a, …)``, a condition or ``alias.fn``."""
+
+    kind: Literal["human", "human_except", "condition", "func"]
+    actors: tuple[str, ...] = ()
+    condition: Expr | None = None
+    func: FuncRef | None = None
+    span: Span | None = None
+
+
+@dataclass(frozen=True)
+class ModuleCall:
+    """``&Name`` or ``&Name(arg, …)``; each argument is an expression."""
+
+    module: str
+    args: tuple[Expr, ...]
+    span: Span
+
+
+@dataclass(frozen=True)
+class Action:
+    """``action NAME @KIND(EXECUTOR) [as (@role)]:`` and its fields (§9).
+
+    ``executor`` is ``"@x"`` for ai/human/mind, None for assign; ``func`` is set for ``@func``.
+    ``outs`` is used by ai/human/mind/func, ``assignments`` by assign.
+    """
+
+    name: str
+    kind: Literal["ai", "human", "mind", "assign", "func"]
+    span: Span
+    executor: str | None = None
+    role: str | None = None
+    func: FuncRef | None = None
+    prompt: Text | None = None
+    showprompt: Text | None = None
+    scope: Scope | None = None
+    inputs: tuple[Input, ...] | None = None
+    outs: tuple[Out, ...] | None = None
+    assignments: tuple[Assignment, ...] = ()
+    resolve: Resolve | None = None
+    max_retries: int | None = None
+    fallback: str | ModuleCall | None = None
+    memory: str | None = None
+    context: str | None = None
+    interrupt: Interrupt | None = None
+    model: str | None = None
+    field_spans: tuple[tuple[str, Span], ...] = ()
+
+
+# --------------------------------------------------------------------------- flows (§12)
+
+
+@dataclass(frozen=True)
+class Edge:
+    """``source -> target``, optionally ``if (condition)``."""
+
+    source: str
+    target: str
+    condition: Expr | None
+    span: Span
+
+
+@dataclass(frozen=True)
+class Loop:
+    """``for``/``par VAR in EXPR:`` (§12.7, §12.8), placed in its flow as the binding of a node.
+
+    ``body`` is a nested graph. Its start lines are out-edges of the body's head node (named
+    by ``head``); ``ends`` are the nodes marked as iteration ends (a line ending in ``->``).
+    The loop node's own out-edges in the enclosing graph form the exit chain.
+    """
+
+    kind: Literal["for", "par"]
+    var: str
+    iterable: Expr
+    body: Graph
+    head: str
+    ends: tuple[str, ...]
+    span: Span
+
+
+@dataclass(frozen=True)
+class Join:
+    """``join(all|N|any):`` … ``to [X]`` (§12.6); ``count`` None means all."""
+
+    count: int | None
+    span: Span
+
+
+@dataclass(frozen=True)
+class FlowNode:
+    """A node of a flow graph.
+
+    ``name`` is ``"START"``/``"A"`` for ``[START]``/``[A]`` (brackets stripped) and a
+    generated ``"<action>@LINE:COL"`` for anonymous nodes, so it is unique and stable.
+    ``binding`` is an action name, a module call, a loop, a join or None (empty pass-through).
+    """
+
+    name: str
+    binding: str | ModuleCall | Loop | Join | None
+    anonymous: bool
+    span: Span
+
+
+@dataclass(frozen=True)
+class Graph:
+    """Nodes in order of first appearance, edges in source order."""
+
+    nodes: tuple[FlowNode, ...]
+    edges: tuple[Edge, ...]
+    span: Span
+
+    def node(self, name: str) -> FlowNode:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise KeyError(name)
+
+    def out_edges(self, name: str) -> tuple[Edge, ...]:
+        return tuple(edge for edge in self.edges if edge.source == name)
+
+
+@dataclass(frozen=True)
+class Module:
+    """``module NAME[(p1, p2)]:`` (§11): a sub-flow with its own definitions."""
+
+    name: str
+    params: tuple[str, ...]
+    meta: tuple[MetaEntry, ...]
+    variables: tuple[VarDecl, ...]
+    actions: tuple[Action, ...]
+    modules: tuple[Module, ...]
+    methods: tuple[Method, ...]
+    flow: Graph | None
+    span: Span
+
+
+@dataclass(frozen=True)
+class Script:
+    """A whole ``.fems`` file."""
+
+    path: str
+    source: str
+    meta: tuple[MetaEntry, ...] = ()
+    variables: tuple[VarDecl, ...] = ()
+    code: tuple[CodeAlias, ...] = ()
+    actors: tuple[ActorDef, ...] = ()
+    blueprints: tuple[Blueprint, ...] = ()
+    methods: tuple[Method, ...] = ()
+    actions: tuple[Action, ...] = ()
+    modules: tuple[Module, ...] = ()
+    flow: Graph | None = None
+    sketch: tuple[tuple[str, str], ...] = field(default=())

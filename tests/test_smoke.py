@@ -1,0 +1,9 @@
+"""The two distributions import and agree on nothing more than they must."""
+
+import fems2py
+import fems_runtime
+
+
+def test_versions_are_set():
+    assert fems2py.__version__
+    assert fems_runtime.__version__
