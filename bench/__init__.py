@@ -1,0 +1,1 @@
+"""Benchmarks (`make bench`): results are printed as numbers and ratios, never asserted."""

@@ -1,0 +1,63 @@
+"""The front end as one call: read a ``.fems`` file, parse it, check it.
+
+The CLI, the build pipeline and the benchmarks all start here, so that every entry point reports
+the same diagnostics for the same file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fems2py.checker import CheckedScript, check
+from fems2py.diagnostics import CompileError, Diagnostic
+from fems2py.nodes import Span
+from fems2py.parser import parse
+
+
+def read_source(path: Path) -> str:
+    """The file's text with ``\\r\\n`` kept (the lexer handles both line ends, §1.1).
+
+    An unreadable or non-UTF-8 file becomes a diagnostic, never a traceback.
+    """
+    try:
+        return path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise CompileError([_file_diagnostic(path, "no such file")]) from None
+    except IsADirectoryError:
+        raise CompileError([_file_diagnostic(path, "is a directory, not a .fems file")]) from None
+    except UnicodeDecodeError as error:
+        message = f"the file is not valid UTF-8 (byte {error.start})"
+        raise CompileError([_file_diagnostic(path, message)]) from None
+    except OSError as error:
+        raise CompileError([_file_diagnostic(path, error.strerror or str(error))]) from None
+
+
+def _file_diagnostic(path: Path, message: str) -> Diagnostic:
+    return Diagnostic("error", message, Span(str(path), 1, 1, 1, 1))
+
+
+def analyze_source(
+    source: str, path: str, base_dir: Path
+) -> tuple[CheckedScript, list[Diagnostic]]:
+    """Parse and check ``source``; returns the checked script and every diagnostic, warnings
+    included, in source order.
+
+    The checker also runs on a tree with syntax errors (the parser recovers per block), so one
+    run reports a file's syntax and semantic mistakes together.
+    """
+    script, diagnostics = parse(source, path, base_dir)
+    checked = check(script, base_dir)
+    return checked, sorted([*diagnostics, *checked.diagnostics], key=_position)
+
+
+def analyze(path: Path) -> tuple[CheckedScript, list[Diagnostic]]:
+    """Parse and check the file at ``path``; raise :class:`CompileError` if it has errors."""
+    source = read_source(path)
+    checked, diagnostics = analyze_source(source, str(path), path.parent)
+    if any(d.severity == "error" for d in diagnostics):
+        raise CompileError(diagnostics)
+    return checked, diagnostics
+
+
+def _position(diagnostic: Diagnostic) -> tuple[int, int]:
+    return diagnostic.span.line, diagnostic.span.col

@@ -1,0 +1,92 @@
+"""``fems2py graph``: a script's flows as a Mermaid flowchart (§16.5).
+
+One subgraph per flow (the main flow and every module, nested modules included) and one per
+``for``/``par`` body, so the chart shows the same ownership the indentation shows. Node ids are
+derived from flow and node names and escaped, so any FEM name (``[玩家1]``, ``"name@3:5"``)
+produces a valid chart; labels are quoted with Mermaid's ``#quot;`` entity.
+"""
+
+from __future__ import annotations
+
+import re
+
+from fems2py.nodes import FlowNode, Graph, Join, Loop, Module, ModuleCall, Script
+
+
+def to_mermaid(script: Script) -> str:
+    lines = ["flowchart TD"]
+    if script.flow is not None:
+        _emit_graph(lines, "main", "mainflow", script.flow, depth=1)
+    for module in script.modules:
+        _emit_module(lines, module, "module", depth=1)
+    return "\n".join(lines) + "\n"
+
+
+def _emit_module(lines: list[str], module: Module, prefix: str, depth: int) -> None:
+    key = f"{prefix}_{module.name}"
+    if module.flow is not None:
+        params = f"({', '.join(module.params)})" if module.params else ""
+        _emit_graph(lines, key, f"module {module.name}{params}", module.flow, depth)
+    for nested in module.modules:
+        _emit_module(lines, nested, key, depth)
+
+
+def _emit_graph(lines: list[str], key: str, title: str, graph: Graph, depth: int) -> None:
+    indent = "    " * depth
+    lines.append(f"{indent}subgraph {_node_id(key, '')}[{_label(title)}]")
+    for node in graph.nodes:
+        lines.append(f"{indent}    {_node_id(key, node.name)}{_shape(node)}")
+        if isinstance(node.binding, Loop):
+            _emit_loop(lines, key, node, node.binding, depth + 1)
+    for edge in graph.edges:
+        arrow = f"-->|{_label(edge.condition.text)}|" if edge.condition is not None else "-->"
+        lines.append(
+            f"{indent}    {_node_id(key, edge.source)} {arrow} {_node_id(key, edge.target)}"
+        )
+    lines.append(f"{indent}end")
+
+
+def _emit_loop(lines: list[str], key: str, node: FlowNode, loop: Loop, depth: int) -> None:
+    """A loop body is drawn inside the loop's own subgraph; its head is the loop node."""
+    indent = "    " * depth
+    body_key = f"{key}_{node.name}"
+    lines.append(f"{indent}subgraph {_node_id(body_key, '')}[{_label(f'{loop.kind} body')}]")
+    for body_node in loop.body.nodes:
+        if body_node.name != loop.head:
+            lines.append(f"{indent}    {_node_id(key, body_node.name)}{_shape(body_node)}")
+    for edge in loop.body.edges:
+        source = node.name if edge.source == loop.head else edge.source
+        arrow = f"-->|{_label(edge.condition.text)}|" if edge.condition is not None else "-->"
+        lines.append(f"{indent}    {_node_id(key, source)} {arrow} {_node_id(key, edge.target)}")
+    for body_node in loop.body.nodes:
+        if isinstance(body_node.binding, Loop):
+            _emit_loop(lines, key, body_node, body_node.binding, depth + 1)
+    for end in loop.ends:
+        lines.append(f"{indent}    {_node_id(key, end)} -.->|next| {_node_id(key, node.name)}")
+    lines.append(f"{indent}end")
+
+
+def _shape(node: FlowNode) -> str:
+    binding = node.binding
+    if binding is None:
+        return f"(({_label(node.name)}))" if node.name.isupper() else f"([{_label(node.name)}])"
+    if isinstance(binding, str):
+        text = binding if node.anonymous else f"{node.name}: {binding}"
+        return f"[{_label(text)}]"
+    if isinstance(binding, ModuleCall):
+        return f"[[{_label('&' + binding.module)}]]"
+    if isinstance(binding, Loop):
+        return f"{{{{{_label(f'{binding.kind} {binding.var} in {binding.iterable.text}')}}}}}"
+    if isinstance(binding, Join):
+        count = "all" if binding.count is None else str(binding.count)
+        return f"[/{_label(f'join({count})')}\\]"
+    raise TypeError(f"unexpected node binding {binding!r}")
+
+
+def _node_id(flow_key: str, name: str) -> str:
+    raw = f"{flow_key}__{name}" if name else flow_key
+    return "n_" + re.sub(r"[^0-9A-Za-z_]", lambda m: f"_{ord(m.group()):x}_", raw)
+
+
+def _label(text: str) -> str:
+    return '"' + text.replace('"', "#quot;").replace("\n", " ") + '"'
