@@ -1,0 +1,519 @@
+"""Signals: how a model's reply sets variables (§10.1–§10.5).
+
+``SET VARIABLE: <<name = value>>`` (and its Chinese and bracket variants) are found anywhere in
+a reply. Each body is parsed as ``target op value``; the value is data, read with the literal
+grammar and never evaluated (§10.3). The out whitelist and typed outs decide what is accepted
+(§10.4); everything rejected goes, as raw text, into ``SET_VARIABLE`` (§10.5), and a rejected
+reply's assignments can be rolled back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from fems_runtime.records import RunError
+from fems_runtime.values import ACTOR_NAME, Actor, LiteralError, format_value, parse_literal
+
+if TYPE_CHECKING:
+    from fems_runtime.variables import Frame, Undo
+
+OUT_TYPES = ("int", "float", "bool", "string", "actor", "enum", "dropdown")
+
+_PREFIX = re.compile(r"(?:SET[\s_]*VARIABLE|设定变量|设置变量)\s*[:：]", re.IGNORECASE)
+_OPENERS = ("<<", "《《", "《", "〈")
+_CLOSERS = (">>", "》》", "》", "〉")
+_QUOTES = {'"': '"', "'": "'", "“": "”"}
+_TARGET = re.compile(
+    r"(?P<a>@?\w+)(?:\.(?P<b>@?\w+))?(?:\s*\[\s*(?P<k>[^\[\]]+?)\s*\])?", re.UNICODE
+)
+_CALL = re.compile(r"(?P<fn>add|remove)\s*\((?P<arg>.*)\)", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class OutSpec:
+    """One ``out:`` item (§9.2, §10.4), shared by signals, human turns and funcs.
+
+    ``target`` is the variable (or dict) name; ``key`` is the entry of ``dict.@x`` /
+    ``@x.attr`` / ``dict[key]`` targets as written (``"@voter"``, ``"alice"``), resolved at run
+    time. ``type`` is one of ``int float bool string actor enum dropdown`` (None: untyped);
+    ``choices`` holds the already-evaluated values of ``enum``/``dropdown``. An unnormalized
+    ``target`` such as ``"votes.@voter"`` or ``"@x.hp"`` is split into target and key.
+    """
+
+    target: str
+    key: str | None = None
+    type: str | None = None
+    choices: tuple[Any, ...] = ()
+    optional: bool = False
+
+    def __post_init__(self) -> None:
+        if self.key is None and ("." in self.target or "[" in self.target):
+            name, key = split_target(self.target)
+            object.__setattr__(self, "target", name)
+            object.__setattr__(self, "key", key)
+        if self.type is not None and self.type not in OUT_TYPES:
+            raise ValueError(f"unknown out type {self.type!r}; expected one of {OUT_TYPES}")
+
+    @property
+    def label(self) -> str:
+        """How the out is written: ``name``, ``dict.@x`` or ``dict[key]``."""
+        if self.key is None:
+            return self.target
+        if ACTOR_NAME.fullmatch(self.key):
+            return f"{self.target}.{self.key}"
+        return f"{self.target}[{self.key}]"
+
+
+@dataclass(frozen=True)
+class RawSignal:
+    """One signal found in a reply: its whole text, its body (None if malformed) and position."""
+
+    text: str
+    body: str | None
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class Signal:
+    """A parsed body: ``target`` (with ``key`` for entries), ``op`` and the value's text."""
+
+    target: str
+    key: str | None
+    op: str
+    value_text: str
+
+
+class SignalError(ValueError):
+    """A signal that cannot be parsed or is not allowed; the message says why."""
+
+
+def split_target(text: str) -> tuple[str, str | None]:
+    """``name`` → (name, None); ``dict.@x``/``attr.@x``/``@x.attr`` → (dict, "@x");
+    ``dict.key`` → (dict, "key"); ``dict[key]`` → (dict, key text)."""
+    match = _TARGET.fullmatch(text.strip())
+    if match is None:
+        raise SignalError(f"'{text.strip()}' is not a variable, dict entry or actor attribute")
+    a, b, k = match["a"], match["b"], match["k"]
+    if b is not None and k is not None:
+        raise SignalError(f"'{text.strip()}' is not a variable, dict entry or actor attribute")
+    if k is not None:
+        return a, k
+    if b is None:
+        return a, None
+    if a.startswith("@") and not b.startswith("@"):
+        return b, a  # @x.attr
+    return a, b  # dict.@x, attr.@x, dict.key
+
+
+def extract_signals(reply: str) -> list[RawSignal]:
+    """Every signal in ``reply``, in order. A prefix without a closed bracket pair is returned
+    with ``body=None`` and the rest of its line as ``text`` (it goes to ``SET_VARIABLE``)."""
+    found: list[RawSignal] = []
+    pos = 0
+    while True:
+        match = _PREFIX.search(reply, pos)
+        if match is None:
+            return found
+        i = match.end()
+        while i < len(reply) and reply[i] in " \t":
+            i += 1
+        opener = next((o for o in _OPENERS if reply.startswith(o, i)), None)
+        close = _find_close(reply, i + len(opener)) if opener else None
+        if opener is None or close is None:
+            line_end = reply.find("\n", match.start())
+            end = len(reply) if line_end < 0 else line_end
+            found.append(RawSignal(reply[match.start() : end].strip(), None, match.start(), end))
+            pos = max(end, match.end())
+            continue
+        body_end, end = close
+        body = reply[i + len(opener) : body_end]
+        found.append(RawSignal(reply[match.start() : end], body.strip(), match.start(), end))
+        pos = end
+
+
+def _find_close(text: str, start: int) -> tuple[int, int] | None:
+    """The first closing bracket after ``start`` outside quotes: (body end, signal end)."""
+    i = start
+    quote: str | None = None
+    while i < len(text):
+        ch = text[i]
+        if quote is not None:
+            if ch == "\\":
+                i += 2
+                continue
+            if ch == quote:
+                quote = None
+        elif ch in _QUOTES:
+            quote = _QUOTES[ch]
+        elif ch == "\n" and text.startswith(("SET", "设定变量", "设置变量"), i + 1):
+            return None
+        else:
+            closer = next((c for c in _CLOSERS if text.startswith(c, i)), None)
+            if closer is not None:
+                return i, i + len(closer)
+        i += 1
+    if quote is not None:
+        return _find_close_unquoted(text, start)
+    return None
+
+
+def _find_close_unquoted(text: str, start: int) -> tuple[int, int] | None:
+    """Fallback when a quote never closes: the first closing bracket at all."""
+    best: tuple[int, int] | None = None
+    for closer in _CLOSERS:
+        j = text.find(closer, start)
+        if j >= 0 and (best is None or j < best[0]):
+            best = (j, j + len(closer))
+    return best
+
+
+def parse_signal(body: str) -> Signal:
+    """Parse ``target op value`` (§10.2); ops ``=``, ``+=``, ``-=``, ``= add(v)``, ``= remove(v)``."""
+    i = _first_op(body)
+    if i is None:
+        raise SignalError("expected 'name = value', 'name += value' or 'name -= value'")
+    if body[i] in "+-":
+        op, value = body[i] + "=", body[i + 2 :]
+        target_text = body[:i]
+    else:
+        op, value = "=", body[i + 1 :]
+        target_text = body[:i]
+    target, key = split_target(target_text)
+    value = value.strip()
+    call = _CALL.fullmatch(value)
+    if op == "=" and call is not None:
+        op, value = call["fn"], call["arg"].strip()
+    if not value and op != "=":
+        raise SignalError(f"'{op}' needs a value")
+    return Signal(target, key, op, value)
+
+
+def _first_op(body: str) -> int | None:
+    """Index of the assignment operator: the first ``=`` outside quotes and brackets
+    (moved back one character for ``+=``/``-=``)."""
+    depth = 0
+    i = 0
+    while i < len(body):
+        ch = body[i]
+        if ch in _QUOTES:
+            end = body.find(_QUOTES[ch], i + 1)
+            i = len(body) if end < 0 else end + 1
+            continue
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+        elif ch == "=" and depth == 0:
+            if i > 0 and body[i - 1] in "+-":
+                return i - 1
+            return i
+        i += 1
+    return None
+
+
+def convert_value(spec: OutSpec | None, value: Any, frame: Frame) -> Any:
+    """Validate and convert ``value`` for a typed out (§10.4); raise :class:`SignalError`."""
+    variables = frame.variables
+    if isinstance(value, str) and variables.is_actor(value):
+        value = variables.actor(str(value))
+    if spec is None or spec.type is None:
+        return value
+    kind = spec.type
+    if kind == "int":
+        return _to_int(value)
+    if kind == "float":
+        if isinstance(value, bool):
+            raise SignalError(f"{format_value(value)} is not a number")
+        if isinstance(value, int | float):
+            return float(value)
+        try:
+            return float(str(value).strip())
+        except ValueError:
+            raise SignalError(f"'{format_value(value)}' is not a number") from None
+    if kind == "bool":
+        return _to_bool(value)
+    if kind == "string":
+        if isinstance(value, list | dict):
+            raise SignalError(f"{format_value(value)} is not a single text value")
+        return format_value(value) if not isinstance(value, str) else str(value)
+    if kind == "actor":
+        if isinstance(value, Actor) and variables.is_actor(value):
+            return variables.actor(str(value))
+        raise SignalError(f"'{format_value(value)}' is not a defined actor (write it as @name)")
+    return _to_choice(spec, value, frame)
+
+
+def _to_int(value: Any) -> int:
+    if isinstance(value, bool):
+        raise SignalError(f"{format_value(value)} is not an integer")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        parsed = parse_literal(value)
+        if isinstance(parsed, int | float) and not isinstance(parsed, bool):
+            return _to_int(parsed)
+    raise SignalError(f"'{format_value(value)}' is not an integer")
+
+
+def _to_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str):
+        word = value.strip().lower()
+        if word in ("true", "yes", "1", "是"):
+            return True
+        if word in ("false", "no", "0", "否"):
+            return False
+    raise SignalError(f"'{format_value(value)}' is not true or false")
+
+
+def _to_choice(spec: OutSpec, value: Any, frame: Frame) -> Any:
+    choices = list(spec.choices)
+    if len(choices) == 1 and isinstance(choices[0], list | tuple | dict):
+        choices = list(choices[0])  # choices={alive}: one list-valued expression
+    for choice in choices:
+        if choice == value or format_value(choice) == format_value(value):
+            return frame.variables.adopt(choice)
+    shown = ", ".join(format_value(c) for c in choices)
+    raise SignalError(f"'{format_value(value)}' is not one of the choices [{shown}]")
+
+
+@dataclass(frozen=True)
+class Applied:
+    """An accepted signal: what it set and how to undo it."""
+
+    raw: str
+    target: str
+    key: Any
+    op: str
+    value: Any
+    out: OutSpec | None
+    undo: Undo = field(repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A signal that failed to parse or was not allowed, with the reason."""
+
+    raw: str
+    reason: str
+
+
+@dataclass
+class SignalOutcome:
+    """What applying a reply's signals did; :meth:`rollback` undoes every accepted one."""
+
+    applied: list[Applied] = field(default_factory=list)
+    rejected: list[Rejected] = field(default_factory=list)
+    outs: tuple[OutSpec, ...] | None = None
+
+    @property
+    def SET_VARIABLE(self) -> list[str]:  # noqa: N802 - the name the spec gives the list
+        """The raw text of every rejected signal, in reply order (§10.5)."""
+        return [r.raw for r in self.rejected]
+
+    @property
+    def unset(self) -> list[OutSpec]:
+        """Non-optional outs no accepted signal set (a failed validation when strict, §10.6)."""
+        if not self.outs:
+            return []
+        set_outs = {a.out for a in self.applied}
+        return [o for o in self.outs if not o.optional and o not in set_outs]
+
+    def rollback(self) -> None:
+        """Undo the accepted assignments, newest first."""
+        for item in reversed(self.applied):
+            item.undo()
+        self.applied.clear()
+
+
+def match_out(
+    target: str, key: str | None, frame: Frame, outs: Sequence[OutSpec] | None
+) -> OutSpec | None:
+    """Check a target against the whitelist (§10.4) and return the matching out (None when
+    the action has no ``out:``); raise :class:`SignalError` when it is not allowed."""
+    if not frame.declared(target):
+        where = f"{target}.{key}" if key else target
+        raise SignalError(f"'{where}' is not a declared variable")
+    if outs is None:
+        return None
+    for out in outs:
+        if out.target != target or (out.key is None) != (key is None):
+            continue
+        if key is None or _same_entry(out.key, key, frame):
+            return out
+    allowed = ", ".join(o.label for o in outs) or "nothing"
+    shown = target if key is None else f"{target}.{key}"
+    raise SignalError(f"'{shown}' may not be set by this action (out: {allowed})")
+
+
+def _same_entry(out_key: str | None, key: str, frame: Frame) -> bool:
+    try:
+        return frame.entry_key(_key_value(out_key, frame)) == frame.entry_key(
+            _key_value(key, frame)
+        )
+    except RunError:
+        return False
+
+
+def _key_value(text: str | None, frame: Frame) -> Any:
+    """The key a target's key text names: ``@x`` as written, a literal otherwise."""
+    if text is None or ACTOR_NAME.fullmatch(text):
+        return text
+    return parse_literal(text, None, make_actor=str)
+
+
+def assign_out(
+    frame: Frame, target: str, key: str | None, op: str, value: Any, out: OutSpec | None
+) -> Undo:
+    """Convert ``value`` for ``out`` and apply ``target[key] op value``; return the undo."""
+    if key is not None and key.startswith("@") is False and frame.variables.is_actor(target):
+        raise SignalError(f"'{target}' is an actor, not a dict")
+    converted = convert_value(out, value, frame)
+    try:
+        if key is None:
+            return frame.assign(target, op, converted)
+        return frame.assign(target, op, converted, _key_value(key, frame))
+    except RunError as error:
+        raise SignalError(error.message) from None
+
+
+def apply_signals(reply: str, frame: Frame, outs: Sequence[OutSpec] | None) -> SignalOutcome:
+    """Find, check and apply every signal in ``reply``, in order (§10).
+
+    ``outs`` None means the action has no ``out:`` (any declared variable may be set).
+    """
+    outcome = SignalOutcome(outs=tuple(outs) if outs is not None else None)
+    actors = frame.variables.actors
+    for raw in extract_signals(reply):
+        if raw.body is None:
+            outcome.rejected.append(Rejected(raw.text, "no <<…>> after SET VARIABLE:"))
+            continue
+        try:
+            signal = parse_signal(raw.body)
+            out = match_out(signal.target, signal.key, frame, outs)
+            value = parse_literal(signal.value_text, actors, make_actor=str)
+            undo = assign_out(frame, signal.target, signal.key, signal.op, value, out)
+        except (SignalError, LiteralError) as error:
+            outcome.rejected.append(Rejected(raw.text, str(error)))
+            continue
+        except RunError as error:
+            outcome.rejected.append(Rejected(raw.text, error.message))
+            continue
+        outcome.applied.append(
+            Applied(raw.text, signal.target, signal.key, signal.op, value, out, undo)
+        )
+    return outcome
+
+
+def apply_values(
+    values: Mapping[str, Any], frame: Frame, outs: Sequence[OutSpec] | None
+) -> SignalOutcome:
+    """Apply already-structured values (a human's answers, §10.8) as ``=`` assignments.
+
+    Keys are out labels (``vote``, ``votes.@voter``) or plain targets; values are data
+    (``"@x"`` strings name actors). The same whitelist and typed-out rules as signals apply.
+    """
+    outcome = SignalOutcome(outs=tuple(outs) if outs is not None else None)
+    for name, value in values.items():
+        raw = f"{name} = {format_value(value)}"
+        try:
+            target, key = split_target(name)
+            out = match_out(target, key, frame, outs)
+            undo = assign_out(frame, target, key, "=", value, out)
+        except SignalError as error:
+            outcome.rejected.append(Rejected(raw, str(error)))
+            continue
+        outcome.applied.append(Applied(raw, target, key, "=", value, out, undo))
+    return outcome
+
+
+@dataclass(frozen=True)
+class ResolveResult:
+    """What ``resolve`` said (§10.5): ``ok`` is False when any triple failed; ``feedback`` holds
+    the texts to show the model (``show_to_ai`` true), ``messages`` every text."""
+
+    ok: bool
+    feedback: list[str]
+    messages: list[str]
+
+
+async def run_resolve(
+    func: Callable[..., Any],
+    args: Sequence[str] | None,
+    frame: Frame,
+    *,
+    prompt: str,
+    llm_output: str,
+    set_variable: Sequence[str],
+    inputs: Mapping[str, Any] | None = None,
+    name: str = "resolve",
+) -> ResolveResult:
+    """Call a ``resolve:`` function in a worker thread and read its triples (§10.5).
+
+    With ``args`` each name is passed by keyword: ``SET_VARIABLE``, ``prompt``, ``llm_output``,
+    an ``in:`` name, or a variable (``@x`` names pass as ``x``). Without ``args`` it gets
+    ``prompt``, ``llm_output``, ``SET_VARIABLE`` (if non-empty) and the ``in:`` values, limited to
+    the parameters it accepts.
+    """
+    inputs = dict(inputs or {})
+    special = {"prompt": prompt, "llm_output": llm_output, "SET_VARIABLE": list(set_variable)}
+    if args is not None:
+        kwargs = {}
+        for arg in args:
+            if arg in special:
+                kwargs[arg] = special[arg]
+            elif arg in inputs:
+                kwargs[arg.lstrip("@")] = inputs[arg]
+            else:
+                kwargs[arg.lstrip("@")] = frame.get(arg)
+    else:
+        kwargs = {"prompt": prompt, "llm_output": llm_output}
+        if set_variable:
+            kwargs["SET_VARIABLE"] = list(set_variable)
+        kwargs.update({k.lstrip("@"): v for k, v in inputs.items()})
+        kwargs = accepted_kwargs(func, kwargs)
+    try:
+        result = await asyncio.to_thread(func, **kwargs)
+    except Exception as error:  # the author's code failed: report it as a run error
+        raise RunError(f"{name} raised {type(error).__name__}: {error}") from error
+    return read_triples(result, name)
+
+
+def accepted_kwargs(func: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The subset of ``kwargs`` ``func`` accepts (all of them if it takes ``**kwargs``)."""
+    try:
+        params = inspect.signature(func).parameters
+    except (TypeError, ValueError):
+        return kwargs
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return kwargs
+    return {k: v for k, v in kwargs.items() if k in params}
+
+
+def read_triples(result: Any, name: str = "resolve") -> ResolveResult:
+    """Check a resolve return: a list of ``(is_success, show_to_ai, feedback)`` (one triple alone
+    is accepted too)."""
+    if isinstance(result, tuple) and len(result) == 3 and isinstance(result[0], bool):
+        result = [result]
+    if not isinstance(result, list | tuple) or not all(
+        isinstance(t, list | tuple) and len(t) == 3 for t in result
+    ):
+        raise RunError(
+            f"{name} must return a list of (is_success, show_to_ai, feedback) triples, "
+            f"not {result!r}"
+        )
+    ok = all(bool(t[0]) for t in result)
+    messages = [str(t[2]) for t in result if t[2] not in (None, "")]
+    feedback = [str(t[2]) for t in result if t[1] and t[2] not in (None, "")]
+    return ResolveResult(ok, feedback, messages)
