@@ -1,0 +1,112 @@
+"""The one prompt renderer (§9.4): what the model sees and what is stored are the same text.
+
+``{path}`` placeholders hold a variable, ``@x``, ``@x.attr``, ``attr.@x``, ``dict.key`` or
+``dict[key]``; values are written for people (:func:`values.format_value`). Braces that do not
+hold a path stay literal, ``{{``/``}}`` write one brace, and a missing value renders as ``""``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from fems_runtime.records import RunError
+from fems_runtime.values import ACTOR_NAME, format_value, parse_literal
+
+PLACEHOLDER = re.compile(
+    r"\{\s*(?P<a>@?\w+)(?:\.(?P<b>@?\w+))?(?:\[\s*(?P<k>[^\[\]{}]+?)\s*\])?\s*\}"
+)
+
+
+class Lookup(Protocol):
+    """What the renderer reads values from (``variables.Frame`` implements it)."""
+
+    def get(self, name: str) -> Any: ...
+
+    def attr(self, actor: str, attr: str) -> Any: ...
+
+
+def render(
+    template: str, lookup: Lookup | Mapping[str, Any], only: Mapping[str, Any] | None = None
+) -> str:
+    """Render ``template`` (§9.4).
+
+    ``lookup`` gives variable values (a frame, or a plain mapping). With ``only`` (the action's
+    evaluated ``in:`` values) only placeholders whose name is listed there are substituted and
+    the other braces stay as written.
+    """
+    out: list[str] = []
+    i = 0
+    n = len(template)
+    while i < n:
+        ch = template[i]
+        if ch == "{" and template.startswith("{{", i):
+            out.append("{")
+            i += 2
+        elif ch == "}" and template.startswith("}}", i):
+            out.append("}")
+            i += 2
+        elif ch == "{" and (match := PLACEHOLDER.match(template, i)):
+            if only is not None and match["a"] not in only:
+                out.append(match.group(0))
+            else:
+                source = only if only is not None else lookup
+                out.append(format_value(_value(match, source)))
+            i = match.end()
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out)
+
+
+def _value(match: re.Match[str], source: Lookup | Mapping[str, Any]) -> Any:
+    """The value of one placeholder; anything missing or unbound is ``None`` (renders ``""``)."""
+    a, b, k = match["a"], match["b"], match["k"]
+    try:
+        if b is not None and (a.startswith("@") or b.startswith("@")):
+            actor, attr = (a, b) if a.startswith("@") else (b, a)
+            value = _attr(source, actor, attr)
+        else:
+            value = _get(source, a)
+            if b is not None:
+                value = _entry(value, b)
+        if k is not None:
+            value = _entry(value, _key(k, source))
+        return value
+    except (RunError, LookupError, TypeError):
+        return None
+
+
+def _get(source: Lookup | Mapping[str, Any], name: str) -> Any:
+    if isinstance(source, Mapping):
+        return source[name]
+    return source.get(name)
+
+
+def _attr(source: Lookup | Mapping[str, Any], actor: str, attr: str) -> Any:
+    if isinstance(source, Mapping):
+        who = source.get(actor, actor)
+        if hasattr(who, "get") and not isinstance(source.get(attr), Mapping):
+            return who.get(attr)
+        return _entry(source[attr], who)
+    return source.attr(actor, attr)
+
+
+def _entry(container: Any, key: Any) -> Any:
+    if isinstance(container, Mapping):
+        return container.get(key)
+    if isinstance(container, list | tuple) and isinstance(key, int):
+        return container[key]
+    return None
+
+
+def _key(text: str, source: Lookup | Mapping[str, Any]) -> Any:
+    """``dict[key]``: ``@x`` and declared names are looked up, other keys are literals."""
+    if ACTOR_NAME.fullmatch(text) or re.fullmatch(r"\w+", text) and not text[0].isdigit():
+        try:
+            return _get(source, text)
+        except (RunError, LookupError):
+            if ACTOR_NAME.fullmatch(text):
+                raise
+    return parse_literal(text, None, make_actor=str)

@@ -1,0 +1,650 @@
+"""Dialog storage (§14): sessions, souls, users, messages with scope-tag rows, checkpoints.
+
+SQLAlchemy Core over any URL; a plain path (the default ``./dialog.db``) is a SQLite file in WAL
+mode with a busy timeout. Scopes are rows (message ↔ soul, message ↔ user) indexed by
+``(session, soul, seq)``, so the messages one soul may see in one session are an index range
+scan. Writes from one process are serialized by a lock and each message takes the session's
+next sequence number in the same transaction, so sequence numbers are strictly increasing.
+SQLAlchemy is imported when the first store is opened, not when this module is imported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from fems_runtime.records import RunError
+
+DEFAULT_DATABASE = "./dialog.db"
+BUSY_TIMEOUT_MS = 30_000
+
+
+@dataclass(frozen=True)
+class Message:
+    """One stored message (§13.1); ``kind`` is prompt, narration, reply, human or feedback."""
+
+    id: int
+    session: int
+    seq: int
+    kind: str
+    content: str
+    turn: int | None = None
+    action: str | None = None
+    node: str | None = None
+    speaker_soul: str | None = None
+    speaker_user: str | None = None
+    speaker_name: str | None = None
+    model: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cost: float | None = None
+    created: float = 0.0
+
+
+MESSAGE_KINDS = ("prompt", "narration", "reply", "human", "feedback")
+VISIBLE_KINDS = ("narration", "reply", "human", "feedback")
+
+
+@functools.cache
+def _schema() -> SimpleNamespace:
+    """The tables, built on first use so importing the runtime does not import SQLAlchemy."""
+    import sqlalchemy as sa
+
+    meta = sa.MetaData()
+    sessions = sa.Table(
+        "fems_sessions",
+        meta,
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+        sa.Column("title", sa.Text),
+        sa.Column("script", sa.Text),
+        sa.Column("script_hash", sa.String(64)),
+        sa.Column("status", sa.String(16), nullable=False, default="running"),
+        sa.Column("last_seq", sa.Integer, nullable=False, default=0),
+        sa.Column("last_turn", sa.Integer, nullable=False, default=0),
+        sa.Column("created", sa.Float, nullable=False),
+    )
+    souls = sa.Table(
+        "fems_souls",
+        meta,
+        sa.Column("soul_id", sa.String(200), primary_key=True),
+        sa.Column("name", sa.Text),
+        sa.Column("persona", sa.Text),
+    )
+    users = sa.Table(
+        "fems_users",
+        meta,
+        sa.Column("user_id", sa.String(200), primary_key=True),
+        sa.Column("name", sa.Text),
+        sa.Column("profile", sa.Text),
+    )
+    messages = sa.Table(
+        "fems_messages",
+        meta,
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column("session_id", sa.Integer, sa.ForeignKey("fems_sessions.id"), nullable=False),
+        sa.Column("seq", sa.Integer, nullable=False),
+        sa.Column("turn", sa.Integer),
+        sa.Column("kind", sa.String(16), nullable=False),
+        sa.Column("action", sa.Text),
+        sa.Column("node", sa.Text),
+        sa.Column("speaker_soul", sa.String(200)),
+        sa.Column("speaker_user", sa.String(200)),
+        sa.Column("speaker_name", sa.Text),
+        sa.Column("content", sa.Text, nullable=False),
+        sa.Column("model", sa.Text),
+        sa.Column("prompt_tokens", sa.Integer),
+        sa.Column("completion_tokens", sa.Integer),
+        sa.Column("cost", sa.Float),
+        sa.Column("created", sa.Float, nullable=False),
+        sa.UniqueConstraint("session_id", "seq", name="fems_messages_session_seq"),
+    )
+    message_souls = sa.Table(
+        "fems_message_souls",
+        meta,
+        sa.Column("message_id", sa.Integer, sa.ForeignKey("fems_messages.id"), primary_key=True),
+        sa.Column("soul_id", sa.String(200), primary_key=True),
+        sa.Column("session_id", sa.Integer, nullable=False),
+        sa.Column("seq", sa.Integer, nullable=False),
+        sa.Index("fems_message_souls_scan", "session_id", "soul_id", "seq"),
+    )
+    message_users = sa.Table(
+        "fems_message_users",
+        meta,
+        sa.Column("message_id", sa.Integer, sa.ForeignKey("fems_messages.id"), primary_key=True),
+        sa.Column("user_id", sa.String(200), primary_key=True),
+        sa.Column("session_id", sa.Integer, nullable=False),
+        sa.Column("seq", sa.Integer, nullable=False),
+        sa.Index("fems_message_users_scan", "session_id", "user_id", "seq"),
+    )
+    checkpoints = sa.Table(
+        "fems_checkpoints",
+        meta,
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column("session_id", sa.Integer, nullable=False, index=True),
+        sa.Column("seq", sa.Integer, nullable=False),
+        sa.Column("step", sa.Integer, nullable=False),
+        sa.Column("node", sa.Text),
+        sa.Column("state", sa.Text, nullable=False),
+        sa.Column("created", sa.Float, nullable=False),
+    )
+    session_actors = sa.Table(
+        "fems_session_actors",
+        meta,
+        sa.Column("session_id", sa.Integer, primary_key=True),
+        sa.Column("name", sa.String(200), primary_key=True),
+        sa.Column("type", sa.String(8), nullable=False),
+        sa.Column("soul_id", sa.String(200), nullable=False),
+        sa.Column("source", sa.Text),
+        sa.Column("blueprint", sa.Text),
+        sa.Column("created", sa.Float, nullable=False),
+    )
+    return SimpleNamespace(
+        sa=sa,
+        meta=meta,
+        sessions=sessions,
+        souls=souls,
+        users=users,
+        messages=messages,
+        message_souls=message_souls,
+        message_users=message_users,
+        checkpoints=checkpoints,
+        session_actors=session_actors,
+    )
+
+
+def database_url(database: str | Path | None) -> str:
+    """A SQLAlchemy URL for ``meta.database`` / ``--db``: a URL as is, ``:memory:``, or a path
+    (relative to the working directory) to a SQLite file."""
+    text = str(database or DEFAULT_DATABASE)
+    if "://" in text:
+        return text
+    if text == ":memory:":
+        return "sqlite://"
+    return f"sqlite:///{Path(text).expanduser().resolve()}"
+
+
+def parse_session_spec(spec: str | int | None) -> tuple[int | None, bool]:
+    """``new``/None → (None, True); ``N`` → (N, False); ``N / new`` → (N, True) (§3)."""
+    if spec is None:
+        return None, True
+    if isinstance(spec, bool):
+        raise RunError(f"session must be 'new', N or 'N / new', not {spec!r}")
+    if isinstance(spec, int):
+        return spec, False
+    text = str(spec).strip()
+    if text.lower() in ("", "new"):
+        return None, True
+    number, slash, rest = text.partition("/")
+    try:
+        value = int(number.strip())
+    except ValueError:
+        raise RunError(f"session must be 'new', N or 'N / new', not {text!r}") from None
+    if slash and rest.strip().lower() != "new":
+        raise RunError(f"session must be 'new', N or 'N / new', not {text!r}")
+    return value, bool(slash)
+
+
+class Store:
+    """One database of dialogs. Methods are synchronous; ``a``-prefixed ones run them in a
+    worker thread for async callers."""
+
+    def __init__(self, database: str | Path | None = None) -> None:
+        schema = _schema()
+        sa = schema.sa
+        self.url = database_url(database)
+        self._t = schema
+        self._lock = threading.RLock()
+        options: dict[str, Any] = {}
+        sqlite = self.url.startswith("sqlite")
+        if sqlite:
+            options["connect_args"] = {
+                "check_same_thread": False,
+                "timeout": BUSY_TIMEOUT_MS / 1000,
+            }
+            if self.url in ("sqlite://", "sqlite:///:memory:"):
+                from sqlalchemy.pool import StaticPool
+
+                options["poolclass"] = StaticPool
+        self.engine = sa.create_engine(self.url, **options)
+        if sqlite:
+            sa.event.listen(self.engine, "connect", _sqlite_pragmas)
+        with self._lock:
+            schema.meta.create_all(self.engine)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ sessions
+
+    def open_session(
+        self,
+        spec: str | int | None = "new",
+        *,
+        title: str | None = None,
+        script: str | None = None,
+        script_hash: str | None = None,
+    ) -> int:
+        """Start or continue a session per ``meta.session`` (§3); never prompts."""
+        number, create = parse_session_spec(spec)
+        t, sa = self._t, self._t.sa
+        with self._lock, self.engine.begin() as db:
+            if number is not None:
+                exists = db.execute(
+                    sa.select(t.sessions.c.id).where(t.sessions.c.id == number)
+                ).first()
+                if exists is not None:
+                    db.execute(
+                        t.sessions.update()
+                        .where(t.sessions.c.id == number)
+                        .values(status="running")
+                    )
+                    return number
+                if not create:
+                    raise RunError(
+                        f"session {number} does not exist (use 'new' or '{number} / new')"
+                    )
+            else:
+                number = (db.execute(sa.select(sa.func.max(t.sessions.c.id))).scalar() or 0) + 1
+            db.execute(
+                t.sessions.insert().values(
+                    id=number,
+                    title=title,
+                    script=script,
+                    script_hash=script_hash,
+                    status="running",
+                    last_seq=0,
+                    last_turn=0,
+                    created=time.time(),
+                )
+            )
+        return number
+
+    def session(self, session: int) -> dict[str, Any] | None:
+        t = self._t
+        with self.engine.connect() as db:
+            row = (
+                db.execute(t.sa.select(t.sessions).where(t.sessions.c.id == session))
+                .mappings()
+                .first()
+            )
+        return dict(row) if row is not None else None
+
+    def set_status(self, session: int, status: str) -> None:
+        t = self._t
+        with self._lock, self.engine.begin() as db:
+            db.execute(t.sessions.update().where(t.sessions.c.id == session).values(status=status))
+
+    def new_turn(self, session: int) -> int:
+        """The next turn id of the session (one per model, human or mind turn)."""
+        return self._bump(session, "last_turn")
+
+    def _bump(self, session: int, column: str) -> int:
+        with self._lock, self.engine.begin() as db:
+            return self._bump_in(db, session, column)
+
+    def _bump_in(self, db: Any, session: int, column: str) -> int:
+        t, sa = self._t, self._t.sa
+        col = t.sessions.c[column]
+        result = db.execute(
+            t.sessions.update().where(t.sessions.c.id == session).values({column: col + 1})
+        )
+        if result.rowcount != 1:
+            raise RunError(f"session {session} does not exist")
+        return db.execute(sa.select(col).where(t.sessions.c.id == session)).scalar_one()
+
+    # ------------------------------------------------------------------ souls and users
+
+    def put_soul(self, soul_id: str, name: str | None = None, persona: str | None = None) -> None:
+        """Create or update a soul (its persona is the system block of §13.3)."""
+        self._upsert(self._t.souls, "soul_id", str(soul_id), name=name, persona=persona)
+
+    def put_user(self, user_id: str, name: str | None = None, profile: str | None = None) -> None:
+        """Create or update a user (owners' profiles form ``user_info``, §13.3)."""
+        self._upsert(self._t.users, "user_id", str(user_id), name=name, profile=profile)
+
+    def _upsert(self, table: Any, key: str, value: str, **fields: Any) -> None:
+        sa = self._t.sa
+        fields = {k: v for k, v in fields.items() if v is not None}
+        with self._lock, self.engine.begin() as db:
+            exists = db.execute(sa.select(table.c[key]).where(table.c[key] == value)).first()
+            if exists is None:
+                db.execute(table.insert().values({key: value, **fields}))
+            elif fields:
+                db.execute(table.update().where(table.c[key] == value).values(fields))
+
+    def soul(self, soul_id: str) -> dict[str, Any] | None:
+        return self._row(self._t.souls, "soul_id", str(soul_id))
+
+    def user(self, user_id: str) -> dict[str, Any] | None:
+        return self._row(self._t.users, "user_id", str(user_id))
+
+    def _row(self, table: Any, key: str, value: str) -> dict[str, Any] | None:
+        with self.engine.connect() as db:
+            row = (
+                db.execute(self._t.sa.select(table).where(table.c[key] == value)).mappings().first()
+            )
+        return dict(row) if row is not None else None
+
+    def persona(self, soul_id: str) -> str:
+        """The soul's persona text, ``""`` if unknown."""
+        row = self.soul(soul_id)
+        return (row or {}).get("persona") or ""
+
+    def profiles(self, user_ids: Iterable[str]) -> str:
+        """The owners' profiles joined by blank lines (the ``user_info`` block)."""
+        texts = []
+        for user_id in user_ids:
+            row = self.user(user_id)
+            if row and row.get("profile"):
+                texts.append(row["profile"])
+        return "\n\n".join(texts)
+
+    def seed(self, data: Mapping[str, Any]) -> None:
+        """Load souls and users from Python data::
+
+        {"souls": {"1": {"name": "Eve", "persona": "…"}} or [{"id": "1", …}],
+         "users": {"7": {"name": "Ann", "profile": "…"}} or [{"id": "7", …}]}
+        """
+        for soul_id, fields in _entries(data.get("souls"), "soul_id"):
+            self.put_soul(soul_id, fields.get("name"), fields.get("persona"))
+        for user_id, fields in _entries(data.get("users"), "user_id"):
+            self.put_user(user_id, fields.get("name"), fields.get("profile"))
+
+    def seed_file(self, path: str | Path) -> None:
+        """Load souls and users from a YAML (``.yaml``/``.yml``) or JSON file (see :meth:`seed`)."""
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as error:
+            raise RunError(f"cannot read seed file {path}: {error.strerror}") from None
+        if path.suffix.lower() in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text) or {}
+        else:
+            data = json.loads(text)
+        if not isinstance(data, Mapping):
+            raise RunError(f"seed file {path} must hold a mapping with 'souls' and/or 'users'")
+        self.seed(data)
+
+    # ------------------------------------------------------------------ messages
+
+    def add_message(
+        self,
+        session: int,
+        kind: str,
+        content: str,
+        *,
+        souls: Iterable[str] = (),
+        users: Iterable[str] = (),
+        turn: int | None = None,
+        action: str | None = None,
+        node: str | None = None,
+        speaker_soul: str | None = None,
+        speaker_user: str | None = None,
+        speaker_name: str | None = None,
+        model: str | None = None,
+        prompt_tokens: int | None = None,
+        completion_tokens: int | None = None,
+        cost: float | None = None,
+    ) -> Message:
+        """Store one message with its scope tags (the souls and users that may see it)."""
+        if kind not in MESSAGE_KINDS:
+            raise ValueError(f"message kind must be one of {MESSAGE_KINDS}, not {kind!r}")
+        t = self._t
+        soul_ids = sorted({str(s) for s in souls})
+        user_ids = sorted({str(u) for u in users})
+        fields = dict(
+            session_id=session,
+            turn=turn,
+            kind=kind,
+            action=action,
+            node=node,
+            speaker_soul=speaker_soul,
+            speaker_user=speaker_user,
+            speaker_name=speaker_name,
+            content=content,
+            model=model,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            cost=cost,
+            created=time.time(),
+        )
+        with self._lock, self.engine.begin() as db:
+            seq = self._bump_in(db, session, "last_seq")
+            result = db.execute(t.messages.insert().values(seq=seq, **fields))
+            message_id = result.inserted_primary_key[0]
+            if soul_ids:
+                db.execute(
+                    t.message_souls.insert(),
+                    [
+                        dict(message_id=message_id, soul_id=s, session_id=session, seq=seq)
+                        for s in soul_ids
+                    ],
+                )
+            if user_ids:
+                db.execute(
+                    t.message_users.insert(),
+                    [
+                        dict(message_id=message_id, user_id=u, session_id=session, seq=seq)
+                        for u in user_ids
+                    ],
+                )
+        fields.pop("session_id")
+        return Message(id=message_id, session=session, seq=seq, **fields)
+
+    def messages(self, session: int) -> list[Message]:
+        """Every message of the session, in sequence order."""
+        t, sa = self._t, self._t.sa
+        query = (
+            sa.select(t.messages)
+            .where(t.messages.c.session_id == session)
+            .order_by(t.messages.c.seq)
+        )
+        return self._messages(query)
+
+    def visible_messages(
+        self, session: int, soul: str | None = None, user: str | None = None
+    ) -> list[Message]:
+        """The messages whose soul scope holds ``soul`` or whose user scope holds ``user``,
+        oldest first, without private prompts (§13.2)."""
+        t, sa = self._t, self._t.sa
+        parts = []
+        if soul is not None:
+            parts.append(
+                sa.select(t.message_souls.c.message_id).where(
+                    t.message_souls.c.session_id == session, t.message_souls.c.soul_id == str(soul)
+                )
+            )
+        if user is not None:
+            parts.append(
+                sa.select(t.message_users.c.message_id).where(
+                    t.message_users.c.session_id == session, t.message_users.c.user_id == str(user)
+                )
+            )
+        if not parts:
+            return []
+        ids = parts[0] if len(parts) == 1 else sa.union(*parts)
+        query = (
+            sa.select(t.messages)
+            .where(t.messages.c.id.in_(ids), t.messages.c.kind.in_(VISIBLE_KINDS))
+            .order_by(t.messages.c.seq)
+        )
+        return self._messages(query)
+
+    def scope_of(self, message_id: int) -> tuple[list[str], list[str]]:
+        """The souls and users a message is tagged with."""
+        t, sa = self._t, self._t.sa
+        with self.engine.connect() as db:
+            souls = db.execute(
+                sa.select(t.message_souls.c.soul_id).where(
+                    t.message_souls.c.message_id == message_id
+                )
+            ).scalars()
+            users = db.execute(
+                sa.select(t.message_users.c.user_id).where(
+                    t.message_users.c.message_id == message_id
+                )
+            ).scalars()
+            return sorted(souls), sorted(users)
+
+    def _messages(self, query: Any) -> list[Message]:
+        with self.engine.connect() as db:
+            rows = db.execute(query).mappings().all()
+        return [
+            Message(**{("session" if k == "session_id" else k): v for k, v in row.items()})
+            for row in rows
+        ]
+
+    # ------------------------------------------------------------------ actors and checkpoints
+
+    def record_actor(
+        self,
+        session: int,
+        name: str,
+        *,
+        type: str,
+        soul: str,
+        source: str | None = None,
+        blueprint: str | None = None,
+    ) -> None:
+        """Record an actor of the session (spawned actors, §9.8)."""
+        t = self._t
+        with self._lock, self.engine.begin() as db:
+            db.execute(
+                t.session_actors.insert().values(
+                    session_id=session,
+                    name=name,
+                    type=type,
+                    soul_id=soul,
+                    source=source,
+                    blueprint=blueprint,
+                    created=time.time(),
+                )
+            )
+
+    def session_actors(self, session: int) -> list[dict[str, Any]]:
+        t, sa = self._t, self._t.sa
+        with self.engine.connect() as db:
+            rows = db.execute(
+                sa.select(t.session_actors)
+                .where(t.session_actors.c.session_id == session)
+                .order_by(t.session_actors.c.created, t.session_actors.c.name)
+            ).mappings()
+            return [dict(r) for r in rows]
+
+    def save_checkpoint(
+        self, session: int, *, step: int, state: Mapping[str, Any], node: str | None = None
+    ) -> int:
+        """Save a checkpoint (§16.4): ``state`` is JSON-ready; the session's current sequence
+        number is recorded with it so a resume knows which messages it already has."""
+        t, sa = self._t, self._t.sa
+        text = json.dumps(state, ensure_ascii=False, sort_keys=True)
+        with self._lock, self.engine.begin() as db:
+            seq = db.execute(
+                sa.select(t.sessions.c.last_seq).where(t.sessions.c.id == session)
+            ).scalar()
+            if seq is None:
+                raise RunError(f"session {session} does not exist")
+            result = db.execute(
+                t.checkpoints.insert().values(
+                    session_id=session,
+                    seq=seq,
+                    step=step,
+                    node=node,
+                    state=text,
+                    created=time.time(),
+                )
+            )
+            return result.inserted_primary_key[0]
+
+    def last_checkpoint(self, session: int) -> dict[str, Any] | None:
+        """The newest checkpoint: ``{"id", "seq", "step", "node", "state"}`` or None."""
+        t, sa = self._t, self._t.sa
+        with self.engine.connect() as db:
+            row = (
+                db.execute(
+                    sa.select(t.checkpoints)
+                    .where(t.checkpoints.c.session_id == session)
+                    .order_by(t.checkpoints.c.id.desc())
+                    .limit(1)
+                )
+                .mappings()
+                .first()
+            )
+        if row is None:
+            return None
+        return {
+            "id": row["id"],
+            "seq": row["seq"],
+            "step": row["step"],
+            "node": row["node"],
+            "state": json.loads(row["state"]),
+        }
+
+    # ------------------------------------------------------------------ async wrappers
+
+    async def aopen_session(self, spec: str | int | None = "new", **kwargs: Any) -> int:
+        return await asyncio.to_thread(self.open_session, spec, **kwargs)
+
+    async def aadd_message(self, session: int, kind: str, content: str, **kwargs: Any) -> Message:
+        return await asyncio.to_thread(self.add_message, session, kind, content, **kwargs)
+
+    async def avisible_messages(
+        self, session: int, soul: str | None = None, user: str | None = None
+    ) -> list[Message]:
+        return await asyncio.to_thread(self.visible_messages, session, soul, user)
+
+    async def anew_turn(self, session: int) -> int:
+        return await asyncio.to_thread(self.new_turn, session)
+
+    async def asave_checkpoint(self, session: int, **kwargs: Any) -> int:
+        return await asyncio.to_thread(self.save_checkpoint, session, **kwargs)
+
+    async def apersona(self, soul_id: str) -> str:
+        return await asyncio.to_thread(self.persona, soul_id)
+
+    async def aprofiles(self, user_ids: Iterable[str]) -> str:
+        return await asyncio.to_thread(self.profiles, list(user_ids))
+
+
+def _sqlite_pragmas(connection: Any, _record: Any) -> None:
+    cursor = connection.cursor()
+    cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    cursor.execute("PRAGMA journal_mode = WAL")
+    cursor.execute("PRAGMA synchronous = NORMAL")
+    cursor.close()
+
+
+def _entries(section: Any, key: str) -> list[tuple[str, Mapping[str, Any]]]:
+    """Seed entries as (id, fields) from a mapping keyed by id or a list of records with an id."""
+    if section is None:
+        return []
+    if isinstance(section, Mapping):
+        return [
+            (str(k), v if isinstance(v, Mapping) else {"persona": v, "profile": v})
+            for k, v in section.items()
+        ]
+    if isinstance(section, list):
+        out = []
+        for item in section:
+            ident = item.get("id", item.get(key)) if isinstance(item, Mapping) else None
+            if ident is None:
+                raise RunError(f"every seed entry needs an 'id' (or '{key}'): {item!r}")
+            out.append((str(ident), item))
+        return out
+    raise RunError(f"seed section must be a mapping or a list, not {type(section).__name__}")
