@@ -1,0 +1,817 @@
+"""Checked syntax tree → view models → Python source, through one Jinja template per construct.
+
+The templates never see the parse tree: :func:`generate` first turns a
+:class:`~fems2py.checker.CheckedScript` into plain view models (``*View`` dataclasses) whose
+fields are either data, rendered by the ``py`` filter through :func:`repr`, or code fragments
+(``*_code`` fields) that this module assembled from ``repr()`` literals and the ``Expr.python``
+that ``expressions.py`` built from a parso tree. User text never lands between quotes any other
+way. Every iteration follows source order or a sort, so two builds of one file are identical.
+The result is valid but unformatted Python; ``build.py`` compiles and formats it.
+"""
+
+from __future__ import annotations
+
+import ast
+import keyword
+import re
+import unicodedata
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any, Protocol
+
+import jinja2
+
+from fems2py import __version__
+from fems2py.nodes import (
+    Action,
+    ActorDef,
+    ActorValue,
+    BoolValue,
+    DictValue,
+    Edge,
+    Expr,
+    FlowNode,
+    Graph,
+    Input,
+    Join,
+    ListValue,
+    Loop,
+    MetaEntry,
+    Method,
+    Module,
+    ModuleCall,
+    NullValue,
+    NumberValue,
+    Out,
+    PathRef,
+    Script,
+    StringValue,
+    Target,
+    Value,
+)
+
+TERMINALS = {"END": "END", "OUT": "OUT", "BREAK": "BREAK"}
+
+# Names the generated module defines or imports itself; a .fems name equal to one of them gets
+# a suffix so it cannot shadow them.
+_TAKEN = frozenset(
+    {
+        "annotations",
+        "fr",
+        "ctx",
+        "node",
+        "stop",
+        "targets",
+        "main_flow",
+        "run",
+        "run_async",
+        "main",
+        "SCRIPT",
+        "ACTORS",
+        "BLUEPRINTS",
+        "METHODS",
+        "VARIABLES",
+    }
+)
+_SOFT_KEYWORDS = frozenset({"match", "case", "type", "_"})
+
+
+class CheckedLike(Protocol):
+    """What codegen needs from :class:`fems2py.checker.CheckedScript`."""
+
+    script: Script
+    merge_nodes: Mapping[tuple[str, str], str | None]
+
+
+# ------------------------------------------------------------------------------ view models
+
+
+@dataclass(frozen=True)
+class Marker:
+    """A ``# file:LINE`` comment: where the code below comes from in the ``.fems`` file."""
+
+    file: str
+    line: int
+
+    def __str__(self) -> str:
+        return f"# {self.file}:{self.line}"
+
+
+@dataclass(frozen=True)
+class StatementView:
+    """One generated statement with the ``.fems`` line it stands for."""
+
+    marker: Marker
+    code: str
+
+
+@dataclass(frozen=True)
+class ActionView:
+    """One action: an async function taking the run's ``Context``."""
+
+    function: str
+    marker: Marker
+    docstring: str
+    kind: str
+    # ai/human/mind: keyword arguments of ``fr.TurnSpec``; func: of ``fr.FuncSpec``
+    spec_args: tuple[tuple[str, str], ...] = ()
+    statements: tuple[StatementView, ...] = ()
+
+
+@dataclass(frozen=True)
+class EdgeView:
+    marker: Marker
+    target: str
+    condition_code: str | None
+    noqa: str
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """One ``case`` of a flow function's ``match node:``."""
+
+    name: str
+    marker: Marker
+    counts_step: bool
+    binding_code: tuple[str, ...]
+    # how the node ends: "return", "goto", "fork"
+    ending: str
+    result_code: str = "None"
+    edges: tuple[EdgeView, ...] = ()
+    stuck: str = "raise"  # "raise" (flow stuck error) or "skip" (a loop head, §12.7)
+    conditions_code: str = "()"
+    fork_code: str = ""
+
+
+@dataclass(frozen=True)
+class FlowView:
+    """One flow function: the main flow, a module's flow or a loop body."""
+
+    function: str
+    marker: Marker
+    docstring: str
+    start: str
+    nodes: tuple[NodeView, ...]
+    decorator_code: str | None = None
+
+
+@dataclass(frozen=True)
+class ScriptView:
+    """The whole module."""
+
+    file: str
+    sha256: str
+    compiler: str
+    docstring: str
+    script_info_code: str
+    actors_code: tuple[str, ...]
+    blueprints_code: tuple[str, ...]
+    methods_code: tuple[str, ...]
+    variables: tuple[tuple[str, str], ...]
+    items: tuple[ActionView | FlowView, ...]
+
+
+# ------------------------------------------------------------------------------ literals
+
+
+def py(value: Any) -> str:
+    """A Python literal for ``value`` via :func:`repr`; multi-line strings become a
+    parenthesized concatenation of one literal per line, so a prompt reads (and diffs) line by
+    line in the generated module."""
+    if isinstance(value, str) and "\n" in value.rstrip("\n"):
+        pieces = value.splitlines(keepends=True)
+        return "(\n" + "\n".join(repr(piece) for piece in pieces) + "\n)"
+    if isinstance(value, tuple):
+        inner = ", ".join(py(item) for item in value)
+        return f"({inner},)" if len(value) == 1 else f"({inner})"
+    if isinstance(value, list):
+        return "[" + ", ".join(py(item) for item in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{py(k)}: {py(v)}" for k, v in value.items()) + "}"
+    if value is None or isinstance(value, bool | int | float | str):
+        return repr(value)
+    raise TypeError(f"no Python literal for {type(value).__name__}")
+
+
+def value_code(value: Value) -> str:
+    """Python code building a FEM value literal (§4.2); actor references are ``fr.Actor``."""
+    if isinstance(value, StringValue):
+        return py(value.value)
+    if isinstance(value, NumberValue | BoolValue):
+        return repr(value.value)
+    if isinstance(value, NullValue):
+        return "None"
+    if isinstance(value, ActorValue):
+        return f"fr.Actor({value.name!r})"
+    if isinstance(value, ListValue):
+        return "[" + ", ".join(value_code(item) for item in value.items) + "]"
+    if isinstance(value, DictValue):
+        pairs = ", ".join(f"{value_code(k)}: {value_code(v)}" for k, v in value.items)
+        return "{" + pairs + "}"
+    raise TypeError(f"unknown value node {type(value).__name__}")
+
+
+def plain_value(value: Value) -> Any:
+    """A FEM value as plain data (actors as ``"@name"`` strings), for specs and metadata."""
+    if isinstance(value, StringValue | NumberValue | BoolValue):
+        return value.value
+    if isinstance(value, NullValue):
+        return None
+    if isinstance(value, ActorValue):
+        return value.name
+    if isinstance(value, ListValue):
+        return [plain_value(item) for item in value.items]
+    if isinstance(value, DictValue):
+        return {_hashable(plain_value(k)): plain_value(v) for k, v in value.items}
+    raise TypeError(f"unknown value node {type(value).__name__}")
+
+
+def _hashable(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
+
+
+def comment_text(text: str) -> str:
+    """Text safe inside a ``#`` comment: no line breaks or other control characters."""
+    return "".join(
+        repr(ch)[1:-1] if unicodedata.category(ch).startswith("C") else ch for ch in text
+    )
+
+
+# ------------------------------------------------------------------------------ names
+
+
+def python_name(name: str) -> str:
+    """A valid Python identifier for a ``.fems`` name: kept as written when possible."""
+    cleaned = "".join(ch if ("_" + ch).isidentifier() else "_" for ch in name.lstrip("@&"))
+    if not cleaned or not cleaned.isidentifier():
+        cleaned = "_" + cleaned
+    if keyword.iskeyword(cleaned) or cleaned in _SOFT_KEYWORDS or cleaned in _TAKEN:
+        cleaned += "_"
+    return cleaned
+
+
+class Namer:
+    """Hands out unique function names in a fixed order (first come keeps the plain name)."""
+
+    def __init__(self) -> None:
+        self._used: set[str] = set()
+
+    def take(self, wanted: str) -> str:
+        name = python_name(wanted)
+        candidate, suffix = name, 2
+        # Python folds identifiers with NFKC: two spellings may be one name.
+        while unicodedata.normalize("NFKC", candidate) in self._used:
+            candidate, suffix = f"{name}_{suffix}", suffix + 1
+        self._used.add(unicodedata.normalize("NFKC", candidate))
+        return candidate
+
+
+# ------------------------------------------------------------------------------ scopes
+
+
+@dataclass
+class Scope:
+    """The names visible in one flow: actions and modules (innermost wins, §11.4) and the
+    variables declared on the way (for ``dict[key]`` targets)."""
+
+    key: str
+    actions: dict[str, str] = field(default_factory=dict)
+    modules: dict[str, str] = field(default_factory=dict)
+    variables: frozenset[str] = frozenset()
+
+    def nested(self, key: str) -> Scope:
+        return Scope(key, dict(self.actions), dict(self.modules), self.variables)
+
+
+# ------------------------------------------------------------------------------ generator
+
+
+class CodeGenerator:
+    """Builds the :class:`ScriptView` of one checked script."""
+
+    def __init__(self, checked: CheckedLike, file: str, sha256: str) -> None:
+        self.checked = checked
+        self.script = checked.script
+        self.file = file
+        self.sha256 = sha256
+        self.namer = Namer()
+        self.items: list[ActionView | FlowView] = []
+        self.signatures: Mapping[tuple[str, str], Any] = getattr(checked, "signatures", {})
+
+    def marker(self, line: int) -> Marker:
+        return Marker(self.file, line)
+
+    # -------------------------------------------------------------------- whole script
+
+    def script_view(self) -> ScriptView:
+        script = self.script
+        self.namer.take("main_flow")  # reserved for the main flow
+        root = Scope("main", variables=frozenset(v.name for v in script.variables))
+        self.declare(root, script.actions, script.modules, prefix="")
+        for action in script.actions:
+            self.items.append(self.action_view(root, action))
+        if script.flow is not None:
+            self.items.extend(
+                self.flow_views(root, script.flow, "main_flow", "START", "The main flow.")
+            )
+        self.emit_modules(root, script.modules)
+        meta = _meta_dict(script.meta)
+        title = meta.get("name")
+        docstring = (
+            f"{title}, compiled from {self.file}." if title else f"Compiled from {self.file}."
+        )
+        info_args = [
+            ("file", py(self.file)),
+            ("sha256", py(self.sha256)),
+            ("compiler", py(__version__)),
+            ("meta", py(meta)),
+            ("code", py({alias.alias: alias.path for alias in script.code})),
+        ]
+        blueprints = tuple(
+            _call(
+                "fr.BlueprintSpec",
+                [("", py(bp.name)), ("source", py(bp.source)), ("tools", py(bp.tools))],
+            )
+            for bp in script.blueprints
+        )
+        return ScriptView(
+            file=self.file,
+            sha256=self.sha256,
+            compiler=__version__,
+            docstring=docstring,
+            script_info_code=_call("fr.ScriptInfo", info_args),
+            actors_code=tuple(_actor_code(actor) for actor in script.actors),
+            blueprints_code=blueprints,
+            methods_code=tuple(_method_code(method) for method in script.methods),
+            variables=tuple((decl.name, value_code(decl.value)) for decl in script.variables),
+            items=tuple(self.items),
+        )
+
+    def declare(
+        self, scope: Scope, actions: Iterable[Action], modules: Iterable[Module], prefix: str
+    ) -> None:
+        for action in actions:
+            scope.actions[action.name] = self.namer.take(prefix + action.name)
+        for module in modules:
+            scope.modules[module.name] = self.namer.take(prefix + module.name)
+
+    def emit_modules(self, outer: Scope, modules: Iterable[Module]) -> None:
+        """Each module's actions, then its flow, then its nested modules (§11)."""
+        for module in modules:
+            function = outer.modules[module.name]
+            scope = outer.nested(f"{outer.key}/{module.name}")
+            scope.variables = (
+                outer.variables | set(module.params) | {v.name for v in module.variables}
+            )
+            self.declare(scope, module.actions, module.modules, f"{function}_")
+            for action in module.actions:
+                self.items.append(self.action_view(scope, action))
+            if module.flow is not None:
+                local_vars = _dict_code((v.name, value_code(v.value)) for v in module.variables)
+                methods = "(" + "".join(_method_code(m) + ", " for m in module.methods) + ")"
+                decorator = _call(
+                    "fr.module",
+                    [
+                        ("", py(module.name)),
+                        ("line", py(module.span.line)),
+                        ("params", py(module.params)),
+                        ("variables", local_vars),
+                        ("meta", py(_meta_dict(module.meta))),
+                        ("methods", methods),
+                    ],
+                )
+                params = f"({', '.join(module.params)})" if module.params else ""
+                self.items.extend(
+                    self.flow_views(
+                        scope,
+                        module.flow,
+                        function,
+                        "IN",
+                        f"Module {module.name}{params}.",
+                        decorator=decorator,
+                    )
+                )
+            self.emit_modules(scope, module.modules)
+
+    # -------------------------------------------------------------------- actions
+
+    def action_view(self, scope: Scope, action: Action) -> ActionView:
+        function = scope.actions[action.name]
+        marker = self.marker(action.span.line)
+        if action.kind == "assign":
+            statements = tuple(
+                StatementView(self.marker(a.span.line), self.assign_code(scope, a))
+                for a in action.assignments
+            )
+            return ActionView(
+                function, marker, f"@assign {action.name}.", "assign", statements=statements
+            )
+        if action.kind == "func":
+            assert action.func is not None
+            args = [
+                ("action", py(action.name)),
+                ("line", py(action.span.line)),
+                ("code", py(action.func.alias)),
+                ("function", py(action.func.func)),
+                ("inputs", self.inputs_code(action)),
+                ("outs", _outs_code(action.outs)),
+            ]
+            doc = f"@func({action.func.alias}.{action.func.func}) {action.name}."
+            return ActionView(function, marker, doc, "func", spec_args=tuple(args))
+        assert action.executor is not None
+        args = [
+            ("action", py(action.name)),
+            ("line", py(action.span.line)),
+            ("kind", py(action.kind)),
+            ("executor", py(action.executor)),
+        ]
+        if action.role is not None:
+            args.append(("role", py(action.role)))
+        if action.prompt is not None:
+            args.append(("prompt", py(action.prompt.value.value)))
+        if action.showprompt is not None:
+            args.append(("showprompt", py(action.showprompt.value.value)))
+        if action.scope is not None:
+            items = tuple(
+                _call("fr.ScopeItem", [("", py(item.kind)), ("", py(item.name))])
+                for item in action.scope.items
+            )
+            args.append(("scope", "(" + "".join(f"{item}, " for item in items) + ")"))
+        if action.inputs is not None:
+            args.append(("inputs", self.inputs_code(action)))
+        if action.outs is not None:
+            args.append(("outs", _outs_code(action.outs)))
+        if action.resolve is not None:
+            resolve = action.resolve
+            args.append(
+                (
+                    "resolve",
+                    _call(
+                        "fr.ResolveSpec",
+                        [
+                            ("", py(resolve.func.alias)),
+                            ("", py(resolve.func.func)),
+                            ("", py(resolve.args)),
+                        ],
+                    ),
+                )
+            )
+        if action.max_retries is not None:
+            args.append(("max_retries", py(action.max_retries)))
+        if action.fallback is not None:
+            args.append(("fallback", self.fallback_code(scope, action.fallback)))
+        if action.memory is not None:
+            args.append(("memory", py(action.memory)))
+        if action.context is not None:
+            args.append(("context", py(action.context)))
+        if action.interrupt is not None:
+            args.append(("interrupt", _interrupt_code(action)))
+        if action.model is not None:
+            args.append(("model", py(action.model)))
+        doc = f"@{action.kind}({action.executor}) {action.name}."
+        return ActionView(function, marker, doc, action.kind, spec_args=tuple(args))
+
+    def inputs_code(self, action: Action) -> str:
+        if action.inputs is None:
+            if action.kind == "func" and action.func is not None:
+                params = self.signatures.get((action.func.alias, action.func.func))
+                if params is not None:
+                    names = [p for p in _param_names(params) if p in self.script_names()]
+                    return _dict_code((name, _read_code(name)) for name in names)
+            return "None"
+        return _dict_code((item.name, _input_code(item)) for item in action.inputs)
+
+    @cache  # noqa: B019 - one generator per build, so the cache dies with it
+    def script_names(self) -> frozenset[str]:
+        names = {v.name for v in self.script.variables}
+        for module in _all_modules(self.script.modules):
+            names |= {v.name for v in module.variables} | set(module.params)
+        return frozenset(names)
+
+    def fallback_code(self, scope: Scope, fallback: str | ModuleCall) -> str:
+        if isinstance(fallback, ModuleCall):
+            return f"lambda: ctx.call({self.call_args_code(scope, fallback)})"
+        return f"lambda: {scope.actions.get(fallback, python_name(fallback))}(ctx)"
+
+    def assign_code(self, scope: Scope, assignment: Any) -> str:
+        target: Target = assignment.target
+        args = [py(target.name), py(assignment.op), assignment.value.python]
+        if target.key is not None:
+            args.append(f"key={self.key_code(scope, target.key)}")
+        return f"ctx.assign({', '.join(args)})"
+
+    def key_code(self, scope: Scope, key: str) -> str:
+        """The Python for the key of a ``dict.@x`` / ``dict[key]`` target."""
+        key = key.strip()
+        if key.startswith("@") or key in scope.variables:
+            return _read_code(key)
+        quoted = re.fullmatch(r"""(["'“])(.*)(["'”])""", key, flags=re.S)
+        if quoted:
+            return py(quoted.group(2))
+        try:
+            number = ast.literal_eval(key)
+        except (ValueError, SyntaxError):
+            return py(key)
+        return py(number) if isinstance(number, int | float) else py(key)
+
+    def call_args_code(self, scope: Scope, call: ModuleCall) -> str:
+        function = scope.modules.get(call.module, python_name(call.module))
+        args = "[" + ", ".join(arg.python for arg in call.args) + "]"
+        return f"{function}, {args}"
+
+    # -------------------------------------------------------------------- flows
+
+    def flow_views(
+        self,
+        scope: Scope,
+        graph: Graph,
+        function: str,
+        start: str,
+        docstring: str,
+        decorator: str | None = None,
+        loop: Loop | None = None,
+    ) -> list[FlowView]:
+        """The flow function, followed by the functions of its loop bodies."""
+        nodes = []
+        bodies: list[FlowView] = []
+        for node in graph.nodes:
+            body_function = None
+            if isinstance(node.binding, Loop):
+                inner = node.binding
+                body_function = self.namer.take(f"{function}_{inner.kind}_{inner.var}")
+                body_scope = scope.nested(f"{scope.key}/{node.name}")
+                body_scope.variables = scope.variables | {inner.var}
+                bodies.extend(
+                    self.flow_views(
+                        body_scope,
+                        inner.body,
+                        body_function,
+                        inner.head,
+                        f"One iteration of `{inner.kind} {inner.var} in {inner.iterable.text}`.",
+                        loop=inner,
+                    )
+                )
+            nodes.append(self.node_view(scope, graph, function, node, loop, body_function))
+        view = FlowView(
+            function=function,
+            marker=self.marker(graph.span.line),
+            docstring=docstring,
+            start=start,
+            nodes=tuple(nodes),
+            decorator_code=decorator,
+        )
+        return [view, *bodies]
+
+    def node_view(
+        self,
+        scope: Scope,
+        graph: Graph,
+        function: str,
+        node: FlowNode,
+        loop: Loop | None,
+        body_function: str | None,
+    ) -> NodeView:
+        is_head = loop is not None and node.name == loop.head
+        marker = self.marker(node.span.line)
+        binding = self.binding_code(scope, node, body_function)
+        if node.name in TERMINALS and loop is None:
+            return NodeView(
+                node.name, marker, True, binding, "return", result_code=py(TERMINALS[node.name])
+            )
+        edges = graph.out_edges(node.name)
+        if not edges or (loop is not None and node.name in loop.ends and not edges):
+            return NodeView(node.name, marker, not is_head, binding, "return")
+        if len(edges) == 1 and edges[0].condition is None:
+            return NodeView(
+                node.name, marker, not is_head, binding, "goto", result_code=py(edges[0].target)
+            )
+        edge_views = tuple(self.edge_view(edge) for edge in edges)
+        conditions = tuple(
+            (edge.condition.text, _reads(edge.condition)) for edge in edges if edge.condition
+        )
+        merge = self.merge_node(scope.key, node.name)
+        fork_args = [
+            function,
+            py(node.name),
+            "targets",
+            f"merge={py(merge)}",
+        ]
+        join = _join_count(graph, merge)
+        if join is not None:
+            fork_args.append(f"join={py(join)}")
+        fork_args.append("stop=stop")
+        return NodeView(
+            node.name,
+            marker,
+            not is_head,
+            binding,
+            "fork",
+            edges=edge_views,
+            stuck="skip" if is_head else "raise",
+            conditions_code=py(conditions),
+            fork_code=f"ctx.fork({', '.join(fork_args)})",
+        )
+
+    def edge_view(self, edge: Edge) -> EdgeView:
+        condition = edge.condition
+        return EdgeView(
+            self.marker(edge.span.line),
+            py(edge.target),
+            condition.python if condition is not None else None,
+            _noqa(condition.python) if condition is not None else "",
+        )
+
+    def merge_node(self, flow_key: str, node: str) -> str | None:
+        return self.checked.merge_nodes.get((flow_key, node))
+
+    def binding_code(
+        self, scope: Scope, node: FlowNode, body_function: str | None
+    ) -> tuple[str, ...]:
+        binding = node.binding
+        if binding is None or isinstance(binding, Join):
+            return ()
+        if isinstance(binding, str):
+            return (f"await {scope.actions.get(binding, python_name(binding))}(ctx)",)
+        if isinstance(binding, ModuleCall):
+            return (
+                f'if await ctx.call({self.call_args_code(scope, binding)}) == "BREAK":',
+                "    return None",
+            )
+        assert isinstance(binding, Loop) and body_function is not None
+        args = [
+            py(binding.kind),
+            py(binding.var),
+            binding.iterable.python,
+            body_function,
+            f"line={py(binding.span.line)}",
+        ]
+        return (f"await ctx.loop({', '.join(args)})",)
+
+
+# ------------------------------------------------------------------------------ helpers
+
+
+def _all_modules(modules: Iterable[Module]) -> Iterable[Module]:
+    for module in modules:
+        yield module
+        yield from _all_modules(module.modules)
+
+
+def _meta_dict(entries: Iterable[MetaEntry]) -> dict[str, Any]:
+    return {entry.key: plain_value(entry.value) for entry in entries}
+
+
+def _call(function: str, args: Iterable[tuple[str, str]]) -> str:
+    rendered = [f"{name}={code}" if name else code for name, code in args]
+    return f"{function}({', '.join(rendered)})"
+
+
+def _dict_code(items: Iterable[tuple[str, str]]) -> str:
+    return "{" + ", ".join(f"{py(name)}: {code}" for name, code in items) + "}"
+
+
+def _read_code(name: str) -> str:
+    return f"ctx[{py(name)}]"
+
+
+def _input_code(item: Input) -> str:
+    return item.expr.python if item.expr is not None else _read_code(item.name)
+
+
+def _actor_code(actor: ActorDef) -> str:
+    return _call(
+        "fr.ActorSpec",
+        [
+            ("", py(actor.name)),
+            ("type", py(actor.kind)),
+            ("soul", py(actor.soul)),
+            ("source", py(actor.source)),
+            ("tools", py(actor.tools)),
+        ],
+    )
+
+
+def _method_code(method: Method) -> str:
+    inputs = _dict_code(
+        (item.name, f"lambda ctx: {item.expr.python}" if item.expr is not None else "None")
+        for item in method.inputs
+    )
+    return _call(
+        "fr.MethodSpec",
+        [
+            ("kind", py(method.kind)),
+            ("name", py(method.name)),
+            ("code", py(method.func.alias)),
+            ("function", py(method.func.func)),
+            ("inputs", inputs),
+            ("outputs", py(method.outputs)),
+        ],
+    )
+
+
+def _outs_code(outs: tuple[Out, ...] | None) -> str:
+    if outs is None:
+        return "None"
+    items = []
+    for out in outs:
+        args = [("", py(out.target.name))]
+        if out.target.key is not None:
+            args.append(("key", py(out.target.key)))
+        if out.type is not None:
+            args.append(("type", py(out.type.name)))
+            if out.type.choices:
+                args.append(("choices", py(tuple(plain_value(c) for c in out.type.choices))))
+        if out.optional:
+            args.append(("optional", "True"))
+        items.append(_call("fr.OutSpec", args))
+    return "(" + "".join(f"{item}, " for item in items) + ")"
+
+
+def _interrupt_code(action: Action) -> str:
+    interrupt = action.interrupt
+    assert interrupt is not None
+    if interrupt.kind == "human":
+        return "fr.InterruptSpec('human')"
+    if interrupt.kind == "human_except":
+        return _call(
+            "fr.InterruptSpec", [("", py("human_except")), ("actors", py(interrupt.actors))]
+        )
+    if interrupt.kind == "condition":
+        assert interrupt.condition is not None
+        check = f"lambda: {interrupt.condition.python}"
+    else:
+        assert interrupt.func is not None
+        check = f"lambda: ctx.code({py(interrupt.func.alias)}).{interrupt.func.func}()"
+    return _call("fr.InterruptSpec", [("", py("check")), ("check", check)])
+
+
+def _param_names(params: Any) -> list[str]:
+    """Parameter names from a checker signature (an object with ``params``, or names)."""
+    names = getattr(params, "params", params)
+    return [getattr(p, "name", p) for p in names]
+
+
+def _reads(expr: Expr) -> tuple[str, ...]:
+    """The FEM paths a condition reads, as written (``x``, ``@x.type``), without repeats."""
+    seen: dict[str, None] = {}
+    for ref in expr.reads:
+        seen[_path_text(ref)] = None
+    return tuple(seen)
+
+
+def _path_text(ref: PathRef) -> str:
+    return f"{ref.name}.{ref.attr}" if ref.attr else ref.name
+
+
+def _join_count(graph: Graph, merge: str | None) -> int | None:
+    if merge is None:
+        return None
+    try:
+        binding = graph.node(merge).binding
+    except KeyError:
+        return None
+    return binding.count if isinstance(binding, Join) else None
+
+
+def _noqa(python: str) -> str:
+    """A targeted ``noqa`` for comparisons with ``True``/``False``/``None``: FEM scripts write
+    ``finish == true`` and mean exactly ``==`` (``1 == True`` holds, ``1 is True`` does not)."""
+    codes = set()
+    for sub in ast.walk(ast.parse(python, mode="eval")):
+        if isinstance(sub, ast.Compare):
+            operands = [sub.left, *sub.comparators]
+            for op, left, right in zip(sub.ops, operands, operands[1:], strict=False):
+                if not isinstance(op, ast.Eq | ast.NotEq):
+                    continue
+                for side in (left, right):
+                    if isinstance(side, ast.Constant) and side.value is None:
+                        codes.add("E711")
+                    elif isinstance(side, ast.Constant) and isinstance(side.value, bool):
+                        codes.add("E712")
+    return f"  # noqa: {', '.join(sorted(codes))}" if codes else ""
+
+
+# ------------------------------------------------------------------------------ rendering
+
+
+@cache
+def environment() -> jinja2.Environment:
+    """The template environment: strict about undefined names, no autoescape (it is Python)."""
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("fems2py", "templates"),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["py"] = py
+    env.filters["comment"] = comment_text
+    return env
+
+
+def generate(checked: CheckedLike, file: str, sha256: str) -> str:
+    """The (unformatted) Python module for a checked script."""
+    view = CodeGenerator(checked, file, sha256).script_view()
+    return environment().get_template("module.py.jinja").render(script=view)

@@ -1,0 +1,384 @@
+"""The `Context` that generated flow and action functions receive, and the flow machinery.
+
+Generated code keeps the control flow visible (one ``case`` per node, edges as ``if``\\ s); what
+it cannot say in a few lines lives here: reading and writing variables through the current
+:class:`~fems_runtime.variables.Frame`, counting steps, running concurrent branches with
+:class:`asyncio.TaskGroup` until the compiler-computed merge node (§12.5), ``join(n)`` races
+that cancel the losers (§12.6), ``for``/``par`` loops with branch-local loop variables (§12.7,
+§12.8), module calls with fresh frames (§11), and the "flow stuck" error (§12.3).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from fems_runtime.records import RunError, StepCounter, TraceWriter
+from fems_runtime.signals import OutSpec
+from fems_runtime.values import format_value
+from fems_runtime.variables import Frame
+
+if TYPE_CHECKING:
+    from fems_runtime.turns import TurnResult, TurnSpec
+
+TERMINALS = ("END", "OUT", "BREAK")
+_MISSING: Any = object()
+
+
+class FlowFunction(Protocol):
+    """A generated flow function: runs from ``node`` until it ends or reaches a ``stop`` node."""
+
+    __name__: str
+
+    def __call__(
+        self, ctx: Context, node: str | None = ..., stop: tuple[str, ...] = ...
+    ) -> Awaitable[str | None]: ...
+
+
+def lines(*parts: str) -> str:
+    """A multi-line text written one line per argument in generated code (prompts, §1.5)."""
+    return "\n".join(parts)
+
+
+@dataclass(frozen=True)
+class FuncSpec:
+    """An ``@func(alias.fn)`` action (§9.7), already compiled; ``code="system"`` with
+    ``function="spawn"`` is the built-in ``system.spawn`` (§9.8)."""
+
+    action: str
+    line: int
+    code: str
+    function: str
+    inputs: dict[str, Any] | None = None
+    outs: tuple[OutSpec, ...] | None = None
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """A ``memory``/``context`` method (§8): ``inputs`` maps each ``in:`` name to None (pass
+    the named value) or to a function of the context computing it."""
+
+    kind: Literal["memory", "context"]
+    name: str
+    code: str
+    function: str
+    inputs: Mapping[str, Callable[[Context], Any] | None] = field(default_factory=dict)
+    outputs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ModuleSpec:
+    """What a module call needs besides its flow function: parameters, fresh locals (§11)."""
+
+    name: str
+    line: int
+    params: tuple[str, ...] = ()
+    variables: Mapping[str, Any] = field(default_factory=dict)
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    methods: tuple[MethodSpec, ...] = ()
+
+
+def module(
+    name: str,
+    *,
+    line: int,
+    params: tuple[str, ...] = (),
+    variables: Mapping[str, Any] | None = None,
+    meta: Mapping[str, Any] | None = None,
+    methods: tuple[MethodSpec, ...] = (),
+) -> Callable[[FlowFunction], FlowFunction]:
+    """Decorator marking a generated flow function as module ``name``; it stays callable as is
+    (concurrent branches re-enter it at a node) and carries its :class:`ModuleSpec`."""
+    spec = ModuleSpec(name, line, params, dict(variables or {}), dict(meta or {}), methods)
+
+    def mark(function: FlowFunction) -> FlowFunction:
+        function.fems_module = spec  # type: ignore[attr-defined]
+        return function
+
+    return mark
+
+
+class RunServices(Protocol):
+    """What a run provides to every context (built by :mod:`fems_runtime.app`)."""
+
+    file: str
+    trace: TraceWriter
+
+    def code(self, alias: str) -> Any: ...
+
+    async def turn(self, ctx: Context, spec: TurnSpec) -> TurnResult: ...
+
+    async def func(self, ctx: Context, spec: FuncSpec) -> Any: ...
+
+
+@dataclass
+class _CallState:
+    """Shared by every branch of one module call (or of the main flow): how paths ended."""
+
+    exits: set[str] = field(default_factory=set)
+
+
+class Context:
+    """The view one branch of the flow has of the run: ``ctx["name"]``, ``ctx.attr``,
+    ``ctx.code``, ``ctx.assign``, the turns, and the flow helpers generated code calls."""
+
+    def __init__(
+        self,
+        services: RunServices,
+        frame: Frame,
+        steps: StepCounter,
+        *,
+        methods: Mapping[str, MethodSpec] | None = None,
+        module: ModuleSpec | None = None,
+        call: _CallState | None = None,
+        node: str | None = None,
+        line: int | None = None,
+    ) -> None:
+        self.services = services
+        self.frame = frame
+        self.steps = steps
+        self.methods: Mapping[str, MethodSpec] = methods or {}
+        self.module = module
+        self._call = call or _CallState()
+        self.node = node
+        self.line = line
+
+    def _derive(self, frame: Frame) -> Context:
+        return Context(
+            self.services,
+            frame,
+            self.steps,
+            methods=self.methods,
+            module=self.module,
+            call=self._call,
+            node=self.node,
+            line=self.line,
+        )
+
+    def error(self, message: str) -> RunError:
+        """A :class:`RunError` located at the node this branch is running."""
+        return RunError(message, self.services.file, self.line)
+
+    # ------------------------------------------------------------------ variables
+
+    def __getitem__(self, name: str) -> Any:
+        return self.frame.get(name)
+
+    def attr(self, actor: str, attr: str) -> Any:
+        """``@x.attr`` / ``attr.@x`` (§7.3)."""
+        return self.frame.attr(actor, attr)
+
+    def code(self, alias: str) -> Any:
+        """The author's Python module loaded for ``code:`` alias ``alias`` (§5)."""
+        return self.services.code(alias)
+
+    def assign(self, name: str, op: str, value: Any, key: Any = _MISSING) -> None:
+        """One ``@assign`` statement (§9.6), under the branch rule (§12.5a)."""
+        if key is _MISSING:
+            self.frame.assign(name, op, value)
+        else:
+            self.frame.assign(name, op, value, key)
+        self.services.trace.write(
+            "assign",
+            node=self.node,
+            line=self.line,
+            target=name if key is _MISSING else f"{name}[{key}]",
+            op=op,
+            value=value,
+        )
+
+    # ------------------------------------------------------------------ actions
+
+    async def ai(self, spec: TurnSpec) -> TurnResult:
+        """An ``@ai`` turn (§9.1)."""
+        return await self.services.turn(self, spec)
+
+    async def human(self, spec: TurnSpec) -> TurnResult:
+        """A ``@human`` turn (§9.1, §10.8)."""
+        return await self.services.turn(self, spec)
+
+    async def mind(self, spec: TurnSpec) -> TurnResult:
+        """A ``@mind`` turn: ``@ai`` or ``@human`` by the executor's type (§9.1)."""
+        return await self.services.turn(self, spec)
+
+    async def func(self, spec: FuncSpec) -> Any:
+        """An ``@func`` action: the author's Python in a worker thread (§9.7, §9.8)."""
+        return await self.services.func(self, spec)
+
+    # ------------------------------------------------------------------ flow
+
+    async def step(self, node: str, line: int) -> None:
+        """Count one execution of ``node`` (§12.10) and remember where this branch is."""
+        self.node, self.line = node, line
+        self.steps.step(node, self.services.file, line)
+        self.services.trace.write("step", node=node, line=line)
+        await asyncio.sleep(0)  # a point where a cancelled branch (join(n)) stops
+
+    def stuck(self, node: str, conditions: Sequence[tuple[str, Sequence[str]]]) -> RunError:
+        """The "flow stuck" error (§12.3): every condition and the values it read."""
+        parts = []
+        for text, reads in conditions:
+            values = ", ".join(f"{path} = {self._show(path)}" for path in reads)
+            parts.append(f"  if ({text})" + (f"  where {values}" if values else ""))
+        message = f"flow stuck after [{node}]: no out-edge condition holds\n" + "\n".join(parts)
+        self.services.trace.write("error", node=node, line=self.line, message=message)
+        return self.error(message)
+
+    def _show(self, path: str) -> str:
+        try:
+            if "." in path:
+                first, second = path.split(".", 1)
+                actor, attr = (first, second) if first.startswith("@") else (second, first)
+                value = self.attr(actor, attr)
+            else:
+                value = self[path]
+        except RunError as error:
+            return f"<{error.message}>"
+        return _show_value(value)
+
+    def unknown_node(self, node: object) -> RunError:
+        """Only reachable if generated code was edited by hand: a node the flow lacks."""
+        return self.error(f"no node [{node}] in this flow (was the generated module edited?)")
+
+    async def fork(
+        self,
+        flow: FlowFunction,
+        node: str,
+        targets: Sequence[str],
+        *,
+        merge: str | None,
+        join: int | None = None,
+        stop: tuple[str, ...] = (),
+    ) -> str | None:
+        """Continue after ``node`` along ``targets`` (§12.3-§12.6).
+
+        One target: just go there. Several: run each as a concurrent branch of ``flow`` until it
+        reaches ``merge`` (without running it) or ends; then continue at ``merge`` once if any
+        branch reached it, else this path ends (None). With ``join=n`` the first ``n`` arrivals
+        win and the other branches are cancelled; their own values are never written back.
+        """
+        if len(targets) == 1:
+            return targets[0]
+        trace = self.services.trace
+        trace.write("fork", node=node, line=self.line, targets=list(targets), merge=merge)
+        inner_stop = (*stop, merge) if merge is not None else stop
+        frames = [self.frame.branch(f"{node}->{target}") for target in targets]
+        results: list[str | None] = [None] * len(targets)
+        tasks: list[asyncio.Task[None]] = []
+        arrived = 0
+
+        async def branch(index: int) -> None:
+            nonlocal arrived
+            result = await flow(self._derive(frames[index]), targets[index], inner_stop)
+            frames[index].finish()
+            results[index] = result
+            if result in TERMINALS:
+                self._call.exits.add(result)
+            if merge is not None and result == merge:
+                arrived += 1
+                if join is not None and arrived >= join:
+                    for other in tasks:
+                        if other is not asyncio.current_task():
+                            other.cancel()
+
+        await _run_all([branch(i) for i in range(len(targets))], tasks)
+        self.frame.merge(frames)
+        reached = merge is not None and merge in results
+        cancelled = [t for t, f in zip(targets, frames, strict=True) if f.finished is None]
+        trace.write("join", node=merge if reached else node, line=self.line, cancelled=cancelled)
+        return merge if reached else None
+
+    async def loop(
+        self,
+        kind: Literal["for", "par"],
+        var: str,
+        items: Iterable[Any],
+        body: FlowFunction,
+        *,
+        line: int,
+    ) -> None:
+        """``for``/``par VAR in items`` (§12.7, §12.8): ``items`` is snapshotted on entry; each
+        iteration binds ``var`` in its own frame; ``par`` runs all iterations concurrently as
+        branches and writes their own values back when all have finished."""
+        try:
+            snapshot = list(items)
+        except TypeError:
+            raise RunError(
+                f"{kind} {var}: cannot iterate over {format_value(items)}",
+                self.services.file,
+                line,
+            ) from None
+        if kind == "for":
+            for item in snapshot:
+                await body(self._derive(self.frame.loop({var: item})))
+            return
+        frames = [self.frame.branch(f"par {var}={format_value(item)}") for item in snapshot]
+
+        async def iteration(index: int) -> None:
+            await body(self._derive(frames[index].loop({var: snapshot[index]})))
+            frames[index].finish()
+
+        await _run_all([iteration(i) for i in range(len(snapshot))], [])
+        self.frame.merge(frames)
+
+    async def call(self, flow: FlowFunction, args: Sequence[Any]) -> str:
+        """Call a module (§11): a fresh frame with parameters and locals, its own step limit.
+        Returns ``"OUT"`` (the caller continues) or ``"BREAK"`` (the caller's branch stops; also
+        when no path of the module reached ``[OUT]``)."""
+        spec: ModuleSpec = flow.fems_module  # type: ignore[attr-defined]
+        if len(args) != len(spec.params):
+            raise self.error(
+                f"module {spec.name} takes {len(spec.params)} arguments, got {len(args)}"
+            )
+        frame = self.frame.module(
+            spec.name, dict(zip(spec.params, args, strict=True)), spec.variables
+        )
+        max_steps = spec.meta.get("max_steps")
+        steps = self.steps.child(
+            int(max_steps) if max_steps is not None else None, f"module {spec.name}"
+        )
+        methods = {**self.methods, **{m.name: m for m in spec.methods}}
+        inner = Context(self.services, frame, steps, methods=methods, module=spec)
+        result = await flow(inner)
+        exits = inner._call.exits | ({result} if result in TERMINALS else set())
+        return "OUT" if "OUT" in exits else "BREAK"
+
+
+async def _run_all(
+    coroutines: list[Coroutine[Any, Any, None]], tasks: list[asyncio.Task[None]]
+) -> None:
+    """Run coroutines as one :class:`asyncio.TaskGroup`, filling ``tasks`` so a branch can
+    cancel its siblings; the first real error is raised as itself, not as an exception group."""
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks.extend(group.create_task(c) for c in coroutines)
+    except BaseExceptionGroup as group:
+        raise _first_error(group) from None
+
+
+def _show_value(value: Any) -> str:
+    """A value in a "flow stuck" message: strings quoted (so ``'3'`` differs from ``3``)."""
+    if isinstance(value, str) and not value.startswith("@"):
+        return repr(value)
+    return "None" if value is None else format_value(value)
+
+
+def _first_error(group: BaseExceptionGroup[Any]) -> BaseException:
+    for error in group.exceptions:
+        if isinstance(error, BaseExceptionGroup):
+            return _first_error(error)
+        return error
+    return group
+
+
+__all__ = [
+    "Context",
+    "FlowFunction",
+    "FuncSpec",
+    "MethodSpec",
+    "ModuleSpec",
+    "lines",
+    "module",
+]
