@@ -1,0 +1,218 @@
+"""The author's Python (§5, §9.7) and the built-in ``system.spawn`` (§9.8).
+
+``code:`` files are loaded by path (not by module name, so two scripts' ``utils.py`` never
+collide), once per path. Calls run in a worker thread; return values are mapped onto the
+action's outs with the spec's errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import importlib.util
+import inspect
+import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from fems_runtime.records import RunError
+from fems_runtime.signals import OutSpec
+from fems_runtime.variables import ActorSpec
+
+if TYPE_CHECKING:
+    from fems_runtime.store import Store
+    from fems_runtime.values import Actor
+    from fems_runtime.variables import Frame, Variables
+
+_modules: dict[Path, ModuleType] = {}
+_load_lock = threading.Lock()
+
+
+def load_code(path: str | Path) -> ModuleType:
+    """Import the Python file at ``path`` (cached per resolved path)."""
+    resolved = Path(path).resolve()
+    with _load_lock:
+        module = _modules.get(resolved)
+        if module is not None:
+            return module
+        if not resolved.is_file():
+            raise RunError(f"code file {path} does not exist")
+        digest = hashlib.sha256(str(resolved).encode()).hexdigest()[:12]
+        name = f"fems_code_{resolved.stem}_{digest}"
+        spec = importlib.util.spec_from_file_location(name, resolved)
+        if spec is None or spec.loader is None:
+            raise RunError(f"code file {path} cannot be imported")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as error:
+            del sys.modules[name]
+            raise RunError(f"importing {path} failed: {type(error).__name__}: {error}") from error
+        _modules[resolved] = module
+        return module
+
+
+class CodeFiles:
+    """The ``code:`` aliases of a script: ``alias → path``, paths relative to ``base_dir``."""
+
+    def __init__(self, files: Mapping[str, str | Path], base_dir: str | Path = ".") -> None:
+        self.base_dir = Path(base_dir)
+        self.files = {alias: self.base_dir / path for alias, path in files.items()}
+
+    def module(self, alias: str) -> ModuleType:
+        path = self.files.get(alias)
+        if path is None:
+            raise RunError(f"'{alias}' is not a code: alias")
+        return load_code(path)
+
+    def function(self, alias: str, name: str) -> Callable[..., Any]:
+        func = getattr(self.module(alias), name, None)
+        if not callable(func):
+            raise RunError(f"{alias}.{name} is not a function in {self.files[alias]}")
+        return func
+
+
+def auto_inputs(
+    func: Callable[..., Any], frame: Frame, *, name: str = "function"
+) -> dict[str, Any]:
+    """Inputs of a ``@func`` without ``in:`` (§9.7): each parameter takes the variable of the
+    same name; a parameter without a default and without such a variable is a run error."""
+    kwargs: dict[str, Any] = {}
+    for param in inspect.signature(func).parameters.values():
+        if param.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+            continue
+        if frame.declared(param.name):
+            kwargs[param.name] = frame.get(param.name)
+        elif param.default is inspect.Parameter.empty:
+            raise RunError(f"{name} needs '{param.name}', but no variable of that name is declared")
+    return kwargs
+
+
+async def call_function(
+    func: Callable[..., Any], kwargs: Mapping[str, Any], *, name: str = "function"
+) -> Any:
+    """Call the author's function by keyword in a worker thread; its exceptions become
+    :class:`RunError` (chained, so the traceback is still there)."""
+    try:
+        return await asyncio.to_thread(func, **kwargs)
+    except TypeError as error:
+        raise RunError(f"calling {name} failed: {error}") from error
+    except Exception as error:
+        raise RunError(f"{name} raised {type(error).__name__}: {error}") from error
+
+
+def map_returns(
+    value: Any, outs: Sequence[OutSpec], *, name: str = "function"
+) -> list[tuple[OutSpec, Any]]:
+    """Pair a return value with the outs (§9.7): a dict by out name (keys must match exactly),
+    a tuple by position, anything else to the single out; ``None`` only if every out is optional."""
+    if not outs:
+        return []
+    if value is None:
+        if all(o.optional for o in outs):
+            return []
+        raise RunError(f"{name} returned None but outs {_names(outs)} expect values")
+    if isinstance(value, Mapping):
+        labels = [o.label for o in outs]
+        extra = [k for k in value if k not in labels]
+        missing = [k for k in labels if k not in value]
+        if extra or missing:
+            parts = []
+            if missing:
+                parts.append(f"missing {', '.join(missing)}")
+            if extra:
+                parts.append(f"unexpected {', '.join(map(str, extra))}")
+            raise RunError(
+                f"{name} returned a dict whose keys do not match its outs {_names(outs)}: "
+                + "; ".join(parts)
+            )
+        return [(o, value[o.label]) for o in outs]
+    if isinstance(value, tuple):
+        if len(value) != len(outs):
+            raise RunError(
+                f"{name} returned {len(value)} values but has {len(outs)} outs {_names(outs)}"
+            )
+        return list(zip(outs, value, strict=True))
+    if len(outs) != 1:
+        raise RunError(
+            f"{name} returned one value ({type(value).__name__}) but has {len(outs)} outs "
+            f"{_names(outs)}; return a dict or a tuple"
+        )
+    return [(outs[0], value)]
+
+
+def assign_returns(
+    frame: Frame, value: Any, outs: Sequence[OutSpec], *, name: str = "function"
+) -> list[tuple[OutSpec, Any]]:
+    """:func:`map_returns`, then write each value to its out (``dict.@x`` into that entry)."""
+    pairs = map_returns(value, outs, name=name)
+    for out, item in pairs:
+        if out.key is None:
+            frame.assign(out.target, "=", item)
+        else:
+            frame.assign(out.target, "=", item, out.key)
+    return pairs
+
+
+def _names(outs: Sequence[OutSpec]) -> str:
+    return "(" + ", ".join(o.label for o in outs) + ")"
+
+
+def spawn(
+    variables: Variables,
+    spawn_requests: Any,
+    *,
+    store: Store | None = None,
+    session: int | None = None,
+) -> list[Actor]:
+    """``system.spawn`` (§9.8): create AI actors from blueprints, return their references.
+
+    ``spawn_requests`` is a list of ``{blueprint: NAME, count: N}`` (``count`` defaults to 1).
+    Actors are named ``@NAME_K`` with a fresh soul each, and recorded in the session.
+    """
+    if isinstance(spawn_requests, Mapping):
+        spawn_requests = [spawn_requests]
+    if not isinstance(spawn_requests, list | tuple):
+        raise RunError(f"system.spawn needs a list of {{blueprint, count}}, not {spawn_requests!r}")
+    made: list[Actor] = []
+    for request in spawn_requests:
+        if not isinstance(request, Mapping) or "blueprint" not in request:
+            raise RunError(f"system.spawn: each request needs a 'blueprint', got {request!r}")
+        blueprint = variables.blueprints.get(str(request["blueprint"]))
+        if blueprint is None:
+            known = ", ".join(sorted(variables.blueprints)) or "none"
+            raise RunError(
+                f"system.spawn: no blueprint named '{request['blueprint']}' (defined: {known})"
+            )
+        count = request.get("count", 1)
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise RunError(f"system.spawn: count must be a whole number, not {count!r}")
+        for _ in range(count):
+            with variables.lock:
+                number = 1
+                while f"@{blueprint.name}_{number}" in variables.actors:
+                    number += 1
+                actor_name = f"@{blueprint.name}_{number}"
+                spec = ActorSpec(
+                    actor_name,
+                    type="ai",
+                    soul=f"spawned:{actor_name[1:]}",
+                    source=blueprint.source,
+                    tools=blueprint.tools,
+                    blueprint=blueprint.name,
+                )
+                made.append(variables.add_actor(spec))
+            if store is not None and session is not None:
+                store.record_actor(
+                    session,
+                    spec.name,
+                    type=spec.type,
+                    soul=spec.soul or "",
+                    source=spec.source,
+                    blueprint=spec.blueprint,
+                )
+    return made

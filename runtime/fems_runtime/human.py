@@ -1,0 +1,201 @@
+"""Where a person's turn comes from (§10.8): the terminal, or an answers file for tests (§15.3).
+
+A provider returns free text plus one value per ``out``; the text is stored as a ``human``
+message and is never parsed for signals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, Protocol
+
+from fems_runtime.records import RunError
+from fems_runtime.signals import OutSpec, SignalError, convert_value
+from fems_runtime.values import format_value, parse_literal
+
+if TYPE_CHECKING:
+    from fems_runtime.variables import Frame
+
+
+@dataclass(frozen=True)
+class HumanRequest:
+    """One human turn: the action, the person's actor (and role), what they are shown, the outs."""
+
+    action: str
+    actor: str
+    prompt: str
+    outs: tuple[OutSpec, ...] = ()
+    context: str = ""
+    role: str | None = None
+    frame: Frame | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class HumanAnswer:
+    """The person's free text and out values keyed by out label (``vote``, ``votes.@voter``)."""
+
+    text: str
+    vars: dict[str, Any] = field(default_factory=dict)
+
+
+class HumanProvider(Protocol):
+    """Something that answers human turns."""
+
+    async def ask(self, request: HumanRequest) -> HumanAnswer: ...
+
+
+class TerminalHuman:
+    """Asks on a terminal: shows the context and prompt, reads a line of free text, then each out
+    (a numbered menu for ``dropdown``/``enum``, typed and validated input otherwise)."""
+
+    def __init__(
+        self,
+        input_fn: Callable[[str], str] = input,
+        output: IO[str] | None = None,
+    ) -> None:
+        self._input = input_fn
+        self._output = output
+        self._lock = threading.Lock()
+
+    async def ask(self, request: HumanRequest) -> HumanAnswer:
+        """Ask in a worker thread, one person at a time."""
+        return await asyncio.to_thread(self._ask_locked, request)
+
+    def _ask_locked(self, request: HumanRequest) -> HumanAnswer:
+        with self._lock:
+            return self.ask_sync(request)
+
+    def ask_sync(self, request: HumanRequest) -> HumanAnswer:
+        who = request.actor + (f" as {request.role}" if request.role else "")
+        self._print(f"\n=== {request.action}: your turn ({who}) ===")
+        if request.context:
+            self._print(request.context)
+            self._print("---")
+        self._print(request.prompt)
+        text = self._read("> ", request)
+        values: dict[str, Any] = {}
+        for out in request.outs:
+            value = self._ask_out(out, request)
+            if value is not _SKIP:
+                values[out.label] = value
+        return HumanAnswer(text, values)
+
+    def _ask_out(self, out: OutSpec, request: HumanRequest) -> Any:
+        if out.type in ("enum", "dropdown"):
+            choices = _choices(out)
+            if not choices:
+                raise RunError(f"{request.action}: out {out.label} has no choices to offer")
+            self._print(f"{out.label}:")
+            for number, choice in enumerate(choices, 1):
+                self._print(f"  {number}. {format_value(choice)}")
+            while True:
+                answer = self._read(f"{out.label} [1-{len(choices)}]: ", request).strip()
+                if not answer and out.optional:
+                    return _SKIP
+                if answer.isdigit() and 1 <= int(answer) <= len(choices):
+                    return choices[int(answer) - 1]
+                matches = [c for c in choices if format_value(c) == answer]
+                if matches:
+                    return matches[0]
+                self._print(f"please enter a number from 1 to {len(choices)}")
+        kind = f" ({out.type})" if out.type else ""
+        while True:
+            answer = self._read(f"{out.label}{kind}: ", request).strip()
+            if not answer and out.optional:
+                return _SKIP
+            value = parse_literal(answer) if out.type not in ("string", None) else answer
+            if request.frame is None:
+                return value
+            try:
+                return convert_value(out, value, request.frame)
+            except SignalError as error:
+                self._print(f"{error}; please try again")
+
+    def _read(self, prompt: str, request: HumanRequest) -> str:
+        try:
+            return self._input(prompt)
+        except EOFError:
+            raise RunError(
+                f"input ended (EOF) while {request.actor} was answering {request.action}; "
+                "the run cannot continue without it"
+            ) from None
+
+    def _print(self, text: str) -> None:
+        print(text, file=self._output or sys.stdout, flush=True)
+
+
+_SKIP: Any = object()
+
+
+def _choices(out: OutSpec) -> list[Any]:
+    choices = list(out.choices)
+    if len(choices) == 1 and isinstance(choices[0], list | tuple | dict):
+        choices = list(choices[0])
+    return choices
+
+
+class AnswersFileHuman:
+    """Answers human turns from a JSON file or mapping (§15.3).
+
+    Keys ``ACTION@ACTOR``, ``ACTION`` and ``*`` map to lists of answers; for a turn, the first
+    non-exhausted list among them gives the next answer (the last answer of ``*`` repeats).
+    An answer is ``{"text": "…", "vars": {"name": value}}`` or a plain string.
+    """
+
+    def __init__(self, source: str | Path | Mapping[str, Any]) -> None:
+        if isinstance(source, Mapping):
+            data, self.origin = dict(source), "the answers"
+        else:
+            self.origin = str(source)
+            try:
+                data = json.loads(Path(source).read_text(encoding="utf-8"))
+            except OSError as error:
+                raise RunError(f"cannot read answers file {source}: {error.strerror}") from None
+            except json.JSONDecodeError as error:
+                raise RunError(f"answers file {source} is not valid JSON: {error}") from None
+            if not isinstance(data, dict):
+                raise RunError(f"answers file {source} must hold a JSON object")
+        self._lists = {k: list(v) if isinstance(v, list) else [v] for k, v in data.items()}
+        self._used = {k: 0 for k in self._lists}
+        self._lock = threading.Lock()
+
+    async def ask(self, request: HumanRequest) -> HumanAnswer:
+        return self.next_answer(request.action, request.actor)
+
+    def next_answer(self, action: str, actor: str) -> HumanAnswer:
+        """The next answer for ``action`` by ``actor``."""
+        with self._lock:
+            for key in (f"{action}{actor}", action, "*"):
+                answers = self._lists.get(key)
+                if not answers:
+                    continue
+                used = self._used[key]
+                if used < len(answers):
+                    self._used[key] = used + 1
+                    return _answer(answers[used], key, self.origin)
+                if key == "*":
+                    return _answer(answers[-1], key, self.origin)
+        raise RunError(f"{self.origin} has no answer left for {action} by {actor}")
+
+
+def _answer(item: Any, key: str, origin: str) -> HumanAnswer:
+    if isinstance(item, str):
+        return HumanAnswer(item)
+    if isinstance(item, Mapping):
+        values = item.get("vars") or {}
+        if not isinstance(values, Mapping):
+            raise RunError(f"{origin}: 'vars' of an answer under {key!r} must be an object")
+        return HumanAnswer(str(item.get("text", "")), dict(values))
+    raise RunError(f"{origin}: an answer under {key!r} must be a string or an object")
+
+
+def human_outs_pending(outs: Sequence[OutSpec], answer: HumanAnswer) -> list[OutSpec]:
+    """Non-optional outs the answer gives no value for."""
+    given = set(answer.vars)
+    return [o for o in outs if not o.optional and o.label not in given and o.target not in given]
