@@ -1,0 +1,370 @@
+"""Embedded Python in FEM (§12.2): validate with parso, rewrite FEM paths into ``ctx`` calls.
+
+FEM paths (``@x.type``, ``hp.@x``, ``alive.@m``) are not Python, so ``@name`` is first replaced
+by a same-length placeholder identifier (``_name``) whose start position is remembered; the
+text is then parsed by parso, the tree is walked, and ``Expr.python`` is emitted leaf by leaf
+following the naming convention of docs/ARCHITECTURE.md. Columns never move, so every parso
+position maps straight back to the user's character in the ``.fems`` file.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+import parso
+from parso.python.tree import Leaf, Name
+from parso.tree import BaseNode, NodeOrLeaf
+
+from fems2py.diagnostics import Diagnostics
+from fems2py.nodes import Expr, PathRef, Span
+
+ALLOWED_CALLS = frozenset(
+    [
+        "len",
+        "min",
+        "max",
+        "abs",
+        "int",
+        "float",
+        "str",
+        "bool",
+        "sum",
+        "any",
+        "all",
+        "sorted",
+        "range",
+        "round",
+    ]
+)
+_CONSTANTS = {"true": "True", "false": "False", "null": "None"}
+_TYPE_WORDS = frozenset({"ai", "human"})
+_ALLOWED_KEYWORDS = frozenset(
+    {"in", "not", "and", "or", "is", "if", "else", "True", "False", "None"}
+)
+_FORBIDDEN_NODES = {
+    "lambdef": "lambda",
+    "lambdef_nocond": "lambda",
+    "comp_for": "comprehensions",
+    "sync_comp_for": "comprehensions",
+    "namedexpr_test": "':=' assignments",
+    "fstring": "f-strings",
+    "star_expr": "'*' unpacking",
+    "yield_expr": "yield",
+}
+_ACTOR = re.compile(r"@\w+")
+_BAD_LOGIC = re.compile(r"&&|\|\|")
+_BARE_TEXT_FORBIDDEN = set("()[]{}=<>+-*/%&|\"'.,:")
+
+_grammar: parso.Grammar | None = None
+
+
+def _load_grammar() -> parso.Grammar:
+    global _grammar
+    if _grammar is None:
+        _grammar = parso.load_grammar()
+    return _grammar
+
+
+def _mask_strings(text: str) -> str:
+    """``text`` with the inside of Python string literals blanked (same length)."""
+    out = list(text)
+    quote: str | None = None
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if quote is None:
+            if ch in "\"'":
+                triple = text[i : i + 3] == ch * 3
+                quote = ch * 3 if triple else ch
+                i += len(quote)
+                continue
+        elif text.startswith(quote, i):
+            i += len(quote)
+            quote = None
+            continue
+        else:
+            if ch == "\\" and i + 1 < len(text):
+                out[i] = out[i + 1] = " "
+                i += 2
+                continue
+            out[i] = " "
+        i += 1
+    return "".join(out)
+
+
+class _Compiler:
+    """Compiles one expression; positions are offsets into ``text`` (line 1 = the span line)."""
+
+    def __init__(
+        self,
+        text: str,
+        span: Span,
+        diagnostics: Diagnostics,
+        code_aliases: set[str] | None,
+    ) -> None:
+        self.text = text
+        self.span = span
+        self.diagnostics = diagnostics
+        self.code_aliases = code_aliases
+        self.actor_starts: set[tuple[int, int]] = set()
+        self.reads: list[PathRef] = []
+        self.ok = True
+
+    # ------------------------------------------------------------------ positions
+
+    def _at(self, line: int, col: int, end_line: int, end_col: int) -> Span:
+        """A span for parso positions (1-based line, 0-based col) in the ``.fems`` file."""
+
+        def map_pos(ln: int, c: int) -> tuple[int, int]:
+            if ln == 1:
+                return self.span.line, self.span.col + c
+            return self.span.line + ln - 1, c + 1
+
+        start = map_pos(line, col)
+        end = map_pos(end_line, end_col)
+        return Span(self.span.file, start[0], start[1], end[0], end[1])
+
+    def _leaf_span(self, node: NodeOrLeaf) -> Span:
+        return self._at(*node.start_pos, *node.end_pos)
+
+    def error(self, message: str, span: Span, hint: str | None = None) -> None:
+        self.ok = False
+        self.diagnostics.error(message, span, hint)
+
+    # ------------------------------------------------------------------ pre-tokenizing
+
+    def _pretokenize(self) -> str | None:
+        masked = _mask_strings(self.text)
+        for match in _BAD_LOGIC.finditer(masked):
+            pos = self._offset_pos(match.start())
+            self.error(
+                f"'{match.group()}' is not an operator in FEM expressions",
+                self._at(pos[0], pos[1], pos[0], pos[1] + 2),
+                "use 'and' / 'or'",
+            )
+        chars = list(self.text)
+        for match in _ACTOR.finditer(masked):
+            start = match.start()
+            if start > 0 and (masked[start - 1].isalnum() or masked[start - 1] == "_"):
+                continue
+            chars[start] = "_"
+            self.actor_starts.add(self._offset_pos(start))
+        return "".join(chars) if self.ok else None
+
+    def _offset_pos(self, offset: int) -> tuple[int, int]:
+        before = self.text[:offset]
+        line = before.count("\n") + 1
+        col = offset - (before.rfind("\n") + 1)
+        return line, col
+
+    # ------------------------------------------------------------------ compile
+
+    def compile(self) -> Expr | None:
+        source = self._pretokenize()
+        if source is None:
+            return None
+        if not source.strip():
+            self.error("expected an expression", self.span)
+            return None
+        grammar = _load_grammar()
+        try:
+            tree = grammar.parse(source, error_recovery=False, start_symbol="eval_input")
+        except parso.ParserSyntaxError as exc:
+            leaf = exc.error_leaf
+            found = f"unexpected '{leaf.value}'" if leaf.value.strip() else "incomplete"
+            self.error(f"invalid expression: {found}", self._leaf_span(leaf))
+            return None
+        body = tree.children[0]
+        python = self.emit(body).strip()
+        if not self.ok:
+            return None
+        try:
+            compile(python, "<fems expression>", "eval")
+        except SyntaxError as exc:
+            self.error(f"invalid expression: {exc.msg}", self.span)
+            return None
+        return Expr(self.text, python, tuple(self.reads), self.span)
+
+    # ------------------------------------------------------------------ emission
+
+    def emit(self, node: NodeOrLeaf) -> str:
+        """Python for ``node``, including the whitespace before it (collapsed to one space)."""
+        if isinstance(node, Leaf):
+            return _prefix(node) + self._emit_leaf(node)
+        return self._emit_body(node)
+
+    def _emit_children(self, children: Iterable[NodeOrLeaf]) -> str:
+        return "".join(self.emit(child) for child in children)
+
+    def _emit_body(self, node: BaseNode) -> str:
+        if node.type in _FORBIDDEN_NODES:
+            self.error(
+                f"{_FORBIDDEN_NODES[node.type]} are not allowed in FEM expressions",
+                self._leaf_span(node),
+            )
+            return ""
+        if node.type in ("atom_expr", "power") and node.children[0].type == "name":
+            return _prefix(node) + self._emit_trailers(node)
+        if node.type == "comparison":
+            return self._emit_comparison(node)
+        if node.type == "argument" and node.children[1].type == "operator":
+            name, op, *rest = node.children
+            if op.value == "=":
+                return _prefix(node) + name.value + "=" + self._emit_children(rest).lstrip()
+        return self._emit_children(node.children)
+
+    def _emit_leaf(self, leaf: Leaf) -> str:
+        if leaf.type == "name":
+            return self._emit_name(leaf)
+        if leaf.type == "keyword" and leaf.value not in _ALLOWED_KEYWORDS:
+            self.error(f"'{leaf.value}' is not allowed in FEM expressions", self._leaf_span(leaf))
+        if leaf.type == "fstring_start":
+            self.error("f-strings are not allowed in FEM expressions", self._leaf_span(leaf))
+        return leaf.value
+
+    def _is_actor(self, leaf: Leaf) -> bool:
+        return leaf.start_pos in self.actor_starts
+
+    def _fem_name(self, leaf: Leaf) -> str:
+        return "@" + leaf.value[1:] if self._is_actor(leaf) else leaf.value
+
+    def _emit_name(self, leaf: Leaf) -> str:
+        """A free name: a variable, an actor, a FEM constant or a type word."""
+        if self._is_actor(leaf):
+            name = self._fem_name(leaf)
+            self.reads.append(PathRef(name, self._leaf_span(leaf)))
+            return f"ctx[{name!r}]"
+        if leaf.value in _CONSTANTS:
+            return _CONSTANTS[leaf.value]
+        if leaf.value in _TYPE_WORDS:
+            return repr(leaf.value)
+        self.reads.append(PathRef(leaf.value, self._leaf_span(leaf)))
+        return f"ctx[{leaf.value!r}]"
+
+    def _emit_trailers(self, node: BaseNode) -> str:
+        """``name trailer*``: FEM paths, code calls, builtin calls, subscripts."""
+        first: Name = node.children[0]  # type: ignore[assignment]
+        trailers = list(node.children[1:])
+        if node.children[0].type != "name":
+            return self._emit_children(node.children)
+        head_actor = self._is_actor(first)
+        second = trailers[0] if trailers else None
+        dotted = (
+            second is not None
+            and second.type == "trailer"
+            and second.children[0].value == "."
+            and second.children[1].type == "name"
+        )
+        if dotted:
+            assert second is not None
+            attr_leaf = second.children[1]
+            attr_actor = self._is_actor(attr_leaf)
+            if head_actor or attr_actor:
+                if head_actor and attr_actor:
+                    self.error(
+                        "a path has one actor side and one attribute side",
+                        self._leaf_span(node),
+                        "write '@x.attr' or 'attr.@x'",
+                    )
+                    return ""
+                actor_leaf, attr = (first, attr_leaf) if head_actor else (attr_leaf, first)
+                actor = self._fem_name(actor_leaf)
+                span = self._at(*first.start_pos, *attr_leaf.end_pos)
+                self.reads.append(PathRef(actor, span, attr=attr.value))
+                head = f"ctx.attr({actor!r}, {attr.value!r})"
+                return head + self._emit_children(trailers[1:])
+            is_call = len(trailers) > 1 and trailers[1].children[0].value == "("
+            if self._is_code_alias(first.value, is_call):
+                head = f"ctx.code({first.value!r}).{attr_leaf.value}"
+                return head + self._emit_children(trailers[1:])
+        is_call = second is not None and second.children[0].value == "("
+        if is_call and not head_actor:
+            if first.value in ALLOWED_CALLS:
+                return first.value + self._emit_children(trailers)
+            self.error(
+                f"cannot call '{first.value}' in a FEM expression",
+                self._leaf_span(first),
+                "only " + ", ".join(sorted(ALLOWED_CALLS)) + " and functions of code: aliases",
+            )
+            return ""
+        return self._emit_name(first) + self._emit_children(trailers)
+
+    def _is_code_alias(self, name: str, is_call: bool) -> bool:
+        if self.code_aliases is None:
+            return is_call
+        return name in self.code_aliases
+
+    def _emit_comparison(self, node: BaseNode) -> str:
+        """§12.2 Decision: ``x in alive == false`` means ``(x in alive) == False``."""
+        children = node.children
+        if len(children) == 5:
+            first_op = _op_text(children[1])
+            second_op = _op_text(children[3])
+            last = children[4]
+            if (
+                first_op in ("in", "not in")
+                and second_op in ("==", "!=", "is", "is not")
+                and last.type in ("name", "keyword")
+                and last.value in ("true", "false", "True", "False")
+            ):
+                self.diagnostics.warning(
+                    f"'{first_op}' chained with '{second_op}' is read as "
+                    f"'(… {first_op} …) {second_op} {last.value}'",
+                    self._leaf_span(node),
+                    "add parentheses to say so explicitly",
+                )
+                inner = self._emit_children(children[:3]).strip()
+                return f"{_prefix(node)}({inner})" + self._emit_children(children[3:])
+        return self._emit_children(children)
+
+
+def _prefix(node: NodeOrLeaf) -> str:
+    """Whitespace before ``node``, collapsed to one space (comments were removed earlier)."""
+    return " " if node.get_first_leaf().prefix else ""
+
+
+def _op_text(node: NodeOrLeaf) -> str:
+    if isinstance(node, Leaf):
+        return node.value
+    return " ".join(leaf.value for leaf in node.children)  # type: ignore[union-attr]
+
+
+def compile_expression(
+    text: str,
+    span: Span,
+    diagnostics: Diagnostics,
+    code_aliases: set[str] | None = None,
+) -> Expr | None:
+    """Validate and rewrite a condition / loop iterable / argument (§12.2).
+
+    ``span`` is where ``text`` starts in the ``.fems`` file (its ``col`` is the column of the
+    first character of ``text``). Returns None after reporting an error.
+    """
+    return _Compiler(text, span, diagnostics, code_aliases).compile()
+
+
+def compile_value(
+    text: str,
+    span: Span,
+    diagnostics: Diagnostics,
+    code_aliases: set[str] | None = None,
+) -> Expr | None:
+    """An ``@assign`` right-hand side, ``in:`` value or module argument.
+
+    These are literals (§4.2) or paths; bare text that is not Python (``hello world``,
+    ``测试 剧本``) is a string, as in ``vars:``.
+    """
+    stripped = text.strip()
+    if stripped and not (_BARE_TEXT_FORBIDDEN & set(stripped)) and not _is_python(stripped):
+        return Expr(text, repr(stripped), (), span)
+    return compile_expression(text, span, diagnostics, code_aliases)
+
+
+def _is_python(text: str) -> bool:
+    source = _ACTOR.sub(lambda m: "_" + m.group()[1:], text)
+    try:
+        _load_grammar().parse(source, error_recovery=False, start_symbol="eval_input")
+    except parso.ParserSyntaxError:
+        return False
+    return True

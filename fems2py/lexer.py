@@ -1,0 +1,228 @@
+"""Lines, indentation, comments, Chinese punctuation and value literals of FEM (§1, §4.2).
+
+The lexer never shifts a column: Chinese punctuation is replaced one character for one and
+``--`` by ``->`` two for two, so every index into a normalized line is also an index into the
+user's own line and every diagnostic points at the character the user typed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+TAB_WIDTH = 4
+
+_PUNCTUATION = str.maketrans(
+    {
+        "：": ":",
+        "，": ",",
+        "“": '"',
+        "”": '"',
+        "（": "(",
+        "）": ")",
+        "【": "[",
+        "】": "]",
+        "｜": "|",
+    }
+)
+_OPEN_QUOTES = {'"': '"', "'": "'", "“": "”"}
+
+
+@dataclass(frozen=True)
+class SourceLine:
+    """One physical line: ``raw`` is as written (no newline), ``indent`` its width (§1.2)."""
+
+    number: int
+    raw: str
+    indent: int
+    start: int
+    uses_tabs: bool
+    uses_spaces: bool
+
+    @property
+    def blank(self) -> bool:
+        """Empty or comment-only: such lines never open or close a block."""
+        return not self.raw[: comment_start(self.raw)].strip()
+
+    def code(self, flow: bool = False) -> str:
+        """The line normalized (§1.4) with its comment removed, same columns as ``raw``."""
+        return normalize(self.raw[: comment_start(self.raw)], flow).rstrip()
+
+
+def split_lines(source: str) -> list[SourceLine]:
+    """Split ``source`` into lines (``\\r\\n`` or ``\\n``) and measure their indentation."""
+    lines = []
+    text = source.replace("\r\n", "\n").replace("\r", "\n")
+    for number, raw in enumerate(text.split("\n"), start=1):
+        width = 0
+        start = 0
+        for ch in raw:
+            if ch == " ":
+                width += 1
+            elif ch == "\t":
+                width = (width // TAB_WIDTH + 1) * TAB_WIDTH
+            else:
+                break
+            start += 1
+        leading = raw[:start]
+        lines.append(SourceLine(number, raw, width, start, "\t" in leading, " " in leading))
+    return lines
+
+
+def _quote_end(text: str, start: int) -> int:
+    """Index just past the quoted string opening at ``start`` (or ``len(text)`` if unclosed)."""
+    opener = text[start]
+    closers = {_OPEN_QUOTES[opener], '"'} if opener == "“" else {_OPEN_QUOTES[opener]}
+    if opener == '"':
+        closers.add("”")
+    i = start + 1
+    while i < len(text):
+        if text[i] == "\\":
+            i += 2
+            continue
+        if text[i] in closers:
+            return i + 1
+        i += 1
+    return len(text)
+
+
+def comment_start(text: str) -> int:
+    """Where a ``#``/``//`` comment starts (§1.3), or ``len(text)``; quotes are respected."""
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch in _OPEN_QUOTES:
+            i = _quote_end(text, i)
+            continue
+        if (ch == "#" or text.startswith("//", i)) and (i == 0 or text[i - 1] in " \t\u3000"):
+            return i
+        i += 1
+    return len(text)
+
+
+def normalize(text: str, flow: bool = False) -> str:
+    """Map Chinese punctuation to ASCII outside quotes (§1.4); in flow lines ``--`` → ``->``
+    outside quotes and parentheses (so ``x--1`` inside a condition stays Python)."""
+    out: list[str] = []
+    depth = 0
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch in _OPEN_QUOTES:
+            end = _quote_end(text, i)
+            segment = list(text[i:end])
+            if segment[0] == "“":
+                segment[0] = '"'
+            if len(segment) >= 2 and segment[-1] == "”" and segment[-2] != "\\":
+                segment[-1] = '"'
+            out.extend(segment)
+            i = end
+            continue
+        mapped = ch.translate(_PUNCTUATION)
+        if mapped == "(":
+            depth += 1
+        elif mapped == ")":
+            depth = max(0, depth - 1)
+        if flow and depth == 0 and text.startswith("--", i) and not text.startswith("-->", i):
+            out.append("->")
+            i += 2
+            continue
+        out.append(mapped)
+        i += 1
+    result = "".join(out)
+    return result if len(result) == len(text) else text
+
+
+# --------------------------------------------------------------------------- tokens
+
+
+@dataclass(frozen=True)
+class Token:
+    """A token of a syntax line; ``col`` is 0-based in the line, ``end`` one past the end."""
+
+    kind: str  # name, actor, number, string, op, other
+    text: str
+    line: int
+    col: int
+    end: int
+    value: str = ""
+
+
+_TOKEN = re.compile(
+    r"""
+    (?P<actor>@[^\W]\w*|@)
+  | (?P<number>-?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?(?![\w]))
+  | (?P<name>[^\W\d]\w*)
+  | (?P<op>->|\+=|-=|==|!=|<=|>=|&&|\|\||[\[\](){}:,=+\-&.?|<>*/%!;])
+    """,
+    re.VERBOSE,
+)
+_ESCAPES = {"n": "\n", "t": "\t", '"': '"', "'": "'", "\\": "\\", "”": "”", "“": "“"}
+
+
+def unquote(text: str) -> str:
+    """The content of a quoted string (``"…"``, ``'…'``, ``“…”``) with §1.5 escapes applied."""
+    inner = text[1:-1] if len(text) >= 2 and _quote_end(text, 0) == len(text) else text[1:]
+    out = []
+    i = 0
+    while i < len(inner):
+        ch = inner[i]
+        if ch == "\\" and i + 1 < len(inner):
+            nxt = inner[i + 1]
+            out.append(_ESCAPES.get(nxt, "\\" + nxt))
+            i += 2
+            continue
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+def tokenize(text: str, line: int, start: int = 0, end: int | None = None) -> list[Token]:
+    """Tokens of ``text[start:end]`` (a normalized line); whitespace is skipped."""
+    stop = len(text) if end is None else end
+    tokens: list[Token] = []
+    i = start
+    while i < stop:
+        ch = text[i]
+        if ch.isspace():
+            i += 1
+            continue
+        if ch in _OPEN_QUOTES:
+            j = min(_quote_end(text, i), stop)
+            raw = text[i:j]
+            tokens.append(Token("string", raw, line, i, j, unquote(raw)))
+            i = j
+            continue
+        match = _TOKEN.match(text, i, stop)
+        if match is None:
+            tokens.append(Token("other", ch, line, i, i + 1))
+            i += 1
+            continue
+        kind = match.lastgroup or "other"
+        if (
+            kind == "number"
+            and ch == "-"
+            and tokens
+            and (tokens[-1].kind in ("name", "number", "actor") or tokens[-1].text in ")]}")
+        ):
+            # ``a-1`` is an operator and a number, not a name followed by ``-1``.
+            kind = "op"
+            tokens.append(Token(kind, "-", line, i, i + 1))
+            i += 1
+            continue
+        tokens.append(Token(kind, match.group(), line, i, match.end()))
+        i = match.end()
+    return tokens
+
+
+def block_text(lines: list[SourceLine]) -> str:
+    """A ``|`` block (§1.5): dedented by the common indentation, blank lines kept, verbatim."""
+    widths = [line.indent for line in lines if line.raw.strip()]
+    common = min(widths) if widths else 0
+    out = []
+    for line in lines:
+        expanded = line.raw.expandtabs(TAB_WIDTH) if line.uses_tabs else line.raw
+        out.append(expanded[common:].rstrip() if expanded.strip() else "")
+    while out and not out[-1]:
+        out.pop()
+    return "\n".join(out)
