@@ -176,12 +176,12 @@ class ScriptView:
 
 
 def py(value: Any) -> str:
-    """A Python literal for ``value`` via :func:`repr`; multi-line strings become a
-    parenthesized concatenation of one literal per line, so a prompt reads (and diffs) line by
-    line in the generated module."""
-    if isinstance(value, str) and "\n" in value.rstrip("\n"):
-        pieces = value.splitlines(keepends=True)
-        return "(\n" + "\n".join(repr(piece) for piece in pieces) + "\n)"
+    """A Python literal for ``value`` via :func:`repr`. A multi-line string becomes
+    ``fr.lines(...)`` with one literal per line (and a trailing comma, so black keeps them
+    apart): a prompt reads, and diffs, line by line in the generated module."""
+    if isinstance(value, str) and "\n" in value:
+        pieces = value.split("\n")
+        return "fr.lines(\n" + "".join(f"{piece!r},\n" for piece in pieces) + ")"
     if isinstance(value, tuple):
         inner = ", ".join(py(item) for item in value)
         return f"({inner},)" if len(value) == 1 else f"({inner})"
@@ -290,14 +290,20 @@ class Scope:
 class CodeGenerator:
     """Builds the :class:`ScriptView` of one checked script."""
 
-    def __init__(self, checked: CheckedLike, file: str, sha256: str) -> None:
+    def __init__(
+        self,
+        checked: CheckedLike,
+        file: str,
+        sha256: str,
+        code_paths: Mapping[str, str] | None = None,
+    ) -> None:
+        self.code_paths = dict(code_paths or {})
         self.checked = checked
         self.script = checked.script
         self.file = file
         self.sha256 = sha256
         self.namer = Namer()
         self.items: list[ActionView | FlowView] = []
-        self.signatures: Mapping[tuple[str, str], Any] = getattr(checked, "signatures", {})
 
     def marker(self, line: int) -> Marker:
         return Marker(self.file, line)
@@ -326,7 +332,10 @@ class CodeGenerator:
             ("sha256", py(self.sha256)),
             ("compiler", py(__version__)),
             ("meta", py(meta)),
-            ("code", py({alias.alias: alias.path for alias in script.code})),
+            (
+                "code",
+                py({a.alias: self.code_paths.get(a.alias, a.path) for a in script.code}),
+            ),
         ]
         blueprints = tuple(
             _call(
@@ -360,7 +369,8 @@ class CodeGenerator:
         """Each module's actions, then its flow, then its nested modules (§11)."""
         for module in modules:
             function = outer.modules[module.name]
-            scope = outer.nested(f"{outer.key}/{module.name}")
+            key = f"{outer.key}/{module.name}" if outer.key != "main" else f"module:{module.name}"
+            scope = outer.nested(key)
             scope.variables = (
                 outer.variables | set(module.params) | {v.name for v in module.variables}
             )
@@ -414,9 +424,11 @@ class CodeGenerator:
                 ("line", py(action.span.line)),
                 ("code", py(action.func.alias)),
                 ("function", py(action.func.func)),
-                ("inputs", self.inputs_code(action)),
-                ("outs", _outs_code(action.outs)),
             ]
+            if action.inputs is not None:
+                args.append(("inputs", self.inputs_code(action)))
+            if action.outs is not None:
+                args.append(("outs", _outs_code(action.outs)))
             doc = f"@func({action.func.alias}.{action.func.func}) {action.name}."
             return ActionView(function, marker, doc, "func", spec_args=tuple(args))
         assert action.executor is not None
@@ -473,21 +485,11 @@ class CodeGenerator:
         return ActionView(function, marker, doc, action.kind, spec_args=tuple(args))
 
     def inputs_code(self, action: Action) -> str:
+        """``in:`` values as a dict literal; without ``in:`` the runtime passes the variables
+        named like the function's parameters (§9.7)."""
         if action.inputs is None:
-            if action.kind == "func" and action.func is not None:
-                params = self.signatures.get((action.func.alias, action.func.func))
-                if params is not None:
-                    names = [p for p in _param_names(params) if p in self.script_names()]
-                    return _dict_code((name, _read_code(name)) for name in names)
             return "None"
         return _dict_code((item.name, _input_code(item)) for item in action.inputs)
-
-    @cache  # noqa: B019 - one generator per build, so the cache dies with it
-    def script_names(self) -> frozenset[str]:
-        names = {v.name for v in self.script.variables}
-        for module in _all_modules(self.script.modules):
-            names |= {v.name for v in module.variables} | set(module.params)
-        return frozenset(names)
 
     def fallback_code(self, scope: Scope, fallback: str | ModuleCall) -> str:
         if isinstance(fallback, ModuleCall):
@@ -540,7 +542,7 @@ class CodeGenerator:
             if isinstance(node.binding, Loop):
                 inner = node.binding
                 body_function = self.namer.take(f"{function}_{inner.kind}_{inner.var}")
-                body_scope = scope.nested(f"{scope.key}/{node.name}")
+                body_scope = scope.nested(scope.key)  # node names are unique per flow
                 body_scope.variables = scope.variables | {inner.var}
                 bodies.extend(
                     self.flow_views(
@@ -652,12 +654,6 @@ class CodeGenerator:
 # ------------------------------------------------------------------------------ helpers
 
 
-def _all_modules(modules: Iterable[Module]) -> Iterable[Module]:
-    for module in modules:
-        yield module
-        yield from _all_modules(module.modules)
-
-
 def _meta_dict(entries: Iterable[MetaEntry]) -> dict[str, Any]:
     return {entry.key: plain_value(entry.value) for entry in entries}
 
@@ -746,12 +742,6 @@ def _interrupt_code(action: Action) -> str:
     return _call("fr.InterruptSpec", [("", py("check")), ("check", check)])
 
 
-def _param_names(params: Any) -> list[str]:
-    """Parameter names from a checker signature (an object with ``params``, or names)."""
-    names = getattr(params, "params", params)
-    return [getattr(p, "name", p) for p in names]
-
-
 def _reads(expr: Expr) -> tuple[str, ...]:
     """The FEM paths a condition reads, as written (``x``, ``@x.type``), without repeats."""
     seen: dict[str, None] = {}
@@ -811,7 +801,10 @@ def environment() -> jinja2.Environment:
     return env
 
 
-def generate(checked: CheckedLike, file: str, sha256: str) -> str:
-    """The (unformatted) Python module for a checked script."""
-    view = CodeGenerator(checked, file, sha256).script_view()
+def generate(
+    checked: CheckedLike, file: str, sha256: str, code_paths: Mapping[str, str] | None = None
+) -> str:
+    """The (unformatted) Python module for a checked script; ``code_paths`` gives each
+    ``code:`` alias's file relative to the generated module (default: as written)."""
+    view = CodeGenerator(checked, file, sha256, code_paths).script_view()
     return environment().get_template("module.py.jinja").render(script=view)
