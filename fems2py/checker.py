@@ -1,0 +1,666 @@
+"""The semantic checker: every build-time check the spec names, on a parsed :class:`Script`.
+
+The parser reports what is wrong with the text; this stage reports what is wrong with the
+meaning — undeclared names (§4.1), unknown actions, modules, methods and ``code:`` functions,
+fields that do not fit the action kind (§9.2), the loop-variable rule (§9.5), module arity
+(§11.2), flow structure (§12) — and computes what code generation needs: the merge node of
+every fork (§12.5) and the signatures of the ``code:`` functions (§5).
+
+It never raises on a user mistake: everything becomes a :class:`Diagnostic`.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fems2py.checks.codefiles import CodeFileError, FuncSignature, Param, read_signatures
+from fems2py.checks.flows import FlowChecker, Use
+from fems2py.diagnostics import Diagnostic, suggest
+from fems2py.nodes import (
+    Action,
+    Expr,
+    FuncRef,
+    Method,
+    Module,
+    ModuleCall,
+    NullValue,
+    PathRef,
+    Script,
+    Span,
+    StringValue,
+    Target,
+    Text,
+    VarDecl,
+)
+
+__all__ = ["CheckedScript", "FuncSignature", "Param", "check"]
+
+#: §2.3: not usable as names of variables (except ``all``), code aliases, actions or modules.
+RESERVED_WORDS = frozenset(
+    {
+        *("meta", "vars", "code", "actors", "action", "module", "flow", "mainflow", "memory"),
+        *("context", "sketch", "fork", "join", "for", "par", "to", "if", "in", "all", "any"),
+        *("START", "END", "IN", "OUT", "BREAK"),
+    }
+)
+#: §7.3: attributes every actor has; any other attribute is a dict declared in ``vars:``.
+STATIC_ATTRIBUTES = frozenset({"type", "soul", "source", "tools", "name"})
+#: §8.1: ``in:`` names of memory/context methods that are not variables.
+METHOD_INPUTS = frozenset({"prompt", "session", "session_id", "turn", "turn_id", "@actor"})
+#: §10.5: names a ``resolve:`` argument list may use besides variables and ``in:`` names.
+RESOLVE_INPUTS = frozenset({"SET_VARIABLE", "prompt", "llm_output"})
+#: §9.8: the built-in ``system.spawn``.
+SPAWN = FuncSignature("spawn", (Param("spawn_requests", False),), False, 0)
+
+_PROMPT_KINDS = frozenset({"ai", "human", "mind"})
+
+
+@dataclass(frozen=True)
+class CheckedScript:
+    """A script with everything the checker found and computed, ready for code generation.
+
+    ``merge_nodes`` maps (flow key, fork node) to the node where the fork's branches merge, or
+    None when they never do (§12.5). Flow keys are ``"main"``, ``"module:Name"`` and
+    ``"module:Outer/Inner"``; node names are unique within a flow, loop bodies included.
+    Every node with two or more out-edges has an entry (a loop body's head counts when it
+    has two or more start lines); an explicit ``join`` is the merge node of its fork.
+    ``code_signatures`` maps each ``code:`` alias to its functions' signatures (an alias whose
+    file is missing or broken is absent), ``code_files`` each alias to the file's path.
+    """
+
+    script: Script
+    diagnostics: tuple[Diagnostic, ...]
+    merge_nodes: dict[tuple[str, str], str | None] = field(default_factory=dict)
+    code_signatures: dict[str, dict[str, FuncSignature]] = field(default_factory=dict)
+    code_files: dict[str, Path] = field(default_factory=dict)
+
+    @property
+    def has_errors(self) -> bool:
+        return any(diagnostic.severity == "error" for diagnostic in self.diagnostics)
+
+
+def check(script: Script, base_dir: Path) -> CheckedScript:
+    """Check ``script`` (whose relative paths start at ``base_dir``) and compute merge nodes."""
+    checker = Checker(script, base_dir)
+    checker.run()
+    return CheckedScript(
+        script=script,
+        diagnostics=checker.sorted_diagnostics(),
+        merge_nodes=checker.merge_nodes,
+        code_signatures=checker.signatures,
+        code_files=checker.code_files,
+    )
+
+
+@dataclass
+class Namespace:
+    """The definitions of one lexical level: the script itself or one module (§11.3, §11.4)."""
+
+    key: str
+    module: Module | None
+    parent: Namespace | None
+    variables: dict[str, VarDecl | None] = field(default_factory=dict)
+    actions: dict[str, Action] = field(default_factory=dict)
+    modules: dict[str, Module] = field(default_factory=dict)
+    methods: dict[str, Method] = field(default_factory=dict)
+
+    def chain(self) -> Iterable[Namespace]:
+        level: Namespace | None = self
+        while level is not None:
+            yield level
+            level = level.parent
+
+    def lexical_names(self) -> set[str]:
+        return {name for level in self.chain() for name in level.variables}
+
+    def find_action(self, name: str) -> Action | None:
+        return next((lv.actions[name] for lv in self.chain() if name in lv.actions), None)
+
+    def find_module(self, name: str) -> Module | None:
+        return next((lv.modules[name] for lv in self.chain() if name in lv.modules), None)
+
+    def find_method(self, name: str) -> Method | None:
+        return next((lv.methods[name] for lv in self.chain() if name in lv.methods), None)
+
+    def declaration(self, name: str) -> VarDecl | None:
+        for level in self.chain():
+            if name in level.variables:
+                return level.variables[name]
+        return None
+
+    def visible(self, attribute: str) -> set[str]:
+        return {name for level in self.chain() for name in getattr(level, attribute)}
+
+
+class Checker:
+    """One run of the checks over one script; collects diagnostics and computed facts."""
+
+    def __init__(self, script: Script, base_dir: Path) -> None:
+        self.script = script
+        self.base_dir = base_dir
+        self.items: list[Diagnostic] = []
+        self.merge_nodes: dict[tuple[str, str], str | None] = {}
+        self.signatures: dict[str, dict[str, FuncSignature]] = {}
+        self.code_files: dict[str, Path] = {}
+        self.broken_aliases: set[str] = set()
+        self.actors = {actor.name for actor in script.actors}
+        self.root = Namespace("main", None, None)
+        self.namespaces: dict[int, Namespace] = {}
+        self.action_home: dict[int, Namespace] = {}
+        self.action_uses: dict[int, list[Use]] = {}
+        self.module_uses: dict[int, list[Use]] = {}
+        self.visible_names: dict[int, set[str]] = {}
+        self.action_extra: dict[int, set[str]] = {}
+
+    # ------------------------------------------------------------------ reporting
+
+    def error(self, message: str, span: Span, hint: str | None = None) -> None:
+        self.items.append(Diagnostic("error", message, span, hint))
+
+    def warning(self, message: str, span: Span, hint: str | None = None) -> None:
+        self.items.append(Diagnostic("warning", message, span, hint))
+
+    def sorted_diagnostics(self) -> tuple[Diagnostic, ...]:
+        unique = list(dict.fromkeys(self.items))
+        return tuple(sorted(unique, key=lambda d: (d.span.line, d.span.col)))
+
+    # ------------------------------------------------------------------ driver
+
+    def run(self) -> None:
+        self.check_actors()
+        self.read_code_files()
+        self.build_namespace(self.root, self.script.variables, self.script.actions, (), ())
+        self.root.modules = self.unique(self.script.modules, None)
+        self.root.methods = self.unique(self.script.methods, None)
+        for module in self.script.modules:
+            self.build_module(module, self.root)
+        flows = FlowChecker(self)
+        flows.collect_uses()
+        self.propagate_names()
+        for namespace in [self.root, *self.namespaces.values()]:
+            for action in namespace.actions.values():
+                self.check_action(action, namespace)
+            for method in namespace.methods.values():
+                self.check_method(method, namespace)
+        flows.check_all()
+
+    # ------------------------------------------------------------------ definitions
+
+    def reserved(self, name: str, what: str, span: Span) -> None:
+        """§2.3 for the names the parser does not check itself (module parameters)."""
+        if name in RESERVED_WORDS:
+            self.error(f"'{name}' is reserved and cannot name a {what}", span)
+
+    def unique(self, items: Iterable, what: str | None) -> dict:
+        """Items by name, the first definition winning; with ``what``, a second item with a
+        taken name is reported (§2.2; the parser reports actions, modules and methods)."""
+        found: dict = {}
+        for item in items:
+            if item.name not in found:
+                found[item.name] = item
+            elif what is not None:
+                self.error(
+                    f"{what} '{item.name}' is defined twice",
+                    item.span,
+                    f"first defined at line {found[item.name].span.line}",
+                )
+        return found
+
+    def build_namespace(
+        self,
+        namespace: Namespace,
+        variables: Iterable[VarDecl],
+        actions: Iterable[Action],
+        params: tuple[str, ...],
+        param_spans: tuple[Span, ...],
+    ) -> None:
+        for name, span in zip(params, param_spans, strict=True):
+            self.reserved(name, "parameter", span)
+            if name in namespace.variables:
+                self.error(f"parameter '{name}' is listed twice", span)
+            namespace.variables[name] = None
+        declared: dict[str, VarDecl] = {}
+        for decl in variables:
+            if decl.name in declared:
+                first = declared[decl.name].span.line
+                self.error(
+                    f"variable '{decl.name}' is declared twice",
+                    decl.span,
+                    f"first declared at line {first}",
+                )
+                continue
+            if decl.name in params:
+                self.error(f"variable '{decl.name}' has the name of a module parameter", decl.span)
+                continue
+            if namespace.parent is None and decl.name in self.actors:
+                self.error(
+                    f"'{decl.name}' is both an actor and a variable",
+                    decl.span,
+                    "rename the variable; an actor variable may hold the actor instead",
+                )
+            declared[decl.name] = decl
+            namespace.variables[decl.name] = decl
+        namespace.actions = self.unique(actions, None)
+        for action in namespace.actions.values():
+            self.action_home[id(action)] = namespace
+
+    def build_module(self, module: Module, parent: Namespace) -> None:
+        key = f"module:{module.name}" if parent.module is None else f"{parent.key}/{module.name}"
+        namespace = Namespace(key, module, parent)
+        self.namespaces[id(module)] = namespace
+        spans = tuple(module.span for _ in module.params)
+        self.build_namespace(namespace, module.variables, module.actions, module.params, spans)
+        namespace.modules = self.unique(module.modules, None)
+        namespace.methods = self.unique(module.methods, None)
+        for nested in module.modules:
+            self.build_module(nested, namespace)
+
+    def check_actors(self) -> None:
+        """Duplicate actor names and souls (§6.2), duplicate blueprints."""
+        self.unique(self.script.actors, "actor")
+        souls: dict[str, list] = {}
+        for actor in self.script.actors:
+            souls.setdefault(actor.soul, []).append(actor)
+        for soul, actors in souls.items():
+            if len(actors) < 2:
+                continue
+            players = [a for a in actors if a.kind == "human" and a.source == "0"]
+            others = [a for a in actors if a not in players]
+            if len(others) <= 1:
+                continue
+            for actor in others[1:]:
+                self.error(
+                    f"actors {others[0].name} and {actor.name} share soul '{soul}'",
+                    actor.span,
+                    "give each actor its own soul: (only a human with source:0 may share one)",
+                )
+
+    def read_code_files(self) -> None:
+        seen: set[str] = set()
+        for alias in self.script.code:
+            if alias.alias in seen:
+                self.error(f"code alias '{alias.alias}' is defined twice", alias.span)
+                continue
+            seen.add(alias.alias)
+            path = (self.base_dir / alias.path).resolve()
+            self.code_files[alias.alias] = path
+            try:
+                self.signatures[alias.alias] = read_signatures(path, alias.path)
+            except CodeFileError as problem:
+                self.broken_aliases.add(alias.alias)
+                self.error(str(problem), alias.span, f"looked for {path}")
+
+    # ------------------------------------------------------------------ names in scope
+
+    def propagate_names(self) -> None:
+        """Names a module or action sees through its callers (§11.3): a fixpoint over uses."""
+        namespaces = [self.root, *self.namespaces.values()]
+        seen = {id(ns): ns.lexical_names() for ns in namespaces}
+        action_seen: dict[int, set[str]] = {key: set() for key in self.action_uses}
+
+        def seen_at(use: Use) -> set[str]:
+            names = seen[id(use.namespace)] | use.loop_vars
+            if use.via_action is not None:
+                names |= action_seen.get(use.via_action, set())
+            return names
+
+        changed = True
+        while changed:
+            changed = False
+            for module_id, uses in self.module_uses.items():
+                target = seen[id(self.namespaces[module_id])]
+                for use in uses:
+                    new = seen_at(use) - target
+                    if new:
+                        target |= new
+                        changed = True
+            for action_id, uses in self.action_uses.items():
+                for use in uses:
+                    new = seen_at(use) - action_seen[action_id]
+                    if new:
+                        action_seen[action_id] |= new
+                        changed = True
+        self.visible_names = seen
+        self.action_extra = action_seen
+
+    def names_of(self, namespace: Namespace) -> set[str]:
+        """Variables visible in a namespace: its own, the enclosing ones', its callers'."""
+        return self.visible_names.get(id(namespace), set())
+
+    def action_names(self, action: Action, namespace: Namespace) -> set[str]:
+        """What an action sees: its namespace's names plus those of every place it runs."""
+        return self.names_of(namespace) | self.action_extra.get(id(action), set())
+
+    def namespace_of(self, module: Module) -> Namespace:
+        return self.namespaces[id(module)]
+
+    # ------------------------------------------------------------------ reference checks
+
+    def check_name(
+        self, name: str, span: Span, names: set[str], *, string_hint: bool = False
+    ) -> bool:
+        """A read of a variable or actor (§4.1); reports and returns False when undeclared."""
+        if name.startswith("@"):
+            if name in self.actors or name in names:
+                return True
+            candidates = self.actors | {n for n in names if n.startswith("@")}
+            hint = suggest(name, candidates) or "define it in actors: or declare it in vars:"
+            self.error(f"unknown actor '{name}'", span, hint)
+            return False
+        if name in names:
+            return True
+        hint = suggest(name, {n for n in names if not n.startswith("@")})
+        if hint is None and string_hint and name.isidentifier():
+            hint = f"did you mean the string '{name}'?"
+        self.error(f"undeclared variable '{name}'", span, hint)
+        return False
+
+    def check_path(self, ref: PathRef, names: set[str], *, string_hint: bool = False) -> None:
+        if ref.name in self.signatures or ref.name in self.broken_aliases:
+            return
+        if not self.check_name(ref.name, ref.span, names, string_hint=string_hint):
+            return
+        if ref.attr is None or ref.attr in STATIC_ATTRIBUTES or ref.attr in names:
+            return
+        hint = suggest(ref.attr, {n for n in names if not n.startswith("@")} | STATIC_ATTRIBUTES)
+        self.error(
+            f"unknown attribute '{ref.attr}' of {ref.name}",
+            ref.span,
+            hint or f"declare a dict in vars: ({ref.attr} = {{}}) to give actors this attribute",
+        )
+
+    def check_expr(self, expr: Expr | None, names: set[str], *, string_hint: bool = False) -> None:
+        """Every read of an embedded expression, and every ``alias.fn`` it calls (§12.2)."""
+        if expr is None:
+            return
+        for ref in expr.reads:
+            self.check_path(ref, names, string_hint=string_hint)
+        for alias, func in code_calls(expr.python):
+            self.check_func(FuncRef(alias, func, expr.span), builtin_ok=False)
+
+    def check_target(self, target: Target, names: set[str]) -> None:
+        """An assignment or out target (§9.6, §10.4): the variable must be declared."""
+        if target.key is not None and target.key.startswith("@"):
+            self.check_name(target.key, target.span, names)
+            if target.name in STATIC_ATTRIBUTES:
+                self.error(
+                    f"cannot assign the static attribute '{target.name}' of {target.key}",
+                    target.span,
+                    "type, soul, source, tools and name are fixed by actors:",
+                )
+                return
+        if target.name.startswith("@") and target.name in self.actors:
+            if target.name not in names:
+                self.error(
+                    f"'{target.name}' is an actor, not a variable, and cannot be assigned",
+                    target.span,
+                    f'declare an actor variable in vars: ({target.name[:1]}x = "")',
+                )
+            return
+        if target.name in names:
+            return
+        hint = suggest(target.name, names)
+        self.error(f"undeclared variable '{target.name}'", target.span, hint)
+
+    def check_func(self, ref: FuncRef, *, builtin_ok: bool) -> FuncSignature | None:
+        """``alias.fn`` must name a function of a ``code:`` file (§5) or the built-in spawn."""
+        if ref.alias == "system" and "system" not in self.signatures:
+            if ref.func == "spawn" and builtin_ok:
+                return SPAWN
+            if ref.func == "spawn":
+                self.error("system.spawn can only be called by an @func action", ref.span)
+            else:
+                self.error(
+                    f"unknown built-in 'system.{ref.func}'", ref.span, "did you mean 'spawn'?"
+                )
+            return None
+        if ref.alias in self.broken_aliases:
+            return None
+        functions = self.signatures.get(ref.alias)
+        if functions is None:
+            hint = suggest(ref.alias, [*self.signatures, *self.broken_aliases])
+            self.error(
+                f"unknown code alias '{ref.alias}'",
+                ref.span,
+                hint or f'declare it in code: ({ref.alias} = file:"{ref.alias}.py")',
+            )
+            return None
+        signature = functions.get(ref.func)
+        if signature is None:
+            path = next(c.path for c in self.script.code if c.alias == ref.alias)
+            self.error(
+                f"'{ref.alias}.{ref.func}' is not defined in {path}",
+                ref.span,
+                suggest(ref.func, functions),
+            )
+        return signature
+
+    def check_arguments(
+        self,
+        signature: FuncSignature,
+        ref: FuncRef,
+        keywords: Iterable[tuple[str, Span]],
+        *,
+        complete: bool,
+        span: Span,
+    ) -> None:
+        """Keyword arguments must be parameters; with ``complete``, required ones must be given."""
+        given: set[str] = set()
+        for keyword, keyword_span in keywords:
+            given.add(keyword)
+            if not signature.accepts(keyword):
+                names = [param.name for param in signature.params or ()]
+                self.error(
+                    f"'{ref.alias}.{ref.func}' has no parameter '{keyword}'",
+                    keyword_span,
+                    suggest(keyword, names) or f"its parameters are: {', '.join(names) or 'none'}",
+                )
+        if complete:
+            for name in signature.required:
+                if name not in given:
+                    self.error(
+                        f"'{ref.alias}.{ref.func}' needs argument '{name}', which in: does not pass",
+                        span,
+                        f"add '{name} = …' to in:",
+                    )
+
+    def check_module_call(self, call: ModuleCall, namespace: Namespace, names: set[str]) -> None:
+        """``&M(args)``: the module exists where it is called and the arity fits (§11.2)."""
+        for arg in call.args:
+            self.check_expr(arg, names, string_hint=True)
+        module = namespace.find_module(call.module)
+        if module is None:
+            hint = suggest(call.module, namespace.visible("modules"))
+            self.error(f"undefined module '&{call.module}'", call.span, hint)
+            return
+        if len(call.args) != len(module.params):
+            wanted = len(module.params)
+            params = f" ({', '.join(module.params)})" if module.params else ""
+            plural = "" if wanted == 1 else "s"
+            self.error(
+                f"module '&{module.name}' takes {wanted} argument{plural}{params} "
+                f"but {len(call.args)} {'was' if len(call.args) == 1 else 'were'} given",
+                call.span,
+            )
+
+    # ------------------------------------------------------------------ actions (§9)
+
+    def check_action(self, action: Action, namespace: Namespace) -> None:
+        names = self.action_names(action, namespace)
+        if action.kind in _PROMPT_KINDS and action.executor is not None:
+            self.check_name(action.executor, action.span, names)
+        if action.role is not None:
+            self.check_name(action.role, action.span, names)
+        in_names = self.check_inputs(action, names)
+        for text in (action.prompt, action.showprompt):
+            self.check_text(text, names, in_names)
+        if action.scope is not None:
+            for item in action.scope.items:
+                if item.kind != "all":
+                    self.check_name(item.name, item.span, names)
+        for out in action.outs or ():
+            self.check_target(out.target, names)
+        for assignment in action.assignments:
+            self.check_target(assignment.target, names)
+            self.check_expr(assignment.value, names, string_hint=True)
+        self.check_resolve(action, names, in_names)
+        self.check_methods_used(action, namespace)
+        if action.fallback is not None:
+            self.check_fallback(action, namespace, names)
+        interrupt = action.interrupt
+        if interrupt is not None:
+            self.check_expr(interrupt.condition, names, string_hint=True)
+            if interrupt.func is not None:
+                self.check_func(interrupt.func, builtin_ok=False)
+            for actor in interrupt.actors:
+                self.check_name(actor, interrupt.span or action.span, names)
+
+    def check_inputs(self, action: Action, names: set[str]) -> set[str]:
+        """``in:`` items (§9.4, §9.7); returns the names the prompt may use."""
+        if action.inputs is None:
+            if action.kind == "func" and action.func is not None:
+                self.check_implicit_inputs(action, names)
+            return set()
+        for item in action.inputs:
+            if item.expr is None:
+                self.check_name(item.name, item.span, names)
+            else:
+                self.check_expr(item.expr, names, string_hint=True)
+        if action.kind == "func" and action.func is not None:
+            signature = self.check_func(action.func, builtin_ok=True)
+            if signature is not None:
+                keywords = [(item.name.lstrip("@"), item.span) for item in action.inputs]
+                self.check_arguments(
+                    signature, action.func, keywords, complete=True, span=action.func.span
+                )
+        return {item.name for item in action.inputs}
+
+    def check_implicit_inputs(self, action: Action, names: set[str]) -> None:
+        """§9.7: without ``in:``, each parameter without default takes the same-named variable."""
+        assert action.func is not None
+        signature = self.check_func(action.func, builtin_ok=True)
+        if signature is None:
+            return
+        for param in signature.required:
+            if param not in names:
+                self.error(
+                    f"parameter '{param}' of '{action.func.alias}.{action.func.func}' has no "
+                    f"default and no variable '{param}' is declared",
+                    action.func.span,
+                    f"declare '{param}' in vars: or pass it with in: {param} = …",
+                )
+
+    def check_text(self, text: Text | None, names: set[str], in_names: set[str]) -> None:
+        """``{placeholders}`` (§9.4): declared names, or ``in:`` names when ``in:`` is given."""
+        if text is None:
+            return
+        for placeholder in text.placeholders:
+            ref = placeholder.ref
+            if not in_names:
+                self.check_path(ref, names)
+            elif ref.name not in in_names and (ref.name in names or ref.name in self.actors):
+                self.warning(
+                    f"'{{{placeholder.path}}}' stays literal text: '{ref.name}' is not listed in in:",
+                    placeholder.span,
+                    "with in:, only the names it lists are substituted (§9.4)",
+                )
+
+    def check_resolve(self, action: Action, names: set[str], in_names: set[str]) -> None:
+        resolve = action.resolve
+        if resolve is None:
+            return
+        signature = self.check_func(resolve.func, builtin_ok=False)
+        if resolve.args is None:
+            return
+        allowed = names | in_names | RESOLVE_INPUTS
+        for arg in resolve.args:
+            if arg not in allowed:
+                self.check_name(arg, resolve.span, allowed)
+        if signature is not None:
+            keywords = [(arg, resolve.span) for arg in resolve.args]
+            self.check_arguments(
+                signature, resolve.func, keywords, complete=False, span=resolve.span
+            )
+
+    def check_methods_used(self, action: Action, namespace: Namespace) -> None:
+        for kind, name in (("memory", action.memory), ("context", action.context)):
+            if name is None:
+                continue
+            method = namespace.find_method(name)
+            span = dict(action.field_spans).get(kind, action.span)
+            if method is None:
+                candidates = {
+                    n for lv in namespace.chain() for n, m in lv.methods.items() if m.kind == kind
+                }
+                self.error(f"unknown {kind} method '{name}'", span, suggest(name, candidates))
+            elif method.kind != kind:
+                self.error(f"'{name}' is a {method.kind} method, not a {kind} method", span)
+
+    def check_fallback(self, action: Action, namespace: Namespace, names: set[str]) -> None:
+        fallback = action.fallback
+        span = dict(action.field_spans).get("fallback", action.span)
+        if isinstance(fallback, ModuleCall):
+            self.check_module_call(fallback, namespace, names)
+        elif isinstance(fallback, str):
+            if namespace.find_action(fallback) is None:
+                hint = suggest(fallback, namespace.visible("actions"))
+                self.error(f"undefined fallback action '{fallback}'", span, hint)
+            elif fallback == action.name:
+                self.error(f"action '{action.name}' cannot be its own fallback", span)
+
+    # ------------------------------------------------------------------ methods (§8)
+
+    def check_method(self, method: Method, namespace: Namespace) -> None:
+        names = self.names_of(namespace)
+        signature = self.check_func(method.func, builtin_ok=False)
+        keywords: list[tuple[str, Span]] = []
+        for item in method.inputs:
+            if item.expr is not None:
+                self.check_expr(item.expr, names)
+            elif item.name not in METHOD_INPUTS:
+                self.check_name(item.name, item.span, names)
+            keyword = "actor_info" if item.name == "@actor" else item.name.lstrip("@")
+            keywords.append((keyword, item.span))
+        if signature is not None:
+            self.check_arguments(signature, method.func, keywords, complete=True, span=method.span)
+        for output in method.outputs:
+            if output not in names:
+                self.error(f"undeclared variable '{output}'", method.span, suggest(output, names))
+
+    # ------------------------------------------------------------------ helpers for flows
+
+    def is_unbound_actor_variable(self, name: str, namespace: Namespace) -> bool:
+        """§9.5: an actor variable declared as ``""`` (or null) is bound only by a loop."""
+        if not name.startswith("@") or name in self.actors:
+            return False
+        decl = namespace.declaration(name)
+        if decl is None:
+            return False
+        value = decl.value
+        return isinstance(value, NullValue) or (
+            isinstance(value, StringValue) and value.value == ""
+        )
+
+
+def code_calls(python: str) -> list[tuple[str, str]]:
+    """The ``ctx.code("alias").fn`` references of a rewritten expression (ARCHITECTURE.md)."""
+    try:
+        tree = ast.parse(python, mode="eval")
+    except SyntaxError:
+        return []
+    found: list[tuple[str, str]] = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Call)
+            and isinstance(node.value.func, ast.Attribute)
+            and node.value.func.attr == "code"
+            and node.value.args
+            and isinstance(node.value.args[0], ast.Constant)
+            and isinstance(node.value.args[0].value, str)
+        ):
+            found.append((node.value.args[0].value, node.attr))
+    return found

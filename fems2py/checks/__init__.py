@@ -1,0 +1,1 @@
+"""Parts of the semantic checker (fems2py.checker): code files, graph algorithms, flows."""

@@ -1,0 +1,661 @@
+"""Flow checks (§12): structure, reachability, merge nodes, joins, shared state in branches.
+
+A flow is its top graph plus one graph per ``for``/``par`` body (nested bodies included); node
+names are unique across all of them (§12.7: body nodes belong to their body). Each graph is
+analysed on its own; a body's head node is its entry and its iteration-end nodes lead to the
+virtual exit.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from fems2py.checks.graphs import EXIT, dominators, immediate_post_dominators, reachable
+from fems2py.diagnostics import suggest
+from fems2py.nodes import (
+    Action,
+    Edge,
+    Expr,
+    FlowNode,
+    Graph,
+    Join,
+    Loop,
+    Module,
+    ModuleCall,
+    PathRef,
+    Span,
+    Text,
+)
+
+if TYPE_CHECKING:
+    from fems2py.checker import Checker, Namespace
+
+TERMINALS = frozenset({"END", "OUT", "BREAK"})
+MAIN_ONLY = frozenset({"START", "END"})
+MODULE_ONLY = frozenset({"IN", "OUT", "BREAK"})
+RESERVED_NODES = MAIN_ONLY | MODULE_ONLY
+_COMPLEMENTS = {
+    frozenset({ast.Eq, ast.NotEq}),
+    frozenset({ast.In, ast.NotIn}),
+    frozenset({ast.Is, ast.IsNot}),
+    frozenset({ast.Lt, ast.GtE}),
+    frozenset({ast.Gt, ast.LtE}),
+}
+
+
+@dataclass
+class Part:
+    """One graph of a flow: the top graph or a loop body, with what encloses it."""
+
+    graph: Graph
+    parent: Part | None = None
+    loop: Loop | None = None
+    loop_node: FlowNode | None = None
+    loops: tuple[Loop, ...] = ()
+    names: list[str] = field(default_factory=list)
+    nodes: dict[str, FlowNode] = field(default_factory=dict)
+    successors: dict[str, list[str]] = field(default_factory=dict)
+    out_edges: dict[str, list[Edge]] = field(default_factory=dict)
+    bodies: dict[str, Part] = field(default_factory=dict)
+    reach: set[str] | None = None
+
+    @property
+    def loop_vars(self) -> frozenset[str]:
+        return frozenset(loop.var for loop in self.loops)
+
+    @property
+    def entry(self) -> str | None:
+        return self.loop.head if self.loop is not None else None
+
+
+@dataclass(frozen=True)
+class Use:
+    """Where an action or module is used: the flow's namespace and the loop variables there
+    (``via_action`` is set for an action's ``fallback:``, which sees what that action sees)."""
+
+    namespace: Namespace
+    loop_vars: frozenset[str]
+    via_action: int | None = None
+
+
+@dataclass(frozen=True)
+class Effects:
+    """Variables a node may assign with ``=`` as a whole, and variables it may read (§12.5a)."""
+
+    writes: frozenset[str] = frozenset()
+    reads: frozenset[str] = frozenset()
+
+    def __or__(self, other: Effects) -> Effects:
+        return Effects(self.writes | other.writes, self.reads | other.reads)
+
+
+def split_parts(
+    graph: Graph, parent: Part | None = None, loop_node: FlowNode | None = None
+) -> list[Part]:
+    """The top graph (or a body) and, after it, every loop body inside, depth first."""
+    loop = loop_node.binding if loop_node is not None else None
+    assert loop is None or isinstance(loop, Loop)
+    loops = (parent.loops if parent else ()) + ((loop,) if loop is not None else ())
+    part = Part(graph, parent, loop, loop_node, loops)
+    for node in graph.nodes:
+        part.nodes.setdefault(node.name, node)
+    order = [node.name for node in graph.nodes]
+    for edge in graph.edges:
+        order += [edge.source, edge.target]
+        part.successors.setdefault(edge.source, []).append(edge.target)
+        part.out_edges.setdefault(edge.source, []).append(edge)
+    if loop is not None:
+        order.insert(0, loop.head)
+    part.names = list(dict.fromkeys(order))
+    parts = [part]
+    for node in graph.nodes:
+        if isinstance(node.binding, Loop) and node.name not in part.bodies:
+            inner = split_parts(node.binding.body, part, node)
+            part.bodies[node.name] = inner[0]
+            parts += inner
+    return parts
+
+
+def describe(name: str, node: FlowNode | None) -> str:
+    """How a node is named in a message: ``[A]`` or, for an anonymous node, what it runs."""
+    if node is None or not node.anonymous:
+        return f"[{name}]"
+    binding = node.binding
+    if isinstance(binding, str):
+        return f"'{binding}'"
+    if isinstance(binding, ModuleCall):
+        return f"'&{binding.module}'"
+    if isinstance(binding, Loop):
+        return f"'{binding.kind} {binding.var}'"
+    if isinstance(binding, Join):
+        return "join(" + ("all" if binding.count is None else str(binding.count)) + ")"
+    return f"[{name}]"
+
+
+class FlowChecker:
+    """Checks the main flow and every module flow of one script for a :class:`Checker`."""
+
+    def __init__(self, checker: Checker) -> None:
+        self.checker = checker
+        self.flows: list[tuple[str, Graph | None, Namespace]] = [
+            ("main", checker.script.flow, checker.root)
+        ]
+        self.module_flows(checker.script.modules)
+        self.effects_cache: dict[int, Effects] = {}
+        self.module_in_progress: set[int] = set()
+
+    def module_flows(self, modules: Iterable[Module]) -> None:
+        for module in modules:
+            namespace = self.checker.namespace_of(module)
+            self.flows.append((namespace.key, module.flow, namespace))
+            self.module_flows(module.modules)
+
+    # ------------------------------------------------------------------ uses (for §11.3)
+
+    def collect_uses(self) -> None:
+        """Record where each action and module is used, for the names they see there."""
+        checker = self.checker
+        for _key, graph, namespace in self.flows:
+            if graph is None:
+                continue
+            for part in split_parts(graph):
+                use = Use(namespace, part.loop_vars)
+                for node in part.graph.nodes:
+                    self.record_use(node.binding, namespace, use)
+        for namespace in [checker.root, *checker.namespaces.values()]:
+            for action in namespace.actions.values():
+                via = Use(namespace, frozenset(), id(action))
+                self.record_use(action.fallback, namespace, via)
+
+    def record_use(self, binding: object, namespace: Namespace, use: Use) -> None:
+        checker = self.checker
+        if isinstance(binding, str):
+            action = namespace.find_action(binding)
+            if action is not None:
+                checker.action_uses.setdefault(id(action), []).append(use)
+        elif isinstance(binding, ModuleCall):
+            module = namespace.find_module(binding.module)
+            if module is not None:
+                checker.module_uses.setdefault(id(module), []).append(use)
+
+    # ------------------------------------------------------------------ checks
+
+    def check_all(self) -> None:
+        checker = self.checker
+        if checker.script.flow is None:
+            checker.error(
+                "the script has no mainflow:",
+                _file_start(checker.script.path),
+                "add a mainflow: block with [START] -> … -> [END]",
+            )
+        for key, graph, namespace in self.flows:
+            module = namespace.module
+            if graph is None:
+                if module is not None:
+                    checker.error(
+                        f"module '{module.name}' has no flow:",
+                        module.span,
+                        "add flow: with [IN] -> … -> [OUT]",
+                    )
+                continue
+            self.check_flow(key, graph, namespace)
+
+    def check_flow(self, key: str, graph: Graph, namespace: Namespace) -> None:
+        checker = self.checker
+        parts = split_parts(graph)
+        in_module = namespace.module is not None
+        self.check_ownership(parts)
+        for part in parts:
+            names = checker.names_of(namespace) | part.loop_vars
+            self.check_reserved(part, in_module)
+            for node in part.graph.nodes:
+                self.check_binding(node, part, namespace, names)
+            for edge in part.graph.edges:
+                checker.check_expr(edge.condition, names, string_hint=True)
+        top = parts[0]
+        entry = "IN" if in_module else "START"
+        if entry not in top.names:
+            where = f"module '{namespace.module.name}'" if namespace.module else "the main flow"
+            checker.error(
+                f"{where} has no [{entry}]",
+                graph.span,
+                f"start the flow with [{entry}] -> …",
+            )
+        else:
+            self.mark_reachable(top, entry)
+            self.report_unreachable(parts, in_module)
+        for part in parts:
+            self.report_dead_ends(part)
+            self.compute_merges(key, part)
+        for part in parts:
+            self.check_joins(key, part)
+        for part in parts:
+            self.check_shared_state(key, part, namespace)
+
+    def check_ownership(self, parts: list[Part]) -> None:
+        """§12.7: no edge may connect a body's nodes to nodes outside that body."""
+        owner: dict[str, Part] = {}
+        for part in parts:
+            for name in part.names:
+                if part.loop is not None and name == part.loop.head:
+                    continue
+                first = owner.setdefault(name, part)
+                if first is part:
+                    continue
+                body, outside = (part, first) if part.loop is not None else (first, part)
+                assert body.loop is not None
+                node = outside.nodes.get(name) or body.nodes.get(name)
+                span = node.span if node is not None else outside.graph.span
+                self.checker.error(
+                    f"node [{name}] belongs to the body of "
+                    f"'{body.loop.kind} {body.loop.var}' and cannot be used outside it",
+                    span,
+                    "a loop body's nodes are connected only to each other (§12.7)",
+                )
+
+    def check_reserved(self, part: Part, in_module: bool) -> None:
+        for name in part.names:
+            if name not in RESERVED_NODES:
+                continue
+            node = part.nodes.get(name)
+            if node is not None and node.anonymous:
+                continue
+            span = node.span if node is not None else part.graph.span
+            if part.loop is not None:
+                self.checker.error(
+                    f"[{name}] may not be used inside a {part.loop.kind} body",
+                    span,
+                    "end an iteration with a line ending in '->'; leave through the exit line",
+                )
+            elif in_module and name in MAIN_ONLY:
+                self.checker.error(
+                    f"[{name}] may not appear in a module",
+                    span,
+                    "a module starts at [IN] and leaves through [OUT] or [BREAK]",
+                )
+            elif not in_module and name in MODULE_ONLY:
+                self.checker.error(f"[{name}] is only allowed in a module flow", span)
+
+    def check_binding(
+        self, node: FlowNode, part: Part, namespace: Namespace, names: set[str]
+    ) -> None:
+        checker = self.checker
+        binding = node.binding
+        if isinstance(binding, str):
+            action = namespace.find_action(binding)
+            if action is None:
+                hint = suggest(binding, namespace.visible("actions"))
+                if hint is None and namespace.find_module(binding) is not None:
+                    hint = f"'{binding}' is a module: call it as &{binding}"
+                checker.error(f"undefined action '{binding}'", node.span, hint)
+            else:
+                self.check_loop_executor(node, action, part, namespace)
+        elif isinstance(binding, ModuleCall):
+            checker.check_module_call(binding, namespace, names)
+        elif isinstance(binding, Loop):
+            checker.check_expr(binding.iterable, names, string_hint=True)
+        elif isinstance(binding, Join) and binding.count is not None and binding.count < 1:
+            checker.error("join(n) needs n ≥ 1", node.span)
+
+    def check_loop_executor(
+        self, node: FlowNode, action: Action, part: Part, namespace: Namespace
+    ) -> None:
+        """§9.5: inside a loop binding @v, an action may not run as another unbound variable."""
+        executor = action.executor
+        if action.kind not in ("ai", "human", "mind") or executor is None:
+            return
+        actor_loops = [loop for loop in part.loops if loop.var.startswith("@")]
+        if not actor_loops or executor in part.loop_vars:
+            return
+        if not self.checker.is_unbound_actor_variable(executor, namespace):
+            return
+        loop = actor_loops[-1]
+        self.checker.error(
+            f"{loop.kind} binds {loop.var} but action '{action.name}' runs as {executor}",
+            node.span,
+            f"loop with '{loop.kind} {executor} in …' or make '{action.name}' run as {loop.var}",
+        )
+
+    # ------------------------------------------------------------------ reachability (§12.11)
+
+    def mark_reachable(self, part: Part, entry: str) -> None:
+        part.reach = reachable([entry], part.successors)
+        for name in part.reach:
+            body = part.bodies.get(name)
+            if body is not None and body.loop is not None:
+                self.mark_reachable(body, body.loop.head)
+
+    def report_unreachable(self, parts: list[Part], in_module: bool) -> None:
+        checker = self.checker
+        for part in parts:
+            if part.reach is None:
+                continue
+            covered = set(part.reach)
+            for name in part.names:
+                if name in covered or name in ("START", "IN"):
+                    continue
+                covered |= reachable([name], part.successors)
+                node = part.nodes.get(name)
+                span = node.span if node is not None else part.graph.span
+                if name == "END" and not in_module:
+                    checker.warning("[END] is never reached from [START]", span)
+                else:
+                    origin = "[IN]" if in_module else "[START]"
+                    if part.loop is not None:
+                        origin = f"the start of the '{part.loop.kind} {part.loop.var}' body"
+                    checker.warning(f"{describe(name, node)} is never reached from {origin}", span)
+        top = parts[0]
+        if not in_module and "END" not in top.names:
+            checker.warning(
+                "the main flow has no [END]",
+                top.graph.span,
+                "a branch that should finish the run goes to [END]",
+            )
+
+    def report_dead_ends(self, part: Part) -> None:
+        """§12.3: a node with no out-edges ends its branch; warn unless it is an end marker."""
+        ends = set(part.loop.ends) if part.loop is not None else set()
+        for name in part.names:
+            if part.successors.get(name) or name in TERMINALS or name in ends:
+                continue
+            if part.reach is not None and name not in part.reach:
+                continue
+            if part.loop is not None and name == part.loop.head:
+                continue
+            node = part.nodes.get(name)
+            span = node.span if node is not None else part.graph.span
+            if part.loop is not None:
+                hint = "end the line with '->' to mark the end of an iteration"
+            else:
+                hint = "lead it to [END] (or [OUT]/[BREAK] in a module) to end the branch"
+            self.checker.warning(
+                f"{describe(name, node)} has no out-edges: its branch ends there", span, hint
+            )
+
+    # ------------------------------------------------------------------ merge nodes (§12.5)
+
+    def compute_merges(self, key: str, part: Part) -> None:
+        successors = {name: list(part.successors.get(name, ())) for name in part.names}
+        if part.loop is not None:
+            for end in part.loop.ends:
+                successors.setdefault(end, []).append(EXIT)
+        terminals = TERMINALS & set(part.names) if part.loop is None else set()
+        post = immediate_post_dominators(part.names, successors, terminals)
+        for name in part.names:
+            if len(part.out_edges.get(name, ())) >= 2:
+                self.checker.merge_nodes[(key, name)] = post.get(name)
+
+    def check_joins(self, key: str, part: Part) -> None:
+        """§12.6: a join merges its fork; every input must be reachable by some branch."""
+        checker = self.checker
+        predecessors: dict[str, list[str]] = {}
+        for source, targets in part.successors.items():
+            for target in targets:
+                predecessors.setdefault(target, []).append(source)
+        idom: dict[str, str] | None = None
+        for name in part.names:
+            node = part.nodes.get(name)
+            if node is None or not isinstance(node.binding, Join):
+                continue
+            inputs = list(dict.fromkeys(predecessors.get(name, ())))
+            if not inputs:
+                checker.error("join has no inputs", node.span, "list the nodes it waits for")
+                continue
+            count = node.binding.count
+            if count is not None and count > len(inputs):
+                checker.error(
+                    f"join({count}) waits for {count} branches but only {len(inputs)} lead to it",
+                    node.span,
+                )
+            if part.reach is not None:
+                for source in inputs:
+                    if source not in part.reach:
+                        checker.error(
+                            f"join input {describe(source, part.nodes.get(source))} "
+                            "is not reached by any branch",
+                            node.span,
+                        )
+            root = self.entry_of(part)
+            if root is None:
+                continue
+            if idom is None:
+                idom = dominators(root, part.successors)
+            fork = self.enclosing_fork(name, idom, part)
+            if fork is not None:
+                checker.merge_nodes[(key, fork)] = name
+
+    def entry_of(self, part: Part) -> str | None:
+        if part.loop is not None:
+            return part.loop.head
+        for entry in ("START", "IN"):
+            if entry in part.names:
+                return entry
+        return None
+
+    @staticmethod
+    def enclosing_fork(name: str, idom: dict[str, str], part: Part) -> str | None:
+        current = idom.get(name)
+        while current is not None:
+            if len(part.out_edges.get(current, ())) >= 2:
+                return current
+            parent = idom.get(current)
+            current = None if parent == current else parent
+        return None
+
+    # ------------------------------------------------------------------ shared state (§12.5a)
+
+    def check_shared_state(self, key: str, part: Part, namespace: Namespace) -> None:
+        for name in part.names:
+            edges = part.out_edges.get(name, ())
+            if len(edges) < 2:
+                continue
+            merge = self.checker.merge_nodes.get((key, name))
+            branch_writes = [
+                self.branch_effects(part, edge.target, stop={name, merge}, namespace=namespace)
+                for edge in edges
+            ]
+            clashing: set[str] = set()
+            for i in range(len(edges)):
+                for j in range(i + 1, len(edges)):
+                    if _exclusive(edges[i].condition, edges[j].condition):
+                        continue
+                    clashing |= branch_writes[i] & branch_writes[j]
+            clashing -= part.loop_vars
+            if not clashing:
+                continue
+            read_after = self.reads_after(part, merge, namespace)
+            shared = sorted(clashing & read_after)
+            if not shared:
+                continue
+            node = part.nodes.get(name)
+            where = describe(merge, part.nodes.get(merge)) if merge else "the end of the iteration"
+            self.checker.warning(
+                f"branches of {describe(name, node)} may each assign "
+                f"{_quoted(shared)} with '=', and {_it(shared)} read after they merge at {where}",
+                node.span if node is not None else part.graph.span,
+                "each branch keeps its own value and the last to finish wins (§12.5a); "
+                "use '+=', a dict entry, or assign in one branch only",
+            )
+        if part.loop is not None and part.loop.kind == "par" and part.loop_node is not None:
+            writes: set[str] = set()
+            for body_name in part.names:
+                writes |= self.node_effects(part, body_name, namespace).writes
+            writes -= part.loop_vars
+            shared = sorted(writes & self.continuation_reads(part, namespace))
+            if shared:
+                self.checker.warning(
+                    f"every branch of 'par {part.loop.var}' may assign {_quoted(shared)} "
+                    f"with '=', and {_it(shared)} read after the par",
+                    part.loop_node.span,
+                    "each branch keeps its own value and the last to finish wins (§12.5a); "
+                    f"use a dict entry such as 'name.{part.loop.var}' or '+='",
+                )
+
+    def branch_effects(
+        self, part: Part, start: str, stop: set[str | None], namespace: Namespace
+    ) -> set[str]:
+        writes: set[str] = set()
+        seen: set[str] = set()
+        stack = [start]
+        while stack:
+            name = stack.pop()
+            if name in seen or name in stop:
+                continue
+            seen.add(name)
+            writes |= self.node_effects(part, name, namespace).writes
+            stack.extend(part.successors.get(name, ()))
+        return writes
+
+    def reads_after(self, part: Part, merge: str | None, namespace: Namespace) -> set[str]:
+        if merge is None:
+            if part.loop is None:
+                return set()
+            starts = list(part.names)
+        else:
+            starts = [merge]
+        reads: set[str] = set()
+        for name in reachable(starts, part.successors):
+            reads |= self.node_effects(part, name, namespace).reads
+        if part.loop is not None:
+            reads |= self.continuation_reads(part, namespace)
+        return reads
+
+    def continuation_reads(self, part: Part, namespace: Namespace) -> set[str]:
+        """What may be read after a loop body's loop has finished, up to the flow's end."""
+        reads: set[str] = set()
+        current = part
+        while current.parent is not None and current.loop_node is not None:
+            parent = current.parent
+            starts = parent.successors.get(current.loop_node.name, [])
+            for name in reachable(starts, parent.successors):
+                reads |= self.node_effects(parent, name, namespace).reads
+            current = parent
+        return reads
+
+    def node_effects(self, part: Part, name: str, namespace: Namespace) -> Effects:
+        effects = Effects()
+        for edge in part.out_edges.get(name, ()):
+            if edge.condition is not None:
+                effects |= Effects(reads=_read_names(edge.condition.reads))
+        node = part.nodes.get(name)
+        if node is None:
+            return effects
+        return effects | self.binding_effects(node.binding, namespace)
+
+    def binding_effects(self, binding: object, namespace: Namespace) -> Effects:
+        if isinstance(binding, str):
+            action = namespace.find_action(binding)
+            return self.action_effects(action) if action is not None else Effects()
+        if isinstance(binding, ModuleCall):
+            reads = {name for arg in binding.args for name in _read_names(arg.reads)}
+            module = namespace.find_module(binding.module)
+            inner = self.module_effects(module) if module is not None else Effects()
+            return inner | Effects(reads=frozenset(reads))
+        if isinstance(binding, Loop):
+            effects = Effects(reads=_read_names(binding.iterable.reads))
+            for body in split_parts(binding.body):
+                for name in body.names:
+                    effects |= self.node_effects(body, name, namespace)
+            return Effects(effects.writes - {binding.var}, effects.reads - {binding.var})
+        return Effects()
+
+    def module_effects(self, module: Module) -> Effects:
+        if id(module) in self.effects_cache:
+            return self.effects_cache[id(module)]
+        if id(module) in self.module_in_progress or module.flow is None:
+            return Effects()
+        self.module_in_progress.add(id(module))
+        namespace = self.checker.namespace_of(module)
+        effects = Effects()
+        for part in split_parts(module.flow):
+            for name in part.names:
+                effects |= self.node_effects(part, name, namespace)
+        local = set(namespace.variables)
+        result = Effects(effects.writes - local, effects.reads - local)
+        self.module_in_progress.discard(id(module))
+        self.effects_cache[id(module)] = result
+        return result
+
+    def action_effects(self, action: Action) -> Effects:
+        writes: set[str] = set()
+        reads: set[str] = set()
+        for out in action.outs or ():
+            if out.target.key is None:
+                writes.add(out.target.name)
+        for assignment in action.assignments:
+            if assignment.op == "=" and assignment.target.key is None:
+                writes.add(assignment.target.name)
+            reads |= _read_names(assignment.value.reads)
+        for text in (action.prompt, action.showprompt):
+            reads |= _text_reads(text)
+        for item in action.inputs or ():
+            reads |= _read_names(item.expr.reads) if item.expr is not None else {item.name}
+        if action.scope is not None:
+            reads |= {item.name for item in action.scope.items if item.kind != "all"}
+        if action.executor is not None:
+            reads.add(action.executor)
+        if action.resolve is not None and action.resolve.args:
+            reads |= set(action.resolve.args)
+        if action.interrupt is not None and action.interrupt.condition is not None:
+            reads |= _read_names(action.interrupt.condition.reads)
+        return Effects(frozenset(writes), frozenset(reads))
+
+
+def _read_names(reads: Iterable[PathRef]) -> frozenset[str]:
+    names: set[str] = set()
+    for ref in reads:
+        names.add(ref.name)
+        if ref.attr is not None:
+            names.add(ref.attr)
+    return frozenset(names)
+
+
+def _text_reads(text: Text | None) -> frozenset[str]:
+    if text is None:
+        return frozenset()
+    return _read_names(placeholder.ref for placeholder in text.placeholders)
+
+
+def _exclusive(first: Expr | None, second: Expr | None) -> bool:
+    """Whether two edge conditions can never both hold (a cheap, conservative test)."""
+    if first is None or second is None:
+        return False
+    try:
+        a = ast.parse(first.python, mode="eval").body
+        b = ast.parse(second.python, mode="eval").body
+    except SyntaxError:
+        return False
+    for x, y in ((a, b), (b, a)):
+        negation = isinstance(x, ast.UnaryOp) and isinstance(x.op, ast.Not)
+        if negation and ast.dump(x.operand) == ast.dump(y):  # type: ignore[attr-defined]
+            return True
+    if not (isinstance(a, ast.Compare) and isinstance(b, ast.Compare)):
+        return False
+    if len(a.ops) != 1 or len(b.ops) != 1 or ast.dump(a.left) != ast.dump(b.left):
+        return False
+    same_right = ast.dump(a.comparators[0]) == ast.dump(b.comparators[0])
+    if same_right and frozenset({type(a.ops[0]), type(b.ops[0])}) in _COMPLEMENTS:
+        return True
+    right_a, right_b = a.comparators[0], b.comparators[0]
+    return (
+        isinstance(a.ops[0], ast.Eq)
+        and isinstance(b.ops[0], ast.Eq)
+        and isinstance(right_a, ast.Constant)
+        and isinstance(right_b, ast.Constant)
+        and right_a.value != right_b.value
+    )
+
+
+def _quoted(names: list[str]) -> str:
+    return ", ".join(f"'{name}'" for name in names)
+
+
+def _it(names: list[str]) -> str:
+    return "it is" if len(names) == 1 else "they are"
+
+
+def _file_start(path: str) -> Span:
+    return Span(path, 1, 1, 1, 1)
