@@ -221,7 +221,8 @@ class Context:
         parts = []
         for text, reads in conditions:
             values = ", ".join(f"{path} = {self._show(path)}" for path in reads)
-            parts.append(f"  if ({text})" + (f"  where {values}" if values else ""))
+            shown = text if text.startswith("(") and text.endswith(")") else f"({text})"
+            parts.append(f"  if {shown}" + (f"  where {values}" if values else ""))
         message = f"flow stuck after [{node}]: no out-edge condition holds\n" + "\n".join(parts)
         self.services.trace.write("error", node=node, line=self.line, message=message)
         return self.error(message)

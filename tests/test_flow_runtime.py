@@ -1,0 +1,235 @@
+"""The flow runtime end to end: scripts built from .fems sources and run on fems_runtime."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fems_helpers import run_script, steps_of
+
+from fems_runtime import RunError
+
+FORK_MERGE = """
+vars:
+    a = 0
+    b = 0
+    merged = 0
+action set_a @assign:
+    out: a = 1
+action set_b @assign:
+    out: b = 2
+action merge @assign:
+    out: merged += 1
+mainflow:
+    [START] -> [F]
+    [F] -> set_a -> [M]
+    [F] -> set_b -> [M]
+    [M]: merge -> [END]
+"""
+
+
+def test_fork_merges_once_and_keeps_both_branches_writes(tmp_path: Path) -> None:
+    result, events = run_script(tmp_path, FORK_MERGE)
+    assert result.variables["a"] == 1
+    assert result.variables["b"] == 2
+    assert result.variables["merged"] == 1
+    assert steps_of(events, "M") == 1
+    fork = next(e for e in events if e["event"] == "fork")
+    assert fork["node"] == "F" and fork["merge"] == "M"
+
+
+JOIN_ONE = """
+vars:
+    winner = ""
+    slow_done = false
+code:
+    lab = file:"lab.py"
+action fast @assign:
+    out: winner = "fast"
+action slow @func(lab.slow):
+    out: slow_done
+action after @assign:
+    out: winner += "!"
+mainflow:
+    [START] -> [F]
+    [F] -> [A]:fast
+    [F] -> [B]:slow
+    join(1):
+        [A] ->
+        [B] ->
+    to [N]
+    [N]: after -> [END]
+"""
+
+LAB = """
+import time
+
+
+def slow():
+    time.sleep(0.3)
+    return True
+"""
+
+
+def test_join_one_continues_after_first_branch_and_cancels_the_slow_one(tmp_path: Path) -> None:
+    result, events = run_script(tmp_path, JOIN_ONE, {"lab.py": LAB})
+    assert result.variables["winner"] == "fast!"
+    assert result.variables["slow_done"] is False
+    join = next(e for e in events if e["event"] == "join")
+    assert join["cancelled"] == ["B"]
+    assert steps_of(events, "N") == 1
+
+
+PAR_VOTE = """
+vars:
+    voters = [@a, @b, @c, @d, @e]
+    votes = {}
+    count = 0
+    @VOTE = ""
+code:
+    lab = file:"lab.py"
+actors:
+    ai @a
+    ai @b
+    ai @c
+    ai @d
+    ai @e
+action vote @func(lab.choose):
+    in: voter = @voter
+    out: @VOTE
+action record @assign:
+    out: votes.@voter = @VOTE
+         count += 1
+mainflow:
+    [START] -> [P]
+    [P] -> par @voter in voters:
+        -> vote -> record ->
+    -> [END]
+"""
+
+VOTER_LAB = """
+import time
+
+ORDER = ["@a", "@b", "@c", "@d", "@e"]
+
+
+def choose(voter):
+    index = ORDER.index(voter)
+    time.sleep(0.01 * (5 - index))  # finish in reverse order: branches interleave
+    return ORDER[(index + 1) % 5]
+"""
+
+
+def test_par_voters_each_record_their_own_vote(tmp_path: Path) -> None:
+    result, _ = run_script(tmp_path, PAR_VOTE, {"lab.py": VOTER_LAB})
+    votes = result.variables["votes"]
+    assert votes == {"@a": "@b", "@b": "@c", "@c": "@d", "@d": "@e", "@e": "@a"}
+    assert result.variables["count"] == 5
+
+
+MODULES = """
+vars:
+    day = 0
+    log = []
+    reached = false
+module Day(n):
+    vars:
+        seen = 0
+    action tick @assign:
+        out: day += n
+             seen += 1
+             log += seen
+    flow:
+        [IN] -> tick -> [OUT]
+module Stopper:
+    flow:
+        [IN] -> [BREAK]
+action after @assign:
+    out: reached = true
+mainflow:
+    [START] -> &Day(1) -> &Day(2) -> &Stopper -> after -> [END]
+"""
+
+
+def test_module_updates_globals_gets_fresh_locals_and_break_stops_the_caller(
+    tmp_path: Path,
+) -> None:
+    result, events = run_script(tmp_path, MODULES)
+    assert result.variables["day"] == 3
+    assert result.variables["log"] == [1, 1]
+    assert result.variables["reached"] is False
+    assert "seen" not in result.variables
+
+
+LOOPS = """
+vars:
+    total = 0
+    names = []
+    exit1 = false
+    exit2 = false
+actors:
+    ai @a
+    ai @b
+action add_i @assign:
+    out: total += i
+action add_name @assign:
+    out: names += @x
+action e1 @assign:
+    out: exit1 = true
+action e2 @assign:
+    out: exit2 = names
+mainflow:
+    [START] -> [L1]
+    [L1] -> for i in range(3):
+        -> add_i ->
+    -> [L2]
+    [L2] -> for @x in [@a, @b]:
+        -> add_name ->
+    -> e1 -> e2 -> [END]
+"""
+
+
+def test_for_loops_over_range_and_inline_actors_then_run_the_whole_exit_chain(
+    tmp_path: Path,
+) -> None:
+    result, _ = run_script(tmp_path, LOOPS)
+    assert result.variables["total"] == 3
+    assert result.variables["names"] == ["@a", "@b"]
+    assert result.variables["exit1"] is True
+    assert result.variables["exit2"] == ["@a", "@b"]
+
+
+STUCK = """
+vars:
+    x = 1
+mainflow:
+    [START] -> [A]
+    [A] -> if (x > 5) -> [END]
+    [A] -> if (x < 0) -> [END]
+"""
+
+
+def test_stuck_flow_names_the_line_each_condition_and_its_values(tmp_path: Path) -> None:
+    with pytest.raises(RunError) as caught:
+        run_script(tmp_path, STUCK)
+    message = str(caught.value)
+    assert message.startswith("t.fems:4: error: flow stuck after [A]")
+    assert "if (x > 5)  where x = 1" in message
+    assert "if (x < 0)  where x = 1" in message
+
+
+CHINESE = """
+vars：
+    计数 = 0
+    名单 = 【】
+action 加一 @assign：
+    out： 计数 += 1
+mainflow：
+    【START】 -> 加一 -> 【A】
+    【A】 -- if （计数 == 1） -> 【END】
+"""
+
+
+def test_chinese_punctuation_script_runs(tmp_path: Path) -> None:
+    result, _ = run_script(tmp_path, CHINESE)
+    assert result.variables["计数"] == 1
