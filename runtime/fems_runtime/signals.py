@@ -28,6 +28,7 @@ _PREFIX = re.compile(r"(?:SET[\s_]*VARIABLE|设定变量|设置变量)\s*[:：]"
 _OPENERS = ("<<", "《《", "《", "〈")
 _CLOSERS = (">>", "》》", "》", "〉")
 _QUOTES = {'"': '"', "'": "'", "“": "”"}
+_VALUE_STARTS = "=([{,:，："
 _TARGET = re.compile(
     r"(?P<a>@?\w+)(?:\.(?P<b>@?\w+))?(?:\s*\[\s*(?P<k>[^\[\]]+?)\s*\])?", re.UNICODE
 )
@@ -138,9 +139,14 @@ def extract_signals(reply: str) -> list[RawSignal]:
 
 
 def _find_close(text: str, start: int) -> tuple[int, int] | None:
-    """The first closing bracket after ``start`` outside quotes: (body end, signal end)."""
+    """The first closing bracket after ``start`` outside quoted values: (body end, signal end).
+
+    A quote only opens a string where a value can start (after ``= ( [ { , :`` or at the start),
+    so apostrophes in bare text (``it's``) are just characters.
+    """
     i = start
     quote: str | None = None
+    previous = "="
     while i < len(text):
         ch = text[i]
         if quote is not None:
@@ -149,14 +155,16 @@ def _find_close(text: str, start: int) -> tuple[int, int] | None:
                 continue
             if ch == quote:
                 quote = None
-        elif ch in _QUOTES:
+        elif ch in _QUOTES and previous in _VALUE_STARTS:
             quote = _QUOTES[ch]
-        elif ch == "\n" and text.startswith(("SET", "设定变量", "设置变量"), i + 1):
+        elif ch == "\n" and _PREFIX.match(text, i + 1):
             return None
         else:
             closer = next((c for c in _CLOSERS if text.startswith(c, i)), None)
             if closer is not None:
                 return i, i + len(closer)
+        if not ch.isspace():
+            previous = ch
         i += 1
     if quote is not None:
         return _find_close_unquoted(text, start)
