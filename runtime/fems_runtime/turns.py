@@ -1,26 +1,65 @@
 """One AI / human / mind turn end to end, so generated code only describes the turn (§9, §10, §13).
 
-Interface for generated code and `flow.py` (the codegen helper's `Context` calls these):
+Interface for generated code, ``flow.py`` and ``app.py``::
 
     spec = TurnSpec(action="wolf_kill", line=40, kind="ai", executor="@wolf", prompt="…",
                     scope=(ScopeItem("actor", "@god"), ScopeItem("var", "wolves")),
                     outs=(OutSpec("kill", type="actor"),))
-    result: TurnResult = await run_turn(services, frame, spec)      # dispatches on spec.kind
-    result = await run_ai_turn(services, frame, spec)               # kind "ai"
-    result = await run_human_turn(services, frame, spec)            # kind "human"
-    result = await run_mind_turn(services, frame, spec)             # ai or human by executor type
 
-`services` is one `TurnServices` per run (models, store, session, trace, human I/O, meta blocks,
-code loader, memory/context methods); `frame` is the `variables.Frame` the action runs in.
+    services = TurnServices.open(program, variables, trace, model=…, replies=…, db=…,
+                                 session=…, human=…, seed=…)   # once per run (app.py)
+    services.session                                    # the session id
+    result: TurnResult = await services.run(ctx, spec)  # = run_turn(services, ctx, spec)
+    services.finish("completed" | "failed")             # session status, close the store
+
+    await run_turn(services, ctx, spec)        # dispatches on spec.kind
+    await run_ai_turn(services, ctx, spec)     # kind "ai"
+    await run_human_turn(services, ctx, spec)  # kind "human"
+    await run_mind_turn(services, ctx, spec)   # ai or human by the executor's type
+
+``ctx`` is the :class:`fems_runtime.flow.Context` the action runs in: the turn reads and writes
+``ctx.frame``, uses ``ctx.methods`` (memory/context methods, §8) and ``ctx.node`` for the trace.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import asyncio
+import inspect
+import sys
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
-from fems_runtime.signals import OutSpec
+from fems_runtime.context import (
+    build_messages,
+    builtin_context,
+    call_method,
+    method_kwargs,
+    method_outputs,
+    method_text,
+    retry_messages,
+)
+from fems_runtime.human import AnswersFileHuman, HumanProvider, HumanRequest, TerminalHuman
+from fems_runtime.llm import CallResult, ModelChoice, ModelClient
+from fems_runtime.offline import OfflineOut, OfflineTurn
+from fems_runtime.prompts import render
+from fems_runtime.records import RunError, TraceWriter
+from fems_runtime.signals import (
+    OutSpec,
+    SignalOutcome,
+    apply_signals,
+    apply_values,
+    run_resolve,
+)
+from fems_runtime.store import Store
+from fems_runtime.values import ACTOR_NAME, Actor
+
+if TYPE_CHECKING:
+    from fems_runtime.flow import Context, MethodSpec
+    from fems_runtime.variables import ActorSpec, Frame, Variables
+
+INTERRUPTED = "[Interrupted]"
 
 
 @dataclass(frozen=True)
@@ -42,7 +81,11 @@ class ResolveSpec:
 
 @dataclass(frozen=True)
 class InterruptSpec:
-    """`interrupt:` (§10.7): any human input, human input except some actors, or a check."""
+    """`interrupt:` (§10.7): any human input, human input except some actors, or a check.
+
+    ``check`` is a no-argument callable (a compiled condition or ``alias.fn``) polled while the
+    model call is in flight; the call is interrupted as soon as it returns a true value.
+    """
 
     kind: Literal["human", "human_except", "check"] = "human"
     actors: tuple[str, ...] = ()
@@ -71,6 +114,11 @@ class TurnSpec:
     interrupt: InterruptSpec | None = None
     model: str | None = None
 
+    @property
+    def strict(self) -> bool:
+        """`max_retries` and/or `fallback` make a failed validation retry or fail (§10.6)."""
+        return self.max_retries is not None or self.fallback is not None
+
 
 @dataclass
 class TurnResult:
@@ -82,3 +130,728 @@ class TurnResult:
     calls: int = 0
     interrupted: bool = False
     fell_back: bool = False
+
+
+class HumanInputs:
+    """Tells in-flight model calls that a person just answered (`interrupt: HUMAN`, §10.7)."""
+
+    def __init__(self) -> None:
+        self._waiters: list[tuple[asyncio.Future[str], frozenset[str]]] = []
+
+    def notify(self, actor: str) -> None:
+        """A human turn by `actor` produced input."""
+        for future, excluded in self._waiters:
+            if actor not in excluded and not future.done():
+                future.set_result(actor)
+
+    async def wait(self, excluded: Iterable[str] = ()) -> str:
+        """Wait for the next input by someone not in `excluded`; return who answered."""
+        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        entry = (future, frozenset(excluded))
+        self._waiters.append(entry)
+        try:
+            return await future
+        finally:
+            self._waiters.remove(entry)
+
+
+def _stderr_warning(text: str) -> None:
+    print(text, file=sys.stderr)
+
+
+@dataclass
+class TurnServices:
+    """What every turn of one run shares: models, store and session, trace, people, meta blocks."""
+
+    models: ModelClient
+    store: Store
+    session: int
+    trace: TraceWriter
+    file: str = ""
+    safety: str = ""
+    style: str = ""
+    owners: tuple[str, ...] = ()
+    human: HumanProvider | None = None
+    code: Callable[[str], Any] | None = None
+    warn: Callable[[str], None] = _stderr_warning
+    poll: float = 0.05
+    inputs: HumanInputs = field(default_factory=HumanInputs)
+
+    @classmethod
+    def open(
+        cls,
+        program: Any,
+        variables: Variables,
+        trace: TraceWriter,
+        *,
+        model: str | None = None,
+        replies: str | Path | Mapping[str, Any] | None = None,
+        db: str | None = None,
+        session: str | int | None = None,
+        human: str | Mapping[str, Any] | None = None,
+        seed: int | None = None,
+        code: Callable[[str], Any] | None = None,
+        base_dir: str | Path = ".",
+    ) -> TurnServices:
+        """Build the run's services from a generated module's `Program` and the run options."""
+        script = program.script
+        meta = dict(script.meta)
+        if replies is not None and model is None:
+            model = "fems/script"
+        models = ModelClient.for_project(
+            base_dir,
+            meta_model=_text(meta.get("model")) or None,
+            run_model=model,
+            max_concurrency=int(meta.get("max_concurrency", 8)),
+            delay=float(meta.get("delay", 0) or 0),
+            seed=seed or 0,
+            replies=replies,
+        )
+        store = Store(db or _text(meta.get("database")) or None)
+        number = store.open_session(
+            meta.get("session") if session is None else session,
+            title=_text(meta.get("name")) or None,
+            script=script.file,
+            script_hash=script.sha256,
+        )
+        for spec in variables.actors.values():
+            store.record_actor(
+                number,
+                spec.name,
+                type=spec.type,
+                soul=str(spec.soul),
+                source=spec.source,
+                blueprint=spec.blueprint,
+            )
+        owners = meta.get("owner", ())
+        owners = owners if isinstance(owners, list | tuple) else (owners,)
+        return cls(
+            models=models,
+            store=store,
+            session=number,
+            trace=trace,
+            file=script.file,
+            safety=_text(meta.get("system_safety")),
+            style=_text(meta.get("output_style")),
+            owners=tuple(str(o) for o in owners if o not in (None, "")),
+            human=_human_provider(human),
+            code=code,
+        )
+
+    async def run(self, ctx: Context, spec: TurnSpec) -> TurnResult:
+        """Run one turn (the `turn_runner` app.py plugs into the Context's services)."""
+        if self.code is None:
+            self.code = ctx.services.code
+        return await run_turn(self, ctx, spec)
+
+    def finish(self, status: str) -> None:
+        """Record how the session ended and release the database."""
+        self.store.set_status(self.session, status)
+        self.store.close()
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def _human_provider(human: str | Mapping[str, Any] | None) -> HumanProvider:
+    if human is None or human == "terminal":
+        return TerminalHuman()
+    return AnswersFileHuman(human)
+
+
+# ---------------------------------------------------------------------- dispatch
+
+
+async def run_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -> TurnResult:
+    """Run `spec` as an AI, human or mind turn."""
+    if spec.kind == "ai":
+        return await run_ai_turn(services, ctx, spec)
+    if spec.kind == "human":
+        return await run_human_turn(services, ctx, spec)
+    return await run_mind_turn(services, ctx, spec)
+
+
+async def run_mind_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -> TurnResult:
+    """`@mind(@x)`: an AI turn or a human turn by the executor's `type` (§9.1)."""
+    room = _Room.of(services, ctx.frame, spec)
+    if room.executor_spec.type == "human":
+        return await run_human_turn(services, ctx, spec)
+    return await run_ai_turn(services, ctx, spec)
+
+
+# ---------------------------------------------------------------------- the room
+
+
+@dataclass
+class _Room:
+    """Who acts and who is in scope for one turn, resolved when the action runs (§9.3)."""
+
+    executor: Actor
+    executor_spec: ActorSpec
+    voice: Actor
+    voice_spec: ActorSpec
+    actors: list[Actor]
+    souls: set[str]
+    users: set[str]
+
+    @classmethod
+    def of(cls, services: TurnServices, frame: Frame, spec: TurnSpec) -> _Room:
+        where = f"the executor of action {spec.action}"
+        try:
+            executor = frame.resolve_actor(spec.executor, where)
+            voice = (
+                frame.resolve_actor(spec.role, f"the role of action {spec.action}")
+                if (spec.role)
+                else executor
+            )
+            actors = _scope_actors(frame, spec)
+        except RunError as error:
+            raise error.located(services.file, spec.line) from None
+        registry = frame.variables.actors
+        for who in (executor, voice):
+            if who not in actors:
+                actors.insert(0, who)
+        souls = {str(registry[a].soul) for a in actors}
+        users = {u for a in actors if (u := registry[a].user)} | set(services.owners)
+        return cls(executor, registry[executor], voice, registry[voice], actors, souls, users)
+
+    @property
+    def names(self) -> list[str]:
+        return sorted(str(a) for a in self.actors)
+
+
+def _scope_actors(frame: Frame, spec: TurnSpec) -> list[Actor]:
+    variables = frame.variables
+    found: list[Actor] = []
+    for item in spec.scope:
+        if item.kind == "all":
+            values: list[Any] = [variables.actor(name) for name in variables.actors]
+        elif item.kind == "actor":
+            values = [frame.resolve_actor(item.name, f"scope item {item.name}")]
+        else:
+            value = frame.get(item.name)
+            values = list(value) if isinstance(value, list | tuple | set | frozenset) else [value]
+        for value in values:
+            if not variables.is_actor(value):
+                raise RunError(
+                    f"action {spec.action}: scope item '{item.name or item.kind}' holds "
+                    f"{value!r}, which is not an actor"
+                )
+            actor = variables.actor(str(value))
+            if actor not in found:
+                found.append(actor)
+    return found
+
+
+# ---------------------------------------------------------------------- shared steps
+
+
+@dataclass
+class _Prepared:
+    """The rendered texts of a turn and the blocks of its first model call."""
+
+    prompt: str
+    narration: str
+    context: str
+    memory: str
+
+
+def _render_texts(frame: Frame, spec: TurnSpec) -> tuple[str, str]:
+    """(prompt, narration): `showprompt` is narration, and the prompt when `prompt` is absent."""
+    only = spec.inputs
+    narration = render(spec.showprompt, frame, only) if spec.showprompt else ""
+    if spec.prompt is None:
+        return narration, ""
+    return render(spec.prompt, frame, only), narration
+
+
+def _method(ctx: Context, kind: str, name: str | None) -> MethodSpec | None:
+    methods = ctx.methods
+    if name is not None:
+        method = methods.get(name)
+        if method is None or method.kind != kind:
+            raise RunError(f"no {kind} method named '{name}'")
+        return method
+    return next((m for m in methods.values() if m.kind == kind), None)
+
+
+async def _method_block(
+    services: TurnServices,
+    ctx: Context,
+    method: MethodSpec,
+    *,
+    prompt: str,
+    turn: int,
+    voice: Actor,
+) -> str:
+    """Call a memory/context method (§8) and return its block text; outs are assigned."""
+    frame = ctx.frame
+    kwargs: dict[str, Any] = {}
+    for name, compute in method.inputs.items():
+        if compute is not None:
+            kwargs[name.lstrip("@")] = compute(ctx)
+        else:
+            kwargs.update(
+                method_kwargs(
+                    [name],
+                    frame,
+                    prompt=prompt,
+                    session=services.session,
+                    turn=turn,
+                    actor_info=voice.state(),
+                )
+            )
+    if services.code is None:
+        raise RunError(f"{method.kind} method {method.name} needs the script's code: files")
+    function = getattr(services.code(method.code), method.function, None)
+    if not callable(function):
+        raise RunError(
+            f"{method.kind} method {method.name}: {method.code}.{method.function} is not a function"
+        )
+    label = f"{method.kind} method {method.name}"
+    value = await call_method(function, kwargs, name=label)
+    for out, out_value in method_outputs(value, method.outputs, name=label).items():
+        frame.assign(out, "=", out_value)
+    return method_text(value)
+
+
+async def _context_block(
+    services: TurnServices, ctx: Context, spec: TurnSpec, room: _Room, prompt: str, turn: int
+) -> str:
+    method = _method(ctx, "context", spec.context)
+    if method is not None:
+        return await _method_block(
+            services, ctx, method, prompt=prompt, turn=turn, voice=room.voice
+        )
+    return await asyncio.to_thread(
+        builtin_context,
+        services.store,
+        services.session,
+        soul=str(room.voice_spec.soul),
+        user=room.executor_spec.user,
+    )
+
+
+async def _store(
+    services: TurnServices,
+    spec: TurnSpec,
+    ctx: Context,
+    kind: str,
+    content: str,
+    *,
+    turn: int,
+    room: _Room,
+    souls: Iterable[str],
+    users: Iterable[str] = (),
+    speaker: bool = True,
+    call: CallResult | None = None,
+) -> None:
+    await services.store.aadd_message(
+        services.session,
+        kind,
+        content,
+        souls=souls,
+        users=users,
+        turn=turn,
+        action=spec.action,
+        node=ctx.node,
+        speaker_soul=str(room.voice_spec.soul) if speaker else None,
+        speaker_user=room.executor_spec.user if speaker else None,
+        speaker_name=str(room.voice) if speaker else "narrator",
+        model=call.model if call else None,
+        prompt_tokens=call.prompt_tokens if call else None,
+        completion_tokens=call.completion_tokens if call else None,
+        cost=call.cost if call else None,
+    )
+
+
+async def _store_opening(
+    services: TurnServices, ctx: Context, spec: TurnSpec, room: _Room, turn: int, texts: _Prepared
+) -> None:
+    """The narration (visible to the scope) and the private prompt, stored before the reply."""
+    if texts.narration:
+        await _store(
+            services,
+            spec,
+            ctx,
+            "narration",
+            texts.narration,
+            turn=turn,
+            room=room,
+            souls=room.souls,
+            users=room.users,
+            speaker=False,
+        )
+    await _store(services, spec, ctx, "prompt", texts.prompt, turn=turn, room=room, souls=())
+
+
+# ---------------------------------------------------------------------- AI turns
+
+
+async def run_ai_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -> TurnResult:
+    """An `@ai` turn: prompt, context, model call, signals, validation loop (§9, §10, §13)."""
+    try:
+        return await _ai_turn(services, ctx, spec)
+    except RunError as error:
+        if error.line is None and not error.message.startswith(f"action {spec.action}"):
+            error.message = f"action {spec.action}: {error.message}"
+            error.args = (error.message,)
+        raise error.located(services.file, spec.line) from None
+
+
+async def _ai_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -> TurnResult:
+    frame = ctx.frame
+    room = _Room.of(services, frame, spec)
+    prompt, narration = _render_texts(frame, spec)
+    turn = await services.store.anew_turn(services.session)
+    context = await _context_block(services, ctx, spec, room, prompt, turn)
+    memory_method = _method(ctx, "memory", spec.memory)
+    memory = ""
+    if memory_method is not None:
+        memory = await _method_block(
+            services, ctx, memory_method, prompt=prompt, turn=turn, voice=room.voice
+        )
+    texts = _Prepared(prompt, narration, context, memory)
+    persona, user_info = await asyncio.gather(
+        services.store.apersona(str(room.voice_spec.soul)),
+        services.store.aprofiles(services.owners),
+    )
+    messages = build_messages(
+        prompt=prompt,
+        safety=services.safety,
+        style=services.style,
+        persona=persona,
+        user_info=user_info,
+        context=context,
+        memory=memory,
+        narration=narration,
+    )
+    choice = services.models.resolve(spec.model, room.executor_spec.source)
+    result = TurnResult()
+    opened = False
+    attempt = 0
+    while True:
+        call = await _call(services, ctx, spec, room, choice, messages, turn, attempt)
+        result.calls += 1
+        reply = INTERRUPTED if call is None else call.text
+        _trace_call(services, ctx, spec, room, choice, messages, reply, call, attempt)
+        if not opened:
+            await _store_opening(services, ctx, spec, room, turn, texts)
+            opened = True
+        await _store(
+            services,
+            spec,
+            ctx,
+            "reply",
+            reply,
+            turn=turn,
+            room=room,
+            souls=room.souls,
+            users=room.users,
+            call=call,
+        )
+        result.reply = reply
+        if call is None:
+            result.interrupted = True
+            return result
+        outcome = apply_signals(reply, frame, spec.outs)
+        problems, feedback = await _validate(services, frame, spec, prompt, reply, outcome)
+        _set_variable(frame, outcome)
+        result.rejected = outcome.SET_VARIABLE
+        if not problems:
+            result.assigned = {_label(a.target, a.key): a.value for a in outcome.applied}
+            return result
+        if not spec.strict:
+            _report(services, ctx, spec, room, problems)
+            result.assigned = {_label(a.target, a.key): a.value for a in outcome.applied}
+            return result
+        outcome.rollback()
+        if attempt >= (spec.max_retries or 0):
+            return await _give_up(services, ctx, spec, room, reply, problems, result)
+        attempt += 1
+        note = _feedback_text(problems, feedback)
+        await _store(
+            services,
+            spec,
+            ctx,
+            "feedback",
+            note,
+            turn=turn,
+            room=room,
+            souls=[str(room.voice_spec.soul)],
+            speaker=False,
+        )
+        messages = retry_messages(messages, reply, note)
+
+
+async def _validate(
+    services: TurnServices,
+    frame: Frame,
+    spec: TurnSpec,
+    prompt: str,
+    reply: str,
+    outcome: SignalOutcome,
+) -> tuple[list[str], list[str]]:
+    """(problems, resolve feedback for the model). A failed resolve rolls the reply back."""
+    problems = [f"rejected signal {r.raw!r}: {r.reason}" for r in outcome.rejected]
+    feedback: list[str] = []
+    if spec.resolve is not None:
+        checked = await run_resolve(
+            _resolve_function(services, spec.resolve),
+            spec.resolve.args,
+            frame,
+            prompt=prompt,
+            llm_output=reply,
+            set_variable=outcome.SET_VARIABLE,
+            inputs=spec.inputs,
+            name=f"{spec.resolve.code}.{spec.resolve.function}",
+        )
+        if not checked.ok:
+            outcome.rollback()
+            shown = "; ".join(checked.messages) or "no reason given"
+            problems.append(
+                f"{spec.resolve.code}.{spec.resolve.function} rejected the reply: {shown}"
+            )
+            feedback = checked.feedback
+    if spec.strict:
+        problems += [f"out '{o.label}' was not set" for o in outcome.unset]
+    return problems, feedback
+
+
+def _resolve_function(services: TurnServices, resolve: ResolveSpec) -> Callable[..., Any]:
+    if services.code is None:
+        raise RunError(f"resolve {resolve.code}.{resolve.function} needs the script's code: files")
+    function = getattr(services.code(resolve.code), resolve.function, None)
+    if not callable(function):
+        raise RunError(f"resolve: {resolve.code}.{resolve.function} is not a function")
+    return function
+
+
+def _set_variable(frame: Frame, outcome: SignalOutcome) -> None:
+    """Scripts that declare `SET_VARIABLE` see this reply's rejected signals in it (§10.5)."""
+    if frame.declared("SET_VARIABLE"):
+        frame.assign("SET_VARIABLE", "=", outcome.SET_VARIABLE)
+
+
+def _label(target: str, key: Any) -> str:
+    if key is None:
+        return target
+    return f"{target}.{key}" if ACTOR_NAME.fullmatch(str(key)) else f"{target}[{key}]"
+
+
+def _feedback_text(problems: Sequence[str], feedback: Sequence[str]) -> str:
+    lines = ["Your previous reply could not be accepted:"]
+    lines += [f"- {p}" for p in problems]
+    lines += [f"- {f}" for f in feedback]
+    lines.append("Answer again; set each required variable with SET VARIABLE: <<name = value>>.")
+    return "\n".join(lines)
+
+
+def _report(
+    services: TurnServices, ctx: Context, spec: TurnSpec, room: _Room, problems: Sequence[str]
+) -> None:
+    """Lenient default (§10.6): problems go to the trace and a warning, and the flow goes on."""
+    services.trace.write(
+        "rejected", node=ctx.node, action=spec.action, actor=str(room.voice), problems=problems
+    )
+    where = f"{services.file}:{spec.line}" if services.file else f"line {spec.line}"
+    for problem in problems:
+        services.warn(f"{where}: warning: action {spec.action}: {problem}")
+
+
+async def _give_up(
+    services: TurnServices,
+    ctx: Context,
+    spec: TurnSpec,
+    room: _Room,
+    reply: str,
+    problems: Sequence[str],
+    result: TurnResult,
+) -> TurnResult:
+    """Retries exhausted: run the fallback, or stop the run naming action, reply and problem."""
+    services.trace.write(
+        "rejected",
+        node=ctx.node,
+        action=spec.action,
+        actor=str(room.voice),
+        problems=problems,
+        final=True,
+    )
+    if spec.fallback is None:
+        shown = reply if len(reply) <= 500 else reply[:500] + "…"
+        raise RunError(
+            f"action {spec.action}: no valid reply from {room.voice} after {result.calls} "
+            f"call(s); last reply: {shown!r}; problem: {'; '.join(problems)}",
+            services.file,
+            spec.line,
+        )
+    services.trace.write("fallback", node=ctx.node, action=spec.action, actor=str(room.voice))
+    await spec.fallback()
+    result.fell_back = True
+    return result
+
+
+def _offline_turn(
+    frame: Frame, spec: TurnSpec, room: _Room, turn: int, attempt: int, messages: Sequence[Any]
+) -> OfflineTurn:
+    """What `fems/mock` and `fems/script` may know: outs, current values, candidate actors."""
+    variables = frame.variables
+    named = [m for m in ACTOR_NAME.findall(messages[-1]["content"]) if variables.is_actor(m)]
+    candidates = list(dict.fromkeys([*named, *(str(a) for a in room.actors)]))
+    outs = []
+    for out in spec.outs or ():
+        try:
+            current = frame.get(out.target)
+            if out.key is not None:
+                current = (
+                    current.get(frame.entry_key(out.key)) if isinstance(current, dict) else None
+                )
+        except RunError:
+            current = None
+        outs.append(OfflineOut(out.label, out.type, _choices(out), current))
+    return OfflineTurn(spec.action, str(room.voice), turn, attempt, tuple(outs), tuple(candidates))
+
+
+def _choices(out: OutSpec) -> tuple[Any, ...]:
+    choices = tuple(out.choices)
+    if len(choices) == 1 and isinstance(choices[0], list | tuple | dict):
+        return tuple(choices[0])
+    return choices
+
+
+async def _call(
+    services: TurnServices,
+    ctx: Context,
+    spec: TurnSpec,
+    room: _Room,
+    choice: ModelChoice,
+    messages: list[dict[str, str]],
+    turn: int,
+    attempt: int,
+) -> CallResult | None:
+    """One model call; None when `interrupt:` fired first (the call is cancelled, §10.7)."""
+    offline = _offline_turn(ctx.frame, spec, room, turn, attempt, messages)
+    request = services.models.complete(choice, messages, offline)
+    if spec.interrupt is None:
+        return await request
+    call = asyncio.ensure_future(request)
+    watch = asyncio.ensure_future(_interrupt_fired(services, spec.interrupt, room))
+    try:
+        await asyncio.wait({call, watch}, return_when=asyncio.FIRST_COMPLETED)
+        if call.done():
+            return call.result()
+        return None
+    finally:
+        for task in (call, watch):
+            task.cancel()
+        await asyncio.gather(call, watch, return_exceptions=True)
+
+
+async def _interrupt_fired(services: TurnServices, interrupt: InterruptSpec, room: _Room) -> None:
+    if interrupt.kind in ("human", "human_except"):
+        await services.inputs.wait(interrupt.actors)
+        return
+    if interrupt.check is None:
+        raise RunError("interrupt: a check form needs a check function")
+    while True:
+        await asyncio.sleep(services.poll)
+        fired = interrupt.check()
+        if inspect.isawaitable(fired):
+            fired = await fired
+        if fired:
+            return
+
+
+def _trace_call(
+    services: TurnServices,
+    ctx: Context,
+    spec: TurnSpec,
+    room: _Room,
+    choice: ModelChoice,
+    messages: list[dict[str, str]],
+    reply: str,
+    call: CallResult | None,
+    attempt: int,
+) -> None:
+    services.trace.write(
+        "llm_call",
+        node=ctx.node,
+        action=spec.action,
+        actor=str(room.voice),
+        scope=room.names,
+        model=choice.model,
+        messages=messages,
+        reply=reply,
+        attempt=attempt,
+        interrupted=call is None,
+        prompt_tokens=call.prompt_tokens if call else None,
+        completion_tokens=call.completion_tokens if call else None,
+        cost=call.cost if call else None,
+    )
+
+
+# ---------------------------------------------------------------------- human turns
+
+
+async def run_human_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -> TurnResult:
+    """A `@human` turn: show prompt and context, read text and out values (§10.8)."""
+    try:
+        return await _human_turn(services, ctx, spec)
+    except RunError as error:
+        if error.line is None and not error.message.startswith(f"action {spec.action}"):
+            error.message = f"action {spec.action}: {error.message}"
+            error.args = (error.message,)
+        raise error.located(services.file, spec.line) from None
+
+
+async def _human_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -> TurnResult:
+    frame = ctx.frame
+    room = _Room.of(services, frame, spec)
+    if services.human is None:
+        raise RunError("human turns need --human terminal or an answers file")
+    prompt, narration = _render_texts(frame, spec)
+    turn = await services.store.anew_turn(services.session)
+    context = await _context_block(services, ctx, spec, room, prompt, turn)
+    shown = "\n\n".join(t for t in (narration, prompt) if t)
+    request = HumanRequest(
+        action=spec.action,
+        actor=str(room.executor),
+        prompt=shown,
+        outs=tuple(spec.outs or ()),
+        context=context,
+        role=str(room.voice) if spec.role else None,
+        frame=frame,
+    )
+    answer = await services.human.ask(request)
+    await _store_opening(services, ctx, spec, room, turn, _Prepared(prompt, narration, context, ""))
+    await _store(
+        services,
+        spec,
+        ctx,
+        "human",
+        answer.text,
+        turn=turn,
+        room=room,
+        souls=room.souls,
+        users=room.users,
+    )
+    services.trace.write(
+        "human",
+        node=ctx.node,
+        action=spec.action,
+        actor=str(room.executor),
+        text=answer.text,
+        vars=answer.vars,
+    )
+    services.inputs.notify(str(room.executor))
+    outcome = apply_values(answer.vars, frame, spec.outs)
+    problems, _ = await _validate(services, frame, spec, prompt, answer.text, outcome)
+    _set_variable(frame, outcome)
+    if problems:
+        _report(services, ctx, spec, room, problems)
+    return TurnResult(
+        reply=answer.text,
+        assigned={_label(a.target, a.key): a.value for a in outcome.applied},
+        rejected=outcome.SET_VARIABLE,
+    )
