@@ -1,0 +1,144 @@
+"""fems/mock is deterministic and only writes valid signals; fems/script replays and fails loudly."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from fems_runtime.offline import MockModel, OfflineOut, OfflineTurn, ScriptModel
+from fems_runtime.records import RunError
+from fems_runtime.signals import OutSpec, apply_signals
+from fems_runtime.variables import ActorSpec, Frame, Variables
+
+OUTS = (
+    OfflineOut("kill", type="actor"),
+    OfflineOut("save", type="bool"),
+    OfflineOut("count", type="int"),
+    OfflineOut("ratio", type="float"),
+    OfflineOut("word", type="string"),
+    OfflineOut("pick", type="dropdown", choices=("接受", "拒绝")),
+    OfflineOut("mode", type="enum", choices=("day", "night")),
+    OfflineOut("votes.@bob", type="int"),
+    OfflineOut("alive", current=["@a"]),
+    OfflineOut("day", current=3),
+    OfflineOut("@target", current=""),
+    OfflineOut("note", current="hello"),
+)
+
+
+def _turn(n: int = 0, actor: str = "@eve") -> OfflineTurn:
+    return OfflineTurn(
+        action="night", actor=actor, turn=n, outs=OUTS, candidates=("@bob", "@carol")
+    )
+
+
+def test_mock_is_deterministic_for_a_seed() -> None:
+    first = [MockModel(7).reply(_turn(n)) for n in range(5)]
+    again = [MockModel(7).reply(_turn(n)) for n in range(5)]
+    other = [MockModel(8).reply(_turn(n)) for n in range(5)]
+    assert first == again
+    assert first != other
+    assert MockModel(7).reply(_turn(0, "@bob")) != MockModel(7).reply(_turn(0, "@dan"))
+
+
+def test_mock_writes_one_signal_per_out() -> None:
+    reply = MockModel(1).reply(_turn())
+    lines = reply.splitlines()
+    assert lines[0].startswith("@eve")
+    assert [line.split("<<")[1].split()[0] for line in lines[1:]] == [o.target for o in OUTS]
+
+
+@pytest.mark.parametrize(
+    ("replies", "expected"),
+    [
+        (
+            {"night@eve": ["e1", "e2"], "night": ["n1"], "*": ["s1", "s2"]},
+            ["e1", "e2", "n1", "s1", "s2", "s2"],
+        ),
+        ({"night": ["n1", "n2"], "*": ["s1", "s2"]}, ["n1", "n2", "s1", "s2", "s2", "s2"]),
+    ],
+)
+def test_script_order_of_lists(replies: dict, expected: list[str]) -> None:
+    model = ScriptModel(replies)
+    assert [model.reply(_turn()) for _ in range(6)] == expected
+
+
+def test_script_other_actor_skips_actor_list() -> None:
+    model = ScriptModel({"night@eve": ["e"], "night": ["n"]})
+    assert model.reply(_turn(actor="@bob")) == "n"
+    assert model.reply(_turn(actor="@eve")) == "e"
+
+
+def test_script_without_reply_names_action_and_actor(tmp_path: Path) -> None:
+    path = tmp_path / "replies.json"
+    path.write_text(json.dumps({"day": ["x"]}), encoding="utf-8")
+    model = ScriptModel(path)
+    with pytest.raises(RunError, match="no reply left for action night by @eve"):
+        model.reply(_turn())
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [("{", "invalid JSON"), ("[1]", "expected an object"), ('{"a": [1]}', "list of reply")],
+)
+def test_script_bad_replies_file(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "replies.json"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(RunError, match=message):
+        ScriptModel(path)
+
+
+def _frame() -> Frame:
+    actors = [ActorSpec(name) for name in ("@eve", "@bob", "@carol")]
+    values = {
+        "kill": "",
+        "save": False,
+        "count": 0,
+        "ratio": 0.0,
+        "word": "",
+        "pick": "",
+        "mode": "day",
+        "votes": {"@bob": 0},
+        "alive": ["@bob"],
+        "day": 1,
+        "@target": "",
+        "note": "x",
+        "@voter": "@bob",
+    }
+    return Variables(values, actors).root
+
+
+SPECS = (
+    OutSpec("kill", type="actor"),
+    OutSpec("save", type="bool"),
+    OutSpec("count", type="int"),
+    OutSpec("ratio", type="float"),
+    OutSpec("word", type="string"),
+    OutSpec("pick", type="dropdown", choices=("接受", "拒绝")),
+    OutSpec("mode", type="enum", choices=(("day", "night"),)),
+    OutSpec("votes", key="@voter", type="int"),
+    OutSpec("alive"),
+    OutSpec("day"),
+    OutSpec("@target"),
+    OutSpec("note"),
+)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_mock_signals_are_accepted_by_the_parser(seed: int) -> None:
+    frame = _frame()
+    outs = tuple(
+        OfflineOut(
+            spec.label,
+            spec.type,
+            tuple(spec.choices[0]) if spec.type == "enum" else spec.choices,
+            frame.get(spec.target) if spec.key is None else 0,
+        )
+        for spec in SPECS
+    )
+    turn = OfflineTurn("night", "@eve", seed, outs=outs, candidates=("@bob", "@carol"))
+    outcome = apply_signals(MockModel(seed).reply(turn), frame, SPECS)
+    assert outcome.rejected == []
+    assert outcome.unset == []
+    assert len(outcome.applied) == len(SPECS)
