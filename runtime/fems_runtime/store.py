@@ -11,11 +11,12 @@ SQLAlchemy is imported when the first store is opened, not when this module is i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -203,7 +204,8 @@ class Store:
         self._t = schema
         self._lock = threading.RLock()
         options: dict[str, Any] = {}
-        sqlite = self.url.startswith("sqlite")
+        self._shared = False
+        sqlite = self._sqlite = self.url.startswith("sqlite")
         if sqlite:
             options["connect_args"] = {
                 "check_same_thread": False,
@@ -213,6 +215,7 @@ class Store:
                 from sqlalchemy.pool import StaticPool
 
                 options["poolclass"] = StaticPool
+                self._shared = True
         self.engine = sa.create_engine(self.url, **options)
         if sqlite:
             sa.event.listen(self.engine, "connect", _sqlite_pragmas)
@@ -221,6 +224,31 @@ class Store:
 
     def close(self) -> None:
         self.engine.dispose()
+
+    @contextlib.contextmanager
+    def _read(self) -> Iterator[Any]:
+        """A read-only connection; an in-memory database has a single shared connection, so
+        its reads take the write lock too."""
+        if self._shared:
+            with self._lock, self.engine.connect() as db:
+                yield db
+        else:
+            with self.engine.connect() as db:
+                yield db
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[Any]:
+        """One write transaction. On SQLite it starts with ``BEGIN IMMEDIATE`` so that two
+        processes never both read and then fail to upgrade to a write lock."""
+        with self._lock, self.engine.connect() as db:
+            if self._sqlite:
+                db.exec_driver_sql("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                db.rollback()
+                raise
+            db.commit()
 
     def __enter__(self) -> Store:
         return self
@@ -241,7 +269,7 @@ class Store:
         """Start or continue a session per ``meta.session`` (§3); never prompts."""
         number, create = parse_session_spec(spec)
         t, sa = self._t, self._t.sa
-        with self._lock, self.engine.begin() as db:
+        with self._write() as db:
             if number is not None:
                 exists = db.execute(
                     sa.select(t.sessions.c.id).where(t.sessions.c.id == number)
@@ -275,7 +303,7 @@ class Store:
 
     def session(self, session: int) -> dict[str, Any] | None:
         t = self._t
-        with self.engine.connect() as db:
+        with self._read() as db:
             row = (
                 db.execute(t.sa.select(t.sessions).where(t.sessions.c.id == session))
                 .mappings()
@@ -285,7 +313,7 @@ class Store:
 
     def set_status(self, session: int, status: str) -> None:
         t = self._t
-        with self._lock, self.engine.begin() as db:
+        with self._write() as db:
             db.execute(t.sessions.update().where(t.sessions.c.id == session).values(status=status))
 
     def new_turn(self, session: int) -> int:
@@ -293,7 +321,7 @@ class Store:
         return self._bump(session, "last_turn")
 
     def _bump(self, session: int, column: str) -> int:
-        with self._lock, self.engine.begin() as db:
+        with self._write() as db:
             return self._bump_in(db, session, column)
 
     def _bump_in(self, db: Any, session: int, column: str) -> int:
@@ -319,7 +347,7 @@ class Store:
     def _upsert(self, table: Any, key: str, value: str, **fields: Any) -> None:
         sa = self._t.sa
         fields = {k: v for k, v in fields.items() if v is not None}
-        with self._lock, self.engine.begin() as db:
+        with self._write() as db:
             exists = db.execute(sa.select(table.c[key]).where(table.c[key] == value)).first()
             if exists is None:
                 db.execute(table.insert().values({key: value, **fields}))
@@ -333,7 +361,7 @@ class Store:
         return self._row(self._t.users, "user_id", str(user_id))
 
     def _row(self, table: Any, key: str, value: str) -> dict[str, Any] | None:
-        with self.engine.connect() as db:
+        with self._read() as db:
             row = (
                 db.execute(self._t.sa.select(table).where(table.c[key] == value)).mappings().first()
             )
@@ -424,7 +452,7 @@ class Store:
             cost=cost,
             created=time.time(),
         )
-        with self._lock, self.engine.begin() as db:
+        with self._write() as db:
             seq = self._bump_in(db, session, "last_seq")
             result = db.execute(t.messages.insert().values(seq=seq, **fields))
             message_id = result.inserted_primary_key[0]
@@ -489,7 +517,7 @@ class Store:
     def scope_of(self, message_id: int) -> tuple[list[str], list[str]]:
         """The souls and users a message is tagged with."""
         t, sa = self._t, self._t.sa
-        with self.engine.connect() as db:
+        with self._read() as db:
             souls = db.execute(
                 sa.select(t.message_souls.c.soul_id).where(
                     t.message_souls.c.message_id == message_id
@@ -503,7 +531,7 @@ class Store:
             return sorted(souls), sorted(users)
 
     def _messages(self, query: Any) -> list[Message]:
-        with self.engine.connect() as db:
+        with self._read() as db:
             rows = db.execute(query).mappings().all()
         return [
             Message(**{("session" if k == "session_id" else k): v for k, v in row.items()})
@@ -524,7 +552,7 @@ class Store:
     ) -> None:
         """Record an actor of the session (spawned actors, §9.8)."""
         t = self._t
-        with self._lock, self.engine.begin() as db:
+        with self._write() as db:
             db.execute(
                 t.session_actors.insert().values(
                     session_id=session,
@@ -539,7 +567,7 @@ class Store:
 
     def session_actors(self, session: int) -> list[dict[str, Any]]:
         t, sa = self._t, self._t.sa
-        with self.engine.connect() as db:
+        with self._read() as db:
             rows = db.execute(
                 sa.select(t.session_actors)
                 .where(t.session_actors.c.session_id == session)
@@ -554,7 +582,7 @@ class Store:
         number is recorded with it so a resume knows which messages it already has."""
         t, sa = self._t, self._t.sa
         text = json.dumps(state, ensure_ascii=False, sort_keys=True)
-        with self._lock, self.engine.begin() as db:
+        with self._write() as db:
             seq = db.execute(
                 sa.select(t.sessions.c.last_seq).where(t.sessions.c.id == session)
             ).scalar()
@@ -575,7 +603,7 @@ class Store:
     def last_checkpoint(self, session: int) -> dict[str, Any] | None:
         """The newest checkpoint: ``{"id", "seq", "step", "node", "state"}`` or None."""
         t, sa = self._t, self._t.sa
-        with self.engine.connect() as db:
+        with self._read() as db:
             row = (
                 db.execute(
                     sa.select(t.checkpoints)

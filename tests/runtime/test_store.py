@@ -1,0 +1,237 @@
+"""Storage (§14, §3 session rules): sessions, souls/users seeding, messages with scope rows,
+concurrency on one SQLite file, checkpoints."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from fems_runtime.records import RunError
+from fems_runtime.store import Store, database_url, parse_session_spec
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    with Store(tmp_path / "dialog.db") as db:
+        yield db
+
+
+@pytest.mark.parametrize(
+    ("spec", "parsed"),
+    [
+        (None, (None, True)),
+        ("new", (None, True)),
+        ("NEW", (None, True)),
+        (3, (3, False)),
+        ("3", (3, False)),
+        ("3 / new", (3, True)),
+        ("3/new", (3, True)),
+    ],
+)
+def test_parse_session_spec(spec, parsed) -> None:
+    assert parse_session_spec(spec) == parsed
+
+
+@pytest.mark.parametrize("spec", ["x", "3 / old", True, "1.5"])
+def test_bad_session_spec(spec) -> None:
+    with pytest.raises(RunError, match="session must be"):
+        parse_session_spec(spec)
+
+
+@pytest.mark.parametrize(
+    ("database", "url_start"),
+    [
+        ("postgresql://u@h/db", "postgresql://u@h/db"),
+        (":memory:", "sqlite://"),
+        ("x.db", "sqlite:////"),
+        (None, "sqlite:////"),
+    ],
+)
+def test_database_url(database, url_start: str) -> None:
+    assert database_url(database).startswith(url_start)
+
+
+def test_session_rules(store: Store) -> None:
+    assert store.open_session("new", title="T", script="s.fems", script_hash="h") == 1
+    assert store.open_session(None) == 2
+    assert store.open_session(1) == 1
+    with pytest.raises(RunError, match="session 9 does not exist"):
+        store.open_session(9)
+    assert store.open_session("9 / new") == 9
+    assert store.open_session("9 / new") == 9
+    assert store.open_session("new") == 10
+    row = store.session(1)
+    assert row is not None and row["title"] == "T" and row["script_hash"] == "h"
+    store.set_status(1, "completed")
+    assert store.session(1)["status"] == "completed"
+    assert store.session(99) is None
+
+
+def test_sqlite_file_uses_wal(tmp_path: Path) -> None:
+    path = tmp_path / "wal.db"
+    Store(path).close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert {"fems_sessions", "fems_souls", "fems_users", "fems_messages"} <= tables
+    assert all(t.startswith("fems_") for t in tables)
+
+
+def test_memory_database() -> None:
+    with Store(":memory:") as db:
+        session = db.open_session()
+        db.add_message(session, "reply", "hi", souls=["1"])
+        assert [m.content for m in db.visible_messages(session, soul="1")] == ["hi"]
+
+
+def test_messages_and_scope(store: Store) -> None:
+    session = store.open_session()
+    other = store.open_session()
+    store.add_message(session, "prompt", "secret prompt", souls=["1"], speaker_soul="1")
+    store.add_message(session, "narration", "night falls", souls=["1", "2"], users=["7"])
+    m = store.add_message(
+        session,
+        "reply",
+        "I vote @Bob",
+        souls=["1"],
+        speaker_soul="1",
+        speaker_name="@Eve",
+        turn=1,
+        action="vote",
+        node="V",
+        model="fems/mock",
+        prompt_tokens=3,
+        completion_tokens=4,
+        cost=0.5,
+    )
+    store.add_message(other, "reply", "other session", souls=["1"])
+    assert m.seq == 3 and m.cost == 0.5
+    assert [x.content for x in store.visible_messages(session, soul="1")] == [
+        "night falls",
+        "I vote @Bob",
+    ]
+    assert [x.content for x in store.visible_messages(session, soul="2")] == ["night falls"]
+    assert [x.content for x in store.visible_messages(session, user="7")] == ["night falls"]
+    assert [x.content for x in store.visible_messages(session, soul="2", user="7")] == [
+        "night falls"
+    ]
+    assert store.visible_messages(session) == []
+    assert [x.seq for x in store.messages(session)] == [1, 2, 3]
+    assert store.messages(other)[0].seq == 1
+    assert store.scope_of(m.id) == (["1"], [])
+    full = store.messages(session)[2]
+    assert (full.speaker_name, full.turn, full.action, full.model) == (
+        "@Eve",
+        1,
+        "vote",
+        "fems/mock",
+    )
+    with pytest.raises(ValueError):
+        store.add_message(session, "chat", "x")
+    with pytest.raises(RunError, match="does not exist"):
+        store.add_message(42, "reply", "x")
+
+
+def test_scope_lookup_uses_the_index(store: Store) -> None:
+    session = store.open_session()
+    store.add_message(session, "reply", "x", souls=["1"])
+    with store.engine.connect() as conn:
+        plan = conn.exec_driver_sql(
+            "EXPLAIN QUERY PLAN SELECT message_id FROM fems_message_souls "
+            "WHERE session_id = 1 AND soul_id = '1' ORDER BY seq"
+        ).fetchall()
+    assert any("fems_message_souls_scan" in str(row) for row in plan)
+
+
+def test_turns(store: Store) -> None:
+    session = store.open_session()
+    assert [store.new_turn(session) for _ in range(3)] == [1, 2, 3]
+
+
+def test_two_hundred_concurrent_writers(tmp_path: Path) -> None:
+    path = tmp_path / "busy.db"
+    stores = [Store(path), Store(path)]  # two engines on one file, as two runs would have
+    session = stores[0].open_session()
+
+    async def main() -> None:
+        await asyncio.gather(
+            *(
+                stores[i % 2].aadd_message(
+                    session, "reply", f"m{i}", souls=[str(i % 5)], users=["u"]
+                )
+                for i in range(200)
+            )
+        )
+
+    asyncio.run(main())
+    messages = stores[0].messages(session)
+    assert sorted(m.content for m in messages) == sorted(f"m{i}" for i in range(200))
+    seqs = [m.seq for m in messages]
+    assert seqs == list(range(1, 201))
+    by_id = sorted(messages, key=lambda m: m.id)
+    assert all(a.seq < b.seq for a, b in zip(by_id, by_id[1:], strict=False))
+    assert len(stores[1].visible_messages(session, soul="0")) == 40
+    for s in stores:
+        s.close()
+
+
+def test_seed_from_python_yaml_and_json(store: Store, tmp_path: Path) -> None:
+    store.seed({"souls": {"1": {"name": "Eve", "persona": "A careful seer."}, "2": "A wolf."}})
+    assert store.persona("1") == "A careful seer." and store.persona("2") == "A wolf."
+    assert store.persona("3") == ""
+    yaml_file = tmp_path / "seed.yaml"
+    yaml_file.write_text(
+        "souls:\n  - id: 1\n    persona: Updated.\nusers:\n  - id: '007'\n    name: Ann\n    profile: Likes puzzles.\n",
+        encoding="utf-8",
+    )
+    store.seed_file(yaml_file)
+    assert store.persona("1") == "Updated." and store.soul("1")["name"] == "Eve"
+    json_file = tmp_path / "seed.json"
+    json_file.write_text(
+        json.dumps({"users": {"8": {"profile": "Plays rarely."}}}), encoding="utf-8"
+    )
+    store.seed_file(json_file)
+    assert store.profiles(["007", "8", "9"]) == "Likes puzzles.\n\nPlays rarely."
+    assert store.user("007")["name"] == "Ann"
+
+
+@pytest.mark.parametrize("content", ["[1, 2]", '{"souls": [{"name": "no id"}]}', '{"souls": 3}'])
+def test_bad_seed_files(store: Store, tmp_path: Path, content: str) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(RunError):
+        store.seed_file(path)
+
+
+def test_missing_seed_file(store: Store, tmp_path: Path) -> None:
+    with pytest.raises(RunError, match="cannot read seed file"):
+        store.seed_file(tmp_path / "nope.yaml")
+
+
+def test_checkpoints_and_actors(store: Store) -> None:
+    session = store.open_session()
+    assert store.last_checkpoint(session) is None
+    store.add_message(session, "reply", "a", souls=["1"])
+    store.save_checkpoint(session, step=4, node="A", state={"vars": {"x": 1}})
+    store.add_message(session, "reply", "b", souls=["1"])
+    store.save_checkpoint(session, step=9, node="B", state={"vars": {"x": 2}})
+    last = store.last_checkpoint(session)
+    assert last is not None and (last["seq"], last["step"], last["node"]) == (2, 9, "B")
+    assert last["state"] == {"vars": {"x": 2}}
+    store.record_actor(session, "@coder_1", type="ai", soul="spawned:coder_1", blueprint="coder")
+    assert store.session_actors(session)[0]["blueprint"] == "coder"
+
+
+def test_async_wrappers(store: Store) -> None:
+    async def main() -> tuple:
+        session = await store.aopen_session("new")
+        await store.aadd_message(session, "reply", "x", souls=["1"])
+        turn = await store.anew_turn(session)
+        await store.asave_checkpoint(session, step=1, state={})
+        return session, turn, await store.avisible_messages(session, soul="1")
+
+    session, turn, messages = asyncio.run(main())
+    assert session == 1 and turn == 1 and [m.content for m in messages] == ["x"]
