@@ -1,0 +1,443 @@
+"""Turns end to end: scope, storage, trace, signals, the validation loop, fallback, interrupts."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from fems_runtime.human import AnswersFileHuman
+from fems_runtime.llm import CallResult, ModelChoice, ModelClient
+from fems_runtime.offline import OfflineTurn
+from fems_runtime.records import RunError, TraceWriter
+from fems_runtime.signals import OutSpec
+from fems_runtime.store import Store
+from fems_runtime.turns import (
+    INTERRUPTED,
+    InterruptSpec,
+    ResolveSpec,
+    ScopeItem,
+    TurnServices,
+    TurnSpec,
+    run_ai_turn,
+    run_human_turn,
+    run_mind_turn,
+    run_turn,
+)
+from fems_runtime.variables import ActorSpec, Frame, Variables
+
+ACTORS = (
+    ActorSpec("@god", soul="0"),
+    ActorSpec("@eve", soul="1"),
+    ActorSpec("@bob", soul="2"),
+    ActorSpec("@ann", type="human", soul="9", source="7"),
+)
+VALUES = {
+    "alive": ["@eve", "@bob"],
+    "wolves": ["@bob"],
+    "kill": "",
+    "count": 0,
+    "day": 1,
+    "night": False,
+    "@who": "@ann",
+}
+
+
+@dataclass
+class Ctx:
+    """The part of flow.Context a turn uses."""
+
+    frame: Frame
+    methods: Mapping[str, Any] = field(default_factory=dict)
+    node: str = "node1"
+
+
+@dataclass
+class Run:
+    services: TurnServices
+    ctx: Ctx
+    trace: io.StringIO
+    warnings: list[str]
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        lines = self.trace.getvalue().splitlines()
+        return [e for e in map(json.loads, lines) if e["event"] == name]
+
+    def messages(self) -> list[tuple[str, str]]:
+        store = self.services.store
+        return [(m.kind, m.content) for m in store.messages(self.services.session)]
+
+    def visible(self, soul: str) -> list[str]:
+        store = self.services.store
+        return [m.content for m in store.visible_messages(self.services.session, soul=soul)]
+
+    def turn(self, spec: TurnSpec) -> Any:
+        return asyncio.run(run_turn(self.services, self.ctx, spec))
+
+
+def make_run(
+    replies: dict[str, list[str]] | None = None,
+    *,
+    models: ModelClient | None = None,
+    code: Mapping[str, Any] | None = None,
+    answers: Mapping[str, Any] | None = None,
+    owners: tuple[str, ...] = (),
+) -> Run:
+    variables = Variables(VALUES, ACTORS)
+    store = Store(":memory:")
+    trace = io.StringIO()
+    warnings: list[str] = []
+    client = models or ModelClient(
+        run_model="fems/script" if replies is not None else "fems/mock", replies=replies, environ={}
+    )
+    services = TurnServices(
+        models=client,
+        store=store,
+        session=store.open_session("new"),
+        trace=TraceWriter(trace),
+        file="game.fems",
+        owners=owners,
+        human=AnswersFileHuman(answers) if answers is not None else None,
+        code=(lambda alias: SimpleNamespace(**code[alias])) if code else None,
+        warn=warnings.append,
+    )
+    return Run(services, Ctx(variables.root), trace, warnings)
+
+
+def spec(**fields: Any) -> TurnSpec:
+    base: dict[str, Any] = {"action": "pick", "line": 12, "kind": "ai", "executor": "@eve"}
+    return TurnSpec(**{**base, **fields})
+
+
+def test_ai_turn_stores_scoped_messages_and_traces_the_call() -> None:
+    run = make_run({"pick": ["I choose. SET VARIABLE: <<kill = @bob>>"]}, owners=("5",))
+    result = run.turn(
+        spec(
+            prompt="Day {day}: choose among {alive}.",
+            showprompt="Night falls.",
+            scope=(ScopeItem("actor", "@god"),),
+            outs=(OutSpec("kill", type="actor"),),
+        )
+    )
+    assert run.ctx.frame.get("kill") == "@bob"
+    assert result.assigned == {"kill": "@bob"} and result.calls == 1
+    assert run.messages() == [
+        ("narration", "Night falls."),
+        ("prompt", "Day 1: choose among [@eve, @bob]."),
+        ("reply", "I choose. SET VARIABLE: <<kill = @bob>>"),
+    ]
+    # the prompt is private; narration and reply are seen by the scope, not by @bob
+    assert run.visible("0") == ["Night falls.", "I choose. SET VARIABLE: <<kill = @bob>>"]
+    assert run.visible("1") == run.visible("0")
+    assert run.visible("2") == []
+    users = run.services.store.visible_messages(run.services.session, user="5")
+    assert len(users) == 2
+    (event,) = run.events("llm_call")
+    assert event["actor"] == "@eve" and event["scope"] == ["@eve", "@god"]
+    assert event["model"] == "fems/script" and event["node"] == "node1"
+    assert event["messages"] == [
+        {"role": "user", "content": "Night falls.\n\nDay 1: choose among [@eve, @bob]."}
+    ]
+
+
+def test_second_turn_sees_the_first_as_context() -> None:
+    run = make_run({"*": ["hello there"]})
+    run.turn(spec(prompt="Greet.", scope=(ScopeItem("var", "alive"),)))
+    run.turn(spec(executor="@bob", prompt="Answer."))
+    second = run.events("llm_call")[1]["messages"]
+    assert second == [{"role": "user", "content": "[@eve]: hello there\n\nAnswer."}]
+
+
+def test_wrong_type_then_right_retries_with_feedback() -> None:
+    run = make_run({"pick": ["SET VARIABLE: <<count = lots>>", "SET VARIABLE: <<count = 2>>"]})
+    result = run.turn(spec(prompt="How many?", outs=(OutSpec("count", type="int"),), max_retries=2))
+    assert run.ctx.frame.get("count") == 2 and result.calls == 2
+    first, second = (e["messages"] for e in run.events("llm_call"))
+    assert second[: len(first)] == first
+    assert second[len(first)] == {"role": "assistant", "content": "SET VARIABLE: <<count = lots>>"}
+    feedback = second[len(first) + 1]
+    assert feedback["role"] == "user" and "not an integer" in feedback["content"]
+    # the feedback turn is stored, visible to the actor only
+    assert feedback["content"] in run.visible("1")
+    run_bob = run.visible("2")
+    assert feedback["content"] not in run_bob
+
+
+def test_exhausted_retries_run_the_fallback() -> None:
+    run = make_run({"pick": ["no signal"] * 3})
+    ran: list[str] = []
+
+    async def fallback() -> None:
+        ran.append("fallback")
+
+    result = run.turn(
+        spec(
+            prompt="Pick.", outs=(OutSpec("kill", type="actor"),), max_retries=2, fallback=fallback
+        )
+    )
+    assert ran == ["fallback"]
+    assert result.fell_back and result.calls == 3
+    assert [k for k, _ in run.messages()].count("feedback") == 2
+
+
+def test_exhausted_retries_without_fallback_is_a_run_error() -> None:
+    run = make_run({"pick": ["SET VARIABLE: <<kill = @nobody>>", "still nothing"]})
+    with pytest.raises(RunError) as caught:
+        run.turn(spec(prompt="Pick.", outs=(OutSpec("kill", type="actor"),), max_retries=1))
+    message = str(caught.value)
+    assert message.startswith("game.fems:12: error: action pick:")
+    assert "still nothing" in message and "out 'kill' was not set" in message
+
+
+def test_rejected_reply_is_rolled_back_before_the_retry() -> None:
+    run = make_run(
+        {
+            "pick": [
+                "SET VARIABLE: <<count = 5>> SET VARIABLE: <<day = soon>>",
+                "SET VARIABLE: <<count = 1>>",
+            ]
+        }
+    )
+    outs = (OutSpec("count", type="int"), OutSpec("day", type="int", optional=True))
+    run.turn(spec(prompt="Go.", outs=outs, max_retries=1))
+    assert run.ctx.frame.get("count") == 1 and run.ctx.frame.get("day") == 1
+
+
+def test_resolve_feedback_reaches_the_model() -> None:
+    def check(kill: Any) -> list[tuple[bool, bool, str]]:
+        return [(kill != "@god", True, "pick someone alive")]
+
+    run = make_run(
+        {"pick": ["SET VARIABLE: <<kill = @god>>", "SET VARIABLE: <<kill = @bob>>"]},
+        code={"rules": {"check": check}},
+    )
+    result = run.turn(
+        spec(
+            prompt="Pick.",
+            outs=(OutSpec("kill", type="actor"),),
+            resolve=ResolveSpec("rules", "check", ("kill",)),
+            max_retries=1,
+        )
+    )
+    assert result.calls == 2 and run.ctx.frame.get("kill") == "@bob"
+    feedback = run.events("llm_call")[1]["messages"][-1]["content"]
+    assert "pick someone alive" in feedback
+
+
+def test_lenient_resolve_failure_rolls_back_and_warns() -> None:
+    run = make_run(
+        {"pick": ["SET VARIABLE: <<kill = @god>>"]},
+        code={"rules": {"check": lambda **kw: (False, False, "not the host")}},
+    )
+    result = run.turn(
+        spec(
+            prompt="Pick.",
+            outs=(OutSpec("kill", type="actor"),),
+            resolve=ResolveSpec("rules", "check"),
+        )
+    )
+    assert run.ctx.frame.get("kill") == "" and result.calls == 1
+    assert any("not the host" in w for w in run.warnings)
+
+
+def test_signal_outside_out_is_ignored_and_reported() -> None:
+    run = make_run({"pick": ["SET VARIABLE: <<kill = @bob>> SET VARIABLE: <<day = 9>>"]})
+    result = run.turn(spec(prompt="Pick.", outs=(OutSpec("kill", type="actor"),)))
+    assert run.ctx.frame.get("kill") == "@bob" and run.ctx.frame.get("day") == 1
+    assert result.rejected == ["SET VARIABLE: <<day = 9>>"]
+    (event,) = run.events("rejected")
+    assert "may not be set" in event["problems"][0]
+    assert len(run.warnings) == 1 and run.warnings[0].startswith("game.fems:12: warning:")
+
+
+@pytest.mark.parametrize(
+    ("scope", "message"),
+    [
+        ((ScopeItem("var", "day"),), "scope item 'day' holds 1"),
+        ((ScopeItem("actor", "@nobody"),), "@nobody"),
+    ],
+)
+def test_bad_scope_is_a_located_run_error(scope: tuple[ScopeItem, ...], message: str) -> None:
+    run = make_run({"*": ["x"]})
+    with pytest.raises(RunError, match=message) as caught:
+        run.turn(spec(prompt="x", scope=scope))
+    assert caught.value.line == 12
+    assert run.messages() == []
+
+
+def test_all_scope_and_role() -> None:
+    run = make_run({"*": ["ok"]})
+    run.turn(spec(prompt="x", role="@god", scope=(ScopeItem("all"),)))
+    (event,) = run.events("llm_call")
+    assert event["actor"] == "@god"
+    assert event["scope"] == ["@ann", "@bob", "@eve", "@god"]
+
+
+def test_mock_fills_every_out() -> None:
+    run = make_run()
+    outs = (OutSpec("kill", type="actor"), OutSpec("count", type="int"), OutSpec("alive"))
+    result = run.turn(spec(prompt="Choose among {wolves}.", outs=outs, max_retries=0))
+    assert set(result.assigned) == {"kill", "count", "alive"} and result.calls == 1
+
+
+class FailingModels(ModelClient):
+    """A model whose every call fails (what a 500 storm becomes after litellm retries)."""
+
+    async def complete(
+        self, choice: ModelChoice, messages: list[dict[str, str]], turn: OfflineTurn
+    ) -> CallResult:
+        raise RunError("model openai/test: failed after 5 attempts: status 500")
+
+
+def test_failed_model_call_stores_nothing() -> None:
+    run = make_run(models=FailingModels(run_model="openai/test", environ={}))
+    with pytest.raises(RunError, match="action pick: model openai/test: failed after 5"):
+        run.turn(spec(prompt="x", showprompt="y"))
+    assert run.messages() == []
+
+
+class HangingModels(ModelClient):
+    """A model call that never answers, and counts how often it was cancelled."""
+
+    def __init__(self) -> None:
+        super().__init__(run_model="openai/slow", environ={})
+        self.cancelled = 0
+
+    async def complete(
+        self, choice: ModelChoice, messages: list[dict[str, str]], turn: OfflineTurn
+    ) -> CallResult:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        raise AssertionError("unreachable")
+
+
+@pytest.mark.parametrize("kind", ["human", "check"])
+def test_interrupt_cancels_the_call_and_stores_marker(kind: str) -> None:
+    models = HangingModels()
+    run = make_run(models=models, answers={"speak": ["I object!"]})
+    flag = {"night": False}
+    interrupt = (
+        InterruptSpec(kind="human")
+        if kind == "human"
+        else InterruptSpec(kind="check", check=lambda: flag["night"])
+    )
+    run.services.poll = 0.01
+
+    async def scenario() -> Any:
+        ai = asyncio.create_task(
+            run_ai_turn(run.services, run.ctx, spec(prompt="Talk.", interrupt=interrupt))
+        )
+        await asyncio.sleep(0.05)
+        if kind == "human":
+            await run_human_turn(
+                run.services,
+                run.ctx,
+                spec(action="speak", kind="human", executor="@ann", prompt="Say."),
+            )
+        else:
+            flag["night"] = True
+        return await ai
+
+    result = asyncio.run(scenario())
+    assert result.interrupted and result.reply == INTERRUPTED
+    assert models.cancelled == 1
+    assert ("reply", INTERRUPTED) in run.messages()
+    (event,) = run.events("llm_call")
+    assert event["interrupted"] is True
+
+
+def test_human_except_ignores_listed_actors() -> None:
+    models = HangingModels()
+    run = make_run(models=models, answers={"speak": ["a"]})
+    interrupt = InterruptSpec(kind="human_except", actors=("@ann",))
+
+    async def scenario() -> bool:
+        ai = asyncio.create_task(
+            run_ai_turn(run.services, run.ctx, spec(prompt="x", interrupt=interrupt))
+        )
+        await asyncio.sleep(0.05)
+        await run_human_turn(
+            run.services,
+            run.ctx,
+            spec(action="speak", kind="human", executor="@ann", prompt="Say."),
+        )
+        await asyncio.sleep(0.05)
+        still_running = not ai.done()
+        ai.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await ai
+        return still_running
+
+    assert asyncio.run(scenario()) is True
+    assert models.cancelled == 1
+
+
+def test_human_turn_stores_text_and_applies_answers() -> None:
+    run = make_run(answers={"vote@ann": [{"text": "Bob did it.", "vars": {"kill": "@bob"}}]})
+    result = run.turn(
+        spec(
+            action="vote",
+            kind="human",
+            executor="@ann",
+            prompt="Who?",
+            outs=(OutSpec("kill", type="actor"),),
+        )
+    )
+    assert result.reply == "Bob did it." and run.ctx.frame.get("kill") == "@bob"
+    assert run.messages() == [("prompt", "Who?"), ("human", "Bob did it.")]
+    (event,) = run.events("human")
+    assert event["vars"] == {"kill": "@bob"}
+
+
+@pytest.mark.parametrize(("executor", "kind"), [("@who", "human"), ("@eve", "llm_call")])
+def test_mind_turn_follows_executor_type(executor: str, kind: str) -> None:
+    run = make_run({"*": ["hi"]}, answers={"*": ["hello"]})
+    asyncio.run(
+        run_mind_turn(run.services, run.ctx, spec(kind="mind", executor=executor, prompt="x"))
+    )
+    assert len(run.events(kind)) == 1
+
+
+def test_context_and_memory_methods_feed_the_call() -> None:
+    method = SimpleNamespace
+    methods = {
+        "here": method(
+            kind="context",
+            name="here",
+            code="mem",
+            function="ctx",
+            inputs={"@actor": None},
+            outputs=(),
+        ),
+        "recall": method(
+            kind="memory",
+            name="recall",
+            code="mem",
+            function="recall",
+            inputs={"prompt": None},
+            outputs=(),
+        ),
+    }
+    calls: list[Callable[..., Any]] = []
+
+    def ctx_fn(actor_info: dict[str, Any]) -> str:
+        calls.append(ctx_fn)
+        return f"context for {actor_info['name']}"
+
+    run = make_run(
+        {"*": ["ok"]}, code={"mem": {"ctx": ctx_fn, "recall": lambda prompt: f"recall {prompt}"}}
+    )
+    run.ctx.methods = methods
+    run.turn(spec(prompt="Go."))
+    (event,) = run.events("llm_call")
+    assert event["messages"][-1]["content"] == (
+        "context for @eve\n\nRelevant memory:\nrecall Go.\n\nGo."
+    )
