@@ -115,7 +115,7 @@ class ActionView:
     docstring: str
     kind: str
     # ai/human/mind: keyword arguments of ``fr.TurnSpec``; func: of ``fr.FuncSpec``
-    spec_args: tuple[tuple[str, str], ...] = ()
+    spec_args: tuple[tuple[str, str, str], ...] = ()  # (keyword, code, noqa comment)
     statements: tuple[StatementView, ...] = ()
 
 
@@ -400,6 +400,7 @@ class CodeGenerator:
                         "IN",
                         f"Module {module.name}{params}.",
                         decorator=decorator,
+                        line=module.span.line,
                     )
                 )
             self.emit_modules(scope, module.modules)
@@ -411,7 +412,7 @@ class CodeGenerator:
         marker = self.marker(action.span.line)
         if action.kind == "assign":
             statements = tuple(
-                StatementView(self.marker(a.span.line), self.assign_code(scope, a))
+                StatementView(self.marker(a.span.line), _with_noqa(self.assign_code(scope, a)))
                 for a in action.assignments
             )
             return ActionView(
@@ -430,7 +431,7 @@ class CodeGenerator:
             if action.outs is not None:
                 args.append(("outs", _outs_code(action.outs)))
             doc = f"@func({action.func.alias}.{action.func.func}) {action.name}."
-            return ActionView(function, marker, doc, "func", spec_args=tuple(args))
+            return ActionView(function, marker, doc, "func", spec_args=_spec_args(args))
         assert action.executor is not None
         args = [
             ("action", py(action.name)),
@@ -482,7 +483,7 @@ class CodeGenerator:
         if action.model is not None:
             args.append(("model", py(action.model)))
         doc = f"@{action.kind}({action.executor}) {action.name}."
-        return ActionView(function, marker, doc, action.kind, spec_args=tuple(args))
+        return ActionView(function, marker, doc, action.kind, spec_args=_spec_args(args))
 
     def inputs_code(self, action: Action) -> str:
         """``in:`` values as a dict literal; without ``in:`` the runtime passes the variables
@@ -533,6 +534,7 @@ class CodeGenerator:
         docstring: str,
         decorator: str | None = None,
         loop: Loop | None = None,
+        line: int | None = None,
     ) -> list[FlowView]:
         """The flow function, followed by the functions of its loop bodies."""
         nodes = []
@@ -541,7 +543,7 @@ class CodeGenerator:
             body_function = None
             if isinstance(node.binding, Loop):
                 inner = node.binding
-                body_function = self.namer.take(f"{function}_{inner.kind}_{inner.var}")
+                body_function = self.namer.take(f"{function}_{inner.kind}_{python_name(inner.var)}")
                 body_scope = scope.nested(scope.key)  # node names are unique per flow
                 body_scope.variables = scope.variables | {inner.var}
                 bodies.extend(
@@ -557,7 +559,7 @@ class CodeGenerator:
             nodes.append(self.node_view(scope, graph, function, node, loop, body_function))
         view = FlowView(
             function=function,
-            marker=self.marker(graph.span.line),
+            marker=self.marker(line or graph.span.line),
             docstring=docstring,
             start=start,
             nodes=tuple(nodes),
@@ -576,7 +578,7 @@ class CodeGenerator:
     ) -> NodeView:
         is_head = loop is not None and node.name == loop.head
         marker = self.marker(node.span.line)
-        binding = self.binding_code(scope, node, body_function)
+        binding = tuple(_with_noqa(line) for line in self.binding_code(scope, node, body_function))
         if node.name in TERMINALS and loop is None:
             return NodeView(
                 node.name, marker, True, binding, "return", result_code=py(TERMINALS[node.name])
@@ -764,11 +766,23 @@ def _join_count(graph: Graph, merge: str | None) -> int | None:
     return binding.count if isinstance(binding, Join) else None
 
 
+def _spec_args(args: Iterable[tuple[str, str]]) -> tuple[tuple[str, str, str], ...]:
+    return tuple((name, code, _noqa(code)) for name, code in args)
+
+
+def _with_noqa(line: str) -> str:
+    return line + _noqa(line)
+
+
 def _noqa(python: str) -> str:
     """A targeted ``noqa`` for comparisons with ``True``/``False``/``None``: FEM scripts write
     ``finish == true`` and mean exactly ``==`` (``1 == True`` holds, ``1 is True`` does not)."""
     codes = set()
-    for sub in ast.walk(ast.parse(python, mode="eval")):
+    try:
+        tree = ast.parse(python.strip().removeprefix("if ").rstrip(":"))
+    except SyntaxError:
+        return ""
+    for sub in ast.walk(tree):
         if isinstance(sub, ast.Compare):
             operands = [sub.left, *sub.comparators]
             for op, left, right in zip(sub.ops, operands, operands[1:], strict=False):

@@ -1,0 +1,5 @@
+"""Helpers for the switch golden case."""
+
+
+def is_over(score: int) -> bool:
+    return score > 10
