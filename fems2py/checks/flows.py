@@ -221,7 +221,7 @@ class FlowChecker:
             where = f"module '{namespace.module.name}'" if namespace.module else "the main flow"
             checker.error(
                 f"{where} has no [{entry}]",
-                graph.span,
+                graph.nodes[0].span if graph.nodes else graph.span,
                 f"start the flow with [{entry}] -> …",
             )
         else:
@@ -240,7 +240,7 @@ class FlowChecker:
         owner: dict[str, Part] = {}
         for part in parts:
             for name in part.names:
-                if part.loop is not None and name == part.loop.head:
+                if name in RESERVED_NODES or (part.loop is not None and name == part.loop.head):
                     continue
                 first = owner.setdefault(name, part)
                 if first is part:
@@ -466,7 +466,11 @@ class FlowChecker:
             clashing -= part.loop_vars
             if not clashing:
                 continue
-            read_after = self.reads_after(part, merge, namespace)
+            merge_node = part.nodes.get(merge) if merge is not None else None
+            merge_binding = merge_node.binding if merge_node is not None else None
+            if isinstance(merge_binding, Join) and merge_binding.count == 1:
+                continue  # a race: the branches that lose are cancelled (§12.6)
+            read_after = self.reads_after(part, merge, name, namespace)
             shared = sorted(clashing & read_after)
             if not shared:
                 continue
@@ -509,7 +513,11 @@ class FlowChecker:
             stack.extend(part.successors.get(name, ()))
         return writes
 
-    def reads_after(self, part: Part, merge: str | None, namespace: Namespace) -> set[str]:
+    def reads_after(
+        self, part: Part, merge: str | None, fork: str, namespace: Namespace
+    ) -> set[str]:
+        """What may be read once the branches of ``fork`` have merged, before ``fork`` runs
+        again (a later run of the fork writes afresh)."""
         if merge is None:
             if part.loop is None:
                 return set()
@@ -517,7 +525,7 @@ class FlowChecker:
         else:
             starts = [merge]
         reads: set[str] = set()
-        for name in reachable(starts, part.successors):
+        for name in reachable(starts, part.successors, avoid=[fork]):
             reads |= self.node_effects(part, name, namespace).reads
         if part.loop is not None:
             reads |= self.continuation_reads(part, namespace)
@@ -529,8 +537,9 @@ class FlowChecker:
         current = part
         while current.parent is not None and current.loop_node is not None:
             parent = current.parent
-            starts = parent.successors.get(current.loop_node.name, [])
-            for name in reachable(starts, parent.successors):
+            loop_name = current.loop_node.name
+            starts = parent.successors.get(loop_name, [])
+            for name in reachable(starts, parent.successors, avoid=[loop_name]):
                 reads |= self.node_effects(parent, name, namespace).reads
             current = parent
         return reads

@@ -14,13 +14,18 @@ from collections.abc import Iterable, Mapping, Sequence
 EXIT = "\0exit"
 
 
-def reachable(roots: Iterable[str], successors: Mapping[str, Sequence[str]]) -> set[str]:
-    """Every node reachable from ``roots`` (the roots included)."""
+def reachable(
+    roots: Iterable[str],
+    successors: Mapping[str, Sequence[str]],
+    avoid: Iterable[str | None] = (),
+) -> set[str]:
+    """Every node reachable from ``roots`` (the roots included) without entering ``avoid``."""
     seen: set[str] = set()
+    blocked = set(avoid)
     stack = list(roots)
     while stack:
         node = stack.pop()
-        if node in seen:
+        if node in seen or node in blocked:
             continue
         seen.add(node)
         stack.extend(successors.get(node, ()))

@@ -1,0 +1,9 @@
+"""Functions the error fixtures call through ``code:`` (read with ast, never imported)."""
+
+
+def score_of(player, bonus=0):
+    return bonus
+
+
+def judge(answer, **kwargs):
+    return [(True, False, "")]
