@@ -15,7 +15,7 @@ import asyncio
 import linecache
 import re
 import sys
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType, TracebackType
@@ -80,27 +80,25 @@ class _Services:
         program: Program,
         variables: Variables,
         trace: TraceWriter,
-        turn_runner: Callable[[Context, TurnSpec], Awaitable[TurnResult]] | None,
+        turns: TurnRunner,
+        code: funcs.CodeFiles,
     ) -> None:
         self.program = program
         self.file = program.script.file
         self.variables = variables
         self.trace = trace
-        self._turn_runner = turn_runner
-        self._code = funcs.CodeFiles(program.script.code, Path(program.module_file).parent)
+        self._turns = turns
+        self._code = code
 
     def code(self, alias: str) -> ModuleType:
         """The ``code:`` file ``alias``, loaded once, relative to the generated module (§5)."""
         return self._code.module(alias)
 
     async def turn(self, ctx: Context, spec: TurnSpec) -> TurnResult:
-        if self._turn_runner is None:
-            raise RunError(
-                f"action {spec.action}: model and human turns need fems_runtime.turns",
-                self.file,
-                spec.line,
-            )
-        return await self._turn_runner(ctx, spec)
+        try:
+            return await self._turns.run(ctx, spec)
+        except RunError as error:
+            raise error.located(self.file, spec.line) from error.__cause__
 
     async def func(self, ctx: Context, spec: FuncSpec) -> Any:
         """Call ``alias.fn`` in a worker thread and write its return value to the outs (§9.7);
@@ -170,8 +168,11 @@ class Program:
             raise RunError("--resume is not yet supported by this runtime")
         variables = Variables(self.variables, self.actors, self.blueprints)
         steps = StepCounter(int(self.script.meta.get("max_steps", DEFAULT_MAX_STEPS)), "the run")
+        code = funcs.CodeFiles(self.script.code, Path(self.module_file).resolve().parent)
         with TraceWriter(trace) as writer:
-            runner = _turn_runner(
+            from fems_runtime.turns import TurnServices
+
+            turns = TurnServices.open(
                 self,
                 variables,
                 writer,
@@ -181,12 +182,13 @@ class Program:
                 session=session,
                 human=human,
                 seed=seed,
+                code=code.module,
             )
-            services = _Services(self, variables, writer, runner.run if runner else None)
+            services = _Services(self, variables, writer, turns, code)
             ctx = Context(
                 services, variables.root, steps, methods={m.name: m for m in self.methods}
             )
-            session_id = runner.session if runner else None
+            session_id = turns.session
             try:
                 await self.main_flow(ctx)
             except BaseException as error:
@@ -201,13 +203,11 @@ class Program:
                         variables=variables.snapshot(),
                         error=str(located),
                     )
-                if runner:
-                    runner.finish("failed")
+                turns.finish("failed")
                 if located is error:
                     raise
                 raise located from error
-            if runner:
-                runner.finish("completed")
+            turns.finish("completed")
         outcome = RunResult(session_id, "completed", steps.count, variables.snapshot())
         if result is not None:
             write_result(
@@ -295,17 +295,10 @@ def _argument_parser(script: ScriptInfo) -> argparse.ArgumentParser:
 
 
 class TurnRunner(Protocol):
-    """The model/human side of a run (store session, models, human I/O)."""
+    """The model/human side of a run (:class:`fems_runtime.turns.TurnServices`)."""
 
-    session: int | None
+    session: int
 
     async def run(self, ctx: Context, spec: TurnSpec) -> TurnResult: ...
 
     def finish(self, status: str) -> None: ...
-
-
-def _turn_runner(
-    program: Program, variables: Variables, trace: TraceWriter, **options: Any
-) -> TurnRunner | None:
-    """The model/human turn machinery of :mod:`fems_runtime.turns`, when it is available."""
-    return None
