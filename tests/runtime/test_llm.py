@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from fems_runtime.llm import ModelClient, RetryPolicy, load_dotenv, load_model_map
+from fems_runtime.llm import CallResult, ModelClient, RetryPolicy, load_dotenv, load_model_map
 from fems_runtime.offline import OfflineTurn
 from fems_runtime.records import RunError
 
@@ -115,12 +115,15 @@ def test_offline_run_never_imports_litellm() -> None:
 
 
 def _client(api_base: str, **options: object) -> ModelClient:
-    model_map = {"test": {"model": "openai/test", "api_base": api_base, "api_key": "sk-test"}}
+    model_map = {
+        alias: {"model": model, "api_base": api_base, "api_key": "sk-test"}
+        for alias, model in (("test", "openai/test"), ("priced", "openai/gpt-4o-mini"))
+    }
     return ModelClient(**{"model_map": model_map, "environ": {}, "retry": FAST_RETRY, **options})
 
 
-async def _call(client: ModelClient) -> object:
-    return await client.complete(client.resolve("test"), MESSAGES, TURN)
+async def _call(client: ModelClient, alias: str = "test") -> CallResult:
+    return await client.complete(client.resolve(alias), MESSAGES, TURN)
 
 
 def test_real_path_normal_reply_and_transient_retries() -> None:
@@ -129,11 +132,13 @@ def test_real_path_normal_reply_and_transient_retries() -> None:
         client = _client(server.api_base)
 
         async def both() -> tuple:
-            return await _call(client), await _call(client)
+            return await _call(client, "priced"), await _call(client)
 
         first, second = asyncio.run(both())
     assert first.text == "first" and first.attempts == 1
     assert (first.prompt_tokens, first.completion_tokens) == (11, 7)
+    assert first.cost is not None and first.cost > 0  # from litellm's bundled price table
+    assert second.cost is None  # a model litellm has no price for
     assert second.text == "ok" and second.attempts == 3
     assert len(server.requests) == 4
     assert server.requests[0]["messages"] == MESSAGES
@@ -178,3 +183,22 @@ def test_concurrency_cap_and_cancellation_release_slots() -> None:
     assert [r.text for r in results] == ["hello"] * 5
     assert server.max_in_flight <= 2
     assert len(server.requests) == 7
+
+
+def test_delay_spaces_starts_per_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    waits: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def record(seconds: float) -> None:
+        waits.append(seconds)
+        await real_sleep(0)
+
+    client = ModelClient(environ={}, delay=10)
+
+    async def starts() -> None:
+        monkeypatch.setattr(asyncio, "sleep", record)
+        for model in ("a", "a", "b", "a"):
+            await client._pace(model)
+
+    asyncio.run(starts())
+    assert len(waits) == 2 and all(5 < w <= 10 for w in waits)

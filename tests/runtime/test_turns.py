@@ -7,14 +7,16 @@ import io
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from fems_runtime.flow import Context
 from fems_runtime.human import AnswersFileHuman
 from fems_runtime.llm import CallResult, ModelChoice, ModelClient
 from fems_runtime.offline import OfflineTurn
-from fems_runtime.records import RunError, TraceWriter
+from fems_runtime.records import RunError, StepCounter, TraceWriter
 from fems_runtime.signals import OutSpec
 from fems_runtime.store import Store
 from fems_runtime.turns import (
@@ -441,3 +443,36 @@ def test_context_and_memory_methods_feed_the_call() -> None:
     assert event["messages"][-1]["content"] == (
         "context for @eve\n\nRelevant memory:\nrecall Go.\n\nGo."
     )
+
+
+def test_services_open_runs_turns_through_a_flow_context(tmp_path: Path) -> None:
+    script = SimpleNamespace(
+        file="game.fems",
+        sha256="abc",
+        meta={"name": "Game", "owner": "001", "system_safety": "Be kind.", "max_concurrency": 2},
+    )
+    variables = Variables(VALUES, ACTORS)
+    trace = io.StringIO()
+    services = TurnServices.open(
+        SimpleNamespace(script=script),
+        variables,
+        TraceWriter(trace),
+        replies={"pick": ["SET VARIABLE: <<count = 3>>"]},
+        db=str(tmp_path / "dialog.db"),
+        base_dir=tmp_path,
+    )
+    run_services = SimpleNamespace(
+        file="game.fems", trace=services.trace, code=lambda alias: None, turn=services.run
+    )
+    ctx = Context(run_services, variables.root, StepCounter())
+    result = asyncio.run(ctx.ai(spec(prompt="Count.", outs=(OutSpec("count", type="int"),))))
+    assert result.assigned == {"count": 3}
+    (event,) = [json.loads(line) for line in trace.getvalue().splitlines()]
+    assert event["messages"][0] == {"role": "system", "content": "Be kind."}
+    assert services.owners == ("001",)
+    session = services.session
+    services.finish("completed")
+    with Store(str(tmp_path / "dialog.db")) as store:
+        assert store.session(session)["status"] == "completed"
+        assert store.session(session)["title"] == "Game"
+        assert len(store.visible_messages(session, user="001")) == 1
