@@ -1,0 +1,204 @@
+"""Context (§13, §8): default-deny built-in context, method calls off the loop, model messages."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import threading
+
+import pytest
+from fems_runtime.context import (
+    MEMORY_HEADER,
+    abuiltin_context,
+    build_messages,
+    builtin_context,
+    call_method,
+    format_context,
+    method_kwargs,
+    method_outputs,
+    method_text,
+    retry_messages,
+)
+from fems_runtime.records import RunError
+from fems_runtime.store import Message, Store
+from fems_runtime.variables import ActorSpec, Variables
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+
+@functools.cache
+def shared_store() -> Store:
+    return Store(":memory:")
+
+
+SOULS = [f"s{i}" for i in range(6)]
+message_strategy = st.tuples(
+    st.sampled_from(["reply", "narration", "human", "feedback", "prompt"]),
+    st.frozensets(st.sampled_from(SOULS), max_size=4),
+    st.text(max_size=12),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    actors=st.sets(st.sampled_from(SOULS), min_size=1),
+    messages=st.lists(message_strategy, max_size=25),
+)
+def test_builtin_context_holds_exactly_the_messages_in_scope(actors, messages) -> None:
+    store = shared_store()
+    session = store.open_session()
+    for i, (kind, room, text) in enumerate(messages):
+        store.add_message(
+            session,
+            kind,
+            text,
+            souls=room,
+            speaker_soul=min(room, default=None),
+            speaker_name=f"@a{i}",
+        )
+    for soul in actors:
+        expected = [
+            (kind, text) for kind, room, text in messages if soul in room and kind != "prompt"
+        ]
+        seen = store.visible_messages(session, soul=soul)
+        assert [(m.kind, m.content) for m in seen] == expected
+        assert [m.seq for m in seen] == sorted(m.seq for m in seen)
+        assert builtin_context(store, session, soul=soul) == format_context(seen)
+
+
+def test_context_format_and_default_deny() -> None:
+    store = Store(":memory:")
+    session = store.open_session()
+    store.add_message(session, "narration", "Night falls.", souls=["1", "2"])
+    store.add_message(session, "reply", "I am the seer.", souls=["1", "2"], speaker_name="@Eve")
+    store.add_message(session, "reply", "Wolves only.", souls=["2"], speaker_name="@Wolf")
+    store.add_message(session, "human", "Hello", souls=["1"], users=["7"], speaker_name="@Ann")
+    store.add_message(session, "prompt", "private", souls=["1"])
+    store.add_message(session, "feedback", "Use @name.", souls=["1"])
+    assert builtin_context(store, session, soul="1") == (
+        "[narrator]: Night falls.\n\n[@Eve]: I am the seer.\n\n[@Ann]: Hello\n\n[feedback]: Use @name."
+    )
+    assert builtin_context(store, session, soul="3") == ""
+    assert builtin_context(store, session, soul=None, user="7") == "[@Ann]: Hello"
+    assert asyncio.run(abuiltin_context(store, session, soul="2")) == (
+        "[narrator]: Night falls.\n\n[@Eve]: I am the seer.\n\n[@Wolf]: Wolves only."
+    )
+
+
+def test_format_context_falls_back_to_the_soul() -> None:
+    message = Message(id=1, session=1, seq=1, kind="reply", content="x", speaker_soul="9")
+    assert format_context([message]) == "[9]: x"
+
+
+def test_method_kwargs() -> None:
+    frame = Variables({"alive": ["@Eve"], "@speaker": "@Eve"}, [ActorSpec("@Eve")]).root
+    kwargs = method_kwargs(
+        ["prompt", "session_id", "turn", "@actor", "alive", "@speaker"],
+        frame,
+        prompt="P",
+        session=3,
+        turn=5,
+        actor_info={"soul": "1"},
+    )
+    assert kwargs == {
+        "prompt": "P",
+        "session_id": 3,
+        "turn": 5,
+        "actor_info": {"soul": "1"},
+        "alive": ["@Eve"],
+        "speaker": "@Eve",
+    }
+    with pytest.raises(RunError, match="undeclared"):
+        method_kwargs(["nope"], frame)
+
+
+def test_methods_run_off_the_event_loop() -> None:
+    loop_thread = threading.get_ident()
+
+    def retrieve(prompt: str) -> str:
+        assert threading.get_ident() != loop_thread
+        return f"memory for {prompt}"
+
+    assert asyncio.run(call_method(retrieve, {"prompt": "x"})) == "memory for x"
+
+
+def test_method_errors_are_run_errors() -> None:
+    def broken() -> None:
+        raise KeyError("k")
+
+    with pytest.raises(RunError, match="rag raised KeyError"):
+        asyncio.run(call_method(broken, {}, name="rag"))
+
+
+@pytest.mark.parametrize(
+    ("value", "outs", "mapped"),
+    [
+        ("text", ["m"], {"m": "text"}),
+        ({"a": 1, "b": 2}, ["a", "b"], {"a": 1, "b": 2}),
+        ({"a": 1}, ["only"], {"only": {"a": 1}}),
+        ("x", [], {}),
+    ],
+)
+def test_method_outputs(value, outs, mapped) -> None:
+    assert method_outputs(value, outs) == mapped
+
+
+@pytest.mark.parametrize(("value", "outs"), [("x", ["a", "b"]), ({"a": 1}, ["a", "b"])])
+def test_method_outputs_errors(value, outs) -> None:
+    with pytest.raises(RunError):
+        method_outputs(value, outs)
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (None, ""),
+        ("", ""),
+        ([], ""),
+        ("abc", "abc"),
+        (["@a", 1], "[@a, 1]"),
+        ({"a": "x", "b": ""}, "x"),
+    ],
+)
+def test_method_text(value, text) -> None:
+    assert method_text(value) == text
+
+
+def test_build_messages_full() -> None:
+    messages = build_messages(
+        safety="Be safe.",
+        style="Be brief.",
+        persona="You are Eve.",
+        user_info="Owner likes chess.",
+        context="[@Bob]: hi",
+        memory="Eve met Bob.",
+        narration="Night falls.",
+        prompt="Who do you suspect?",
+    )
+    assert messages == [
+        {
+            "role": "system",
+            "content": "Be safe.\n\nBe brief.\n\nYou are Eve.\n\nOwner likes chess.",
+        },
+        {
+            "role": "user",
+            "content": f"[@Bob]: hi\n\n{MEMORY_HEADER}\nEve met Bob.\n\nNight falls.\n\nWho do you suspect?",
+        },
+    ]
+
+
+def test_build_messages_skips_empty_blocks() -> None:
+    assert build_messages(prompt="Go.", persona="  ", memory="") == [
+        {"role": "user", "content": "Go."}
+    ]
+    assert build_messages(prompt="Go.", style="S")[0] == {"role": "system", "content": "S"}
+
+
+def test_retry_messages() -> None:
+    first = build_messages(prompt="Go.")
+    again = retry_messages(first, "bad reply", "KILL must be alive")
+    assert again[-2:] == [
+        {"role": "assistant", "content": "bad reply"},
+        {"role": "user", "content": "KILL must be alive"},
+    ]
+    assert first == [{"role": "user", "content": "Go."}]

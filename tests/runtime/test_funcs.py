@@ -1,0 +1,187 @@
+"""The author's Python (§5, §9.7) and system.spawn (§9.8)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import pytest
+from fems_runtime.funcs import (
+    CodeFiles,
+    assign_returns,
+    auto_inputs,
+    call_function,
+    load_code,
+    map_returns,
+    spawn,
+)
+from fems_runtime.records import RunError
+from fems_runtime.signals import OutSpec
+from fems_runtime.store import Store
+from fems_runtime.values import Actor
+from fems_runtime.variables import ActorSpec, BlueprintSpec, Variables
+
+GAME = """
+import threading
+
+def is_over(alive):
+    return len(alive) < 2
+
+def who(actor):
+    return actor["soul"], actor.get("hp", 100), isinstance(actor, str)
+
+def thread_name():
+    return threading.get_ident()
+
+def boom():
+    raise ValueError("bad input")
+"""
+
+
+@pytest.fixture
+def code_dir(tmp_path: Path) -> Path:
+    (tmp_path / "utils").mkdir()
+    (tmp_path / "utils" / "game.py").write_text(GAME, encoding="utf-8")
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "game.py").write_text(
+        "def is_over(alive):\n    return 'other'\n", encoding="utf-8"
+    )
+    return tmp_path
+
+
+def test_load_by_path_is_cached_and_does_not_collide(code_dir: Path) -> None:
+    first = load_code(code_dir / "utils" / "game.py")
+    assert load_code(str(code_dir / "utils" / ".." / "utils" / "game.py")) is first
+    other = load_code(code_dir / "other" / "game.py")
+    assert other is not first and other.is_over([]) == "other" and first.is_over([]) is True
+
+
+def test_code_files(code_dir: Path) -> None:
+    files = CodeFiles({"game": "utils/game.py", "gone": "missing.py"}, code_dir)
+    assert files.function("game", "is_over")([1, 2]) is False
+    with pytest.raises(RunError, match="game.nope is not a function"):
+        files.function("game", "nope")
+    with pytest.raises(RunError, match="does not exist"):
+        files.module("gone")
+    with pytest.raises(RunError, match="not a code: alias"):
+        files.module("x")
+
+
+def test_import_errors_are_run_errors(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("raise ImportError('nope')\n", encoding="utf-8")
+    with pytest.raises(RunError, match="importing .*bad.py failed: ImportError: nope"):
+        load_code(bad)
+
+
+def test_calls_run_in_a_worker_thread_with_actor_values(code_dir: Path) -> None:
+    files = CodeFiles({"game": "utils/game.py"}, code_dir)
+    variables = Variables({"hp": {"@Eve": 7}}, [ActorSpec("@Eve", soul="3")])
+    loop_thread = threading.get_ident()
+    ident = asyncio.run(call_function(files.function("game", "thread_name"), {}))
+    assert ident != loop_thread
+    result = asyncio.run(
+        call_function(files.function("game", "who"), {"actor": variables.actor("@Eve")})
+    )
+    assert result == ("3", 7, True)
+    with pytest.raises(RunError, match="game.boom raised ValueError: bad input"):
+        asyncio.run(call_function(files.function("game", "boom"), {}, name="game.boom"))
+    with pytest.raises(RunError, match="calling game.is_over failed"):
+        asyncio.run(call_function(files.function("game", "is_over"), {"x": 1}, name="game.is_over"))
+
+
+def test_auto_inputs() -> None:
+    frame = Variables({"alive": [1], "day": 2}).root
+
+    def fn(alive, day, extra=5, *args, **kwargs):
+        return alive
+
+    assert auto_inputs(fn, frame) == {"alive": [1], "day": 2}
+
+    def needs(missing):
+        return missing
+
+    with pytest.raises(RunError, match="needs 'missing'"):
+        auto_inputs(needs, frame, name="game.needs")
+
+
+A, B = OutSpec("a"), OutSpec("b")
+
+
+@pytest.mark.parametrize(
+    ("value", "outs", "pairs"),
+    [
+        ({"a": 1, "b": 2}, [A, B], [(A, 1), (B, 2)]),
+        ((1, 2), [A, B], [(A, 1), (B, 2)]),
+        (5, [A], [(A, 5)]),
+        ([1, 2], [A], [(A, [1, 2])]),
+        ({"a": {"x": 1}}, [A], [(A, {"x": 1})]),
+        (None, [OutSpec("a", optional=True)], []),
+        ("ignored", [], []),
+        ({"@预言家": "@Eve"}, [OutSpec("@预言家")], [(OutSpec("@预言家"), "@Eve")]),
+        ("v", [OutSpec("votes.@voter")], [(OutSpec("votes.@voter"), "v")]),
+    ],
+)
+def test_map_returns(value, outs, pairs) -> None:
+    assert map_returns(value, outs) == pairs
+
+
+@pytest.mark.parametrize(
+    ("value", "outs", "message"),
+    [
+        ({"a": 1, "c": 3}, [A, B], "missing b; unexpected c"),
+        ({"a": 1, "b": 2, "c": 3}, [A, B], "unexpected c"),
+        ({"x": 1}, [A], "missing a; unexpected x"),
+        ((1, 2, 3), [A, B], "returned 3 values but has 2 outs"),
+        (1, [A, B], "returned one value"),
+        (None, [A, OutSpec("b", optional=True)], "returned None"),
+    ],
+)
+def test_map_returns_errors(value, outs, message) -> None:
+    with pytest.raises(RunError, match=message):
+        map_returns(value, outs, name="game.f")
+
+
+def test_assign_returns_writes_entries() -> None:
+    variables = Variables(
+        {"votes": {}, "dead": "", "alive": []}, [ActorSpec("@Eve"), ActorSpec("@Bob")]
+    )
+    body = variables.root.loop({"@voter": variables.actor("@Eve")})
+    assign_returns(body, "@Bob", [OutSpec("votes.@voter")])
+    assign_returns(body, {"dead": "@Bob", "alive": ["@Eve"]}, [OutSpec("dead"), OutSpec("alive")])
+    assert variables.root["votes"] == {"@Eve": "@Bob"}
+    assert isinstance(variables.root["dead"], Actor) and variables.root["alive"] == ["@Eve"]
+
+
+def test_spawn_creates_actors_from_blueprints() -> None:
+    variables = Variables(
+        {}, [ActorSpec("@coder_1")], [BlueprintSpec("coder", source="fast", tools=("py",))]
+    )
+    store = Store(":memory:")
+    session = store.open_session()
+    made = spawn(variables, [{"blueprint": "coder", "count": 2}], store=store, session=session)
+    assert made == ["@coder_2", "@coder_3"]
+    assert all(isinstance(a, Actor) for a in made)
+    spec = variables.actors["@coder_2"]
+    assert (spec.type, spec.source, spec.tools, spec.blueprint) == ("ai", "fast", ("py",), "coder")
+    assert spec.soul != variables.actors["@coder_3"].soul
+    assert made[0]["source"] == "fast"
+    assert [r["name"] for r in store.session_actors(session)] == ["@coder_2", "@coder_3"]
+    assert spawn(variables, {"blueprint": "coder"}) == ["@coder_4"]
+
+
+@pytest.mark.parametrize(
+    ("requests", "message"),
+    [
+        ("coder", "needs a list"),
+        ([{"count": 1}], "needs a 'blueprint'"),
+        ([{"blueprint": "nope"}], "no blueprint named 'nope'"),
+        ([{"blueprint": "coder", "count": -1}], "count must be"),
+        ([{"blueprint": "coder", "count": True}], "count must be"),
+    ],
+)
+def test_spawn_errors(requests, message) -> None:
+    variables = Variables({}, [], [BlueprintSpec("coder")])
+    with pytest.raises(RunError, match=message):
+        spawn(variables, requests)

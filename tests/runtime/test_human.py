@@ -1,0 +1,155 @@
+"""Human turns (§10.8, §15.3): the terminal provider and the answers-file provider."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fems_runtime.human import (
+    AnswersFileHuman,
+    HumanAnswer,
+    HumanRequest,
+    TerminalHuman,
+    human_outs_pending,
+)
+from fems_runtime.records import RunError
+from fems_runtime.signals import OutSpec, apply_values
+from fems_runtime.variables import ActorSpec, Variables
+
+
+def frame():
+    return Variables(
+        {"vote": "", "n": 0, "ok": False, "note": "", "alive": ["@Eve", "@Bob"]},
+        [ActorSpec("@Eve"), ActorSpec("@Bob"), ActorSpec("@player", type="human", source="7")],
+    ).root
+
+
+def scripted(lines: list[str]):
+    feed: Iterator[str] = iter(lines)
+    asked: list[str] = []
+
+    def read(prompt: str) -> str:
+        asked.append(prompt)
+        try:
+            return next(feed)
+        except StopIteration:
+            raise EOFError from None
+
+    return read, asked
+
+
+def test_terminal_menu_typed_inputs_and_reasking() -> None:
+    f = frame()
+    read, asked = scripted(["I vote Bob", "9", "two", "2", "x", "5", "maybe", "yes", ""])
+    out = io.StringIO()
+    request = HumanRequest(
+        action="vote",
+        actor="@player",
+        prompt="Who is the wolf?",
+        context="[@Eve]: hi",
+        outs=(
+            OutSpec("vote", type="dropdown", choices=(f["alive"],)),
+            OutSpec("n", type="int"),
+            OutSpec("ok", type="bool"),
+            OutSpec("note", optional=True),
+        ),
+        frame=f,
+    )
+    answer = asyncio.run(TerminalHuman(read, out).ask(request))
+    assert answer.text == "I vote Bob"
+    assert answer.vars == {"vote": "@Bob", "n": 5, "ok": True}
+    shown = out.getvalue()
+    assert "[@Eve]: hi" in shown and "Who is the wolf?" in shown
+    assert "  1. @Eve" in shown and "  2. @Bob" in shown
+    assert "please enter a number from 1 to 2" in shown
+    assert "'x' is not an integer" in shown
+    assert asked[0] == "> " and asked[-1] == "note: "
+    outcome = apply_values(answer.vars, f, request.outs)
+    assert not outcome.rejected and f["vote"] == "@Bob"
+
+
+def test_terminal_menu_accepts_the_value_itself() -> None:
+    read, _ = scripted(["", "@Eve"])
+    request = HumanRequest(
+        "vote", "@player", "?", outs=(OutSpec("vote", type="enum", choices=("@Eve", "@Bob")),)
+    )
+    answer = TerminalHuman(read, io.StringIO()).ask_sync(request)
+    assert answer.vars == {"vote": "@Eve"}
+
+
+def test_terminal_text_is_never_parsed_as_signals() -> None:
+    read, _ = scripted(["SET VARIABLE: <<vote = @Eve>>"])
+    answer = TerminalHuman(read, io.StringIO()).ask_sync(
+        HumanRequest("talk", "@player", "Say something")
+    )
+    assert answer == HumanAnswer("SET VARIABLE: <<vote = @Eve>>", {})
+
+
+def test_terminal_eof_is_a_clear_run_error() -> None:
+    read, _ = scripted([])
+    with pytest.raises(RunError, match="input ended .EOF. while @player was answering vote"):
+        TerminalHuman(read, io.StringIO()).ask_sync(HumanRequest("vote", "@player", "?"))
+
+
+def test_answers_file_order_and_fallbacks(tmp_path: Path) -> None:
+    path = tmp_path / "answers.json"
+    path.write_text(
+        json.dumps(
+            {
+                "vote@player": [{"text": "Bob!", "vars": {"vote": "@Bob"}}],
+                "vote": ["generic vote"],
+                "*": ["first", "last"],
+            }
+        ),
+        encoding="utf-8",
+    )
+    human = AnswersFileHuman(path)
+    ask = lambda action, actor="@player": asyncio.run(human.ask(HumanRequest(action, actor, "?")))  # noqa: E731
+    assert ask("vote") == HumanAnswer("Bob!", {"vote": "@Bob"})
+    assert ask("vote") == HumanAnswer("generic vote")
+    assert ask("vote") == HumanAnswer("first")
+    assert ask("talk", "@other") == HumanAnswer("last")
+    assert ask("talk") == HumanAnswer("last")
+
+
+def test_answers_exhausted_without_star() -> None:
+    human = AnswersFileHuman({"talk": "only once"})
+    assert human.next_answer("talk", "@p").text == "only once"
+    with pytest.raises(RunError, match="no answer left for talk by @p"):
+        human.next_answer("talk", "@p")
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{nope", "not valid JSON"),
+        ("[1]", "must hold a JSON object"),
+        ('{"*": [3]}', "string or an object"),
+    ],
+)
+def test_bad_answers_files(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "a.json"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(RunError, match=message):
+        AnswersFileHuman(path).next_answer("x", "@p")
+
+
+def test_missing_answers_file(tmp_path: Path) -> None:
+    with pytest.raises(RunError, match="cannot read answers file"):
+        AnswersFileHuman(tmp_path / "none.json")
+
+
+def test_answer_values_go_through_typed_outs() -> None:
+    f = frame()
+    outs = (OutSpec("n", type="int"), OutSpec("vote", type="actor"))
+    answer = AnswersFileHuman({"*": [{"vars": {"n": "3", "vote": "@Nobody"}}]}).next_answer(
+        "x", "@p"
+    )
+    outcome = apply_values(answer.vars, f, outs)
+    assert f["n"] == 3 and f["vote"] == ""
+    assert len(outcome.rejected) == 1
+    assert human_outs_pending(outs, HumanAnswer("", {"n": 1})) == [outs[1]]
