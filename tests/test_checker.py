@@ -1,0 +1,434 @@
+"""The semantic checker: merge nodes (§12.5), name resolution (§11.3), code signatures (§5).
+
+Mistakes and their exact messages live in tests/errors/ (see test_errors.py); this file tests
+what the checker computes and what it must accept.
+"""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from fems2py.checker import CheckedScript, check
+from fems2py.checks.codefiles import FuncSignature, Param, read_signatures, signatures_of
+from fems2py.checks.graphs import dominators, immediate_post_dominators, reachable
+from fems2py.nodes import Edge, FlowNode, Graph, Script, Span
+from fems2py.parser import parse
+
+HEADER = """\
+vars:
+    x = 0
+    answer = ""
+    alive = [@a, @b]
+    @v = ""
+    @w = ""
+actors:
+    ai @a = soul:a
+    ai @b = soul:b
+action one @ai(@a):
+    prompt: One.
+action two @ai(@b):
+    prompt: Two.
+action three @ai(@a):
+    prompt: Three.
+"""
+
+
+def analyze(source: str, folder: Path, files: dict[str, str] | None = None) -> CheckedScript:
+    for name, text in (files or {}).items():
+        (folder / name).write_text(textwrap.dedent(text), encoding="utf-8")
+    script, diagnostics = parse(textwrap.dedent(source), "t.fems", folder)
+    assert [d for d in diagnostics if d.severity == "error"] == []
+    return check(script, folder)
+
+
+def flow(body: str) -> str:
+    return HEADER + "mainflow:\n" + textwrap.indent(textwrap.dedent(body), "    ")
+
+
+def errors(checked: CheckedScript) -> list[str]:
+    return [d.message for d in checked.diagnostics if d.severity == "error"]
+
+
+def warnings(checked: CheckedScript) -> list[str]:
+    return [d.message for d in checked.diagnostics if d.severity == "warning"]
+
+
+# ---------------------------------------------------------------------------- graph algorithms
+
+
+def test_reachable_avoids_blocked_nodes() -> None:
+    successors = {"a": ["b"], "b": ["c"], "c": ["a"]}
+    assert reachable(["a"], successors) == {"a", "b", "c"}
+    assert reachable(["a"], successors, avoid=["c"]) == {"a", "b"}
+
+
+def test_dominators_of_a_diamond() -> None:
+    successors = {"s": ["a", "b"], "a": ["m"], "b": ["m"], "m": []}
+    assert dominators("s", successors) == {"s": "s", "a": "s", "b": "s", "m": "s"}
+
+
+@pytest.mark.parametrize(
+    ("successors", "terminals", "expected"),
+    [
+        # diamond: the fork merges where both branches meet
+        ({"f": ["a", "b"], "a": ["m"], "b": ["m"], "m": ["e"]}, {"e"}, {"f": "m", "m": "e"}),
+        # one branch ends at a terminal: nothing post-dominates the fork but the exit
+        ({"f": ["a", "b"], "a": ["e"], "b": ["m"], "m": ["e"]}, {"e"}, {"f": "e", "b": "m"}),
+        ({"f": ["a", "b"], "a": ["x"], "b": ["m"], "m": ["e"]}, {"e"}, {"f": None}),
+        # a loop back to the fork keeps the merge after the loop
+        ({"f": ["a", "m"], "a": ["f"], "m": ["e"]}, {"e"}, {"f": "m", "a": "f"}),
+        # an endless loop never reaches the exit
+        ({"f": ["a", "b"], "a": ["f"], "b": ["f"]}, set(), {"f": None, "a": None}),
+    ],
+)
+def test_immediate_post_dominators(
+    successors: dict[str, list[str]], terminals: set[str], expected: dict[str, str | None]
+) -> None:
+    nodes = set(successors) | {t for targets in successors.values() for t in targets}
+    result = immediate_post_dominators(nodes, successors, terminals)
+    assert {node: result[node] for node in expected} == expected
+
+
+# ---------------------------------------------------------------------------- merge nodes
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        pytest.param(
+            """\
+            [START] -> [F]
+            [F] -> [A]:one -> [M]
+            [F] -> [B]:two -> [M]
+            [M] -> [END]
+            """,
+            {("main", "F"): "M"},
+            id="diamond",
+        ),
+        pytest.param(
+            """\
+            [START] -> [F]
+            [F] -> [G]
+            [F] -> [B]:two -> [M]
+            [G] -> [G1]:one -> [N]
+            [G] -> [G2]:three -> [N]
+            [N] -> [M]
+            [M] -> [END]
+            """,
+            {("main", "F"): "M", ("main", "G"): "N"},
+            id="nested forks",
+        ),
+        pytest.param(
+            """\
+            [START] -> [L]
+            [L] -> [A]:one -> [M]
+            [L] -> [B]:two -> [M]
+            [M] -> if (x < 3) -> [L]
+            [M] -> if (x >= 3) -> [END]
+            """,
+            {("main", "L"): "M", ("main", "M"): "END"},
+            id="loop back",
+        ),
+        pytest.param(
+            """\
+            [START] -> [F]
+            [F] -> [A]:one -> [END]
+            [F] -> [B]:two -> [M]
+            [M] -> [END]
+            """,
+            {("main", "F"): "END"},
+            id="both reach END",
+        ),
+        pytest.param(
+            """\
+            [START] -> [F]
+            [F] -> [A]:one
+            [F] -> [B]:two -> [M]
+            [M] -> [END]
+            """,
+            {("main", "F"): None},
+            id="dead end",
+        ),
+        pytest.param(
+            """\
+            [START] -> [F]
+            [F] -> [B]:one
+            [F] -> [C]:two
+            join(1):
+                [B] ->
+                [C] ->
+            to [D]
+            [D] -> [END]
+            """,
+            {("main", "F"): "join"},
+            id="explicit join",
+        ),
+    ],
+)
+def test_merge_nodes(
+    body: str, expected: dict[tuple[str, str], str | None], tmp_path: Path
+) -> None:
+    checked = analyze(flow(body), tmp_path)
+    assert errors(checked) == []
+    merges = {key: value for key, value in checked.merge_nodes.items()}
+    if "join" in expected.values():
+        merges = {
+            key: "join" if value and value.startswith("join@") else value
+            for key, value in merges.items()
+        }
+    assert merges == expected
+
+
+def test_loop_head_with_several_start_lines_merges_inside_the_body(tmp_path: Path) -> None:
+    checked = analyze(
+        flow(
+            """\
+            [START] -> for @v in alive:
+                -> [S]
+                [S] -> [A]:one -> [M]
+                [S] -> [B]:two -> [M]
+                [M] ->
+                -> if (x > 1) -> [C]:three ->
+            -> [END]
+            """
+        ),
+        tmp_path,
+    )
+    assert errors(checked) == []
+    loop_node = next(key for key in checked.merge_nodes if key[1].startswith("for@"))
+    assert checked.merge_nodes[loop_node] is None  # both start lines end the iteration
+    assert checked.merge_nodes[("main", "S")] == "M"
+
+
+def test_module_flow_keys_nest(tmp_path: Path) -> None:
+    source = HEADER + textwrap.dedent(
+        """\
+        module Outer:
+            module Inner:
+                flow:
+                    [IN] -> [F]
+                    [F] -> [A]:one -> [OUT]
+                    [F] -> [B]:two -> [OUT]
+            flow:
+                [IN] -> &Inner -> [OUT]
+        mainflow:
+            [START] -> &Outer -> [END]
+        """
+    )
+    checked = analyze(source, tmp_path)
+    assert errors(checked) == []
+    assert checked.merge_nodes == {("module:Outer/Inner", "F"): "OUT"}
+
+
+# ---------------------------------------------------------------------------- names (§11.3)
+
+
+def test_module_sees_params_locals_enclosing_and_globals(tmp_path: Path) -> None:
+    source = HEADER + textwrap.dedent(
+        """\
+        module Outer(topic):
+            vars:
+                rounds = 0
+            module Inner:
+                action speak @ai(@a):
+                    prompt: {topic} after {rounds} rounds; x is {x}.
+                flow:
+                    [IN] -> speak -> [OUT]
+            flow:
+                [IN] -> &Inner -> [OUT]
+        mainflow:
+            [START] -> &Outer(answer) -> [END]
+        """
+    )
+    assert errors(analyze(source, tmp_path)) == []
+
+
+def test_module_sees_the_loop_variable_of_its_caller(tmp_path: Path) -> None:
+    source = HEADER + textwrap.dedent(
+        """\
+        module Turn:
+            action speak @ai(@speaker):
+                prompt: You are {@speaker}.
+            flow:
+                [IN] -> speak -> [OUT]
+        mainflow:
+            [START] -> for @speaker in alive:
+                -> &Turn ->
+            -> [END]
+        """
+    )
+    assert errors(analyze(source, tmp_path)) == []
+
+
+def test_module_action_shadows_global_action(tmp_path: Path) -> None:
+    source = HEADER + textwrap.dedent(
+        """\
+        module Round:
+            action one @ai(@w):
+                prompt: Shadowing one.
+            flow:
+                [IN] -> for @v in alive:
+                    -> one ->
+                -> [OUT]
+        mainflow:
+            [START] -> for @v in alive:
+                -> one ->
+            -> &Round -> [END]
+        """
+    )
+    # Only the module's `one` runs as the unbound @w inside a loop over @v (§9.5, §11.4).
+    assert errors(analyze(source, tmp_path)) == ["for binds @v but action 'one' runs as @w"]
+
+
+def test_exclusive_conditions_do_not_warn_about_shared_assignments(tmp_path: Path) -> None:
+    source = HEADER + textwrap.dedent(
+        """\
+        action set_a @assign:
+            out: answer = "a"
+        action set_b @assign:
+            out: answer = "b"
+        action report @ai(@a):
+            prompt: {answer}
+        mainflow:
+            [START] -> [F]
+            [F] -> if (x == 1) -> set_a -> [M]
+            [F] -> if (x == 2) -> set_b -> [M]
+            [F] -> if (x not in [1, 2]) -> [M]
+            [M]: report -> [END]
+        """
+    )
+    checked = analyze(source, tmp_path)
+    assert errors(checked) == [] and warnings(checked) == []
+
+
+def test_implicit_func_inputs_and_code_calls_in_conditions(tmp_path: Path) -> None:
+    files = {"game.py": "def over(alive, day=0):\n    return not alive\n"}
+    source = HEADER + textwrap.dedent(
+        """\
+        code:
+            game = file:"game.py"
+        action check_over @func(game.over):
+            out: answer
+        mainflow:
+            [START] -> check_over -> [A]
+            [A] -> if (game.over(alive)) -> [END]
+            [A] -> if (game.done(alive)) -> [END]
+        """
+    )
+    checked = analyze(source, tmp_path, files)
+    assert errors(checked) == ["'game.done' is not defined in game.py"]
+    assert checked.code_signatures["game"]["over"] == FuncSignature(
+        "over", (Param("alive", False), Param("day", True)), False, 1
+    )
+    assert checked.code_files["game"] == (tmp_path / "game.py").resolve()
+
+
+def test_spawn_is_built_in(tmp_path: Path) -> None:
+    source = HEADER + textwrap.dedent(
+        """\
+        action spawn_team @func(system.spawn):
+            in: spawn_requests = answer
+            out: alive
+        mainflow:
+            [START] -> spawn_team -> [END]
+        """
+    )
+    assert errors(analyze(source, tmp_path)) == []
+
+
+# ---------------------------------------------------------------------------- code signatures
+
+
+@pytest.mark.parametrize(
+    ("code", "name", "expected"),
+    [
+        (
+            "def f(a, b=1, *args, c, d=2, **kw): ...",
+            "f",
+            FuncSignature(
+                "f",
+                (Param("a", False), Param("b", True), Param("c", False), Param("d", True)),
+                True,
+                1,
+            ),
+        ),
+        ("async def g(x, /, y): ...", "g", FuncSignature("g", (Param("y", False),), False, 1)),
+        (
+            "class Judge:\n    def __init__(self, rules, strict=False): ...",
+            "Judge",
+            FuncSignature("Judge", (Param("rules", False), Param("strict", True)), False, 1),
+        ),
+        ("from os.path import join as j", "j", FuncSignature("j", None, False, 1)),
+        ("helper = print", "helper", FuncSignature("helper", None, False, 1)),
+        (
+            "try:\n    def h(a): ...\nexcept ImportError:\n    h = None",
+            "h",
+            FuncSignature("h", None, False, 4),
+        ),
+    ],
+)
+def test_signatures_of(code: str, name: str, expected: FuncSignature) -> None:
+    assert signatures_of(ast.parse(code))[name] == expected
+
+
+def test_signature_accepts_and_required() -> None:
+    signature = signatures_of(ast.parse("def f(a, b=1): ..."))["f"]
+    assert signature.required == ("a",)
+    assert signature.accepts("b") and not signature.accepts("c")
+    assert signatures_of(ast.parse("def g(**kw): ..."))["g"].accepts("anything")
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "code file 'x.py' does not exist"),
+        (b"def f(:\n", "code file 'x.py' has a Python syntax error at line 1"),
+        (b"\xff\xfe", "code file 'x.py' is not valid UTF-8"),
+    ],
+)
+def test_unreadable_code_files(content: bytes | None, message: str, tmp_path: Path) -> None:
+    from fems2py.checks.codefiles import CodeFileError
+
+    path = tmp_path / "x.py"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(CodeFileError, match=message.replace("(", r"\(")):
+        read_signatures(path, "x.py")
+
+
+# ---------------------------------------------------------------------------- the result
+
+
+def test_hand_built_tree_without_parser(tmp_path: Path) -> None:
+    span = Span("t.fems", 3, 5, 3, 12)
+    graph = Graph(
+        nodes=(FlowNode("START", None, False, span), FlowNode("Q", None, False, span)),
+        edges=(Edge("START", "Q", None, span),),
+        span=span,
+    )
+    checked = check(Script("t.fems", "", flow=graph), tmp_path)
+    assert [(d.severity, d.message) for d in checked.diagnostics] == [
+        ("warning", "the main flow has no [END]"),
+        ("warning", "[Q] has no out-edges: its branch ends there"),
+    ]
+    assert not checked.has_errors
+
+
+def test_diagnostics_are_sorted_by_position(tmp_path: Path) -> None:
+    source = HEADER + textwrap.dedent(
+        """\
+        action bad @ai(@a):
+            prompt: {zzz} and {yyy}
+        mainflow:
+            [START] -> bad -> [END]
+            [Lost] -> [END]
+        """
+    )
+    checked = analyze(source, tmp_path)
+    positions = [(d.span.line, d.span.col) for d in checked.diagnostics]
+    assert positions == sorted(positions) and len(positions) == 3
+    assert checked.has_errors
