@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 from fems_helpers import run_script, steps_of
-
 from fems_runtime import RunError
 
 FORK_MERGE = """

@@ -1,0 +1,257 @@
+"""Generated modules as programs: the command line, exit codes, result files, model turns with
+fems/script, and a vendored module running with the compiler's dependencies blocked."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from fems_helpers import build_script, run_script
+
+from fems2py.build import BuildRefused, build_cached, build_file, build_source
+
+RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
+
+VOTE = """
+vars:
+    voters = [@a, @b, @c, @d, @e]
+    votes = {}
+    count = 0
+    @VOTE = ""
+actors:
+    ai @a
+    ai @b
+    ai @c
+    ai @d
+    ai @e
+action vote @ai(@voter):
+    prompt: Vote for someone among {voters}.
+    scope: [@voter]
+    out: @VOTE(actor, "your vote")
+action record @assign:
+    out: votes.@voter = @VOTE
+         count += 1
+mainflow:
+    [START] -> [P]
+    [P] -> par @voter in voters:
+        -> vote -> record ->
+    -> [END]
+"""
+
+REPLIES = {
+    f"vote{voter}": [f"I pick SET VARIABLE: <<@VOTE = {choice}>>"]
+    for voter, choice in [("@a", "@b"), ("@b", "@c"), ("@c", "@d"), ("@d", "@e"), ("@e", "@a")]
+}
+
+
+def test_par_vote_with_scripted_models_records_five_distinct_votes(tmp_path: Path) -> None:
+    result, events = run_script(tmp_path, VOTE, replies=REPLIES)
+    assert result.variables["votes"] == {
+        "@a": "@b",
+        "@b": "@c",
+        "@c": "@d",
+        "@d": "@e",
+        "@e": "@a",
+    }
+    assert result.variables["count"] == 5
+    calls = [e for e in events if e["event"] == "llm_call"]
+    assert sorted(c["actor"] for c in calls) == ["@a", "@b", "@c", "@d", "@e"]
+
+
+JOIN_AI = """
+vars:
+    answer = ""
+    slow_done = false
+code:
+    lab = file:"lab.py"
+actors:
+    ai @Curie
+action curie @ai(@Curie):
+    prompt: Answer.
+    out: answer
+action slow @func(lab.slow):
+    out: slow_done
+mainflow:
+    [START] -> [Go]
+    [Go] -> [A]:curie
+    [Go] -> [B]:slow
+    join(1):
+        [A] ->
+        [B] ->
+    to [Next]
+    [Next] -> [END]
+"""
+
+SLOW = """
+import time
+
+
+def slow():
+    time.sleep(0.3)
+    return True
+"""
+
+
+def test_join_one_keeps_the_model_answer_and_never_writes_the_slow_branch(
+    tmp_path: Path,
+) -> None:
+    replies = {"curie": ['SET VARIABLE: <<answer = "blue">>']}
+    result, events = run_script(tmp_path, JOIN_AI, {"lab.py": SLOW}, replies=replies)
+    assert result.variables == {**result.variables, "answer": "blue", "slow_done": False}
+    assert [e["cancelled"] for e in events if e["event"] == "join"] == [["B"]]
+
+
+STUCK = """
+vars:
+    x = 1
+    name = "ok"
+mainflow:
+    [START] -> [A]
+    [A] -> if (x > 5) -> [END]
+    [A] -> if (name == "no") -> [END]
+"""
+
+
+def _run(module: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(module), *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        check=False,
+        timeout=120,
+    )
+
+
+def test_cli_reports_a_stuck_flow_at_the_fems_line_and_exits_1(tmp_path: Path) -> None:
+    module = build_script(tmp_path, STUCK)
+    completed = _run(module, "--db", ":memory:", "--result", "result.json", cwd=tmp_path)
+    assert completed.returncode == 1
+    assert "t.fems:5: error: flow stuck after [A]" in completed.stderr
+    assert "where x = 1" in completed.stderr and "where name = 'ok'" in completed.stderr
+    assert "Traceback" not in completed.stderr
+    result = json.loads((tmp_path / "result.json").read_text(encoding="utf-8"))
+    assert result["status"] == "failed" and result["error"].startswith("t.fems:5:")
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        (["--db", ":memory:"], 0),
+        (["--no-such-option"], 2),
+        (["--seed", "not-a-number"], 2),
+        (["--db", ":memory:", "--resume"], 1),
+    ],
+)
+def test_cli_exit_codes(tmp_path: Path, args: list[str], code: int) -> None:
+    module = build_script(tmp_path, "mainflow:\n    [START] -> [END]\n")
+    assert _run(module, *args, cwd=tmp_path).returncode == code
+
+
+TYPE_ERROR = """
+vars:
+    x = "text"
+action bump @assign:
+    out: x -= 1
+mainflow:
+    [START] -> bump -> [END]
+"""
+
+
+def test_a_failing_assignment_points_at_its_own_line(tmp_path: Path) -> None:
+    module = build_script(tmp_path, TYPE_ERROR)
+    completed = _run(module, "--db", ":memory:", cwd=tmp_path)
+    assert completed.returncode == 1
+    assert completed.stderr.startswith("t.fems:4: error:")
+
+
+BLOCKER = """
+import importlib.abc
+import sys
+
+BLOCKED = {"fems2py", "black", "parso", "jinja2"}
+
+
+class Blocker(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ImportError(f"{name} is blocked in this test")
+        return None
+
+
+sys.meta_path.insert(0, Blocker())
+"""
+
+VENDORED = """
+vars:
+    total = 0
+code:
+    maths = file:"lib/maths.py"
+action add @func(maths.add):
+    in: a = total, b = 5
+    out: total
+mainflow:
+    [START] -> add -> [END]
+"""
+
+
+@pytest.mark.parametrize("bundle", [False, True])
+def test_vendored_module_runs_without_the_compiler(tmp_path: Path, bundle: bool) -> None:
+    source_dir, vendor = tmp_path / "src", tmp_path / "vendor"
+    (source_dir / "lib").mkdir(parents=True)
+    vendor.mkdir()
+    (source_dir / "lib" / "maths.py").write_text("def add(a, b):\n    return a + b\n")
+    (source_dir / "game.fems").write_text(textwrap.dedent(VENDORED).lstrip(), encoding="utf-8")
+    if bundle:
+        build_file(source_dir / "game.fems", vendor / "game.py", bundle=True)
+    else:
+        build_file(source_dir / "game.fems", source_dir / "game.py")
+        (vendor / "lib").mkdir()
+        (vendor / "game.py").write_text((source_dir / "game.py").read_text(encoding="utf-8"))
+        (vendor / "lib" / "maths.py").write_text((source_dir / "lib" / "maths.py").read_text())
+    (vendor / "sitecustomize.py").write_text(BLOCKER, encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": f"{vendor}{os.pathsep}{RUNTIME_DIR}"}
+    completed = subprocess.run(
+        [sys.executable, "game.py", "--db", ":memory:", "--result", "r.json"],
+        capture_output=True,
+        text=True,
+        cwd=vendor,
+        env=env,
+        check=False,
+        timeout=120,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert json.loads((vendor / "r.json").read_text())["vars"]["total"] == 5
+    probe = subprocess.run(
+        [sys.executable, "-c", "import fems2py"], cwd=vendor, env=env, check=False
+    )
+    assert probe.returncode != 0  # the blocker really blocks
+
+
+def test_build_refuses_to_overwrite_a_hand_written_file(tmp_path: Path) -> None:
+    script = tmp_path / "t.fems"
+    script.write_text("mainflow:\n    [START] -> [END]\n", encoding="utf-8")
+    precious = tmp_path / "t.py"
+    precious.write_text("print('mine')\n", encoding="utf-8")
+    with pytest.raises(BuildRefused):
+        build_file(script, precious)
+    assert precious.read_text(encoding="utf-8") == "print('mine')\n"
+    build_file(script, tmp_path / "gen.py")
+    build_file(script, tmp_path / "gen.py")  # its own output may be rebuilt
+
+
+def test_build_cache_reuses_a_build_until_the_source_changes(tmp_path: Path) -> None:
+    script = tmp_path / "t.fems"
+    script.write_text("mainflow:\n    [START] -> [END]\n", encoding="utf-8")
+    first = build_cached(script)
+    assert first.parent == tmp_path / ".fems-cache"
+    assert build_cached(script) == first
+    script.write_text("vars:\n    x = 1\nmainflow:\n    [START] -> [END]\n", encoding="utf-8")
+    second = build_cached(script)
+    assert second != first
+    assert second.read_text(encoding="utf-8") == build_source(script, second)
