@@ -27,7 +27,7 @@ import asyncio
 import inspect
 import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -528,11 +528,13 @@ async def _ai_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -> Turn
         narration=narration,
     )
     choice = services.models.resolve(spec.model, room.executor_spec.source)
+    offline_base = _offline_turn(frame, spec, room, turn, f"{narration}\n{prompt}")
     result = TurnResult()
     opened = False
     attempt = 0
     while True:
-        call = await _call(services, ctx, spec, room, choice, messages, turn, attempt)
+        offline = replace(offline_base, attempt=attempt)
+        call = await _call(services, spec, room, choice, messages, offline)
         result.calls += 1
         reply = INTERRUPTED if call is None else call.text
         _trace_call(services, ctx, spec, room, choice, messages, reply, call, attempt)
@@ -692,25 +694,29 @@ async def _give_up(
     return result
 
 
-def _offline_turn(
-    frame: Frame, spec: TurnSpec, room: _Room, turn: int, attempt: int, messages: Sequence[Any]
-) -> OfflineTurn:
-    """What `fems/mock` and `fems/script` may know: outs, current values, candidate actors."""
+def _offline_turn(frame: Frame, spec: TurnSpec, room: _Room, turn: int, text: str) -> OfflineTurn:
+    """What `fems/mock` and `fems/script` may know: outs, current values, candidate actors.
+
+    Candidates are the actors the rendered prompt names, else the others in scope (§15.3).
+    """
     variables = frame.variables
-    named = [m for m in ACTOR_NAME.findall(messages[-1]["content"]) if variables.is_actor(m)]
-    candidates = list(dict.fromkeys([*named, *(str(a) for a in room.actors)]))
+    named = [m for m in ACTOR_NAME.findall(text) if variables.is_actor(m)]
+    others = [str(a) for a in room.actors if a != room.voice]
+    candidates = list(dict.fromkeys(named)) or others or [str(room.voice)]
     outs = []
     for out in spec.outs or ():
+        label, current = out.label, None
         try:
             current = frame.get(out.target)
             if out.key is not None:
-                current = (
-                    current.get(frame.entry_key(out.key)) if isinstance(current, dict) else None
-                )
+                key = frame.entry_key(out.key)
+                current = current.get(key) if isinstance(current, dict) else None
+                if isinstance(key, Actor):
+                    label = f"{out.target}.{key}"  # the entry as a model would name it
         except RunError:
-            current = None
-        outs.append(OfflineOut(out.label, out.type, _choices(out), current))
-    return OfflineTurn(spec.action, str(room.voice), turn, attempt, tuple(outs), tuple(candidates))
+            pass  # an unreadable target: the mock writes the out as declared
+        outs.append(OfflineOut(label, out.type, _choices(out), current))
+    return OfflineTurn(spec.action, str(room.voice), turn, 0, tuple(outs), tuple(candidates))
 
 
 def _choices(out: OutSpec) -> tuple[Any, ...]:
@@ -722,16 +728,13 @@ def _choices(out: OutSpec) -> tuple[Any, ...]:
 
 async def _call(
     services: TurnServices,
-    ctx: Context,
     spec: TurnSpec,
     room: _Room,
     choice: ModelChoice,
     messages: list[dict[str, str]],
-    turn: int,
-    attempt: int,
+    offline: OfflineTurn,
 ) -> CallResult | None:
     """One model call; None when `interrupt:` fired first (the call is cancelled, §10.7)."""
-    offline = _offline_turn(ctx.frame, spec, room, turn, attempt, messages)
     request = services.models.complete(choice, messages, offline)
     if spec.interrupt is None:
         return await request
