@@ -181,8 +181,8 @@ class _Compiler:
             return None
         try:
             compile(python, "<fems expression>", "eval")
-        except SyntaxError as exc:
-            self.error(f"invalid expression: {exc.msg}", self.span)
+        except (SyntaxError, ValueError) as exc:
+            self.error(f"invalid expression: {exc}", self.span)
             return None
         return Expr(self.text, python, tuple(self.reads), self.span)
 
@@ -341,7 +341,12 @@ def compile_expression(
     ``span`` is where ``text`` starts in the ``.fems`` file (its ``col`` is the column of the
     first character of ``text``). Returns None after reporting an error.
     """
-    return _Compiler(text, span, diagnostics, code_aliases).compile()
+    compiler = _Compiler(text, span, diagnostics, code_aliases)
+    try:
+        return compiler.compile()
+    except RecursionError:
+        diagnostics.error("expression nested too deeply", span)
+        return None
 
 
 def compile_value(
@@ -365,6 +370,6 @@ def _is_python(text: str) -> bool:
     source = _ACTOR.sub(lambda m: "_" + m.group()[1:], text)
     try:
         _load_grammar().parse(source, error_recovery=False, start_symbol="eval_input")
-    except parso.ParserSyntaxError:
+    except (parso.ParserSyntaxError, RecursionError):
         return False
     return True

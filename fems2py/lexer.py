@@ -162,7 +162,8 @@ _ESCAPES = {"n": "\n", "t": "\t", '"': '"', "'": "'", "\\": "\\", "”": "”", 
 
 def unquote(text: str) -> str:
     """The content of a quoted string (``"…"``, ``'…'``, ``“…”``) with §1.5 escapes applied."""
-    inner = text[1:-1] if len(text) >= 2 and _quote_end(text, 0) == len(text) else text[1:]
+    closed = len(text) >= 2 and _quote_end(text, 0) == len(text) and text[-1] in "\"'”"
+    inner = text[1:-1] if closed else text[1:]
     out = []
     i = 0
     while i < len(inner):

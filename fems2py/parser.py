@@ -350,6 +350,8 @@ class Parser:
                 self.parse_block(index, end, defs, allowed)
             except _Abort:
                 continue
+            except RecursionError:
+                self.error("this block is nested too deeply to parse", self.line_span(index))
 
     def parse_block(
         self, index: int, end: int, defs: _Definitions, allowed: tuple[str, ...]
@@ -619,9 +621,12 @@ class Parser:
         """A whole value from its tokens; anything that is not a literal is bare text."""
         if not tokens:
             raise _Abort
-        if tokens[0].text in ("[", "{") and _match(tokens, 0) == len(tokens) - 1:
-            value, _ = self.parse_literal(tokens, 0, owner)
-            return value
+        if tokens[0].text in ("[", "{"):
+            close = _match(tokens, 0)
+            if close < 0:
+                self.fail(f"'{tokens[0].text}' is never closed", self.tok_span(tokens[0]))
+            if close == len(tokens) - 1:
+                return self.parse_literal(tokens, 0, owner)[0]
         if len(tokens) == 1:
             return self.scalar(tokens[0], owner)
         return self.bare(tokens)
@@ -1632,7 +1637,10 @@ class Parser:
                     self.tok_span(tokens[-1]),
                     "write -> if (condition) -> [Node]",
                 )
-            condition = self.expression(tokens[pos + 1 : stop])
+            inner = tokens[pos + 1 : stop]
+            if inner[0].text == "(" and _match(inner, 0) == len(inner) - 1 and len(inner) > 2:
+                inner = inner[1:-1]
+            condition = self.expression(inner)
             if condition is None:
                 raise _Abort
             return condition, stop + 1

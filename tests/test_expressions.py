@@ -1,0 +1,151 @@
+"""Embedded expressions (§12.2): FEM paths, rewrites, errors and positions in the .fems file."""
+
+from __future__ import annotations
+
+import pytest
+
+from fems2py.diagnostics import Diagnostics
+from fems2py.expressions import compile_expression, compile_value
+from fems2py.nodes import Span
+
+ALIASES = {"game"}
+
+
+def at(text: str, line: int = 3, col: int = 11) -> Span:
+    return Span("s.fems", line, col, line, col + len(text))
+
+
+def compile_ok(text: str, aliases: set[str] | None = ALIASES) -> tuple[str, list[tuple]]:
+    diagnostics = Diagnostics()
+    expr = compile_expression(text, at(text), diagnostics, aliases)
+    assert expr is not None, [d.format() for d in diagnostics]
+    assert not diagnostics.has_errors
+    return expr.python, [(r.name, r.attr, r.span.col, r.span.end_col) for r in expr.reads]
+
+
+@pytest.mark.parametrize(
+    ("text", "python"),
+    [
+        ("alive", 'ctx["alive"]'),
+        ("玩家1 > 0", 'ctx["玩家1"] > 0'),
+        ("@speaker", 'ctx["@speaker"]'),
+        ("@上帝 in alive", 'ctx["@上帝"] in ctx["alive"]'),
+        ("@x.type == ai", 'ctx.attr("@x", "type") == "ai"'),
+        ("type.@x == human", 'ctx.attr("@x", "type") == "human"'),
+        ("hp.@x >= 100", 'ctx.attr("@x", "hp") >= 100'),
+        ("@x.hp", 'ctx.attr("@x", "hp")'),
+        ("alive.@m", 'ctx.attr("@m", "alive")'),
+        ("votes[@x] != null", 'ctx["votes"][ctx["@x"]] != None'),
+        ("finish == true and not false", 'ctx["finish"] == True and not False'),
+        ("True or None", "True or None"),
+        ("len(alive[1:]) > 2", 'len(ctx["alive"][1:]) > 2'),
+        ("range(3)", "range(3)"),
+        ("max(a, key=b)", 'max(ctx["a"], key=ctx["b"])'),
+        ("game.is_over(alive)", 'ctx.code("game").is_over(ctx["alive"])'),
+        ('"@a" + x', '"@a" + ctx["x"]'),
+        ("[@a, @b]", '[ctx["@a"], ctx["@b"]]'),
+        ("{@a: 1}", '{ctx["@a"]: 1}'),
+        ("a  if  b else c", 'ctx["a"] if ctx["b"] else ctx["c"]'),
+        ("x not in y", 'ctx["x"] not in ctx["y"]'),
+    ],
+)
+def test_rewrites_follow_the_naming_convention(text: str, python: str) -> None:
+    result, _ = compile_ok(text)
+    assert result.replace("'", '"') == python
+
+
+def test_reads_point_at_the_users_characters() -> None:
+    _, reads = compile_ok("hp.@x >= limit and votes[@y]")
+    assert reads == [
+        ("@x", "hp", 11, 16),
+        ("limit", None, 20, 25),
+        ("votes", None, 30, 35),
+        ("@y", None, 36, 38),
+    ]
+
+
+def test_code_alias_is_not_a_read() -> None:
+    _, reads = compile_ok("game.is_over(alive)")
+    assert [r[0] for r in reads] == ["alive"]
+
+
+def test_unknown_aliases_treat_dotted_calls_as_code() -> None:
+    result, _ = compile_ok("util.f(x)", aliases=None)
+    assert result == "ctx.code('util').f(ctx['x'])"
+
+
+def test_in_chain_compared_with_boolean_is_rewritten_with_a_warning() -> None:
+    diagnostics = Diagnostics()
+    text = "@x in alive == false"
+    expr = compile_expression(text, at(text), diagnostics)
+    assert expr is not None
+    assert expr.python == "(ctx['@x'] in ctx['alive']) == False"
+    [warning] = list(diagnostics)
+    assert warning.severity == "warning"
+    assert warning.span.col == 11
+
+
+@pytest.mark.parametrize(
+    ("text", "message", "col"),
+    [
+        ("a && b", "'&&' is not an operator", 13),
+        ("a || b", "'||' is not an operator", 13),
+        ("x +", "invalid expression", 14),
+        ("a b", "unexpected 'b'", 13),
+        ("open(1)", "cannot call 'open'", 11),
+        ("[y for y in z]", "comprehensions", 14),
+        ("lambda: 1", "lambda", 11),
+        ("@a.@b", "one actor side", 11),
+        ("", "expected an expression", 11),
+    ],
+)
+def test_errors_point_at_the_user_character(text: str, message: str, col: int) -> None:
+    diagnostics = Diagnostics()
+    assert compile_expression(text, at(text), diagnostics, ALIASES) is None
+    errors = [d for d in diagnostics if d.severity == "error"]
+    assert errors and message in errors[0].message
+    assert errors[0].span.col == col
+
+
+def test_and_and_error_hints_at_and() -> None:
+    diagnostics = Diagnostics()
+    compile_expression("a && b", at("a && b"), diagnostics)
+    assert [d.hint for d in diagnostics] == ["use 'and' / 'or'"]
+
+
+def test_multi_line_positions_map_to_later_lines() -> None:
+    diagnostics = Diagnostics()
+    text = "[1,\n      zz]"
+    expr = compile_expression(text, at(text, line=5, col=9), diagnostics)
+    assert expr is not None
+    [read] = expr.reads
+    assert (read.span.line, read.span.col) == (6, 7)
+
+
+@pytest.mark.parametrize(
+    ("text", "python"),
+    [
+        ("hello world", "'hello world'"),
+        ("测试 剧本", "'测试 剧本'"),
+        ('"酒馆"', '"酒馆"'),
+        ("3", "3"),
+        ("@Alice", "ctx['@Alice']"),
+        ("hp[@x]", "ctx['hp'][ctx['@x']]"),
+        ("[@a, 2]", "[ctx['@a'], 2]"),
+    ],
+)
+def test_values_accept_bare_text(text: str, python: str) -> None:
+    expr = compile_value(text, at(text), Diagnostics())
+    assert expr is not None
+    assert expr.python == python
+
+
+def test_values_with_syntax_errors_are_reported() -> None:
+    diagnostics = Diagnostics()
+    assert compile_value("x +* (", at("x +* ("), diagnostics) is None
+    assert diagnostics.has_errors
+
+
+def test_strings_are_never_rebuilt_from_user_text() -> None:
+    result, _ = compile_ok("x == 'it\\'s \"q\"'")
+    assert eval(result.replace("ctx['x']", "1"), {}) is False  # the literal survived intact

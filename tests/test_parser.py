@@ -1,0 +1,901 @@
+"""Parser: each construct of §2–§12 → the syntax tree of fems2py.nodes, at any indent width."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fems2py.diagnostics import Diagnostic
+from fems2py.nodes import (
+    ActorValue,
+    BoolValue,
+    DictValue,
+    Graph,
+    Join,
+    ListValue,
+    Loop,
+    ModuleCall,
+    NullValue,
+    NumberValue,
+    Script,
+    StringValue,
+)
+from fems2py.parser import parse
+
+WIDTHS = pytest.mark.parametrize("width", [2, 4])
+
+
+def reindent(source: str, width: int) -> str:
+    """``source`` written with 4-space steps, re-indented with ``width``-space steps."""
+    source = textwrap.dedent(source).lstrip("\n")
+    return re.sub(
+        r"^( +)",
+        lambda m: " " * (len(m.group(1)) // 4 * width + len(m.group(1)) % 4),
+        source,
+        flags=re.M,
+    )
+
+
+def run(source: str, width: int = 4, base: Path | None = None) -> tuple[Script, list[Diagnostic]]:
+    return parse(reindent(source, width), "s.fems", base)
+
+
+def ok(source: str, width: int = 4, base: Path | None = None) -> Script:
+    script, diagnostics = run(source, width, base)
+    assert not [d for d in diagnostics if d.severity == "error"], [d.format() for d in diagnostics]
+    return script
+
+
+def errors(source: str, width: int = 4) -> list[Diagnostic]:
+    return [d for d in run(source, width)[1] if d.severity == "error"]
+
+
+def edges(graph: Graph) -> list[tuple[str, str, str | None]]:
+    return [(e.source, e.target, e.condition.python if e.condition else None) for e in graph.edges]
+
+
+def flow(body: str, width: int = 4) -> Graph:
+    script = ok("mainflow:\n" + textwrap.indent(textwrap.dedent(body).strip("\n"), "    "), width)
+    assert script.flow is not None
+    return script.flow
+
+
+# --------------------------------------------------------------------------- meta / vars
+
+
+@WIDTHS
+def test_meta_accepts_equals_and_colon(width: int) -> None:
+    script = ok(
+        """
+        meta:
+            name = 测试剧本
+            version: 1.0
+            owner = [001, 2]
+            session = 3 / new
+            max_steps = 50
+            output_style = "回复请简洁"  # comment
+            system_safety = |
+                不许删库。
+                # kept heading
+
+                http://x // kept
+            delay = 0.5
+        """,
+        width,
+    )
+    meta = {entry.key: entry.value for entry in script.meta}
+    assert meta["name"] == StringValue("测试剧本", "bare", meta["name"].span)
+    assert meta["version"].value == "1.0"
+    assert [item.value for item in meta["owner"].items] == ["001", "2"]
+    assert meta["session"].value == "3 / new"
+    assert meta["max_steps"].value == 50
+    assert (meta["output_style"].value, meta["output_style"].style) == ("回复请简洁", "quoted")
+    assert meta["system_safety"].value == "不许删库。\n# kept heading\n\nhttp://x // kept"
+    assert meta["system_safety"].style == "block"
+    assert meta["delay"].value == 0.5
+
+
+def test_block_ends_at_the_next_key_not_swallowing_it() -> None:
+    script = ok(
+        """
+        vars:
+            intro = |
+                line one
+            count = 2
+        """
+    )
+    assert [(v.name, v.value.value) for v in script.variables] == [
+        ("intro", "line one"),
+        ("count", 2),
+    ]
+
+
+def test_file_text_is_read_relative_to_the_script(tmp_path: Path) -> None:
+    (tmp_path / "rules.txt").write_text("be kind", encoding="utf-8")
+    script = ok('meta:\n    system_safety = file:"rules.txt"\n', base=tmp_path)
+    value = script.meta[0].value
+    assert (value.value, value.style, value.path) == ("be kind", "file", "rules.txt")
+
+
+def test_missing_file_is_an_error_naming_the_path(tmp_path: Path) -> None:
+    _, diagnostics = run('meta:\n    system_safety = file:"nope.txt"\n', base=tmp_path)
+    [error] = diagnostics
+    assert "nope.txt" in error.message and error.span.line == 2
+
+
+@WIDTHS
+def test_var_literals(width: int) -> None:
+    script = ok(
+        """
+        vars:
+            a = 3
+            b = -2
+            c = 1.5
+            d = 1e3
+            e = "3"
+            f = true
+            g = False
+            h = null
+            i = None
+            j = @seer
+            k = [@a, "x", 2, bare word]
+            l = {@a: 1, "s": 2, w: 3, 4: [1]}
+            m = 测试 剧本
+            @speaker = ""
+            n = [@a,
+                 @b]
+            all = []
+        """,
+        width,
+    )
+    values = {v.name: v.value for v in script.variables}
+    assert values["a"] == NumberValue(3, values["a"].span)
+    assert values["b"].value == -2 and values["c"].value == 1.5 and values["d"].value == 1000.0
+    assert isinstance(values["e"], StringValue) and values["e"].value == "3"
+    assert isinstance(values["f"], BoolValue) and values["f"].value is True
+    assert values["g"].value is False
+    assert isinstance(values["h"], NullValue) and isinstance(values["i"], NullValue)
+    assert values["j"] == ActorValue("@seer", values["j"].span)
+    assert isinstance(values["k"], ListValue)
+    assert [type(i).__name__ for i in values["k"].items] == [
+        "ActorValue",
+        "StringValue",
+        "NumberValue",
+        "StringValue",
+    ]
+    assert values["k"].items[3].value == "bare word"
+    assert isinstance(values["l"], DictValue)
+    assert [k.value if not isinstance(k, ActorValue) else k.name for k, _ in values["l"].items] == [
+        "@a",
+        "s",
+        "w",
+        4,
+    ]
+    assert values["m"].value == "测试 剧本"
+    assert values["@speaker"].value == ""
+    assert [i.name for i in values["n"].items] == ["@a", "@b"]
+    assert "all" in values
+
+
+def test_code_aliases_and_reserved_names() -> None:
+    script, diagnostics = run('code:\n    game = file:"utils/game.py"\n    flow = file:"x.py"\n')
+    assert [(c.alias, c.path) for c in script.code][0] == ("game", "utils/game.py")
+    assert "reserved" in diagnostics[0].message
+    assert errors('code:\n    game = "x.py"\n')[0].message.startswith("expected file:")
+
+
+# --------------------------------------------------------------------------- actors
+
+
+@WIDTHS
+def test_actors_and_blueprints(width: int) -> None:
+    script = ok(
+        """
+        actors:
+            ai @hostgod = soul:0, source:deepseek
+            ai wolfbob = soul:1, source:glm5.1, tools:[deep_think]
+            human @player = soul:9, source:0
+            ai @eve = tools: true
+            ai @预言家
+            blueprint coder:
+                source: openai/gpt-4o-mini
+                tools: [code_interpreter]
+        blueprint tester:
+            source: fast
+        """,
+        width,
+    )
+    actors = {a.name: a for a in script.actors}
+    assert actors["@hostgod"].soul == "0" and actors["@hostgod"].source == "deepseek"
+    assert actors["@wolfbob"].tools == ("deep_think",) and actors["@wolfbob"].source == "glm5.1"
+    assert actors["@player"].kind == "human" and actors["@player"].source == "0"
+    assert actors["@eve"].tools is True
+    assert actors["@预言家"].soul == "预言家" and actors["@预言家"].source is None
+    assert [(b.name, b.source, b.tools) for b in script.blueprints] == [
+        ("coder", "openai/gpt-4o-mini", ("code_interpreter",)),
+        ("tester", "fast", ()),
+    ]
+
+
+def test_unknown_actor_property_suggests() -> None:
+    [error] = errors("actors:\n    ai @a = sould:1\n")
+    assert error.hint == "did you mean 'soul'?"
+
+
+# --------------------------------------------------------------------------- methods
+
+
+@WIDTHS
+def test_memory_and_context_methods(width: int) -> None:
+    script = ok(
+        """
+        memory rag10(memfile.retrieve):
+            in: prompt, session_id, @actor
+            out: memory_text
+        context here(ctxfile.this_session):
+            in:
+                session
+                @actor
+            out: context_text
+        """,
+        width,
+    )
+    rag, here = script.methods
+    assert (rag.kind, rag.name, rag.func.alias, rag.func.func) == (
+        "memory",
+        "rag10",
+        "memfile",
+        "retrieve",
+    )
+    assert [i.name for i in rag.inputs] == ["prompt", "session_id", "@actor"]
+    assert rag.outputs == ("memory_text",)
+    assert [i.name for i in here.inputs] == ["session", "@actor"]
+
+
+# --------------------------------------------------------------------------- actions
+
+
+@WIDTHS
+def test_ai_action_with_every_field(width: int) -> None:
+    script = ok(
+        """
+        code:
+            game = file:"game.py"
+        action wolf_kill @ai(@wolf):
+            prompt: |
+                第{day}天，存活：{alive}。{hp.@seer} {@seer.hp} {votes[@x]} {{literal}} {"a": 1}
+            showprompt: "夜晚来临 {day}"
+            scope: [@hostgod, {alive}] + wolves
+            in: my_task = task_list[@coder_1], day
+            out: kill: actor, vote(enum([a, b]), "标签"), v?: dropdown, choices={alive}, n(int)
+            resolve: game.resolve_target(kill, SET_VARIABLE)
+            max_retries: 3
+            fallback: host_emergency
+            memory: rag10
+            context: here
+            interrupt: night == true
+            model: openai/gpt-4o
+        """,
+        width,
+    )
+    [action] = script.actions
+    assert (action.kind, action.executor, action.role) == ("ai", "@wolf", None)
+    assert [p.path for p in action.prompt.placeholders] == [
+        "day",
+        "alive",
+        "hp.@seer",
+        "@seer.hp",
+        "votes[@x]",
+    ]
+    refs = [(p.ref.name, p.ref.attr) for p in action.prompt.placeholders]
+    assert refs[2] == ("@seer", "hp") and refs[3] == ("@seer", "hp") and refs[4] == ("votes", None)
+    first = action.prompt.placeholders[0]
+    assert (first.span.line, first.span.col) == (5, 2 * width + 2)
+    assert action.showprompt.value.value == "夜晚来临 {day}"
+    assert [(i.kind, i.name) for i in action.scope.items] == [
+        ("actor", "@hostgod"),
+        ("expand", "alive"),
+        ("var", "wolves"),
+    ]
+    assert [(i.name, i.expr.python if i.expr else None) for i in action.inputs] == [
+        ("my_task", "ctx['task_list'][ctx['@coder_1']]"),
+        ("day", None),
+    ]
+    outs = {o.target.name: o for o in action.outs}
+    assert outs["kill"].type.name == "actor"
+    assert outs["vote"].type.name == "enum"
+    assert [c.value for c in outs["vote"].type.choices] == ["a", "b"]
+    assert outs["v"].optional and outs["v"].type.name == "dropdown"
+    assert [c.value for c in outs["v"].type.choices] == ["alive"]
+    assert outs["n"].type.name == "int"
+    assert action.resolve.func.func == "resolve_target"
+    assert action.resolve.args == ("kill", "SET_VARIABLE")
+    assert action.max_retries == 3 and action.fallback == "host_emergency"
+    assert (action.memory, action.context, action.model) == ("rag10", "here", "openai/gpt-4o")
+    assert action.interrupt.kind == "condition"
+    assert action.interrupt.condition.python == "ctx['night'] == True"
+    assert [name for name, _ in action.field_spans][:3] == ["prompt", "showprompt", "scope"]
+
+
+def test_prompt_placeholder_columns_are_exact() -> None:
+    script = ok('action a @ai(@x):\n    prompt: "hi {day}!"\n')
+    [placeholder] = script.actions[0].prompt.placeholders
+    assert (placeholder.span.line, placeholder.span.col, placeholder.span.end_col) == (2, 17, 22)
+
+
+@pytest.mark.parametrize(
+    ("header", "kind", "executor", "role", "func"),
+    [
+        ("action a @ai(@x):", "ai", "@x", None, None),
+        ("action a @human(@player) as (@预言家):", "human", "@player", "@预言家", None),
+        ("action a @human(@player) as @预言家:", "human", "@player", "@预言家", None),
+        ("action a @mind(@speaker):", "mind", "@speaker", None, None),
+        ("action a @assign:", "assign", None, None, None),
+        ("action a @func(game.tick):", "func", None, None, ("game", "tick")),
+        ("action a @func(system.spawn):", "func", None, None, ("system", "spawn")),
+    ],
+)
+def test_action_headers(header: str, kind: str, executor, role, func) -> None:
+    [action] = ok(header + "\n").actions
+    assert (action.kind, action.executor, action.role) == (kind, executor, role)
+    assert (action.func.alias, action.func.func) == func if func else action.func is None
+
+
+@pytest.mark.parametrize(
+    ("text", "outs"),
+    [
+        ("out: a, b?", [("a", None, False, None), ("b", None, True, None)]),
+        ('out: votes.@voter(string, "")', [("votes", "@voter", False, "string")]),
+        ("out: @x.hp", [("hp", "@x", False, None)]),
+        ("out: hp.@x: int", [("hp", "@x", False, "int")]),
+        ("out: tasks[@coder_1]", [("tasks", "@coder_1", False, None)]),
+        ("out: dict.key", [("dict", "key", False, None)]),
+        ("out: @预言家", [("@预言家", None, False, None)]),
+        ('out: finish(bool, "结束了没")', [("finish", None, False, "bool")]),
+        (
+            'out: v(dropdown, choices={@a, @b}, label="投票")',
+            [("v", None, False, "dropdown")],
+        ),
+    ],
+)
+def test_out_forms(text: str, outs) -> None:
+    [action] = ok(f"action a @ai(@x):\n    {text}\n").actions
+    assert [
+        (o.target.name, o.target.key, o.optional, o.type.name if o.type else None)
+        for o in action.outs
+    ] == outs
+
+
+@WIDTHS
+def test_assign_statements(width: int) -> None:
+    [action] = ok(
+        """
+        action next @assign:
+            out: day += 1
+                 score -= 2
+                 alive = remove(@seer)
+                 park = add(@Alice)
+                 scene = "酒馆"
+                 hp.@eve = 5
+                 @x.hp += 1
+                 votes[@v] = @VOTE
+                 @speaker = @seer
+                 pair = [1,
+                    2]
+                 title = hello world
+        """,
+        width,
+    ).actions
+    assert [(a.target.name, a.target.key, a.op, a.value.python) for a in action.assignments] == [
+        ("day", None, "+=", "1"),
+        ("score", None, "-=", "2"),
+        ("alive", None, "remove", "ctx['@seer']"),
+        ("park", None, "add", "ctx['@Alice']"),
+        ("scene", None, "=", '"酒馆"'),
+        ("hp", "@eve", "=", "5"),
+        ("hp", "@x", "+=", "1"),
+        ("votes", "@v", "=", "ctx['@VOTE']"),
+        ("@speaker", None, "=", "ctx['@seer']"),
+        ("pair", None, "=", "[1, 2]"),
+        ("title", None, "=", "'hello world'"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("scope", "items"),
+    [
+        ("[@a, @b]", [("actor", "@a"), ("actor", "@b")]),
+        ("wolves", [("var", "wolves")]),
+        ("[{alive}]", [("expand", "alive")]),
+        ("[@上帝] + wolves", [("actor", "@上帝"), ("var", "wolves")]),
+        ("@speaker", [("actor", "@speaker")]),
+        ("@a, @b", [("actor", "@a"), ("actor", "@b")]),
+        ("all", [("all", "all")]),
+        ("【@CEO，@coder】", [("actor", "@CEO"), ("actor", "@coder")]),
+    ],
+)
+def test_scope_forms(scope: str, items) -> None:
+    [action] = ok(f"action a @ai(@x):\n    scope: {scope}\n").actions
+    assert [(i.kind, i.name) for i in action.scope.items] == items
+
+
+@pytest.mark.parametrize(
+    ("text", "check"),
+    [
+        ("resolve: game.check", lambda a: a.resolve.args is None),
+        ("resolve: game.check()", lambda a: a.resolve.args == ()),
+        ("fallback: &Recover(day, @x)", lambda a: isinstance(a.fallback, ModuleCall)),
+        ("fallback: &Recover", lambda a: a.fallback.module == "Recover" and a.fallback.args == ()),
+        ("interrupt: HUMAN", lambda a: a.interrupt.kind == "human"),
+        ("interrupt: HUMAN_EXCEPT", lambda a: a.interrupt.kind == "human_except"),
+        ("interrupt: HUMAN_EXCEPT(@a, @b)", lambda a: a.interrupt.actors == ("@a", "@b")),
+        ("interrupt: game.check_interrupt", lambda a: a.interrupt.func.func == "check_interrupt"),
+        ("max_retries: 0", lambda a: a.max_retries == 0),
+    ],
+)
+def test_resolve_fallback_interrupt(text: str, check) -> None:
+    [action] = ok(f'code:\n    game = file:"g.py"\naction a @ai(@x):\n    {text}\n').actions
+    assert check(action)
+
+
+@pytest.mark.parametrize(
+    ("field", "message", "hint", "col"),
+    [
+        ("promt: hi", "unknown action field 'promt'", "did you mean 'prompt'?", 5),
+        ("scop: [@a]", "unknown action field 'scop'", "did you mean 'scope'?", 5),
+        ("max_retries: many", "max_retries", None, 18),
+        ("fallback: a b", "fallback", None, 15),
+    ],
+)
+def test_field_errors(field: str, message: str, hint: str | None, col: int) -> None:
+    [error] = errors(f"action a @ai(@x):\n    {field}\n")
+    assert message in error.message
+    assert error.hint == hint
+    assert (error.span.line, error.span.col) == (2, col)
+
+
+def test_duplicate_and_misplaced_fields() -> None:
+    found = errors(
+        "action a @ai(@x):\n    prompt: a\n    prompt: b\naction b @assign:\n    prompt: c\n"
+    )
+    assert [e.message for e in found] == [
+        "field 'prompt' is given twice",
+        "'prompt:' does not apply to @assign actions",
+    ]
+
+
+# --------------------------------------------------------------------------- file structure
+
+
+def test_unknown_and_duplicate_blocks_report_every_error() -> None:
+    found = errors(
+        """
+        meta:
+            name = x
+        mata:
+            name = y
+        meta:
+            name = z
+        vars:
+            x = [1
+        action a @aii(@x):
+            prompt: hi
+        mainflow:
+            [START] -> -> [END]
+        """
+    )
+    assert [(e.span.line, e.message.split(":")[0]) for e in found] == [
+        (3, "unknown block 'mata' at the top level"),
+        (5, "second 'meta"),
+        (8, "'[' is never closed"),
+        (9, "unknown action kind '@aii'"),
+        (12, "expected a node, an action or &Module, found '->'"),
+    ]
+    assert found[0].hint == "did you mean 'meta'?"
+
+
+def test_duplicate_action_names() -> None:
+    [error] = errors("action a @assign:\naction a @assign:\n")
+    assert error.message == "action 'a' is defined twice" and error.span.line == 2
+
+
+@WIDTHS
+def test_modules_nest_with_their_own_definitions(width: int) -> None:
+    script = ok(
+        """
+        module Dev(task_var, @coder):
+            meta:
+                max_steps = 100
+            vars:
+                finish = false
+            memory m(x.y):
+                out: memory_text
+            action write_code @ai(@coder):
+                prompt: "任务: {task_var}"
+            module Inner:
+                flow:
+                    [IN] -> [OUT]
+            flow:
+                [IN] -> write_code -> &Inner -> [OUT]
+        """,
+        width,
+    )
+    [module] = script.modules
+    assert module.params == ("task_var", "@coder")
+    assert module.meta[0].value.value == 100
+    assert [v.name for v in module.variables] == ["finish"]
+    assert [a.name for a in module.actions] == ["write_code"]
+    assert [m.name for m in module.methods] == ["m"]
+    assert module.modules[0].name == "Inner" and module.modules[0].flow.edges[0].target == "OUT"
+    assert [e.target for e in module.flow.edges][-1] == "OUT"
+
+
+def test_module_rejects_top_level_only_blocks() -> None:
+    [error] = errors("module M:\n    actors:\n        ai @a\n")
+    assert error.message == "'actors:' is not allowed inside a module"
+
+
+def test_sketch_is_kept_apart() -> None:
+    script = ok("sketch:\n    [A] = 10, 20\n    [START] = 0, 0\n")
+    assert script.sketch == (("A", "10, 20"), ("START", "0, 0"))
+
+
+# --------------------------------------------------------------------------- flows
+
+
+@WIDTHS
+def test_chains_and_bindings(width: int) -> None:
+    graph = flow(
+        """
+        [START] -> action0 -> [B]:action1 -> &module1 -> [END]
+        [A]: myaction
+        [C]: &mymodule(arg, @x)
+        [A] -> [D]:action2 -> [E]:&mymodule(arg) -> [B] -> [A]
+        a -> b -> a
+        """,
+        width,
+    )
+    names = [n.name for n in graph.nodes]
+    assert names[:5] == ["START", f"action0@2:{width + 12}", "B", f"&module1@2:{width + 38}", "END"]
+    assert graph.node("B").binding == "action1" and not graph.node("B").anonymous
+    assert graph.node("A").binding == "myaction"
+    call = graph.node("C").binding
+    assert isinstance(call, ModuleCall) and [a.python for a in call.args] == [
+        "ctx['arg']",
+        "ctx['@x']",
+    ]
+    assert ("B", "A", None) in edges(graph) and ("E", "B", None) in edges(graph)
+    assert names[-3:] == [f"a@6:{width + 1}", f"b@6:{width + 6}", f"a@6:{width + 11}"]
+
+
+def test_conflicting_bindings_are_an_error() -> None:
+    found = errors("mainflow:\n    [A]: x\n    [A]: y\n    [A]: x\n")
+    assert [e.message for e in found] == ["node [A] is bound twice"]
+
+
+@WIDTHS
+def test_conditions_in_both_forms(width: int) -> None:
+    graph = flow(
+        """
+        [A] -> if (x == 1) -> [B]
+        [A] -> (if y == 2) [C]
+        [A] -> (if y == 3)[D]
+        [A] -> if (a) and (b) -> [E]
+        """,
+        width,
+    )
+    assert edges(graph) == [
+        ("A", "B", "ctx['x'] == 1"),
+        ("A", "C", "ctx['y'] == 2"),
+        ("A", "D", "ctx['y'] == 3"),
+        ("A", "E", "(ctx['a']) and (ctx['b'])"),
+    ]
+
+
+@WIDTHS
+@pytest.mark.parametrize("same_line", [True, False])
+def test_fork_on_same_or_next_line(width: int, same_line: bool) -> None:
+    head = "[A] -> [C] -> fork:" if same_line else "[A] -> [C] ->\nfork:"
+    graph = flow(
+        head
+        + """
+    -> [visit]
+    -> if (score > 5 and level >= 3) -> [solo] -> [END]
+    -> (if finish == false) [A]
+""",
+        width,
+    )
+    assert edges(graph) == [
+        ("A", "C", None),
+        ("C", "visit", None),
+        ("C", "solo", "ctx['score'] > 5 and ctx['level'] >= 3"),
+        ("solo", "END", None),
+        ("C", "A", "ctx['finish'] == False"),
+    ]
+
+
+@WIDTHS
+def test_continuation_line_under_a_trailing_arrow(width: int) -> None:
+    graph = flow(
+        """
+        [IN] -> [A]:&CoderSandbox ->
+             -> [B]:reviewer -> [C]:reviewer2 ->
+        fork:
+             -> (if submit == "goodjob") -> [OUT]
+             -> (if submit == "discuss") -> [B]
+        """,
+        width,
+    )
+    assert edges(graph) == [
+        ("IN", "A", None),
+        ("A", "B", None),
+        ("B", "C", None),
+        ("C", "OUT", "ctx['submit'] == \"goodjob\""),
+        ("C", "B", "ctx['submit'] == \"discuss\""),
+    ]
+
+
+@WIDTHS
+@pytest.mark.parametrize("same_line", [True, False])
+def test_for_loop_with_exit_chain(width: int, same_line: bool) -> None:
+    head = "[P] -> for @speaker in alive:" if same_line else "[P] ->\nfor @speaker in alive:"
+    graph = flow(
+        head
+        + """
+    -> if (@speaker.type == "human") -> human_speak ->
+    -> if (@speaker.type == ai) -> [S]:ai_speak -> [T] ->
+    [S] -> log
+-> [D] -> tally -> [END]
+""",
+        width,
+    )
+    loop_node = graph.nodes[1]
+    loop = loop_node.binding
+    assert isinstance(loop, Loop)
+    assert (loop.kind, loop.var, loop.iterable.python) == ("for", "@speaker", "ctx['alive']")
+    assert loop.head == loop_node.name and loop_node.name.startswith("for@")
+    body = edges(loop.body)
+    assert body[0][0] == loop.head and body[0][2] == "ctx.attr('@speaker', 'type') == \"human\""
+    assert (loop.head, "S", "ctx.attr('@speaker', 'type') == 'ai'") in body
+    assert ("S", "T", None) in body
+    assert loop.ends[1] == "T" and loop.ends[0].startswith("human_speak@")
+    outer = edges(graph)
+    assert outer[0] == ("P", loop_node.name, None)
+    assert outer[1] == (loop_node.name, "D", None)
+    assert outer[2][0] == "D" and outer[3][1] == "END"
+
+
+@WIDTHS
+def test_par_loop_nested_in_for(width: int) -> None:
+    graph = flow(
+        """
+        [START] -> for i in range(3):
+            -> [A] -> par @coder in workers:
+                -> &CoderSandbox(@coder, task_list[@coder]) ->
+            -> [B] ->
+        -> [END]
+        """,
+        width,
+    )
+    outer = graph.nodes[1].binding
+    assert isinstance(outer, Loop) and outer.iterable.python == "range(3)"
+    inner_node = outer.body.nodes[2]
+    inner = inner_node.binding
+    assert isinstance(inner, Loop) and inner.kind == "par" and inner.var == "@coder"
+    call = inner.body.nodes[1].binding
+    assert [a.python for a in call.args] == ["ctx['@coder']", "ctx['task_list'][ctx['@coder']]"]
+    assert inner.ends == (inner.body.nodes[1].name,)
+    assert outer.ends == ("B",)
+    assert ("A", inner_node.name, None) in edges(outer.body)
+    assert (inner_node.name, "B", None) in edges(outer.body)
+    assert edges(graph)[-1] == (graph.nodes[1].name, "END", None)
+
+
+@WIDTHS
+def test_join_with_inputs_and_target(width: int) -> None:
+    graph = flow(
+        """
+        [A] -> fork:
+            -> [B]
+            -> [C]
+        join(2):
+            [B] ->
+            [C] ->
+        to [next] -> [END]
+        join(any):
+            [B] ->
+        to [E]
+        """,
+        width,
+    )
+    joins = [n for n in graph.nodes if isinstance(n.binding, Join)]
+    assert [j.binding.count for j in joins] == [2, 1]
+    first = joins[0].name
+    assert ("B", first, None) in edges(graph) and ("C", first, None) in edges(graph)
+    assert (first, "next", None) in edges(graph) and ("next", "END", None) in edges(graph)
+    assert (joins[1].name, "E", None) in edges(graph)
+
+
+def test_join_without_to_is_an_error() -> None:
+    found = errors("mainflow:\n    join(all):\n        [B] ->\n    [X] -> [Y]\n")
+    assert found[0].message == "expected 'to [node]' after the join's inputs"
+
+
+@pytest.mark.parametrize(
+    ("body", "message", "col"),
+    [
+        ("[A] -> [B] ->", "'->' at the end of the line leads nowhere", 16),
+        ("-> [B]", "a line starting with '->' needs a node before it", 5),
+        ("fork:\n        -> [B]", "'fork' needs a node before it", 5),
+        ("[A] [B]", "expected '->' after [A], found '['", 9),
+        ("[A] -> if (x && y) -> [B]", "'&&' is not an operator in FEM expressions", 18),
+        ("[A] -> for x alive:\n        -> y ->", "expected 'for VAR in EXPR:'", 16),
+    ],
+)
+def test_flow_errors(body: str, message: str, col: int) -> None:
+    found = errors("mainflow:\n    " + body + "\n")
+    assert found[0].message == message
+    assert found[0].span.col == col
+
+
+def test_indent_width_never_drops_edges() -> None:
+    narrow = flow("[A] ->\nfork:\n  -> [B]\n  -> [C]\n")
+    wide = flow("[A] ->\nfork:\n          -> [B]\n          -> [C]\n")
+    assert edges(narrow) == edges(wide) == [("A", "B", None), ("A", "C", None)]
+
+
+def test_tabs_count_to_the_next_multiple_of_four_and_mixing_warns() -> None:
+    script, diagnostics = parse("vars:\n\ta = 1\n    b = 2\n", "s.fems")
+    assert [v.name for v in script.variables] == ["a", "b"]
+    assert [d.severity for d in diagnostics] == ["warning"]
+
+
+# --------------------------------------------------------------------------- Chinese twin
+
+ASCII_SCRIPT = """
+meta:
+    name = "demo"
+vars:
+    alive = [@a,@b]
+    votes = {@a: 0}
+    finish = false
+actors:
+    ai @a = soul:1, source:x
+    ai @b
+action speak @ai(@a):
+    prompt: "say hi, {alive}"
+    scope: [@a, @b]
+    out: finish(bool, "done")
+action count @assign:
+    out: votes.@a += 1
+module Loop(x):
+    flow:
+        [IN] -> speak -> [OUT]
+mainflow:
+    [START] -> speak -> [B]:count -> &Loop(alive) ->
+    fork:
+        -> if (finish == true) -> [END]
+        -> (if finish == false) [B]
+    [B] -> for @v in alive:
+        -> speak ->
+    -> [END]
+"""
+
+CHINESE_SCRIPT = """
+meta：
+    name = “demo”
+vars：
+    alive = 【@a，@b】
+    votes = {@a： 0}
+    finish = false
+actors：
+    ai @a = soul：1， source：x
+    ai @b
+action speak @ai（@a）：
+    prompt： “say hi, {alive}”
+    scope： 【@a， @b】
+    out： finish（bool， “done”）
+action count @assign：
+    out： votes.@a += 1
+module Loop（x）：
+    flow：
+        【IN】 -- speak -- 【OUT】
+mainflow：
+    【START】 -- speak -- 【B】：count -- &Loop（alive） --
+    fork：
+        -- if （finish == true） -- 【END】
+        -- （if finish == false） 【B】
+    【B】 -- for @v in alive：
+        -- speak --
+    -- 【END】
+"""
+
+
+def test_chinese_punctuation_parses_to_the_same_tree() -> None:
+    ascii_tree, ascii_diagnostics = parse(ASCII_SCRIPT, "s.fems")
+    chinese_tree, chinese_diagnostics = parse(CHINESE_SCRIPT, "s.fems")
+    assert ascii_diagnostics == chinese_diagnostics == []
+    # Replacements are one character for one, so even the spans agree.
+    assert dataclasses.replace(chinese_tree, source="") == dataclasses.replace(
+        ascii_tree, source=""
+    )
+
+
+def test_chinese_punctuation_diagnostics_point_at_the_users_column() -> None:
+    source = (
+        "action a @ai（@x）：\n    promt：“hi”\nmainflow：\n    【A】 -- if （x && y） -- 【B】\n"
+    )
+    found = errors(source)
+    assert [(e.span.line, e.span.col) for e in found] == [(2, 5), (4, 18)]
+
+
+def test_prompt_text_keeps_chinese_punctuation_and_double_dashes() -> None:
+    [action] = ok("action a @ai(@x):\n    prompt: 你好，世界 -- 【注意】：{day}\n").actions
+    assert action.prompt.value.value == "你好，世界 -- 【注意】：{day}"
+
+
+# --------------------------------------------------------------------------- robustness
+
+FRAGMENTS = st.sampled_from(
+    [
+        "meta:",
+        "vars:",
+        "mainflow:",
+        "action a @ai(@x):",
+        "module M(a):",
+        "flow:",
+        "fork:",
+        "for @x in y:",
+        "par i in range(2):",
+        "join(all):",
+        "to [X]",
+        "[A]",
+        "->",
+        "--",
+        "-> if (",
+        ")",
+        "[",
+        "]",
+        "{",
+        "}",
+        "(",
+        "|",
+        ":",
+        "：",
+        "“",
+        "”",
+        "'",
+        '"',
+        ",",
+        "@",
+        "&M(",
+        "x",
+        "prompt:",
+        "out:",
+        "scope:",
+        "in:",
+        "=",
+        "+=",
+        "#",
+        "//",
+        "  ",
+        "    ",
+        "\t",
+        "\n",
+        "\r\n",
+    ]
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(FRAGMENTS, max_size=40))
+def test_parse_never_raises(pieces: list[str]) -> None:
+    script, diagnostics = parse(" ".join(pieces), "fuzz.fems")
+    assert isinstance(script, Script)
+    assert all(isinstance(d, Diagnostic) for d in diagnostics)
