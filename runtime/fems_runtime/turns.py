@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from fems_runtime.variables import ActorSpec, Frame, Variables
 
 INTERRUPTED = "[Interrupted]"
+_SPEAKERS = {"narration": "narrator"}
 
 
 @dataclass(frozen=True)
@@ -297,14 +298,11 @@ class _Room:
 
     @classmethod
     def of(cls, services: TurnServices, frame: Frame, spec: TurnSpec) -> _Room:
-        where = f"the executor of action {spec.action}"
         try:
-            executor = frame.resolve_actor(spec.executor, where)
-            voice = (
-                frame.resolve_actor(spec.role, f"the role of action {spec.action}")
-                if (spec.role)
-                else executor
-            )
+            executor = frame.resolve_actor(spec.executor, f"the executor of action {spec.action}")
+            voice = executor
+            if spec.role:
+                voice = frame.resolve_actor(spec.role, f"the role of action {spec.action}")
             actors = _scope_actors(frame, spec)
         except RunError as error:
             raise error.located(services.file, spec.line) from None
@@ -345,16 +343,6 @@ def _scope_actors(frame: Frame, spec: TurnSpec) -> list[Actor]:
 
 
 # ---------------------------------------------------------------------- shared steps
-
-
-@dataclass
-class _Prepared:
-    """The rendered texts of a turn and the blocks of its first model call."""
-
-    prompt: str
-    narration: str
-    context: str
-    memory: str
 
 
 def _render_texts(frame: Frame, spec: TurnSpec) -> tuple[str, str]:
@@ -458,7 +446,7 @@ async def _store(
         node=ctx.node,
         speaker_soul=str(room.voice_spec.soul) if speaker else None,
         speaker_user=room.executor_spec.user if speaker else None,
-        speaker_name=str(room.voice) if speaker else "narrator",
+        speaker_name=str(room.voice) if speaker else _SPEAKERS.get(kind, kind),
         model=call.model if call else None,
         prompt_tokens=call.prompt_tokens if call else None,
         completion_tokens=call.completion_tokens if call else None,
@@ -467,23 +455,42 @@ async def _store(
 
 
 async def _store_opening(
-    services: TurnServices, ctx: Context, spec: TurnSpec, room: _Room, turn: int, texts: _Prepared
+    services: TurnServices,
+    ctx: Context,
+    spec: TurnSpec,
+    room: _Room,
+    turn: int,
+    prompt: str,
+    narration: str,
 ) -> None:
-    """The narration (visible to the scope) and the private prompt, stored before the reply."""
-    if texts.narration:
+    """The narration (visible to the scope) and the private prompt, stored before the reply.
+
+    They are stored once the model (or person) has answered, so a failed call leaves nothing
+    behind half-way; the narration reaches the executor inside the prompt anyway (§9.2).
+    """
+    if narration:
         await _store(
             services,
             spec,
             ctx,
             "narration",
-            texts.narration,
+            narration,
             turn=turn,
             room=room,
             souls=room.souls,
             users=room.users,
             speaker=False,
         )
-    await _store(services, spec, ctx, "prompt", texts.prompt, turn=turn, room=room, souls=())
+    await _store(services, spec, ctx, "prompt", prompt, turn=turn, room=room, souls=())
+
+
+def _in_action(services: TurnServices, spec: TurnSpec, error: RunError) -> RunError:
+    """Locate an error at the action; an error not yet located also gets the action's name."""
+    if error.line is not None or error.message.startswith(f"action {spec.action}"):
+        return error.located(services.file, spec.line)
+    return RunError(
+        f"action {spec.action}: {error.message}", error.file or services.file, spec.line
+    )
 
 
 # ---------------------------------------------------------------------- AI turns
@@ -494,10 +501,7 @@ async def run_ai_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -> T
     try:
         return await _ai_turn(services, ctx, spec)
     except RunError as error:
-        if error.line is None and not error.message.startswith(f"action {spec.action}"):
-            error.message = f"action {spec.action}: {error.message}"
-            error.args = (error.message,)
-        raise error.located(services.file, spec.line) from None
+        raise _in_action(services, spec, error) from None
 
 
 async def _ai_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -> TurnResult:
@@ -512,7 +516,6 @@ async def _ai_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -> Turn
         memory = await _method_block(
             services, ctx, memory_method, prompt=prompt, turn=turn, voice=room.voice
         )
-    texts = _Prepared(prompt, narration, context, memory)
     persona, user_info = await asyncio.gather(
         services.store.apersona(str(room.voice_spec.soul)),
         services.store.aprofiles(services.owners),
@@ -539,7 +542,7 @@ async def _ai_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -> Turn
         reply = INTERRUPTED if call is None else call.text
         _trace_call(services, ctx, spec, room, choice, messages, reply, call, attempt)
         if not opened:
-            await _store_opening(services, ctx, spec, room, turn, texts)
+            await _store_opening(services, ctx, spec, room, turn, prompt, narration)
             opened = True
         await _store(
             services,
@@ -558,7 +561,8 @@ async def _ai_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -> Turn
             result.interrupted = True
             return result
         outcome = apply_signals(reply, frame, spec.outs)
-        problems, feedback = await _validate(services, frame, spec, prompt, reply, outcome)
+        verdict = await _validate(services, frame, spec, prompt, reply, outcome)
+        problems = verdict.problems
         _set_variable(frame, outcome)
         result.rejected = outcome.SET_VARIABLE
         if not problems:
@@ -572,7 +576,7 @@ async def _ai_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -> Turn
         if attempt >= (spec.max_retries or 0):
             return await _give_up(services, ctx, spec, room, reply, problems, result)
         attempt += 1
-        note = _feedback_text(problems, feedback)
+        note = _feedback_text(verdict.shown)
         await _store(
             services,
             spec,
@@ -587,6 +591,18 @@ async def _ai_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -> Turn
         messages = retry_messages(messages, reply, note)
 
 
+@dataclass
+class _Verdict:
+    """A reply's problems: those the model is told, and resolve texts with `show_to_ai` false."""
+
+    shown: list[str] = field(default_factory=list)
+    hidden: list[str] = field(default_factory=list)
+
+    @property
+    def problems(self) -> list[str]:
+        return self.shown + self.hidden
+
+
 async def _validate(
     services: TurnServices,
     frame: Frame,
@@ -594,11 +610,13 @@ async def _validate(
     prompt: str,
     reply: str,
     outcome: SignalOutcome,
-) -> tuple[list[str], list[str]]:
-    """(problems, resolve feedback for the model). A failed resolve rolls the reply back."""
-    problems = [f"rejected signal {r.raw!r}: {r.reason}" for r in outcome.rejected]
-    feedback: list[str] = []
+) -> _Verdict:
+    """Check a reply (§10.4–§10.6); a failed resolve rolls the reply's assignments back."""
+    verdict = _Verdict([f"rejected signal {r.raw!r}: {r.reason}" for r in outcome.rejected])
+    if spec.strict:
+        verdict.shown += [f"out '{o.label}' was not set" for o in outcome.unset]
     if spec.resolve is not None:
+        name = f"{spec.resolve.code}.{spec.resolve.function}"
         checked = await run_resolve(
             _resolve_function(services, spec.resolve),
             spec.resolve.args,
@@ -607,18 +625,14 @@ async def _validate(
             llm_output=reply,
             set_variable=outcome.SET_VARIABLE,
             inputs=spec.inputs,
-            name=f"{spec.resolve.code}.{spec.resolve.function}",
+            name=name,
         )
         if not checked.ok:
             outcome.rollback()
-            shown = "; ".join(checked.messages) or "no reason given"
-            problems.append(
-                f"{spec.resolve.code}.{spec.resolve.function} rejected the reply: {shown}"
-            )
-            feedback = checked.feedback
-    if spec.strict:
-        problems += [f"out '{o.label}' was not set" for o in outcome.unset]
-    return problems, feedback
+            told = f": {'; '.join(checked.feedback)}" if checked.feedback else ""
+            verdict.shown.append(f"{name} rejected the reply{told}")
+            verdict.hidden += [m for m in checked.messages if m not in checked.feedback]
+    return verdict
 
 
 def _resolve_function(services: TurnServices, resolve: ResolveSpec) -> Callable[..., Any]:
@@ -642,10 +656,9 @@ def _label(target: str, key: Any) -> str:
     return f"{target}.{key}" if ACTOR_NAME.fullmatch(str(key)) else f"{target}[{key}]"
 
 
-def _feedback_text(problems: Sequence[str], feedback: Sequence[str]) -> str:
+def _feedback_text(problems: Sequence[str]) -> str:
     lines = ["Your previous reply could not be accepted:"]
     lines += [f"- {p}" for p in problems]
-    lines += [f"- {f}" for f in feedback]
     lines.append("Answer again; set each required variable with SET VARIABLE: <<name = value>>.")
     return "\n".join(lines)
 
@@ -802,10 +815,7 @@ async def run_human_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -
     try:
         return await _human_turn(services, ctx, spec)
     except RunError as error:
-        if error.line is None and not error.message.startswith(f"action {spec.action}"):
-            error.message = f"action {spec.action}: {error.message}"
-            error.args = (error.message,)
-        raise error.located(services.file, spec.line) from None
+        raise _in_action(services, spec, error) from None
 
 
 async def _human_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -> TurnResult:
@@ -827,7 +837,7 @@ async def _human_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -> T
         frame=frame,
     )
     answer = await services.human.ask(request)
-    await _store_opening(services, ctx, spec, room, turn, _Prepared(prompt, narration, context, ""))
+    await _store_opening(services, ctx, spec, room, turn, prompt, narration)
     await _store(
         services,
         spec,
@@ -849,10 +859,10 @@ async def _human_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -> T
     )
     services.inputs.notify(str(room.executor))
     outcome = apply_values(answer.vars, frame, spec.outs)
-    problems, _ = await _validate(services, frame, spec, prompt, answer.text, outcome)
+    verdict = await _validate(services, frame, spec, prompt, answer.text, outcome)
     _set_variable(frame, outcome)
-    if problems:
-        _report(services, ctx, spec, room, problems)
+    if verdict.problems:
+        _report(services, ctx, spec, room, verdict.problems)
     return TurnResult(
         reply=answer.text,
         assigned={_label(a.target, a.key): a.value for a in outcome.applied},

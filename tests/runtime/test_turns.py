@@ -476,3 +476,27 @@ def test_services_open_runs_turns_through_a_flow_context(tmp_path: Path) -> None
         assert store.session(session)["status"] == "completed"
         assert store.session(session)["title"] == "Game"
         assert len(store.visible_messages(session, user="001")) == 1
+
+
+def test_resolve_text_not_shown_to_ai_stays_out_of_the_feedback() -> None:
+    def check(kill: Any) -> list[tuple[bool, bool, str]]:
+        return [(kill == "@bob", False, "host-only note: wolves never pick @god")]
+
+    run = make_run(
+        {"pick": ["SET VARIABLE: <<kill = @god>>", "SET VARIABLE: <<kill = @god>>"]},
+        code={"rules": {"check": check}},
+    )
+    with pytest.raises(RunError, match="host-only note") as caught:
+        run.turn(
+            spec(
+                prompt="Pick.",
+                outs=(OutSpec("kill", type="actor"),),
+                resolve=ResolveSpec("rules", "check", ("kill",)),
+                max_retries=1,
+            )
+        )
+    feedback = run.events("llm_call")[1]["messages"][-1]["content"]
+    assert "rules.check rejected the reply" in feedback
+    assert "host-only" not in feedback and "was not set" not in feedback
+    assert "rules.check rejected the reply" in str(caught.value)
+    assert run.ctx.frame.get("kill") == ""
