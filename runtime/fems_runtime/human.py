@@ -112,6 +112,8 @@ class TerminalHuman:
             value = parse_literal(answer) if out.type not in ("string", None) else answer
             if request.frame is None:
                 return value
+            if out.type == "actor" and request.frame.variables.is_actor(f"@{answer}"):
+                value = f"@{answer}"  # a person may leave out the @
             try:
                 return convert_value(out, value, request.frame)
             except SignalError as error:

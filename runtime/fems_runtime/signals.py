@@ -384,10 +384,18 @@ def _key_value(text: str | None, frame: Frame) -> Any:
 def assign_out(
     frame: Frame, target: str, key: str | None, op: str, value: Any, out: OutSpec | None
 ) -> Undo:
-    """Convert ``value`` for ``out`` and apply ``target[key] op value``; return the undo."""
-    if key is not None and key.startswith("@") is False and frame.variables.is_actor(target):
-        raise SignalError(f"'{target}' is an actor, not a dict")
+    """Convert ``value`` for ``out`` and apply ``target[key] op value``; return the undo.
+
+    An actor variable (``@v``) set with ``=`` only takes a defined actor or ``""`` (§4.3).
+    """
     converted = convert_value(out, value, frame)
+    actor_variable = key is None and op == "=" and target.startswith("@")
+    if (
+        actor_variable
+        and converted not in ("", None)
+        and not (isinstance(converted, Actor) and frame.variables.is_actor(converted))
+    ):
+        raise SignalError(f"{target} holds an actor: write @name, not '{format_value(converted)}'")
     try:
         if key is None:
             return frame.assign(target, op, converted)

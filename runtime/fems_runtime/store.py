@@ -268,6 +268,19 @@ class Store:
     ) -> int:
         """Start or continue a session per ``meta.session`` (§3); never prompts."""
         number, create = parse_session_spec(spec)
+        info = {"title": title, "script": script, "script_hash": script_hash}
+        retries = 5
+        while True:
+            try:
+                return self._open_session(number, create, info)
+            except self._t.sa.exc.IntegrityError:
+                # another process created the same number first (not possible on one SQLite
+                # file, whose write transactions start immediate): take the next one
+                retries -= 1
+                if number is not None or retries == 0:
+                    raise
+
+    def _open_session(self, number: int | None, create: bool, info: dict[str, Any]) -> int:
         t, sa = self._t, self._t.sa
         with self._write() as db:
             if number is not None:
@@ -290,13 +303,11 @@ class Store:
             db.execute(
                 t.sessions.insert().values(
                     id=number,
-                    title=title,
-                    script=script,
-                    script_hash=script_hash,
                     status="running",
                     last_seq=0,
                     last_turn=0,
                     created=time.time(),
+                    **info,
                 )
             )
         return number

@@ -16,7 +16,6 @@ own values back in the order they finished (§12.5a).
 
 from __future__ import annotations
 
-import copy
 import itertools
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -150,7 +149,7 @@ class Variables:
             return [self.adopt(v) for v in value]
         if isinstance(value, set | frozenset):
             return {self.adopt(v) for v in value}
-        return copy.deepcopy(value)
+        return value
 
     def literal(self, text: str, *, defined_actors_only: bool = True) -> Any:
         """Parse a literal (§4.2) with this run's actors; see :func:`values.parse_literal`."""

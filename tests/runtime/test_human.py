@@ -153,3 +153,13 @@ def test_answer_values_go_through_typed_outs() -> None:
     assert f["n"] == 3 and f["vote"] == ""
     assert len(outcome.rejected) == 1
     assert human_outs_pending(outs, HumanAnswer("", {"n": 1})) == [outs[1]]
+
+
+def test_terminal_actor_out_accepts_a_name_without_at() -> None:
+    f = frame()
+    read, _ = scripted(["", "Nobody", "Eve"])
+    out = io.StringIO()
+    request = HumanRequest("kill", "@player", "?", outs=(OutSpec("vote", type="actor"),), frame=f)
+    answer = TerminalHuman(read, out).ask_sync(request)
+    assert answer.vars == {"vote": "@Eve"}
+    assert "not a defined actor" in out.getvalue()

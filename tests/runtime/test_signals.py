@@ -374,3 +374,13 @@ def test_run_resolve_errors_become_run_errors() -> None:
         asyncio.run(
             run_resolve(broken, None, fresh().root, prompt="", llm_output="", set_variable=[])
         )
+
+
+@pytest.mark.parametrize(
+    ("value", "accepted"),
+    [("@Eve", True), ('""', True), ("Eve", False), ("3", False), ("@Nobody", False)],
+)
+def test_actor_variables_take_actors_only(value: str, accepted: bool) -> None:
+    variables = fresh()
+    outcome = apply_signals(f"SET VARIABLE: <<@VOTE = {value}>>", variables.root, None)
+    assert (not outcome.rejected) is accepted
