@@ -801,6 +801,7 @@ def _trace_call(
         reply=reply,
         attempt=attempt,
         interrupted=call is None,
+        tries=call.attempts if call else None,
         prompt_tokens=call.prompt_tokens if call else None,
         completion_tokens=call.completion_tokens if call else None,
         cost=call.cost if call else None,

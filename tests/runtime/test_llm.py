@@ -101,6 +101,7 @@ def test_missing_api_key_env_is_a_run_error() -> None:
 def test_offline_run_never_imports_litellm() -> None:
     code = (
         "import asyncio, sys\n"
+        "import fems_runtime\n"
         "from fems_runtime.llm import ModelClient\n"
         "from fems_runtime.offline import OfflineTurn\n"
         "c = ModelClient(environ={}, notice=lambda t: None)\n"
