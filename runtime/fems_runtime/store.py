@@ -561,20 +561,21 @@ class Store:
         source: str | None = None,
         blueprint: str | None = None,
     ) -> None:
-        """Record an actor of the session (spawned actors, §9.8)."""
-        t = self._t
+        """Record an actor of the session (spawned actors, §9.8); recording it again (a
+        continued session) updates the row."""
+        t, sa = self._t, self._t.sa
+        table = t.session_actors
+        fields = {"type": type, "soul_id": soul, "source": source, "blueprint": blueprint}
+        where = sa.and_(table.c.session_id == session, table.c.name == name)
         with self._write() as db:
-            db.execute(
-                t.session_actors.insert().values(
-                    session_id=session,
-                    name=name,
-                    type=type,
-                    soul_id=soul,
-                    source=source,
-                    blueprint=blueprint,
-                    created=time.time(),
+            if db.execute(sa.select(table.c.name).where(where)).first() is None:
+                db.execute(
+                    table.insert().values(
+                        session_id=session, name=name, created=time.time(), **fields
+                    )
                 )
-            )
+            else:
+                db.execute(table.update().where(where).values(fields))
 
     def session_actors(self, session: int) -> list[dict[str, Any]]:
         t, sa = self._t, self._t.sa

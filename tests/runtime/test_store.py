@@ -223,6 +223,9 @@ def test_checkpoints_and_actors(store: Store) -> None:
     assert last["state"] == {"vars": {"x": 2}}
     store.record_actor(session, "@coder_1", type="ai", soul="spawned:coder_1", blueprint="coder")
     assert store.session_actors(session)[0]["blueprint"] == "coder"
+    store.record_actor(session, "@coder_1", type="ai", soul="spawned:coder_1", source="fast")
+    rows = store.session_actors(session)
+    assert len(rows) == 1 and rows[0]["source"] == "fast" and rows[0]["blueprint"] is None
 
 
 def test_async_wrappers(store: Store) -> None:
