@@ -176,6 +176,13 @@ class _Compiler:
             self.error(f"invalid expression: {found}", self._leaf_span(leaf))
             return None
         body = tree.children[0]
+        if (
+            body.type == "atom"
+            and len(body.children) == 3
+            and body.children[0].value == "("
+            and body.children[1].type != "testlist_comp"
+        ):
+            body = body.children[1]  # ``if (x == 1)``: the parentheses only delimit
         python = self.emit(body).strip()
         if not self.ok:
             return None

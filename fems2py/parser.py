@@ -437,6 +437,9 @@ class Parser:
                 key, col = self.split_key(item, ("=", ":"))
                 if key.text in TEXT_META_KEYS:
                     value: Value = self.parse_text_value(item, col, item_end, key.text)
+                elif key.text == "database":
+                    # A path to open at run time, not text to embed (§3): never read here.
+                    value = self.parse_text_value(item, col, item_end, key.text, read_file=False)
                 else:
                     value = self.parse_value_field(
                         item, col, item_end, key.text, owner=key.text == "owner"
@@ -1637,10 +1640,7 @@ class Parser:
                     self.tok_span(tokens[-1]),
                     "write -> if (condition) -> [Node]",
                 )
-            inner = tokens[pos + 1 : stop]
-            if inner[0].text == "(" and _match(inner, 0) == len(inner) - 1 and len(inner) > 2:
-                inner = inner[1:-1]
-            condition = self.expression(inner)
+            condition = self.expression(tokens[pos + 1 : stop])
             if condition is None:
                 raise _Abort
             return condition, stop + 1

@@ -47,6 +47,8 @@ def compile_ok(text: str, aliases: set[str] | None = ALIASES) -> tuple[str, list
         ("{@a: 1}", '{ctx["@a"]: 1}'),
         ("a  if  b else c", 'ctx["a"] if ctx["b"] else ctx["c"]'),
         ("x not in y", 'ctx["x"] not in ctx["y"]'),
+        ("(x == 1)", 'ctx["x"] == 1'),
+        ("(1, 2)", "(1, 2)"),
     ],
 )
 def test_rewrites_follow_the_naming_convention(text: str, python: str) -> None:

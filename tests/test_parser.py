@@ -123,6 +123,19 @@ def test_file_text_is_read_relative_to_the_script(tmp_path: Path) -> None:
     assert (value.value, value.style, value.path) == ("be kind", "file", "rules.txt")
 
 
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ('file:"game.db"', ("game.db", "file", "game.db")),
+        ("sqlite:///x.db", ("sqlite:///x.db", "bare", None)),
+    ],
+)
+def test_database_is_a_path_never_read(tmp_path: Path, value: str, expected: tuple) -> None:
+    script = ok(f"meta:\n    database = {value}\n", base=tmp_path)
+    entry = script.meta[0].value
+    assert (entry.value, entry.style, entry.path) == expected
+
+
 def test_missing_file_is_an_error_naming_the_path(tmp_path: Path) -> None:
     _, diagnostics = run('meta:\n    system_safety = file:"nope.txt"\n', base=tmp_path)
     [error] = diagnostics
