@@ -149,11 +149,11 @@ class Checker:
         self.actors = {actor.name for actor in script.actors}
         self.root = Namespace("main", None, None)
         self.namespaces: dict[int, Namespace] = {}
-        self.action_home: dict[int, Namespace] = {}
         self.action_uses: dict[int, list[Use]] = {}
         self.module_uses: dict[int, list[Use]] = {}
         self.visible_names: dict[int, set[str]] = {}
         self.action_extra: dict[int, set[str]] = {}
+        self.caller_loop_vars: dict[int, set[str]] = {}
 
     # ------------------------------------------------------------------ reporting
 
@@ -244,8 +244,6 @@ class Checker:
             declared[decl.name] = decl
             namespace.variables[decl.name] = decl
         namespace.actions = self.unique(actions, None)
-        for action in namespace.actions.values():
-            self.action_home[id(action)] = namespace
 
     def build_module(self, module: Module, parent: Namespace) -> None:
         key = f"module:{module.name}" if parent.module is None else f"{parent.key}/{module.name}"
@@ -296,9 +294,17 @@ class Checker:
     # ------------------------------------------------------------------ names in scope
 
     def propagate_names(self) -> None:
-        """Names a module or action sees through its callers (§11.3): a fixpoint over uses."""
+        """Names a module or action sees through its callers (§11.3)."""
         namespaces = [self.root, *self.namespaces.values()]
-        seen = {id(ns): ns.lexical_names() for ns in namespaces}
+        self.visible_names, self.action_extra = self.spread(
+            {id(ns): ns.lexical_names() for ns in namespaces}
+        )
+        self.caller_loop_vars, _ = self.spread({id(ns): set() for ns in namespaces})
+
+    def spread(self, base: dict[int, set[str]]) -> tuple[dict[int, set[str]], dict[int, set[str]]]:
+        """A fixpoint over uses: each namespace (by id) and each action (by id) gets the names
+        of every place it is used, loop variables there included, on top of ``base``."""
+        seen = {key: set(names) for key, names in base.items()}
         action_seen: dict[int, set[str]] = {key: set() for key in self.action_uses}
 
         def seen_at(use: Use) -> set[str]:
@@ -323,8 +329,7 @@ class Checker:
                     if new:
                         action_seen[action_id] |= new
                         changed = True
-        self.visible_names = seen
-        self.action_extra = action_seen
+        return seen, action_seen
 
     def names_of(self, namespace: Namespace) -> set[str]:
         """Variables visible in a namespace: its own, the enclosing ones', its callers'."""

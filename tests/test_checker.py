@@ -264,6 +264,25 @@ def test_module_sees_the_loop_variable_of_its_caller(tmp_path: Path) -> None:
     assert errors(analyze(source, tmp_path)) == []
 
 
+def test_executor_bound_by_a_loop_around_the_module_call(tmp_path: Path) -> None:
+    source = HEADER + textwrap.dedent(
+        """\
+        module Pair:
+            action reply @ai(@w):
+                prompt: {@w} answers {@v}.
+            flow:
+                [IN] -> for @v in alive:
+                    -> reply ->
+                -> [OUT]
+        mainflow:
+            [START] -> par @w in alive:
+                -> &Pair ->
+            -> [END]
+        """
+    )
+    assert errors(analyze(source, tmp_path)) == []
+
+
 def test_module_action_shadows_global_action(tmp_path: Path) -> None:
     source = HEADER + textwrap.dedent(
         """\

@@ -310,6 +310,8 @@ class FlowChecker:
         actor_loops = [loop for loop in part.loops if loop.var.startswith("@")]
         if not actor_loops or executor in part.loop_vars:
             return
+        if executor in self.checker.caller_loop_vars.get(id(namespace), ()):
+            return  # bound by a loop around the call of this module (§11.3)
         if not self.checker.is_unbound_actor_variable(executor, namespace):
             return
         loop = actor_loops[-1]
