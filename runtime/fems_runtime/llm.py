@@ -176,7 +176,9 @@ class ModelClient:
         return cls(model_map=load_model_map(base / "fems.toml"), **options)
 
     def resolve(self, action_model: str | None = None, source: str | None = None) -> ModelChoice:
-        """Apply the ladder: action `model:` > actor `source:` > meta.model > --model > offline."""
+        """Apply the ladder: action `model:` > actor `source:` > meta.model > --model/FEMS_MODEL
+        > offline `fems/mock`. The chosen name is looked up in the model map, then in
+        `FEMS_MODEL_<ALIAS>`, and otherwise used as a litellm model string."""
         for rung, name in (
             ("action", action_model),
             ("source", source),
@@ -234,11 +236,7 @@ class ModelClient:
                     await self._pace(choice.model)
                     response = await self._acompletion(choice, messages)
                 return self._result(choice, response, failures + 1)
-            except asyncio.CancelledError:
-                raise
-            except RunError:
-                raise
-            except Exception as exc:
+            except Exception as exc:  # CancelledError is not an Exception: it propagates
                 failures += 1
                 if not _is_transient(exc):
                     raise RunError(f"model {choice.model}: {_describe(exc)}") from None
