@@ -27,7 +27,6 @@ from fems_runtime.values import ACTOR_NAME, Actor, FemDict, parse_literal, to_js
 
 STATIC_ATTRS = ("type", "soul", "source", "tools", "name")
 MAX_ALIAS_HOPS = 10
-Op = Literal["=", "+=", "-=", "add", "remove"]
 OPS: tuple[str, ...] = ("=", "+=", "-=", "add", "remove")
 
 Undo = Callable[[], None]
@@ -326,7 +325,7 @@ class Frame:
         """
         if op not in OPS:
             raise ValueError(f"unknown assignment operator {op!r}")
-        if name in STATIC_ATTRS and key is not _MISSING and self.variables.is_actor(key):
+        if name in STATIC_ATTRS and key is not _MISSING and not self.declared(name):
             raise RunError(f"'{name}' is a fixed attribute of actors and cannot be assigned")
         value = self.variables.adopt(value)
         with self.variables.lock:

@@ -85,6 +85,8 @@ def test_attribute_writes_go_to_the_dict() -> None:
     assert root["hp"] == {"@Eve": 97, "@Bob": 50}
     with pytest.raises(RunError, match="fixed attribute"):
         root.assign("type", "=", "human", "@Eve")
+    with pytest.raises(RunError, match="fixed attribute"):
+        root.loop({"@x": root["@Eve"]}).assign("soul", "=", "2", "@x")
 
 
 def test_alias_chain() -> None:
