@@ -101,6 +101,8 @@ class MockModel:
             return "=", repr(rng.randint(0, 10) / 2)
         if isinstance(current, list):
             return "=", f"add({rng.choice(actors)})"
+        if isinstance(current, dict):
+            return "=", "{" + f"{rng.choice(actors)}: {rng.randint(0, 3)}" + "}"
         if isinstance(current, str) and (current == "" or current.startswith("@")):
             return "=", rng.choice(actors)
         return "=", _literal(rng.choice(_WORDS))

@@ -9,6 +9,7 @@ import pytest
 from fems_runtime.offline import MockModel, OfflineOut, OfflineTurn, ScriptModel
 from fems_runtime.records import RunError
 from fems_runtime.signals import OutSpec, apply_signals
+from fems_runtime.values import FemDict
 from fems_runtime.variables import ActorSpec, Frame, Variables
 
 OUTS = (
@@ -24,6 +25,7 @@ OUTS = (
     OfflineOut("day", current=3),
     OfflineOut("@target", current=""),
     OfflineOut("note", current="hello"),
+    OfflineOut("tally", current={"@bob": 1}),
 )
 
 
@@ -105,6 +107,7 @@ def _frame() -> Frame:
         "@target": "",
         "note": "x",
         "@voter": "@bob",
+        "tally": {"@bob": 1},
     }
     return Variables(values, actors).root
 
@@ -122,6 +125,7 @@ SPECS = (
     OutSpec("day"),
     OutSpec("@target"),
     OutSpec("note"),
+    OutSpec("tally"),
 )
 
 
@@ -142,3 +146,7 @@ def test_mock_signals_are_accepted_by_the_parser(seed: int) -> None:
     assert outcome.rejected == []
     assert outcome.unset == []
     assert len(outcome.applied) == len(SPECS)
+    # untyped outs keep the shape of the variable's value
+    kinds = {name: type(frame.get(name)) for name in ("alive", "day", "tally", "note")}
+    assert kinds == {"alive": list, "day": int, "tally": FemDict, "note": str}
+    assert frame.get("@target") in ("@bob", "@carol")
