@@ -500,3 +500,22 @@ def test_resolve_text_not_shown_to_ai_stays_out_of_the_feedback() -> None:
     assert "host-only" not in feedback and "was not set" not in feedback
     assert "rules.check rejected the reply" in str(caught.value)
     assert run.ctx.frame.get("kill") == ""
+
+
+class CountingModels(ModelClient):
+    """A remote-looking model that reports usage and cost."""
+
+    async def complete(
+        self, choice: ModelChoice, messages: list[dict[str, str]], turn: OfflineTurn
+    ) -> CallResult:
+        return CallResult("fine", choice.model, prompt_tokens=30, completion_tokens=4, cost=0.002)
+
+
+def test_reply_is_stored_with_usage_and_cost() -> None:
+    run = make_run(models=CountingModels(model_map={"fast": "openai/x"}, environ={}))
+    run.turn(spec(prompt="x", model="fast"))
+    reply = run.services.store.messages(run.services.session)[-1]
+    assert (reply.kind, reply.model) == ("reply", "openai/x")
+    assert (reply.prompt_tokens, reply.completion_tokens, reply.cost) == (30, 4, 0.002)
+    (event,) = run.events("llm_call")
+    assert (event["prompt_tokens"], event["cost"]) == (30, 0.002)
