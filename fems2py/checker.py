@@ -65,8 +65,10 @@ class CheckedScript:
     ``merge_nodes`` maps (flow key, fork node) to the node where the fork's branches merge, or
     None when they never do (§12.5). Flow keys are ``"main"``, ``"module:Name"`` and
     ``"module:Outer/Inner"``; node names are unique within a flow, loop bodies included.
-    Every node with two or more out-edges has an entry (a loop body's head counts when it
-    has two or more start lines); an explicit ``join`` is the merge node of its fork.
+    Every node with two or more out-edges has an entry; a loop body's head (named like its
+    loop node) has one when it has two or more start lines, and None means the branches merge
+    only at the end of the iteration. An explicit ``join`` is the merge node of its fork (the
+    nearest dominating node with several out-edges).
     ``code_signatures`` maps each ``code:`` alias to its functions' signatures (an alias whose
     file is missing or broken is absent), ``code_files`` each alias to the file's path.
     """
