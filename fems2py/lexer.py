@@ -222,7 +222,7 @@ def block_text(lines: list[SourceLine]) -> str:
     common = min(widths) if widths else 0
     out = []
     for line in lines:
-        expanded = line.raw.expandtabs(TAB_WIDTH) if line.uses_tabs else line.raw
+        expanded = " " * line.indent + line.raw[line.start :]
         out.append(expanded[common:].rstrip() if expanded.strip() else "")
     while out and not out[-1]:
         out.pop()

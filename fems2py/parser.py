@@ -463,7 +463,11 @@ class Parser:
     def check_name(self, token: Token, what: str, allow_all: bool = False) -> None:
         """§2.3: reserved words are not names."""
         if token.text in RESERVED and not (allow_all and token.text == "all"):
-            self.error(f"'{token.text}' is reserved and cannot name a {what}", self.tok_span(token))
+            article = "an" if what[0] in "aeiou" else "a"
+            self.error(
+                f"'{token.text}' is reserved and cannot name {article} {what}",
+                self.tok_span(token),
+            )
 
     def parse_code_block(self, index: int, end: int, defs: _Definitions) -> None:
         for item, item_end in self.items(index + 1, end):
@@ -926,7 +930,7 @@ class Parser:
             self.warning(
                 "action header should end with ':'",
                 self.eol_span(index),
-                f"write 'action {name.text} {kind_token.text}…:'",
+                "add ':' at the end of the line",
             )
         else:
             self.expect_header(tokens, pos)

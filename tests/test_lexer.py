@@ -127,3 +127,8 @@ def test_unquote_applies_escapes(quoted: str, value: str) -> None:
 def test_block_text_dedents_and_keeps_blank_lines() -> None:
     lines = split_lines("      # Title\n\n        indented http://x\n      end\n\n")
     assert block_text(lines) == "# Title\n\n  indented http://x\nend"
+
+
+def test_block_text_expands_only_leading_tabs() -> None:
+    lines = split_lines("\ta\tb\n\t  c")
+    assert block_text(lines) == "a\tb\n  c"
