@@ -216,11 +216,17 @@ class Store:
 
                 options["poolclass"] = StaticPool
                 self._shared = True
-        self.engine = sa.create_engine(self.url, **options)
-        if sqlite:
-            sa.event.listen(self.engine, "connect", _sqlite_pragmas)
-        with self._lock:
-            schema.meta.create_all(self.engine)
+        try:
+            self.engine = sa.create_engine(self.url, **options)
+            if sqlite:
+                sa.event.listen(self.engine, "connect", _sqlite_pragmas)
+            with self._lock:
+                schema.meta.create_all(self.engine)
+        except (sa.exc.SQLAlchemyError, ImportError) as error:
+            reason = getattr(error, "orig", None) or error
+            raise RunError(
+                f"cannot open database {database or DEFAULT_DATABASE}: {reason}"
+            ) from None
 
     def close(self) -> None:
         self.engine.dispose()

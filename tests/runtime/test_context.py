@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import threading
 
 import pytest
@@ -26,9 +25,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 
-@functools.cache
-def shared_store() -> Store:
-    return Store(":memory:")
+@pytest.fixture(scope="module")
+def shared_store():
+    with Store(":memory:") as store:
+        yield store
 
 
 SOULS = [f"s{i}" for i in range(6)]
@@ -44,8 +44,10 @@ message_strategy = st.tuples(
     actors=st.sets(st.sampled_from(SOULS), min_size=1),
     messages=st.lists(message_strategy, max_size=25),
 )
-def test_builtin_context_holds_exactly_the_messages_in_scope(actors, messages) -> None:
-    store = shared_store()
+def test_builtin_context_holds_exactly_the_messages_in_scope(
+    shared_store, actors, messages
+) -> None:
+    store = shared_store
     session = store.open_session()
     for i, (kind, room, text) in enumerate(messages):
         store.add_message(
@@ -66,8 +68,8 @@ def test_builtin_context_holds_exactly_the_messages_in_scope(actors, messages) -
         assert builtin_context(store, session, soul=soul) == format_context(seen)
 
 
-def test_context_format_and_default_deny() -> None:
-    store = Store(":memory:")
+def test_context_format_and_default_deny(shared_store) -> None:
+    store = shared_store
     session = store.open_session()
     store.add_message(session, "narration", "Night falls.", souls=["1", "2"])
     store.add_message(session, "reply", "I am the seer.", souls=["1", "2"], speaker_name="@Eve")

@@ -158,16 +158,17 @@ def test_spawn_creates_actors_from_blueprints() -> None:
     variables = Variables(
         {}, [ActorSpec("@coder_1")], [BlueprintSpec("coder", source="fast", tools=("py",))]
     )
-    store = Store(":memory:")
-    session = store.open_session()
-    made = spawn(variables, [{"blueprint": "coder", "count": 2}], store=store, session=session)
+    with Store(":memory:") as store:
+        session = store.open_session()
+        made = spawn(variables, [{"blueprint": "coder", "count": 2}], store=store, session=session)
+        recorded = [r["name"] for r in store.session_actors(session)]
     assert made == ["@coder_2", "@coder_3"]
     assert all(isinstance(a, Actor) for a in made)
     spec = variables.actors["@coder_2"]
     assert (spec.type, spec.source, spec.tools, spec.blueprint) == ("ai", "fast", ("py",), "coder")
     assert spec.soul != variables.actors["@coder_3"].soul
     assert made[0]["source"] == "fast"
-    assert [r["name"] for r in store.session_actors(session)] == ["@coder_2", "@coder_3"]
+    assert recorded == ["@coder_2", "@coder_3"]
     assert spawn(variables, {"blueprint": "coder"}) == ["@coder_4"]
 
 

@@ -238,3 +238,11 @@ def test_async_wrappers(store: Store) -> None:
 
     session, turn, messages = asyncio.run(main())
     assert session == 1 and turn == 1 and [m.content for m in messages] == ["x"]
+
+
+@pytest.mark.parametrize(
+    "database", ["{dir}/missing/dir/x.db", "nosuchdialect://x", "postgresql+nodriver://h/db"]
+)
+def test_unopenable_database_is_a_run_error(tmp_path: Path, database: str) -> None:
+    with pytest.raises(RunError, match="cannot open database"):
+        Store(database.format(dir=tmp_path))
