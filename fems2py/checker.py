@@ -15,12 +15,14 @@ import ast
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 from fems2py.checks.codefiles import CodeFileError, FuncSignature, Param, read_signatures
 from fems2py.checks.flows import FlowChecker, Use
 from fems2py.diagnostics import Diagnostic, suggest
 from fems2py.nodes import (
     Action,
+    ActorDef,
     Expr,
     FuncRef,
     Method,
@@ -56,6 +58,14 @@ RESOLVE_INPUTS = frozenset({"SET_VARIABLE", "prompt", "llm_output"})
 SPAWN = FuncSignature("spawn", (Param("spawn_requests", False),), False, 0)
 
 _PROMPT_KINDS = frozenset({"ai", "human", "mind"})
+
+
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def span(self) -> Span: ...
 
 
 @dataclass(frozen=True)
@@ -196,10 +206,10 @@ class Checker:
         if name in RESERVED_WORDS:
             self.error(f"'{name}' is reserved and cannot name a {what}", span)
 
-    def unique(self, items: Iterable, what: str | None) -> dict:
+    def unique(self, items: Iterable[_Named], what: str | None) -> dict[str, Any]:
         """Items by name, the first definition winning; with ``what``, a second item with a
         taken name is reported (§2.2; the parser reports actions, modules and methods)."""
-        found: dict = {}
+        found: dict[str, Any] = {}
         for item in items:
             if item.name not in found:
                 found[item.name] = item
@@ -261,7 +271,7 @@ class Checker:
     def check_actors(self) -> None:
         """Duplicate actor names and souls (§6.2), duplicate blueprints."""
         self.unique(self.script.actors, "actor")
-        souls: dict[str, list] = {}
+        souls: dict[str, list[ActorDef]] = {}
         for actor in self.script.actors:
             souls.setdefault(actor.soul, []).append(actor)
         for soul, actors in souls.items():

@@ -66,10 +66,6 @@ class Part:
     def loop_vars(self) -> frozenset[str]:
         return frozenset(loop.var for loop in self.loops)
 
-    @property
-    def entry(self) -> str | None:
-        return self.loop.head if self.loop is not None else None
-
 
 @dataclass(frozen=True)
 class Use:
