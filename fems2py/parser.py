@@ -950,7 +950,7 @@ class Parser:
         )
 
     def parse_executor(self, tokens: list[Token], pos: int, kind: Token) -> tuple[str, int]:
-        if pos + 2 >= len(tokens) + 0 or tokens[pos].text != "(":
+        if pos + 2 >= len(tokens) or tokens[pos].text != "(":
             self.fail(
                 f"expected '(@actor)' after {kind.text}",
                 self.tok_span(tokens[min(pos, len(tokens) - 1)]),
@@ -1501,8 +1501,15 @@ class Parser:
         (a fork's node, a loop's head); at the top of a flow such a line continues the
         previous line's trailing ``->``."""
         join_node: tuple[str, Token] | None = None
+        # After a broken line, lines that would continue it are skipped quietly: their
+        # "needs a node before it" would only repeat the first error.
+        after_error = False
         for index, end in self.items(start, stop):
             tokens = self.tokens(index, flow=True)
+            continues = tokens[0].text == "->" or self.is_construct(tokens, 0)
+            if after_error and continues and pending is None and start_from is None:
+                continue
+            after_error = False
             try:
                 if join_node is not None:
                     node, join_token = join_node
@@ -1554,7 +1561,7 @@ class Parser:
                     pending = self.parse_chain(tokens, 0, index, end, graph, None, loop, None)
             except _Abort:
                 pending = None
-                continue
+                after_error = True
         if join_node is not None:
             self.error(
                 "join has no 'to [node]' line",

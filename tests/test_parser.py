@@ -757,6 +757,16 @@ def test_flow_errors(body: str, message: str, col: int) -> None:
     assert found[0].span.col == col
 
 
+def test_lines_continuing_a_broken_line_do_not_repeat_its_error() -> None:
+    found = errors(
+        "mainflow:\n    [A] -> [B ->\n    -> [C]\n    fork:\n        -> [D]\n    [E] -> [F\n"
+    )
+    assert [(e.span.line, e.message) for e in found] == [
+        (2, "expected '[Name]'"),
+        (6, "expected '[Name]'"),
+    ]
+
+
 def test_indent_width_never_drops_edges() -> None:
     narrow = flow("[A] ->\nfork:\n  -> [B]\n  -> [C]\n")
     wide = flow("[A] ->\nfork:\n          -> [B]\n          -> [C]\n")
