@@ -32,16 +32,19 @@ def shared_store():
 
 
 SOULS = [f"s{i}" for i in range(6)]
+USERS = ["u1", "u2", "u3"]
 message_strategy = st.tuples(
     st.sampled_from(["reply", "narration", "human", "feedback", "prompt"]),
     st.frozensets(st.sampled_from(SOULS), max_size=4),
+    st.frozensets(st.sampled_from(USERS), max_size=2),
     st.text(max_size=12),
 )
+actor_strategy = st.tuples(st.sampled_from(SOULS), st.sampled_from([None, *USERS]))
 
 
 @settings(max_examples=60, deadline=None)
 @given(
-    actors=st.sets(st.sampled_from(SOULS), min_size=1),
+    actors=st.lists(actor_strategy, min_size=1, max_size=6),
     messages=st.lists(message_strategy, max_size=25),
 )
 def test_builtin_context_holds_exactly_the_messages_in_scope(
@@ -49,23 +52,25 @@ def test_builtin_context_holds_exactly_the_messages_in_scope(
 ) -> None:
     store = shared_store
     session = store.open_session()
-    for i, (kind, room, text) in enumerate(messages):
+    for i, (kind, souls, users, text) in enumerate(messages):
         store.add_message(
             session,
             kind,
             text,
-            souls=room,
-            speaker_soul=min(room, default=None),
+            souls=souls,
+            users=users,
+            speaker_soul=min(souls, default=None),
             speaker_name=f"@a{i}",
         )
-    for soul in actors:
+    for soul, user in actors:
         expected = [
-            (kind, text) for kind, room, text in messages if soul in room and kind != "prompt"
+            (f"@a{i}", kind, text)
+            for i, (kind, souls, users, text) in enumerate(messages)
+            if (soul in souls or (user is not None and user in users)) and kind != "prompt"
         ]
-        seen = store.visible_messages(session, soul=soul)
-        assert [(m.kind, m.content) for m in seen] == expected
-        assert [m.seq for m in seen] == sorted(m.seq for m in seen)
-        assert builtin_context(store, session, soul=soul) == format_context(seen)
+        seen = store.visible_messages(session, soul=soul, user=user)
+        assert [(m.speaker_name, m.kind, m.content) for m in seen] == expected
+        assert builtin_context(store, session, soul=soul, user=user) == format_context(seen)
 
 
 def test_context_format_and_default_deny(shared_store) -> None:
