@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from fems_runtime.records import RunError
-from fems_runtime.values import ACTOR_NAME, Actor, FemDict, parse_literal, to_json
+from fems_runtime.values import ACTOR_NAME, Actor, FemDict, format_value, parse_literal, to_json
 
 STATIC_ATTRS = ("type", "soul", "source", "tools", "name")
 MAX_ALIAS_HOPS = 10
@@ -381,11 +381,19 @@ class Frame:
             old = table.get(key, _MISSING)
             table[key] = value
             return _restore(self.variables.lock, table, key, old)
-        if op in ("add", "remove") and table.get(key) is None:
+        if table.get(key) is not None:
+            return self._update(table, key, op, value)
+        # a missing entry reads as None (§4.4): a tally (`count.@x += 1`) starts from 0 and a
+        # list entry (`groups[k] = add(x)`) from []
+        previous = table.get(key, _MISSING)
+        if op in ("add", "remove"):
             table[key] = []
-        if key not in table:
-            raise RunError(f"{name}[{key}] has no value to apply {op} to")
-        return self._update(table, key, op, value)
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            table[key] = 0
+        else:
+            raise RunError(f"{name}[{format_value(key)}] has no value to apply {op} to")
+        self._update(table, key, op, value)
+        return _restore(self.variables.lock, table, key, previous)
 
     # ------------------------------------------------------------------ snapshots
 

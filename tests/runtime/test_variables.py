@@ -301,10 +301,17 @@ def test_bad_operations(start: object, op: str, value: object) -> None:
         Variables({"x": start}).root.assign("x", op, value)
 
 
-def test_entry_add_creates_a_list() -> None:
-    root = Variables({"groups": {}}).root
-    root.assign("groups", "add", 1, "a")
+def test_missing_entries_start_empty() -> None:
+    root = Variables({"groups": {}, "tally": {"b": None}, "names": {}}).root
+    undo = root.assign("groups", "add", 1, "a")
     assert root["groups"] == {"a": [1]}
+    root.assign("tally", "+=", 1, "a")
+    root.assign("tally", "-=", 2, "b")
+    assert root["tally"] == {"a": 1, "b": -2}
+    undo()
+    assert root["groups"] == {}
+    with pytest.raises(RunError, match="names\\[x\\] has no value"):
+        root.assign("names", "+=", "s", "x")
 
 
 def test_assigned_containers_are_copies() -> None:
