@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from fems_runtime.records import RunError
-from fems_runtime.signals import OutSpec, SignalError, convert_value
+from fems_runtime.signals import OutSpec, SignalError, choice_list, convert_value
 from fems_runtime.values import format_value, parse_literal
 
 if TYPE_CHECKING:
@@ -88,7 +88,7 @@ class TerminalHuman:
 
     def _ask_out(self, out: OutSpec, request: HumanRequest) -> Any:
         if out.type in ("enum", "dropdown"):
-            choices = _choices(out)
+            choices = choice_list(out)
             if not choices:
                 raise RunError(f"{request.action}: out {out.label} has no choices to offer")
             self._print(f"{out.label}:")
@@ -133,13 +133,6 @@ class TerminalHuman:
 
 
 _SKIP: Any = object()
-
-
-def _choices(out: OutSpec) -> list[Any]:
-    choices = list(out.choices)
-    if len(choices) == 1 and isinstance(choices[0], list | tuple | dict):
-        choices = list(choices[0])
-    return choices
 
 
 class AnswersFileHuman:

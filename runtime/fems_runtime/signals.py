@@ -285,10 +285,17 @@ def _to_bool(value: Any) -> bool:
     raise SignalError(f"'{format_value(value)}' is not true or false")
 
 
-def _to_choice(spec: OutSpec, value: Any, frame: Frame) -> Any:
+def choice_list(spec: OutSpec) -> list[Any]:
+    """The choices of an ``enum``/``dropdown`` out; ``choices={alive}`` (one list-valued
+    expression) offers that list's items."""
     choices = list(spec.choices)
     if len(choices) == 1 and isinstance(choices[0], list | tuple | dict):
-        choices = list(choices[0])  # choices={alive}: one list-valued expression
+        return list(choices[0])
+    return choices
+
+
+def _to_choice(spec: OutSpec, value: Any, frame: Frame) -> Any:
+    choices = choice_list(spec)
     for choice in choices:
         if choice == value or format_value(choice) == format_value(value):
             return frame.variables.adopt(choice)

@@ -108,6 +108,7 @@ CASES = [
     ('SET VARIABLE: <<scores["bob"] = 4>>', None, {"scores": {"alice": 1, "bob": 4}}, 0),
     ("SET VARIABLE: <<scores.alice += 1>>", None, {"scores": {"alice": 2}}, 0),
     ("SET VARIABLE: <<votes.@voter = @Eve>>", None, {"votes": {"@Bob": "@Eve"}}, 0),
+    ("SET VARIABLE: <<votes.@Eve += 1>>", None, {"votes": {"@Eve": 1}}, 0),
     ("SET VARIABLE: <<@VOTE = @小灵>>", None, {"@VOTE": "@小灵"}, 0),
     # whitelist
     (
