@@ -10,7 +10,7 @@ import asyncio
 import json
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol
@@ -188,9 +188,3 @@ def _answer(item: Any, key: str, origin: str) -> HumanAnswer:
             raise RunError(f"{origin}: 'vars' of an answer under {key!r} must be an object")
         return HumanAnswer(str(item.get("text", "")), dict(values))
     raise RunError(f"{origin}: an answer under {key!r} must be a string or an object")
-
-
-def human_outs_pending(outs: Sequence[OutSpec], answer: HumanAnswer) -> list[OutSpec]:
-    """Non-optional outs the answer gives no value for."""
-    given = set(answer.vars)
-    return [o for o in outs if not o.optional and o.label not in given and o.target not in given]
