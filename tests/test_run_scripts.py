@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+import fems_runtime as fr
 import pytest
-from fems_helpers import build_script, run_script
+from fems_helpers import build_script, load, run_script
 
 from fems2py.build import BuildRefused, build_cached, build_file, build_source
+from fems2py.golden import GOLDEN_DIR
 
 RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
 
@@ -255,3 +258,25 @@ def test_build_cache_reuses_a_build_until_the_source_changes(tmp_path: Path) -> 
     second = build_cached(script)
     assert second != first
     assert second.read_text(encoding="utf-8") == build_source(script, second)
+
+
+# 13_ai_fields names a network model in `model:` (the action's model wins over --model).
+RUNNABLE = [
+    case for case in sorted(GOLDEN_DIR.glob("*/expected.py")) if case.parent.name != "13_ai_fields"
+]
+
+
+@pytest.mark.parametrize("expected", RUNNABLE, ids=[p.parent.name for p in RUNNABLE])
+def test_every_golden_module_runs_offline(tmp_path: Path, expected: Path) -> None:
+    case = tmp_path / expected.parent.name
+    shutil.copytree(expected.parent, case)
+    (case / "answers.json").write_text('{"*": ["ok"]}', encoding="utf-8")
+    module = load(case / "expected.py")
+    result = module.run(model="fems/mock", seed=1, db=":memory:", human=str(case / "answers.json"))
+    assert result.status == "completed"
+    assert result.steps > 0
+
+
+def test_an_incompatible_runtime_fails_at_import_with_the_pip_line() -> None:
+    with pytest.raises(ImportError, match=r"pip install 'fems-runtime==9\.9\.\*'"):
+        fr.require_runtime("9.9.0")
