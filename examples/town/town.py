@@ -11,6 +11,10 @@ def company(who: str, at: Mapping[str, str]) -> list[str]:
     return [who, *(p for p, there in at.items() if there == place and p != who)]
 
 
-def census(at: Mapping[str, str], places: Sequence[str]) -> dict[str, list[str]]:
-    """Place → the people there, for every place (empty places included)."""
-    return {place: [p for p, there in at.items() if there == place] for place in places}
+def census(at: Mapping[str, str], places: Sequence[str]) -> dict[str, dict[str, list[str]]]:
+    """`crowd`: place → the people there, for every place (empty places included).
+
+    A dict return maps its keys to outs (§9.7), so the dict value is wrapped in its out name.
+    """
+    crowd = {place: [p for p, there in at.items() if there == place] for place in places}
+    return {"crowd": crowd}

@@ -102,11 +102,11 @@ def auto_seer_pick(seer_target: str, alive: Sequence[str], role: Mapping[str, st
 
 
 def seer_lookup(
-    target: str, role: Mapping[str, str], day: int, seer_log: Sequence[str]
+    target: str, role: Mapping[str, str], night: int, seer_log: Sequence[str]
 ) -> dict[str, Any]:
-    """The seer's answer for tonight (night `day + 1`), also appended to the seer's notebook."""
+    """The seer's answer for tonight, also appended to the seer's notebook."""
     nature = "a WEREWOLF" if role.get(target) == WOLF else "not a werewolf"
-    answer = f"Seer check, night {int(day) + 1}: {target} is {nature}."
+    answer = f"Seer check, night {night}: {target} is {nature}."
     return {"seer_answer": answer, "seer_log": [*seer_log, answer]}
 
 

@@ -1,0 +1,139 @@
+"""The small examples run offline with their replies files and reach their scripted outcome.
+
+Each example is built once and run in-process under `fems/script` (its `replies.json`); the
+final variables are checked, and the traces are checked for what each example is about: the
+reviewer's retry with feedback, who heard the town's secret, which researcher won the race.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from fems2py.build import build_file
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+@dataclass(frozen=True)
+class Run:
+    """One finished run: final variables and model calls (from the trace)."""
+
+    variables: dict[str, Any]
+    calls: list[dict[str, Any]]
+
+    def calls_of(self, action: str, actor: str | None = None) -> list[dict[str, Any]]:
+        return [
+            call
+            for call in self.calls
+            if call["action"] == action and (actor is None or call["actor"] == actor)
+        ]
+
+
+def _load(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _seen(call: dict[str, Any]) -> str:
+    return "\n".join(str(message.get("content", "")) for message in call["messages"])
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
+    done = {}
+    for name in ("code_review", "town", "race"):
+        root = tmp_path_factory.mktemp(name)
+        folder = EXAMPLES / name
+        module = _load(build_file(folder / f"{name}.fems", root / f"{name}.py").output)
+        trace = root / "trace.jsonl"
+        outcome = module.run(
+            replies=str(folder / "replies.json"), db=f"sqlite:///{root / 'run.db'}", trace=trace
+        )
+        assert outcome.status == "completed", outcome.error
+        events = [json.loads(line) for line in trace.read_text(encoding="utf-8").splitlines()]
+        calls = [event for event in events if event["event"] == "llm_call"]
+        done[name] = Run(outcome.variables, calls)
+    return done
+
+
+@pytest.mark.parametrize(
+    ("example", "name", "expected"),
+    [
+        ("code_review", "approved", ["@Ada"]),
+        ("code_review", "rejected", ["@Grace"]),
+        ("code_review", "reviews", 6),
+        ("code_review", "tests_passed", {"@Ada": 5, "@Grace": 5}),
+        ("code_review", "release", True),
+        ("town", "hour", 4),
+        ("town", "at", {"@Ann": "tavern", "@Ben": "library", "@Cid": "tavern"}),
+        ("town", "crowd", {"square": [], "tavern": ["@Ann", "@Cid"], "library": ["@Ben"]}),
+        ("race", "answer", "Rayleigh scattering: air scatters short blue wavelengths most."),
+        ("race", "@first", "@Curie"),
+        ("race", "comments", {"@Curie": "Rayleigh it is.", "@Darwin": "Fair win."}),
+        ("race", "accepted", True),
+    ],
+)
+def test_final_variables(runs: dict[str, Run], example: str, name: str, expected: Any) -> None:
+    assert runs[example].variables[name] == expected
+
+
+def test_code_review_retries_an_invalid_verdict_with_feedback(runs: dict[str, Run]) -> None:
+    reviews = runs["code_review"].calls_of("review", "@Linus")
+    assert len(reviews) == 4  # maybe (rejected) → discuss, revise, goodjob
+    retry = reviews[1]
+    assert "maybe" in _seen(retry)
+    assert [m["role"] for m in retry["messages"]][-2:] == ["assistant", "user"]
+
+
+def test_code_review_module_locals_do_not_leak(runs: dict[str, Run]) -> None:
+    final = runs["code_review"].variables
+    for local in ("verdict", "review_round", "finish", "attempts"):
+        assert local not in final
+
+
+def test_code_review_refused_finish_is_rolled_back(runs: dict[str, Run]) -> None:
+    # Grace's first report claims "finished" with 3 of 5 tests: the resolve hook refuses it,
+    # so she writes code four times (two sandbox attempts, then two more reviews).
+    assert len(runs["code_review"].calls_of("write_code", "@Grace")) == 4
+
+
+def test_town_tavern_guests_follow_the_moves(runs: dict[str, Run]) -> None:
+    assert sorted(runs["town"].variables["tavern_guests"]) == ["@Ann", "@Cid"]
+    assert len(runs["town"].calls_of("serve", "@Mags")) == 2  # nobody in the tavern at hour 2
+
+
+@pytest.mark.parametrize(
+    ("actor", "heard"), [("@Ann", True), ("@Cid", True), ("@Ben", False), ("@Mags", False)]
+)
+def test_town_secret_is_heard_only_in_the_library(
+    runs: dict[str, Run], actor: str, heard: bool
+) -> None:
+    calls = [call for call in runs["town"].calls if call["actor"] == actor]
+    assert calls
+    assert any("oak stone" in _seen(call) for call in calls) is heard
+
+
+def test_town_lines_are_scoped_to_the_place(runs: dict[str, Run]) -> None:
+    first_hour = runs["town"].calls_of("talk")[:3]
+    assert [sorted(call["scope"]) for call in first_hour] == [
+        ["@Ann", "@Cid"],
+        ["@Ben"],
+        ["@Ann", "@Cid"],
+    ]
+
+
+def test_race_cancels_the_slower_researcher(runs: dict[str, Run]) -> None:
+    race = runs["race"]
+    assert race.calls_of("curie_answers")
+    assert not race.calls_of("darwin_answers")
+    assert len(race.calls_of("darwin_comments")) == 1

@@ -1,0 +1,153 @@
+"""The werewolf example plays to the end offline, and night secrets stay in their rooms.
+
+One build, then twenty games under `fems/mock` (one seed each), played in-process through the
+generated module's `run()`. Every game must complete with a winner within the day cap; the
+traces must show that no villager, seer or witch model call ever contained the wolves' den
+talk, and that the seer's answers reached nobody but the seer and the moderator.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from fems2py.build import build_file
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "werewolf"
+SEEDS = range(20)
+MODERATOR = "@Moderator"
+MAX_DAYS = 10
+BALLOT = re.compile(r"<<\s*@ballot\s*=\s*(@\w+)\s*>>")
+
+
+@dataclass(frozen=True)
+class Game:
+    """One finished game: its final variables and its model calls, from the trace."""
+
+    seed: int
+    variables: dict[str, Any]
+    events: list[dict[str, Any]]
+
+    @property
+    def calls(self) -> list[dict[str, Any]]:
+        return [event for event in self.events if event["event"] == "llm_call"]
+
+    @property
+    def wolves(self) -> set[str]:
+        return set(self.variables["wolves"])
+
+    def calls_of(self, action: str) -> list[dict[str, Any]]:
+        return [call for call in self.calls if call["action"] == action]
+
+
+def _load(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _seen(call: dict[str, Any]) -> str:
+    """Everything a model call sent: all message contents, joined."""
+    return "\n".join(str(message.get("content", "")) for message in call["messages"])
+
+
+@pytest.fixture(scope="module")
+def games(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Game]:
+    root = tmp_path_factory.mktemp("werewolf")
+    module = _load(build_file(EXAMPLE / "werewolf.fems", root / "werewolf.py").output)
+    played = {}
+    for seed in SEEDS:
+        trace = root / f"trace-{seed}.jsonl"
+        outcome = module.run(
+            model="fems/mock", seed=seed, db=f"sqlite:///{root / 'games.db'}", trace=trace
+        )
+        assert outcome.status == "completed", outcome.error
+        events = [json.loads(line) for line in trace.read_text(encoding="utf-8").splitlines()]
+        played[seed] = Game(seed, outcome.variables, events)
+    return played
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_every_game_ends_with_a_winner_within_the_day_cap(
+    games: dict[int, Game], seed: int
+) -> None:
+    final = games[seed].variables
+    assert final["winner"] in ("villagers", "werewolves")
+    assert final["win_reason"]
+    assert 1 <= final["day"] <= MAX_DAYS
+    assert games[seed].calls_of("curtain"), "the post-game chat did not run"
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_the_winner_agrees_with_the_survivors(games: dict[int, Game], seed: int) -> None:
+    game = games[seed]
+    alive = game.variables["alive"]
+    wolves = sum(1 for player in alive if player in game.wolves)
+    if wolves == 0:
+        assert game.variables["winner"] == "villagers"
+    elif wolves >= len(alive) - wolves:
+        assert game.variables["winner"] == "werewolves"
+    else:
+        assert game.variables["day"] == MAX_DAYS
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_only_the_pack_and_the_moderator_sit_in_the_den(games: dict[int, Game], seed: int) -> None:
+    game = games[seed]
+    den = game.calls_of("wolf_discuss")
+    assert den, "the wolves never met"
+    for call in den:
+        assert call["actor"] in game.wolves
+        assert set(call["scope"]) <= game.wolves | {MODERATOR}
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_the_den_talk_never_reaches_the_village(games: dict[int, Game], seed: int) -> None:
+    game = games[seed]
+    den_talk = [call["reply"] for call in game.calls_of("wolf_discuss")]
+    outsiders = [call for call in game.calls if call["actor"] not in game.wolves | {MODERATOR}]
+    assert outsiders
+    for call in outsiders:
+        seen = _seen(call)
+        assert "wolf_pick" not in seen, (call["action"], call["actor"])
+        for talk in den_talk:
+            assert talk not in seen, (call["action"], call["actor"])
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_the_seer_alone_learns_the_answers(games: dict[int, Game], seed: int) -> None:
+    game = games[seed]
+    seer = game.variables["@seer"]
+    answers = game.variables["seer_log"]
+    for call in game.calls:
+        if call["actor"] not in (seer, MODERATOR):
+            assert "Seer check" not in _seen(call), (call["action"], call["actor"])
+    if answers:
+        told = [call for call in game.calls if call["actor"] == seer and answers[0] in _seen(call)]
+        assert told, "the seer never heard the first answer"
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_each_ballot_is_recorded_under_its_voter(games: dict[int, Game], seed: int) -> None:
+    # The votes run concurrently (`par`), each setting its own @ballot; record_vote files it
+    # under `votes.@voter`. The ballot box the tally receives must hold every voter's own choice.
+    cast: dict[str, str] = {}
+    for event in games[seed].events:
+        if event["event"] == "llm_call" and event["action"] == "vote":
+            ballot = BALLOT.search(event["reply"])
+            assert ballot is not None
+            cast[event["actor"]] = ballot.group(1)
+        elif event["event"] == "func" and event["action"] == "tally":
+            assert event["inputs"]["votes"] == cast
+            assert sorted(cast) == sorted(event["inputs"]["alive"])
+            cast = {}
+    assert not cast, "ballots were cast but never counted"
