@@ -95,7 +95,7 @@ class Marker:
     line: int
 
     def __str__(self) -> str:
-        return f"# {self.file}:{self.line}"
+        return f"# {comment_text(self.file)}:{self.line}"
 
 
 @dataclass(frozen=True)
@@ -811,6 +811,7 @@ def environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters["py"] = py
+    env.filters["doc"] = repr  # a docstring must stay a plain string literal
     env.filters["comment"] = comment_text
     return env
 

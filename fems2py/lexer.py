@@ -69,6 +69,16 @@ def split_lines(source: str) -> list[SourceLine]:
     return lines
 
 
+def opens_quote(text: str, index: int) -> bool:
+    """Whether ``text[index]`` opens a quoted string; an apostrophe inside a word
+    (``don't``) does not."""
+    ch = text[index]
+    if ch == "'" and index > 0:
+        before = text[index - 1]
+        return not (before.isalnum() or before == "_")
+    return ch in _OPEN_QUOTES
+
+
 def _quote_end(text: str, start: int) -> int:
     """Index just past the quoted string opening at ``start`` (or ``len(text)`` if unclosed)."""
     opener = text[start]
@@ -91,7 +101,7 @@ def comment_start(text: str) -> int:
     i = 0
     while i < len(text):
         ch = text[i]
-        if ch in _OPEN_QUOTES:
+        if opens_quote(text, i):
             i = _quote_end(text, i)
             continue
         if (ch == "#" or text.startswith("//", i)) and (i == 0 or text[i - 1] in " \t\u3000"):
@@ -108,7 +118,7 @@ def normalize(text: str, flow: bool = False) -> str:
     i = 0
     while i < len(text):
         ch = text[i]
-        if ch in _OPEN_QUOTES:
+        if opens_quote(text, i):
             end = _quote_end(text, i)
             segment = list(text[i:end])
             if segment[0] == "“":
@@ -188,7 +198,7 @@ def tokenize(text: str, line: int, start: int = 0, end: int | None = None) -> li
         if ch.isspace():
             i += 1
             continue
-        if ch in _OPEN_QUOTES:
+        if opens_quote(text, i):
             j = min(_quote_end(text, i), stop)
             raw = text[i:j]
             tokens.append(Token("string", raw, line, i, j, unquote(raw)))

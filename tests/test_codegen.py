@@ -188,3 +188,11 @@ def test_conditions_are_plain_python_and_every_branch_is_visible(tmp_path: Path)
     assert 'if ctx["score"] <= 5:\n' in text
     for node in ("START", "A", "B", "C", "END"):
         assert f'case "{node}":' in text
+
+
+def test_a_hostile_file_name_cannot_break_out_of_comments(tmp_path: Path) -> None:
+    script = tmp_path / "x\nimport os\n.fems"
+    script.write_text("mainflow:\n    [START] -> [END]\n", encoding="utf-8")
+    text = build_source(script)
+    assert "\nimport os\n" not in text
+    compile(text, "generated", "exec")
