@@ -53,6 +53,8 @@ def test_indentation_width(raw: str, indent: int, tabs: bool, spaces: bool) -> N
         ('"a # b" # c', 8),
         ("“a // b” // c", 9),
         ("a\t# tab", 2),
+        ("don't panic # note", 12),
+        ("x = 'it # is' # c", 14),
     ],
 )
 def test_comment_start(text: str, start: int) -> None:

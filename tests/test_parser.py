@@ -793,6 +793,8 @@ actors:
     ai @b
 action speak @ai(@a):
     prompt: "say hi, {alive}"
+    showprompt: |
+        Night falls -- [quiet]: {alive}
     scope: [@a, @b]
     out: finish(bool, "done")
 action count @assign:
@@ -822,6 +824,8 @@ actors：
     ai @b
 action speak @ai（@a）：
     prompt： “say hi, {alive}”
+    showprompt： ｜
+        Night falls -- [quiet]: {alive}
     scope： 【@a， @b】
     out： finish（bool， “done”）
 action count @assign：
@@ -844,6 +848,7 @@ def test_chinese_punctuation_parses_to_the_same_tree() -> None:
     ascii_tree, ascii_diagnostics = parse(ASCII_SCRIPT, "s.fems")
     chinese_tree, chinese_diagnostics = parse(CHINESE_SCRIPT, "s.fems")
     assert ascii_diagnostics == chinese_diagnostics == []
+    assert chinese_tree.actions[0].showprompt.value.value == "Night falls -- [quiet]: {alive}"
     # Replacements are one character for one, so even the spans agree.
     assert dataclasses.replace(chinese_tree, source="") == dataclasses.replace(
         ascii_tree, source=""
