@@ -590,17 +590,17 @@ class Parser:
         """A prompt-like text with its ``{path}`` placeholders (§9.4)."""
         value, locate = self.parse_text_located(index, col, end, what)
         placeholders = []
-        if value.style != "file":
-            for match in _PLACEHOLDER.finditer(value.value):
-                inner = match.group(1)
-                if inner is None:
-                    continue
-                path = _PATH.match(inner)
-                if path is None:
-                    continue
+        for match in _PLACEHOLDER.finditer(value.value):
+            inner = match.group(1)
+            path = _PATH.match(inner) if inner is not None else None
+            if inner is None or path is None:
+                continue
+            if value.style == "file":
+                span = value.span  # the text lives in another file: point at file:"…"
+            else:
                 line, first_col = locate(match.start())
                 span = Span(self.path, line, first_col, line, first_col + len(match.group()))
-                placeholders.append(Placeholder(inner.strip(), _path_ref(path, span), span))
+            placeholders.append(Placeholder(inner.strip(), _path_ref(path, span), span))
         return Text(value, tuple(placeholders))
 
     # ------------------------------------------------------------------ value literals (§4.2)

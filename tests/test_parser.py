@@ -136,6 +136,13 @@ def test_database_is_a_path_never_read(tmp_path: Path, value: str, expected: tup
     assert (entry.value, entry.style, entry.path) == expected
 
 
+def test_prompt_from_a_file_has_placeholders(tmp_path: Path) -> None:
+    (tmp_path / "p.txt").write_text("Day {day}, {{not}} {@x.hp}", encoding="utf-8")
+    [action] = ok('action a @ai(@x):\n    prompt: file:"p.txt"\n', base=tmp_path).actions
+    assert [p.path for p in action.prompt.placeholders] == ["day", "@x.hp"]
+    assert {p.span for p in action.prompt.placeholders} == {action.prompt.span}
+
+
 def test_missing_file_is_an_error_naming_the_path(tmp_path: Path) -> None:
     _, diagnostics = run('meta:\n    system_safety = file:"nope.txt"\n', base=tmp_path)
     [error] = diagnostics
