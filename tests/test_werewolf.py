@@ -61,13 +61,18 @@ def _seen(call: dict[str, Any]) -> str:
 
 
 @pytest.fixture(scope="module")
-def games(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Game]:
+def werewolf(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
+    root = tmp_path_factory.mktemp("build")
+    return _load(build_file(EXAMPLE / "werewolf.fems", root / "werewolf.py").output)
+
+
+@pytest.fixture(scope="module")
+def games(werewolf: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> dict[int, Game]:
     root = tmp_path_factory.mktemp("werewolf")
-    module = _load(build_file(EXAMPLE / "werewolf.fems", root / "werewolf.py").output)
     played = {}
     for seed in SEEDS:
         trace = root / f"trace-{seed}.jsonl"
-        outcome = module.run(
+        outcome = werewolf.run(
             model="fems/mock", seed=seed, db=f"sqlite:///{root / 'games.db'}", trace=trace
         )
         assert outcome.status == "completed", outcome.error
@@ -151,3 +156,42 @@ def test_each_ballot_is_recorded_under_its_voter(games: dict[int, Game], seed: i
             assert sorted(cast) == sorted(event["inputs"]["alive"])
             cast = {}
     assert not cast, "ballots were cast but never counted"
+
+
+HUMAN_ANSWER_SETS = {
+    "wolf_discuss": {"wolf_pick.@wolf": "@Alice"},
+    "seer_pick": {"seer_target": "@Bob"},
+    "witch_turn": {"witch_choice": "poison", "@witch_target": "@Cleo"},
+    "vote": {"@ballot": "@Dan"},
+    "reveal": {"revealed.@speaker": True},
+}
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_human_can_take_a_seat(
+    werewolf: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    # WEREWOLF_HUMAN puts the human actor @you in the last seat; every player action is @mind,
+    # so @you's turns go to the answers file while the AI seats keep playing.
+    answers = {
+        action: [{"text": f"(@you, {action})", "vars": values}] * 30
+        for action, values in HUMAN_ANSWER_SETS.items()
+    }
+    answers["*"] = ["I keep my eyes open and my words few."]
+    answers_file = tmp_path / "answers.json"
+    answers_file.write_text(json.dumps(answers), encoding="utf-8")
+    monkeypatch.setenv("WEREWOLF_HUMAN", "1")
+    trace = tmp_path / "trace.jsonl"
+    outcome = werewolf.run(
+        model="fems/mock",
+        seed=seed,
+        human=str(answers_file),
+        db=f"sqlite:///{tmp_path / 'game.db'}",
+        trace=trace,
+    )
+    events = [json.loads(line) for line in trace.read_text(encoding="utf-8").splitlines()]
+    assert outcome.variables["players"][-1] == "@you"
+    assert outcome.variables["winner"] in ("villagers", "werewolves")
+    assert outcome.variables["revealed"]["@you"] is True
+    assert any(e["event"] == "human" and e["actor"] == "@you" for e in events)
+    assert not any(e["event"] == "llm_call" and e["actor"] == "@you" for e in events)
