@@ -584,7 +584,7 @@ class CodeGenerator:
                 node.name, marker, True, binding, "return", result_code=py(TERMINALS[node.name])
             )
         edges = graph.out_edges(node.name)
-        if not edges or (loop is not None and node.name in loop.ends and not edges):
+        if not edges:  # a dead end, or the end of a loop iteration (§12.7)
             return NodeView(node.name, marker, not is_head, binding, "return")
         if len(edges) == 1 and edges[0].condition is None:
             return NodeView(

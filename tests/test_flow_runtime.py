@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 from fems_helpers import run_script, steps_of
 from fems_runtime import RunError
+from fems_runtime.flow import Context, module
+from fems_runtime.records import StepCounter, TraceWriter
+from fems_runtime.variables import Variables
 
 FORK_MERGE = """
 vars:
@@ -232,3 +236,72 @@ mainflow：
 def test_chinese_punctuation_script_runs(tmp_path: Path) -> None:
     result, _ = run_script(tmp_path, CHINESE)
     assert result.variables["计数"] == 1
+
+
+# ---------------------------------------------------------------- Context, with hand-written flows
+
+
+class _Services:
+    """The least a Context needs: a file name and a trace (no models, no code files)."""
+
+    file = "hand.fems"
+
+    def __init__(self) -> None:
+        self.trace = TraceWriter(None)
+
+
+def _context(**values: object) -> Context:
+    variables = Variables(values)
+    return Context(_Services(), variables.root, StepCounter(1000))  # type: ignore[arg-type]
+
+
+def test_single_target_needs_no_branches() -> None:
+    async def never(ctx: Context, node: str | None = None, stop: tuple[str, ...] = ()) -> None:
+        raise AssertionError("a single target must not start a branch")
+
+    ctx = _context()
+    assert asyncio.run(ctx.fork(never, "A", ["B"], merge=None)) == "B"
+
+
+def test_an_arrival_at_an_enclosing_merge_is_passed_on() -> None:
+    """Inner fork G without a merge of its own; one of its branches reaches the outer merge M."""
+    seen: list[str] = []
+
+    async def flow(ctx: Context, node: str | None = "F", stop: tuple[str, ...] = ()) -> str | None:
+        while node is not None and node not in stop:
+            seen.append(node)
+            match node:
+                case "F":
+                    node = await ctx.fork(flow, "F", ["X", "G"], merge="M", stop=stop)
+                case "G":
+                    node = await ctx.fork(flow, "G", ["M", "Dead"], merge=None, stop=stop)
+                case "X" | "Dead":
+                    return None
+                case "M":
+                    return "END"
+        return node
+
+    assert asyncio.run(flow(_context())) == "END"
+    assert seen.count("M") == 1
+
+
+def test_loops_iterate_over_a_snapshot_and_bind_the_variable_per_iteration() -> None:
+    ctx = _context(items=[1, 2, 3], total=0)
+
+    async def body(ctx: Context, node: str | None = "H", stop: tuple[str, ...] = ()) -> None:
+        ctx.assign("items", "add", 99 + ctx["i"])  # growing the list does not add iterations
+        ctx.assign("total", "+=", ctx["i"])
+
+    asyncio.run(ctx.loop("for", "i", ctx["items"], body, line=1))
+    assert ctx["total"] == 6
+    assert "i" not in ctx.frame
+
+
+def test_module_call_checks_arity() -> None:
+    @module("M", line=1, params=("a",))
+    async def m(ctx: Context, node: str | None = "IN", stop: tuple[str, ...] = ()) -> str:
+        return "OUT"
+
+    with pytest.raises(RunError, match="takes 1 arguments, got 2"):
+        asyncio.run(_context().call(m, [1, 2]))
+    assert asyncio.run(_context().call(m, [1])) == "OUT"

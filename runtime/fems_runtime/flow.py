@@ -289,7 +289,10 @@ class Context:
         reached = merge is not None and merge in results
         cancelled = [t for t, f in zip(targets, frames, strict=True) if f.finished is None]
         trace.write("join", node=merge if reached else node, line=self.line, cancelled=cancelled)
-        return merge if reached else None
+        if reached:
+            return merge
+        # A branch may have stopped at an enclosing fork's merge node: pass that arrival on.
+        return next((r for r in results if r is not None and r in stop), None)
 
     async def loop(
         self,
