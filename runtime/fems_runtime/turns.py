@@ -53,6 +53,7 @@ from fems_runtime.signals import (
     run_resolve,
 )
 from fems_runtime.store import Store
+from fems_runtime.transcript import Transcript
 from fems_runtime.values import ACTOR_NAME, Actor
 
 if TYPE_CHECKING:
@@ -177,6 +178,8 @@ class TurnServices:
     warn: Callable[[str], None] = _stderr_warning
     poll: float = 0.05
     inputs: HumanInputs = field(default_factory=HumanInputs)
+    transcript: Transcript | None = None
+    model_calls: int = 0
 
     @classmethod
     def open(
@@ -435,6 +438,7 @@ async def _store(
     speaker: bool = True,
     call: CallResult | None = None,
 ) -> None:
+    speaker_name = str(room.voice) if speaker else _SPEAKERS.get(kind, kind)
     await services.store.aadd_message(
         services.session,
         kind,
@@ -446,12 +450,14 @@ async def _store(
         node=ctx.node,
         speaker_soul=str(room.voice_spec.soul) if speaker else None,
         speaker_user=room.executor_spec.user if speaker else None,
-        speaker_name=str(room.voice) if speaker else _SPEAKERS.get(kind, kind),
+        speaker_name=speaker_name,
         model=call.model if call else None,
         prompt_tokens=call.prompt_tokens if call else None,
         completion_tokens=call.completion_tokens if call else None,
         cost=call.cost if call else None,
     )
+    if services.transcript is not None:
+        services.transcript.message(kind, speaker_name, room.names, content)
 
 
 async def _store_opening(
@@ -790,6 +796,7 @@ def _trace_call(
     call: CallResult | None,
     attempt: int,
 ) -> None:
+    services.model_calls += 1
     services.trace.write(
         "llm_call",
         node=ctx.node,
