@@ -299,11 +299,11 @@ class Parser:
         line = self.lines[index]
         return tokenize(line.code(flow), line.number, start)
 
-    def no_body(self, index: int, end: int, what: str) -> None:
+    def no_body(self, index: int, end: int, what: str, hint: str | None = None) -> None:
         """Report lines indented under a line that owns none."""
         for sub in range(index + 1, end):
             if not self.lines[sub].blank:
-                self.error(f"unexpected indented line under {what}", self.line_span(sub))
+                self.error(f"unexpected indented line under {what}", self.line_span(sub), hint)
                 return
 
     # ------------------------------------------------------------------ script
@@ -1596,16 +1596,11 @@ class Parser:
         prev = source
         if prev is None:
             prev, pos = self.parse_element(tokens, pos, graph)
-            if pos == len(tokens) and end > index + 1:
-                self.fail(
-                    "unexpected indented lines under a flow line",
-                    self.line_span(index + 1),
-                    "end the line with '->' to continue it below",
-                )
         while True:
             if not arrow_done:
                 if pos == len(tokens):
-                    self.no_body(index, end, "a flow line")
+                    hint = "end this line with '->' to continue it on the indented lines"
+                    self.no_body(index, end, "a flow line", hint)
                     return None
                 if tokens[pos].text != "->":
                     self.fail(

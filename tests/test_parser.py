@@ -934,3 +934,61 @@ def test_parse_never_raises(pieces: list[str]) -> None:
     script, diagnostics = parse(" ".join(pieces), "fuzz.fems")
     assert isinstance(script, Script)
     assert all(isinstance(d, Diagnostic) for d in diagnostics)
+
+
+# --------------------------------------------------------------------------- more diagnostics
+
+
+@pytest.mark.parametrize(
+    ("source", "severity", "message", "line", "col"),
+    [
+        ("action a @ai(@x)\n    prompt: hi\n", "warning", "action header should end", 1, 17),
+        ("action a @ai(@x):\n    out: v(list)\n", "warning", "unknown out type 'list'", 2, 12),
+        ("action a @ai(@x):\n    prompt:\n        hi\n", "warning", "without '|'", 2, 12),
+        ("action a @ai(@x):\n    prompt: |\n", "error", "expected an indented block", 2, 14),
+        ("action a @ai(x):\n", "warning", "actor references carry '@'", 1, 14),
+        ("action a @ai():\n", "error", "expected an actor", 1, 14),
+        ("action a @func(game):\n", "error", "expected 'alias.function'", 1, 16),
+        ("memory m(a.b):\n    ins: x\n", "error", "unknown memory field 'ins'", 2, 5),
+        ("blueprint b:\n    sorce: x\n", "error", "unknown blueprint line 'sorce'", 2, 5),
+        ("actors:\n    robot @a\n", "error", "starts with 'ai' or 'human'", 2, 5),
+        ("vars:\n    x 1\n", "error", "expected 'name = value'", 2, 7),
+        ("vars:\n    x = {a 1}\n", "error", "expected 'key: value' in a dict", 2, 10),
+        ("meta: x\n", "error", "unexpected 'x' after 'meta:'", 1, 7),
+        (
+            "mainflow:\n    [A] -> if (x) -> fork:\n        -> [B]\n",
+            "error",
+            "cannot lead to",
+            2,
+            22,
+        ),
+        ("mainflow:\n    [A] -> fork:\n", "error", "fork: has no branches", 2, 12),
+        ("mainflow:\n    join(0):\n        [B] ->\n    to [C]\n", "error", "join counts", 2, 10),
+        ("mainflow:\n    to [C]\n", "error", "'to' without a join", 2, 5),
+        ("mainflow:\n    [A] -> for @x in alive:\n", "error", "for has no body", 2, 12),
+        ("mainflow:\n    [A] -> &(x)\n", "error", "expected a module name", 2, 12),
+        ("mainflow:\n    [A]: for\n", "error", "'for' is reserved", 2, 10),
+        ("flow:\n    [A] -> [B]\n        -> [C]\n", "error", "unexpected indented line", 3, 9),
+    ],
+)
+def test_more_diagnostics(source: str, severity: str, message: str, line: int, col: int) -> None:
+    _, diagnostics = parse(source, "s.fems")
+    found = [d for d in diagnostics if message in d.message]
+    assert found, [d.format() for d in diagnostics]
+    assert (found[0].severity, found[0].span.line, found[0].span.col) == (severity, line, col)
+
+
+def test_crlf_and_lf_give_the_same_tree() -> None:
+    lf, _ = parse(ASCII_SCRIPT, "s.fems")
+    crlf, diagnostics = parse(ASCII_SCRIPT.replace("\n", "\r\n"), "s.fems")
+    assert diagnostics == []
+    assert dataclasses.replace(crlf, source="") == dataclasses.replace(lf, source="")
+
+
+def test_tab_indentation_gives_the_same_graph() -> None:
+    spaces, _ = parse(ASCII_SCRIPT, "s.fems")
+    tabs, diagnostics = parse(ASCII_SCRIPT.replace("    ", "\t"), "s.fems")
+    assert diagnostics == []
+    assert [(e.source.split("@")[0], e.target.split("@")[0]) for e in tabs.flow.edges] == [
+        (e.source.split("@")[0], e.target.split("@")[0]) for e in spaces.flow.edges
+    ]
