@@ -127,6 +127,7 @@ FIELDS: dict[str, frozenset[str]] = {
     "interrupt": frozenset({"ai", "mind"}),
     "model": frozenset({"ai", "mind"}),
 }
+TEXT_FIELDS = frozenset({"prompt", "showprompt", "model"})
 OUT_TYPES = ("int", "float", "bool", "string", "actor", "enum", "dropdown")
 ACTOR_PROPS = ("soul", "source", "tools")
 _PATH = re.compile(r"^\s*(@?[^\W\d]\w*)(?:\.(@?[^\W\d]\w*))?(?:\[([^\[\]]+)\])?\s*$")
@@ -1015,6 +1016,8 @@ class Parser:
                     )
                 spans.append((key.text, self.tok_span(key)))
                 col = tokens[1].end
+                if key.text not in TEXT_FIELDS and [t.text for t in tokens[2:]] == ["|"]:
+                    col = tokens[2].end  # ``out: |``: the statements are the indented lines
                 parse_field = getattr(self, f"parse_field_{key.text}")
                 result.update(parse_field(item, col, item_end, kind))
             except _Abort:
@@ -1031,10 +1034,15 @@ class Parser:
         return {"showprompt": self.parse_text_field(index, col, end, "showprompt")}
 
     def field_tokens(self, index: int, col: int, end: int, what: str) -> list[Token]:
-        """The tokens of a one-line field value (the value continues on deeper lines only
-        while a bracket is open)."""
+        """The tokens of a field value: on the field's line, continued on deeper lines while a
+        bracket is open; or, when the line holds nothing, the deeper lines."""
         tokens = tokenize(self.lines[index].code(), self.lines[index].number, col)
         sub = index + 1
+        if not tokens:
+            for sub in range(index + 1, end):
+                if not self.lines[sub].blank:
+                    tokens += self.tokens(sub)
+            sub = end
         while _depth(tokens) > 0 and sub < end:
             if not self.lines[sub].blank:
                 tokens += self.tokens(sub)

@@ -427,6 +427,31 @@ def test_assign_statements(width: int) -> None:
     ]
 
 
+@WIDTHS
+def test_structured_fields_on_indented_lines(width: int) -> None:
+    [assign, ai] = ok(
+        """
+        action next @assign:
+            out: |
+                day += 1
+                x = 2
+        action talk @ai(@x):
+            scope:
+                [@a, @b]
+            in: |
+                a
+                b = c
+            out:
+                v: int
+        """,
+        width,
+    ).actions
+    assert [a.target.name for a in assign.assignments] == ["day", "x"]
+    assert [i.name for i in ai.scope.items] == ["@a", "@b"]
+    assert [i.name for i in ai.inputs] == ["a", "b"]
+    assert [o.type.name for o in ai.outs] == ["int"]
+
+
 @pytest.mark.parametrize(
     ("scope", "items"),
     [
