@@ -564,7 +564,18 @@ class Parser:
     def parse_block_text(
         self, index: int, end: int, what: str
     ) -> tuple[StringValue, Callable[[int], tuple[int, int]]]:
-        body = self.lines[index + 1 : end]
+        # Inside a block nothing is a comment (§1.3), so a ``# heading`` line belongs to the
+        # text and a comment line that is not deeper than the ``|`` line ends it.
+        holder = self.lines[index].indent
+        block_end = index + 1
+        for sub in range(index + 1, len(self.lines)):
+            line = self.lines[sub]
+            if line.raw.strip():
+                if line.indent <= holder:
+                    break
+                block_end = sub + 1
+        self.no_body(block_end - 1, end, f"'{what}: |'")
+        body = self.lines[index + 1 : block_end]
         if not any(line.raw.strip() for line in body):
             self.fail(
                 f"expected an indented block after '{what}: |'",

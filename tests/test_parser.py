@@ -116,6 +116,22 @@ def test_block_ends_at_the_next_key_not_swallowing_it() -> None:
     ]
 
 
+def test_comment_like_lines_belong_to_a_block() -> None:
+    script = ok("vars:\n    a = |\n        text\n        # heading\n    b = 1\n")
+    assert [(v.name, v.value.value) for v in script.variables] == [
+        ("a", "text\n# heading"),
+        ("b", 1),
+    ]
+
+
+def test_a_shallow_comment_ends_a_block() -> None:
+    script, diagnostics = run("vars:\n    a = |\n        one\n# note\n        two\n")
+    assert script.variables[0].value.value == "one"
+    assert [(d.span.line, d.message) for d in diagnostics] == [
+        (5, "unexpected indented line under 'a: |'")
+    ]
+
+
 def test_file_text_is_read_relative_to_the_script(tmp_path: Path) -> None:
     (tmp_path / "rules.txt").write_text("be kind", encoding="utf-8")
     script = ok('meta:\n    system_safety = file:"rules.txt"\n', base=tmp_path)
