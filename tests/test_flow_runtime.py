@@ -305,3 +305,42 @@ def test_module_call_checks_arity() -> None:
     with pytest.raises(RunError, match="takes 1 arguments, got 2"):
         asyncio.run(_context().call(m, [1, 2]))
     assert asyncio.run(_context().call(m, [1])) == "OUT"
+
+
+RECURSIVE = """
+vars:
+    depth = 0
+module Dive:
+    action deeper @assign:
+        out: depth += 1
+    flow:
+        [IN] -> deeper -> &Dive -> [OUT]
+mainflow:
+    [START] -> &Dive -> [END]
+"""
+
+SPINNING = """
+vars:
+    spins = 0
+module Spin:
+    meta:
+        max_steps = 10
+    action spin @assign:
+        out: spins += 1
+    flow:
+        [IN] -> [S]:spin -> [S]
+mainflow:
+    [START] -> &Spin -> [END]
+"""
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        (RECURSIVE, "module recursion deeper than 64 calls"),
+        (SPINNING, r"max_steps \(10\) exceeded in module Spin"),
+    ],
+)
+def test_module_limits_stop_the_run(tmp_path: Path, source: str, message: str) -> None:
+    with pytest.raises(RunError, match=message):
+        run_script(tmp_path, source)
