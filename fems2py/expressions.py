@@ -286,11 +286,11 @@ class _Compiler:
                 head = f"ctx.code({first.value!r}).{attr_leaf.value}"
                 return head + self._emit_children(trailers[1:])
         is_call = second is not None and second.children[0].value == "("
-        if is_call and not head_actor:
-            if first.value in ALLOWED_CALLS:
+        if is_call:
+            if first.value in ALLOWED_CALLS and not head_actor:
                 return first.value + self._emit_children(trailers)
             self.error(
-                f"cannot call '{first.value}' in a FEM expression",
+                f"cannot call '{self._fem_name(first)}' in a FEM expression",
                 self._leaf_span(first),
                 "only " + ", ".join(sorted(ALLOWED_CALLS)) + " and functions of code: aliases",
             )

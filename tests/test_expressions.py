@@ -95,6 +95,7 @@ def test_in_chain_compared_with_boolean_is_rewritten_with_a_warning() -> None:
         ("x +", "invalid expression", 14),
         ("a b", "unexpected 'b'", 13),
         ("open(1)", "cannot call 'open'", 11),
+        ("@x(1)", "cannot call '@x'", 11),
         ("[y for y in z]", "comprehensions", 14),
         ("lambda: 1", "lambda", 11),
         ("@a.@b", "one actor side", 11),
