@@ -171,6 +171,19 @@ def test_a_failing_assignment_points_at_its_own_line(tmp_path: Path) -> None:
     completed = _run(module, "--db", ":memory:", cwd=tmp_path)
     assert completed.returncode == 1
     assert completed.stderr.startswith("t.fems:4: error:")
+    assert "Traceback" not in completed.stderr
+
+
+def test_fems_traceback_maps_generated_frames_to_fems_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FEMS_TRACEBACK", "1")
+    module = build_script(tmp_path, TYPE_ERROR)
+    completed = _run(module, "--db", ":memory:", cwd=tmp_path)
+    assert completed.returncode == 1
+    assert "Traceback (most recent call last):" in completed.stderr
+    assert "    ^ t.fems:4\n" in completed.stderr  # the failing statement
+    assert "    ^ t.fems:6\n" in completed.stderr  # the flow node that ran it
 
 
 BLOCKER = """

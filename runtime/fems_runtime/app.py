@@ -13,8 +13,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import linecache
+import os
 import re
 import sys
+import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -241,6 +243,8 @@ class Program:
             outcome = self.run(**options)
         except RunError as error:
             print(str(error), file=sys.stderr)
+            if os.environ.get("FEMS_TRACEBACK"):
+                print(self.traceback_text(error), file=sys.stderr, end="")
             return EXIT_RUN_ERROR
         except KeyboardInterrupt:
             print(f"{self.script.file}: error: interrupted", file=sys.stderr)
@@ -251,15 +255,30 @@ class Program:
         )
         return EXIT_OK
 
+    def traceback_text(self, error: BaseException) -> str:
+        """The Python traceback behind a run error (``FEMS_TRACEBACK=1``), each frame of the
+        generated module followed by the ``.fems`` line it comes from."""
+        cause = error.__cause__ or error
+        target = str(Path(self.module_file).resolve())
+        lines = ["Traceback (most recent call last):\n"]
+        for frame in traceback.extract_tb(cause.__traceback__):
+            lines.extend(traceback.format_list([frame]))
+            if str(Path(frame.filename).resolve()) == target and frame.lineno is not None:
+                line = _nearest_marker(frame.filename, frame.lineno)
+                if line is not None:
+                    lines.append(f"    ^ {self.script.file}:{line}\n")
+        lines.extend(traceback.format_exception_only(type(cause), cause))
+        return "".join(lines)
 
-def _marker_line(traceback: TracebackType | None, module_file: str) -> int | None:
+
+def _marker_line(tb: TracebackType | None, module_file: str) -> int | None:
     target = str(Path(module_file).resolve())
     line = None
-    while traceback is not None:
-        code = traceback.tb_frame.f_code
+    while tb is not None:
+        code = tb.tb_frame.f_code
         if str(Path(code.co_filename).resolve()) == target:
-            line = _nearest_marker(code.co_filename, traceback.tb_lineno)
-        traceback = traceback.tb_next
+            line = _nearest_marker(code.co_filename, tb.tb_lineno)
+        tb = tb.tb_next
     return line
 
 
@@ -273,7 +292,9 @@ def _nearest_marker(filename: str, lineno: int) -> int | None:
 
 def _argument_parser(script: ScriptInfo) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        description=f"Run {script.file} (compiled by fems2py {script.compiler})."
+        description=f"Run {script.file} (compiled by fems2py {script.compiler}).",
+        epilog="Exit status: 0 completed, 1 run error, 2 usage error. Set FEMS_TRACEBACK=1 to "
+        "see the Python traceback behind a run error, mapped to .fems lines.",
     )
     parser.add_argument("--model", help="default model (litellm string, fems/mock, fems/script)")
     parser.add_argument(
