@@ -259,14 +259,15 @@ class Parser:
     # ------------------------------------------------------------------ line structure
 
     def body_end(self, index: int, stop: int) -> int:
-        """Index past the lines owned by line ``index``: deeper lines and blanks among them."""
+        """Index past the lines owned by line ``index``: deeper lines and blanks among them,
+        and a line that starts by closing a bracket (``}`` under ``hp = {``, Python style)."""
         indent = self.lines[index].indent
         end = index + 1
         last = index + 1
         while end < stop:
             line = self.lines[end]
             if not line.blank:
-                if line.indent <= indent:
+                if line.indent <= indent and not line.code().lstrip().startswith((")", "]", "}")):
                     break
                 last = end + 1
             end += 1

@@ -219,6 +219,35 @@ def test_var_literals(width: int) -> None:
     assert "all" in values
 
 
+@WIDTHS
+def test_closing_bracket_may_sit_under_the_opening_line(width: int) -> None:
+    script = ok(
+        """
+        vars:
+            hp = {
+                @a: 1,
+                @b: 2
+            }
+            after = 1
+        action reset @assign:
+            out: order = [
+                    @a,
+                ]
+                 day = 0
+        """,
+        width,
+    )
+    assert [len(v.value.items) if v.name == "hp" else v.value.value for v in script.variables] == [
+        2,
+        1,
+    ]
+    assignments = script.actions[0].assignments
+    assert [(a.target.name, a.value.python) for a in assignments] == [
+        ("order", "[ ctx['@a'], ]"),
+        ("day", "0"),
+    ]
+
+
 def test_code_aliases_and_reserved_names() -> None:
     script, diagnostics = run('code:\n    game = file:"utils/game.py"\n    flow = file:"x.py"\n')
     assert [(c.alias, c.path) for c in script.code][0] == ("game", "utils/game.py")
