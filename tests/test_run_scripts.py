@@ -13,7 +13,7 @@ from pathlib import Path
 
 import fems_runtime as fr
 import pytest
-from fems_helpers import build_script, load, run_script
+from fems_helpers import build_script, load, run_script, steps_of
 
 from fems2py.build import BuildRefused, build_cached, build_file, build_source
 from fems2py.golden import GOLDEN_DIR
@@ -64,6 +64,43 @@ def test_par_vote_with_scripted_models_records_five_distinct_votes(tmp_path: Pat
     assert result.variables["count"] == 5
     calls = [e for e in events if e["event"] == "llm_call"]
     assert sorted(c["actor"] for c in calls) == ["@a", "@b", "@c", "@d", "@e"]
+
+
+FORK_AI = """
+vars:
+    a = ""
+    b = ""
+    merged = 0
+actors:
+    ai @Ann
+    ai @Bob
+action ask_a @ai(@Ann):
+    prompt: Say a word.
+    out: a
+action ask_b @ai(@Bob):
+    prompt: Say a word.
+    out: b
+action merge @assign:
+    out: merged += 1
+mainflow:
+    [START] -> [F]
+    [F] -> fork:
+        -> ask_a -> [M]
+        -> ask_b -> [M]
+    [M]: merge -> [END]
+"""
+
+
+def test_fork_with_scripted_models_merges_once_keeping_both_branches(tmp_path: Path) -> None:
+    replies = {
+        "ask_a": ['SET VARIABLE: <<a = "apple">>'],
+        "ask_b": ['SET VARIABLE: <<b = "banana">>'],
+    }
+    result, events = run_script(tmp_path, FORK_AI, replies=replies)
+    assert (result.variables["a"], result.variables["b"]) == ("apple", "banana")
+    assert result.variables["merged"] == 1
+    assert steps_of(events, "M") == 1
+    assert sorted(e["action"] for e in events if e["event"] == "llm_call") == ["ask_a", "ask_b"]
 
 
 JOIN_AI = """
