@@ -51,7 +51,7 @@ from fems2py.nodes import (
     Value,
 )
 
-TERMINALS = {"END": "END", "OUT": "OUT", "BREAK": "BREAK"}
+TERMINALS = frozenset({"END", "OUT", "BREAK"})
 
 # Names the generated module defines or imports itself; a .fems name equal to one of them gets
 # a suffix so it cannot shadow them.
@@ -67,6 +67,7 @@ _TAKEN = frozenset(
         "run",
         "run_async",
         "main",
+        "PROGRAM",
         "SCRIPT",
         "ACTORS",
         "BLUEPRINTS",
@@ -312,7 +313,6 @@ class CodeGenerator:
 
     def script_view(self) -> ScriptView:
         script = self.script
-        self.namer.take("main_flow")  # reserved for the main flow
         root = Scope("main", variables=frozenset(v.name for v in script.variables))
         self.declare(root, script.actions, script.modules, prefix="")
         for action in script.actions:
@@ -580,9 +580,7 @@ class CodeGenerator:
         marker = self.marker(node.span.line)
         binding = tuple(_with_noqa(line) for line in self.binding_code(scope, node, body_function))
         if node.name in TERMINALS and loop is None:
-            return NodeView(
-                node.name, marker, True, binding, "return", result_code=py(TERMINALS[node.name])
-            )
+            return NodeView(node.name, marker, True, binding, "return", result_code=py(node.name))
         edges = graph.out_edges(node.name)
         if not edges:  # a dead end, or the end of a loop iteration (§12.7)
             return NodeView(node.name, marker, not is_head, binding, "return")
