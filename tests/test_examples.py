@@ -2,7 +2,8 @@
 
 Each example is built once and run in-process under `fems/script` (its `replies.json`); the
 final variables are checked, and the traces are checked for what each example is about: the
-reviewer's retry with feedback, who heard the town's secret, which researcher won the race.
+reviewer's retry with feedback, who heard the town's secret, which researcher won the race,
+who was in the tea house's rooms.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def _seen(call: dict[str, Any]) -> str:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
     done = {}
-    for name in ("code_review", "town", "race"):
+    for name in ("code_review", "town", "race", "tea_house"):
         root = tmp_path_factory.mktemp(name)
         folder = EXAMPLES / name
         module = _load(build_file(folder / f"{name}.fems", root / f"{name}.py").output)
@@ -81,6 +82,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
         ("race", "@first", "@Curie"),
         ("race", "comments", {"@Curie": "Rayleigh it is.", "@Darwin": "Fair win."}),
         ("race", "accepted", True),
+        ("tea_house", "伙计们", ["@伙计_1", "@伙计_2"]),
+        ("tea_house", "茶单", {"@伙计_1": "龙井", "@伙计_2": "铁观音"}),
+        ("tea_house", "最佳", "@伙计_2"),
+        ("tea_house", "账本", {"茶钱": 20, "小费": 5}),
+        ("tea_house", "账单", "@伙计_1：龙井；@伙计_2：铁观音 ★。共收 25 文。"),
     ],
 )
 def test_final_variables(runs: dict[str, Run], example: str, name: str, expected: Any) -> None:
@@ -137,3 +143,11 @@ def test_race_cancels_the_slower_researcher(runs: dict[str, Run]) -> None:
     assert race.calls_of("curie_answers")
     assert not race.calls_of("darwin_answers")
     assert len(race.calls_of("darwin_comments")) == 1
+
+
+def test_tea_house_spawned_helpers_brew_in_their_own_rooms(runs: dict[str, Run]) -> None:
+    run = runs["tea_house"]
+    brews = {call["actor"]: set(call["scope"]) for call in run.calls_of("泡茶")}
+    assert brews == {"@伙计_1": {"@王掌柜", "@伙计_1"}, "@伙计_2": {"@王掌柜", "@伙计_2"}}
+    (tasting,) = run.calls_of("品茶", "@常四爷")
+    assert set(tasting["scope"]) == {"@常四爷", "@王掌柜", "@伙计_1", "@伙计_2"}
