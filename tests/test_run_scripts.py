@@ -330,3 +330,27 @@ def test_every_golden_module_runs_offline(tmp_path: Path, expected: Path) -> Non
 def test_an_incompatible_runtime_fails_at_import_with_the_pip_line() -> None:
     with pytest.raises(ImportError, match=r"pip install 'fems-runtime==9\.9\.\*'"):
         fr.require_runtime("9.9.0")
+
+
+NAMES = """
+vars:
+    log = []
+action run @assign:
+    out: log += "run"
+action node @assign:
+    out: log += "node"
+action match @assign:
+    out: log += "match"
+action PROGRAM @assign:
+    out: log += "PROGRAM"
+mainflow:
+    [START] -> run -> node -> match -> PROGRAM -> [END]
+"""
+
+
+def test_fems_names_that_clash_with_python_or_the_module_still_work(tmp_path: Path) -> None:
+    result, _ = run_script(tmp_path, NAMES)
+    assert result.variables["log"] == ["run", "node", "match", "PROGRAM"]
+    text = (tmp_path / "t_gen.py").read_text(encoding="utf-8")
+    for function in ("run_", "node_", "match_", "PROGRAM_"):
+        assert f"async def {function}(ctx: fr.Context)" in text
