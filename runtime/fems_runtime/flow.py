@@ -131,7 +131,6 @@ class Context:
         steps: StepCounter,
         *,
         methods: Mapping[str, MethodSpec] | None = None,
-        module: ModuleSpec | None = None,
         call: _CallState | None = None,
         node: str | None = None,
         line: int | None = None,
@@ -140,7 +139,6 @@ class Context:
         self.frame = frame
         self.steps = steps
         self.methods: Mapping[str, MethodSpec] = methods or {}
-        self.module = module
         self._call = call or _CallState()
         self.node = node
         self.line = line
@@ -151,7 +149,6 @@ class Context:
             frame,
             self.steps,
             methods=self.methods,
-            module=self.module,
             call=self._call,
             node=self.node,
             line=self.line,
@@ -344,7 +341,7 @@ class Context:
             int(max_steps) if max_steps is not None else None, f"module {spec.name}"
         )
         methods = {**self.methods, **{m.name: m for m in spec.methods}}
-        inner = Context(self.services, frame, steps, methods=methods, module=spec)
+        inner = Context(self.services, frame, steps, methods=methods)
         result = await flow(inner)
         exits = inner._call.exits | ({result} if result in TERMINALS else set())
         return "OUT" if "OUT" in exits else "BREAK"
