@@ -10,6 +10,7 @@ position maps straight back to the user's character in the ``.fems`` file.
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Iterable
 
 import parso
@@ -187,9 +188,14 @@ class _Compiler:
         if not self.ok:
             return None
         try:
-            compile(python, "<fems expression>", "eval")
-        except (SyntaxError, ValueError) as exc:
-            self.error(f"invalid expression: {exc}", self.span)
+            # Python's own warnings (``1(2)``, ``x is 1``) are mistakes the author should fix
+            # at build time, and must not depend on the interpreter's warning filters.
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", SyntaxWarning)
+                compile(python, "<fems expression>", "eval")
+        except (SyntaxError, SyntaxWarning, ValueError) as exc:
+            reason = exc.msg if isinstance(exc, SyntaxError) else str(exc)
+            self.error(f"invalid expression: {reason}", self.span)
             return None
         return Expr(self.text, python, tuple(self.reads), self.span)
 

@@ -99,6 +99,8 @@ def test_in_chain_compared_with_boolean_is_rewritten_with_a_warning() -> None:
         ("[y for y in z]", "comprehensions", 14),
         ("lambda: 1", "lambda", 11),
         ("@a.@b", "one actor side", 11),
+        ("1(2)", "not callable", 11),
+        ("x is 1", "literal", 11),
         ("", "expected an expression", 11),
     ],
 )
