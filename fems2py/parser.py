@@ -364,7 +364,8 @@ class Parser:
         if head.kind != "name" or word not in allowed:
             where = "inside a module" if "mainflow" not in allowed else "at the top level"
             if head.kind == "name" and word in TOP_LEVEL_BLOCKS:
-                self.fail(f"'{word}:' is not allowed {where}", self.tok_span(head))
+                hint = "a module's own flow is 'flow:'" if word == "mainflow" else None
+                self.fail(f"'{word}:' is not allowed {where}", self.tok_span(head), hint)
             self.fail(
                 f"unknown block '{head.text}' {where}",
                 self.tok_span(head),
@@ -1492,7 +1493,8 @@ class Parser:
         self.drop_pending(pending, None)
         last = max(index, end - 1)
         span = Span(self.path, index + 1, 1, last + 1, len(self.lines[last].raw) + 1)
-        defs.flow = graph.build(span)
+        if defs.flow is None:  # a second flow was reported by once(); the first one counts
+            defs.flow = graph.build(span)
 
     def drop_pending(self, pending: _Pending | None, loop: _LoopBody | None) -> None:
         """A trailing ``->`` nothing continued: an iteration end in a loop body, else an error."""
