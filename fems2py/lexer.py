@@ -139,8 +139,7 @@ def normalize(text: str, flow: bool = False) -> str:
             continue
         out.append(mapped)
         i += 1
-    result = "".join(out)
-    return result if len(result) == len(text) else text
+    return "".join(out)
 
 
 # --------------------------------------------------------------------------- tokens
