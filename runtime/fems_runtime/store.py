@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import json
 import threading
@@ -49,6 +50,8 @@ class Message:
     cost: float | None = None
     created: float = 0.0
 
+
+_MESSAGE_FIELDS = tuple(field.name for field in dataclasses.fields(Message))
 
 MESSAGE_KINDS = ("prompt", "narration", "reply", "human", "feedback")
 VISIBLE_KINDS = ("narration", "reply", "human", "feedback")
@@ -342,14 +345,11 @@ class Store:
             return self._bump_in(db, session, column)
 
     def _bump_in(self, db: Any, session: int, column: str) -> int:
-        t, sa = self._t, self._t.sa
-        col = t.sessions.c[column]
-        result = db.execute(
-            t.sessions.update().where(t.sessions.c.id == session).values({column: col + 1})
-        )
-        if result.rowcount != 1:
+        """Increment a session counter and return its new value, in one statement."""
+        value = db.execute(_bump_statement(column), {"session": session}).scalar()
+        if value is None:
             raise RunError(f"session {session} does not exist")
-        return db.execute(sa.select(col).where(t.sessions.c.id == session)).scalar_one()
+        return value
 
     # ------------------------------------------------------------------ souls and users
 
@@ -471,7 +471,7 @@ class Store:
         )
         with self._write() as db:
             seq = self._bump_in(db, session, "last_seq")
-            result = db.execute(t.messages.insert().values(seq=seq, **fields))
+            result = db.execute(t.messages.insert(), {"seq": seq, **fields})
             message_id = result.inserted_primary_key[0]
             if soul_ids:
                 db.execute(
@@ -494,9 +494,9 @@ class Store:
 
     def messages(self, session: int) -> list[Message]:
         """Every message of the session, in sequence order."""
-        t, sa = self._t, self._t.sa
+        t = self._t
         query = (
-            sa.select(t.messages)
+            self._select_messages()
             .where(t.messages.c.session_id == session)
             .order_by(t.messages.c.seq)
         )
@@ -525,7 +525,7 @@ class Store:
             return []
         ids = parts[0] if len(parts) == 1 else sa.union(*parts)
         query = (
-            sa.select(t.messages)
+            self._select_messages()
             .where(t.messages.c.id.in_(ids), t.messages.c.kind.in_(VISIBLE_KINDS))
             .order_by(t.messages.c.seq)
         )
@@ -547,13 +547,18 @@ class Store:
             ).scalars()
             return sorted(souls), sorted(users)
 
+    def _select_messages(self) -> Any:
+        """A select of the message columns in :class:`Message` field order, so rows become
+        messages positionally (building them from mappings was most of a context's cost)."""
+        columns = self._t.messages.c
+        return self._t.sa.select(
+            *(columns["session_id" if name == "session" else name] for name in _MESSAGE_FIELDS)
+        )
+
     def _messages(self, query: Any) -> list[Message]:
         with self._read() as db:
-            rows = db.execute(query).mappings().all()
-        return [
-            Message(**{("session" if k == "session_id" else k): v for k, v in row.items()})
-            for row in rows
-        ]
+            rows = db.execute(query).all()
+        return [Message(*row) for row in rows]
 
     # ------------------------------------------------------------------ actors and checkpoints
 
@@ -666,6 +671,22 @@ class Store:
 
     async def aprofiles(self, user_ids: Iterable[str]) -> str:
         return await asyncio.to_thread(self.profiles, list(user_ids))
+
+
+@functools.cache
+def _bump_statement(column: str) -> Any:
+    """``UPDATE … SET column = column + 1 … RETURNING column``, built once per counter (SQLite
+    ≥ 3.35 and PostgreSQL both return the new value; building statements per call was a large
+    share of a model turn's cost)."""
+    tables = _schema()
+    sa, sessions = tables.sa, tables.sessions
+    counter = sessions.c[column]
+    return (
+        sessions.update()
+        .where(sessions.c.id == sa.bindparam("session"))
+        .values({column: counter + 1})
+        .returning(counter)
+    )
 
 
 def _sqlite_pragmas(connection: Any, _record: Any) -> None:
