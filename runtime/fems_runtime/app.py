@@ -30,6 +30,7 @@ from fems_runtime.variables import ActorSpec, BlueprintSpec, Variables
 from fems_runtime.version import __version__
 
 if TYPE_CHECKING:
+    from fems_runtime.store import Store
     from fems_runtime.turns import TurnResult, TurnSpec
 
 EXIT_OK, EXIT_RUN_ERROR, EXIT_USAGE = 0, 1, 2
@@ -65,13 +66,13 @@ class ScriptInfo:
 
 @dataclass
 class RunResult:
-    """What ``run()`` returns: final global variables (actors as ``"@name"``) and the session."""
+    """What ``run()`` returns: final global variables (actors as ``"@name"``) and the session.
+    A failed run raises :class:`RunError` instead, so ``status`` is ``"completed"``."""
 
     session: int | None
     status: str
     steps: int
     variables: dict[str, Any]
-    error: str | None = None
 
 
 class _Services:
@@ -108,10 +109,16 @@ class _Services:
         name = f"action {spec.action} ({spec.code}.{spec.function})"
         try:
             if spec.code == "system" and spec.function == "spawn":
-                requests = (spec.inputs or {}).get("spawn_requests")
-                if requests is None and ctx.frame.declared("spawn_requests"):
-                    requests = ctx["spawn_requests"]
-                result: Any = funcs.spawn(self.variables, requests)
+                inputs = dict(spec.inputs or {})
+                if "spawn_requests" not in inputs and ctx.frame.declared("spawn_requests"):
+                    inputs["spawn_requests"] = ctx["spawn_requests"]
+                self.trace.write("func", node=ctx.node, action=spec.action, inputs=inputs)
+                result: Any = funcs.spawn(
+                    self.variables,
+                    inputs.get("spawn_requests"),
+                    store=self._turns.store,
+                    session=self._turns.session,
+                )
             else:
                 function = self._code.function(spec.code, spec.function)
                 inputs = spec.inputs
@@ -319,6 +326,7 @@ class TurnRunner(Protocol):
     """The model/human side of a run (:class:`fems_runtime.turns.TurnServices`)."""
 
     session: int
+    store: Store
 
     async def run(self, ctx: Context, spec: TurnSpec) -> TurnResult: ...
 
