@@ -520,6 +520,8 @@ class Checker:
                     self.check_name(item.name, item.span, names)
         for out in action.outs or ():
             self.check_target(out.target, names)
+            if out.type is not None and out.type.choices_from is not None:
+                self.check_target(out.type.choices_from, names)
         for assignment in action.assignments:
             self.check_target(assignment.target, names)
             self.check_expr(assignment.value, names, string_hint=True)

@@ -252,11 +252,14 @@ class Target:
 class OutType:
     """A typed out (§10.4): ``int float bool string actor enum dropdown``.
 
-    ``choices`` holds the values of ``enum([a, b])`` or ``dropdown, choices={…}``.
+    ``choices`` holds the values of ``enum([a, b])`` or ``dropdown, choices={a, b}``;
+    ``choices_from`` names the list variable of ``choices={alive}`` (the guide's form), whose
+    value at the time of the turn gives the choices.
     """
 
     name: Literal["int", "float", "bool", "string", "actor", "enum", "dropdown"]
     choices: tuple[Value, ...] = ()
+    choices_from: Target | None = None
 
 
 @dataclass(frozen=True)

@@ -1249,6 +1249,7 @@ class Parser:
             )
             return None
         choices: tuple[Value, ...] = ()
+        choices_from: Target | None = None
         if name.text == "enum":
             inner = type_tokens[1:]
             if len(inner) >= 2 and inner[0].text == "(" and inner[-1].text == ")":
@@ -1261,7 +1262,9 @@ class Parser:
                 f"unexpected '{type_tokens[1].text}' after the type", self.tok_span(type_tokens[1])
             )
         for part in parts[1:]:
-            if len(part) >= 3 and part[0].text == "choices" and part[1].text == "=":
+            if _is_choices_variable(part):
+                choices_from = Target(part[3].text, self.tok_span(part[3]))
+            elif len(part) >= 3 and part[0].text == "choices" and part[1].text == "=":
                 choices = self.parse_choices(part[2:])
             elif (len(part) >= 3 and part[0].text == "label" and part[1].text == "=") or (
                 len(part) == 1 and part[0].kind == "string"
@@ -1273,10 +1276,10 @@ class Parser:
                     self.tok_span(part[0]),
                     'write name(type, "label", choices={a, b})',
                 )
-        return OutType(name.text, choices)  # type: ignore[arg-type]
+        return OutType(name.text, choices, choices_from)  # type: ignore[arg-type]
 
     def parse_choices(self, tokens: list[Token]) -> tuple[Value, ...]:
-        """``{a, b}`` / ``[a, b]`` / ``{alive}`` (a one-item set naming a list variable)."""
+        """``{a, b}`` / ``[a, b]``: literal choices (``{alive}`` names a variable instead)."""
         if tokens[0].text not in ("{", "[") or _match(tokens, 0) != len(tokens) - 1:
             self.fail("expected choices={a, b}", self.tok_span(tokens[0]))
         return tuple(self.item(piece) for piece in _split(tokens[1:-1]) if piece)
@@ -1961,3 +1964,16 @@ def parse(source: str, path: str, base_dir: Path | None = None) -> tuple[Script,
     parser = Parser(source, path, base_dir)
     script = parser.parse()
     return script, list(parser.diagnostics)
+
+
+def _is_choices_variable(part: list[Token]) -> bool:
+    """``choices={alive}``: braces around one bare name take the choices from that variable,
+    like ``{alive}`` in a scope (§9.3); two or more items are literal choices."""
+    return (
+        len(part) == 5
+        and part[0].text == "choices"
+        and part[1].text == "="
+        and part[2].text == "{"
+        and part[3].kind == "name"
+        and part[4].text == "}"
+    )

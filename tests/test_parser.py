@@ -377,7 +377,8 @@ def test_ai_action_with_every_field(width: int) -> None:
     assert outs["vote"].type.name == "enum"
     assert [c.value for c in outs["vote"].type.choices] == ["a", "b"]
     assert outs["v"].optional and outs["v"].type.name == "dropdown"
-    assert [c.value for c in outs["v"].type.choices] == ["alive"]
+    assert outs["v"].type.choices == ()
+    assert outs["v"].type.choices_from.name == "alive"  # the guide's choices={alive_players}
     assert outs["n"].type.name == "int"
     assert action.resolve.func.func == "resolve_target"
     assert action.resolve.args == ("kill", "SET_VARIABLE")
@@ -1062,3 +1063,24 @@ def test_tab_indentation_gives_the_same_graph() -> None:
     assert [(e.source.split("@")[0], e.target.split("@")[0]) for e in tabs.flow.edges] == [
         (e.source.split("@")[0], e.target.split("@")[0]) for e in spaces.flow.edges
     ]
+
+
+@pytest.mark.parametrize(
+    ("written", "choices", "variable"),
+    [
+        ("choices={alive}", [], "alive"),
+        ("choices={yes, no}", ["yes", "no"], None),
+        ("choices=[yes, no]", ["yes", "no"], None),
+    ],
+)
+def test_dropdown_choices_are_a_variable_or_literals(written, choices, variable):
+    source = (
+        "vars:\n    alive = [@a]\n    v = \"\"\nactors:\n    ai @a\n"
+        f"action x @ai(@a):\n    prompt: pick\n    out: v(dropdown, {written})\n"
+        "mainflow:\n    [START] -> x -> [END]\n"
+    )
+    script, diagnostics = parse(source, "t.fems")
+    assert diagnostics == []
+    out_type = script.actions[0].outs[0].type
+    assert [c.value for c in out_type.choices] == choices
+    assert (out_type.choices_from.name if out_type.choices_from else None) == variable
