@@ -14,7 +14,7 @@ Conventions:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Union
+from typing import Literal
 
 
 @dataclass(frozen=True, order=True)
@@ -89,7 +89,7 @@ class DictValue:
     span: Span
 
 
-Value = Union[StringValue, NumberValue, BoolValue, NullValue, ActorValue, ListValue, DictValue]
+Value = StringValue | NumberValue | BoolValue | NullValue | ActorValue | ListValue | DictValue
 
 
 # ---------------------------------------------------------------- embedded Python (§12.2)
