@@ -195,3 +195,29 @@ def test_a_human_can_take_a_seat(
     assert outcome.variables["revealed"]["@you"] is True
     assert any(e["event"] == "human" and e["actor"] == "@you" for e in events)
     assert not any(e["event"] == "llm_call" and e["actor"] == "@you" for e in events)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_the_dead_stay_silent(games: dict[int, Game], seed: int) -> None:
+    # Who is alive is known at every win check (dawn and dusk); until the next check, only
+    # those players may speak, vote or act at night.
+    alive: set[str] = set(games[seed].variables["players"])
+    acting = {"wolf_discuss", "seer_pick", "witch_turn", "speak", "vote"}
+    for event in games[seed].events:
+        if event["event"] == "func" and event["action"] == "check_win":
+            alive = set(event["inputs"]["alive"])
+        elif event["event"] == "llm_call" and event["action"] in acting:
+            assert event["actor"] in alive, (event["action"], event["actor"])
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_each_potion_is_used_at_most_once(games: dict[int, Game], seed: int) -> None:
+    nights = [
+        event["inputs"]
+        for event in games[seed].events
+        if event["event"] == "func" and event["action"] == "resolve_night"
+    ]
+    assert sum(1 for night in nights if night["saved"]) <= 1
+    assert sum(1 for night in nights if night["poisoned"]) <= 1
+    assert games[seed].variables["antidote"] in (0, 1)
+    assert games[seed].variables["poison"] in (0, 1)
