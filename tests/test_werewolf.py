@@ -221,3 +221,62 @@ def test_each_potion_is_used_at_most_once(games: dict[int, Game], seed: int) -> 
     assert sum(1 for night in nights if night["poisoned"]) <= 1
     assert games[seed].variables["antidote"] in (0, 1)
     assert games[seed].variables["poison"] in (0, 1)
+
+
+def test_a_silent_table_still_ends(werewolf: ModuleType, tmp_path: Path) -> None:
+    # Replies without any signal: the wolves never name a victim, the seer never picks, nobody
+    # votes. The rules repair every missing choice, so the game still ends with a winner.
+    outcome = werewolf.run(
+        replies={"*": ["I would rather not say."]}, db=f"sqlite:///{tmp_path / 'game.db'}"
+    )
+    final = outcome.variables
+    assert final["winner"] in ("villagers", "werewolves")
+    assert final["exiled"] == ""  # every ballot was blank
+    assert 1 <= final["day"] <= MAX_DAYS
+
+
+def _rules() -> ModuleType:
+    return _load(EXAMPLE / "game.py")
+
+
+ROLES = {"@w1": "wolf", "@w2": "wolf", "@s": "seer", "@v1": "villager", "@v2": "villager"}
+
+
+@pytest.mark.parametrize(
+    ("alive", "day", "winner"),
+    [
+        (["@w1", "@s", "@v1"], 3, ""),
+        (["@s", "@v1", "@v2"], 2, "villagers"),
+        (["@w1", "@w2", "@s", "@v1"], 1, "werewolves"),
+        (["@w1", "@s"], 4, "werewolves"),
+        (["@w1", "@s", "@v1"], MAX_DAYS, "villagers"),
+        (["@w1", "@w2", "@s", "@v1", "@v2"], MAX_DAYS, "villagers"),
+    ],
+)
+def test_check_win(alive: list[str], day: int, winner: str) -> None:
+    outcome = _rules().check_win(alive=alive, role=ROLES, day=day, max_days=MAX_DAYS)
+    assert outcome["winner"] == winner
+    assert bool(outcome["win_reason"]) is bool(winner)
+
+
+@pytest.mark.parametrize(
+    ("picks", "rounds", "victim", "agree"),
+    [
+        ({"@w1": "@s", "@w2": "@s"}, 0, "@s", True),
+        ({"@w1": "@s", "@w2": "@v1"}, 0, "", False),
+        ({"@w1": "@s", "@w2": "@v1"}, 2, "@s", True),  # last round: first most-picked seat
+        ({"@w1": "@w2", "@w2": "@w1"}, 2, "@s", True),  # no valid pick: first living prey
+        ({"@w1": "@v2", "@w2": "@v2"}, 0, "", False),  # they agree on a dead player
+        ({"@w1": "@v1"}, 2, "@v1", True),  # @w2 never named anyone
+    ],
+)
+def test_wolf_consensus(picks: dict[str, str], rounds: int, victim: str, agree: bool) -> None:
+    outcome = _rules().wolf_consensus(
+        wolf_pick=picks,
+        wolves_alive=["@w1", "@w2"],
+        alive=["@w1", "@w2", "@s", "@v1"],
+        role=ROLES,
+        wolf_rounds=rounds,
+        max_wolf_rounds=3,
+    )
+    assert outcome == {"@kill_target": victim, "wolves_agree": agree, "wolf_rounds": rounds + 1}

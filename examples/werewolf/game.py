@@ -210,8 +210,9 @@ def check_win(
 ) -> dict[str, str]:
     """Villagers win when no wolf lives; wolves win when they match the rest in number.
 
-    On day `max_days` the game is called by head count (more wolves than half → wolves, else
-    villagers), so every game ends within `max_days` days.
+    On day `max_days` the game is called by head count, so every game ends within `max_days`
+    days: the wolves have not matched the village by then (or they would have won), so the
+    village wins.
     """
     wolves = sum(1 for p in alive if role.get(p) == WOLF)
     others = len(alive) - wolves
@@ -220,11 +221,8 @@ def check_win(
     if wolves >= others:
         return {"winner": "werewolves", "win_reason": "the werewolves outnumber the village."}
     if day >= max_days:
-        side = "werewolves" if wolves * 2 > len(alive) else "villagers"
-        return {
-            "winner": side,
-            "win_reason": f"day {day} is the last day; by head count the {side} win.",
-        }
+        reason = f"day {day} is the last day, and the village still outnumbers the pack."
+        return {"winner": "villagers", "win_reason": reason}
     return {"winner": "", "win_reason": ""}
 
 
