@@ -716,7 +716,10 @@ def _outs_code(outs: tuple[Out, ...] | None) -> str:
             args.append(("key", py(out.target.key)))
         if out.type is not None:
             args.append(("type", py(out.type.name)))
-            if out.type.choices:
+            if out.type.choices_from is not None:
+                # choices={alive}: the list as it is when the action runs (§10.4)
+                args.append(("choices", f"tuple({_read_code(out.type.choices_from.name)})"))
+            elif out.type.choices:
                 args.append(("choices", py(tuple(plain_value(c) for c in out.type.choices))))
         if out.optional:
             args.append(("optional", "True"))
