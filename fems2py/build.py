@@ -96,6 +96,9 @@ def build_cached(path: str | Path, cache_dir: str | Path | None = None) -> Path:
         return output
     compiled = _compile(path, output, bundle=False, analyzed=preview)
     _write_atomic(output, compiled.source)
+    for stale in directory.glob(f"{_safe_stem(path)}-*.py"):
+        if stale != output:  # an earlier build of this script: never used again
+            stale.unlink(missing_ok=True)
     return output
 
 

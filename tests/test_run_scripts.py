@@ -307,6 +307,7 @@ def test_build_cache_reuses_a_build_until_the_source_changes(tmp_path: Path) -> 
     script.write_text("vars:\n    x = 1\nmainflow:\n    [START] -> [END]\n", encoding="utf-8")
     second = build_cached(script)
     assert second != first
+    assert not first.exists()  # the stale build is pruned
     assert second.read_text(encoding="utf-8") == build_source(script, second)
 
 
