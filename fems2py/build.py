@@ -12,6 +12,7 @@ import dataclasses
 import hashlib
 import importlib.util
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
@@ -96,8 +97,10 @@ def build_cached(path: str | Path, cache_dir: str | Path | None = None) -> Path:
         return output
     compiled = _compile(path, output, bundle=False, analyzed=preview)
     _write_atomic(output, compiled.source)
-    for stale in directory.glob(f"{_safe_stem(path)}-*.py"):
-        if stale != output:  # an earlier build of this script: never used again
+    stem = _safe_stem(path)
+    for stale in directory.glob(f"{stem}-*.py"):
+        earlier = re.fullmatch(rf"{re.escape(stem)}-[0-9a-f]{{16}}\.py", stale.name)
+        if earlier and stale != output:  # an earlier build of this script: never used again
             stale.unlink(missing_ok=True)
     return output
 
