@@ -1,7 +1,8 @@
 """The two distributions import and agree on nothing more than they must."""
 
-import fems2py
 import fems_runtime
+
+import fems2py
 
 
 def test_versions_are_set():

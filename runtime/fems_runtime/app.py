@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from fems_runtime import funcs
 from fems_runtime.flow import Context, FlowFunction, FuncSpec, MethodSpec
 from fems_runtime.records import RunError, StepCounter, TraceWriter, write_result
+from fems_runtime.transcript import Transcript
 from fems_runtime.variables import ActorSpec, BlueprintSpec, Variables
 from fems_runtime.version import __version__
 
@@ -73,6 +74,7 @@ class RunResult:
     status: str
     steps: int
     variables: dict[str, Any]
+    model_calls: int = 0
 
 
 class _Services:
@@ -170,9 +172,11 @@ class Program:
         trace: str | Path | None = None,
         result: str | Path | None = None,
         resume: bool = False,
+        transcript: bool | Transcript = False,
     ) -> RunResult:
         """Run the main flow; raise :class:`RunError` (located in the ``.fems`` file) when the
-        script fails. ``result`` writes the ``--result`` file in both cases."""
+        script fails. ``result`` writes the ``--result`` file in both cases; ``transcript``
+        prints the dialog as it is stored (True: to stdout)."""
         if resume:
             raise RunError("--resume is not yet supported by this runtime")
         variables = Variables(self.variables, self.actors, self.blueprints)
@@ -193,6 +197,12 @@ class Program:
                 seed=seed,
                 code=code.module,
             )
+            if transcript:
+                turns.transcript = (
+                    transcript
+                    if isinstance(transcript, Transcript)
+                    else Transcript(everyone=[spec.name for spec in self.actors])
+                )
             services = _Services(self, variables, writer, turns, code)
             ctx = Context(
                 services, variables.root, steps, methods={m.name: m for m in self.methods}
@@ -217,7 +227,9 @@ class Program:
                     raise
                 raise located from error
             turns.finish("completed")
-        outcome = RunResult(session_id, "completed", steps.count, variables.snapshot())
+        outcome = RunResult(
+            session_id, "completed", steps.count, variables.snapshot(), turns.model_calls
+        )
         if result is not None:
             write_result(
                 result,
@@ -246,6 +258,9 @@ class Program:
         except SystemExit as exit_:
             return int(exit_.code or 0)
         options = {k: v for k, v in vars(args).items() if v is not None}
+        shown = [name.strip() for name in options.pop("show", "").split(",") if name.strip()]
+        if options.get("transcript"):
+            options["transcript"] = Transcript(everyone=[spec.name for spec in self.actors])
         try:
             outcome = self.run(**options)
         except RunError as error:
@@ -256,10 +271,21 @@ class Program:
         except KeyboardInterrupt:
             print(f"{self.script.file}: error: interrupted", file=sys.stderr)
             return EXIT_RUN_ERROR
+        if isinstance(options.get("transcript"), Transcript):
+            options["transcript"].summary(
+                f"{self.script.file}: {outcome.status} (session {outcome.session})",
+                outcome.steps,
+                outcome.model_calls,
+                {name: outcome.variables.get(name, "(not a variable)") for name in shown},
+            )
+            return EXIT_OK
         print(
-            f"{self.script.file}: completed in {outcome.steps} steps (session {outcome.session})",
+            f"{self.script.file}: completed in {outcome.steps} steps, "
+            f"{outcome.model_calls} model calls (session {outcome.session})",
             file=sys.stderr,
         )
+        for name in shown:
+            print(f"{name} = {outcome.variables.get(name, '(not a variable)')}", file=sys.stderr)
         return EXIT_OK
 
     def traceback_text(self, error: BaseException) -> str:
@@ -313,6 +339,17 @@ def _argument_parser(script: ScriptInfo) -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, help="seed for fems/mock")
     parser.add_argument("--trace", help="write a JSONL event trace to this file")
     parser.add_argument("--result", help="write the final result JSON to this file")
+    parser.add_argument(
+        "--transcript",
+        action="store_true",
+        default=None,
+        help="print the dialog as it happens: speaker, room, narration",
+    )
+    parser.add_argument(
+        "--show",
+        metavar="VAR,…",
+        help="print these final variables when the run completes (e.g. --show winner,day)",
+    )
     parser.add_argument(
         "--resume",
         action="store_true",

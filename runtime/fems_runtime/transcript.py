@@ -45,22 +45,34 @@ class Transcript:
             style = "dim" if _is_signal(line) else ""
             self._console.print(Text(f"    {line}", style=style))
 
-    def summary(self, status: str, steps: int, model_calls: int, shown: Mapping[str, Any]) -> None:
+    def summary(
+        self,
+        headline: str,
+        steps: int,
+        model_calls: int,
+        shown: Mapping[str, Any],
+        *,
+        failed: bool = False,
+    ) -> None:
         """The closing block: how the run ended, how much it took, the variables asked for."""
         from rich.text import Text
 
         self._console.rule("summary")
-        line = Text(f"{status}", style="bold green" if status == "completed" else "bold red")
+        line = Text(headline, style="bold red" if failed else "bold green")
         line.append(f" · {steps} steps · {model_calls} model calls")
         self._console.print(line)
         for name, value in shown.items():
             self._console.print(Text.assemble((f"{name} = ", "dim"), (str(value), "bold")))
 
     def _room_label(self, room: Collection[str]) -> str:
-        members = sorted(room)
-        if self._everyone and self._everyone <= set(members):
+        """``all``, ``all but @x`` when at most two actors are missing, else the members."""
+        members = set(room)
+        missing = sorted(self._everyone - members)
+        if self._everyone and not missing:
             return "all"
-        return ", ".join(members)
+        if len(members) > 2 and len(missing) <= 2:
+            return "all but " + ", ".join(missing)
+        return ", ".join(sorted(members))
 
     def _style(self, speaker: str) -> str:
         if speaker not in self._styles:

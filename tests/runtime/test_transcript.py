@@ -3,7 +3,6 @@
 import io
 
 import pytest
-
 from fems_runtime.transcript import Transcript
 
 
@@ -25,6 +24,16 @@ def test_a_room_holding_everyone_is_called_all(printed):
     transcript, stream = printed
     transcript.message("narration", "narrator", ["@A", "@B", "@C"], "Night falls.")
     assert stream.getvalue().strip() == "~ Night falls.  [all]"
+
+
+def test_a_room_missing_one_or_two_actors_names_them(printed):
+    transcript, stream = printed
+    transcript.message("reply", "@A", ["@A", "@B"], "hi")
+    assert stream.getvalue().splitlines()[0] == "@A ▸ @A, @B"
+    big_stream = io.StringIO()
+    big = Transcript(everyone={"@A", "@B", "@C", "@D", "@E"}, stream=big_stream)
+    big.message("reply", "@A", ["@A", "@B", "@C", "@D"], "hi")
+    assert big_stream.getvalue().splitlines()[0] == "@A ▸ all but @E"
 
 
 def test_prompts_are_private_and_never_printed(printed):

@@ -1,0 +1,54 @@
+"""A generated module's --transcript and --show options, end to end on a tiny script."""
+
+from pathlib import Path
+
+from fems_runtime.app import Program
+
+from fems2py.build import build_file
+
+SCRIPT = """\
+vars:
+    verdict = ""
+actors:
+    ai @judge
+    ai @clerk
+action rule @ai(@judge):
+    scope: [@judge, @clerk]
+    showprompt: The court is in session.
+    prompt: Rule on the case.
+    out: verdict: enum([guilty, innocent])
+mainflow:
+    [START] -> rule -> [END]
+"""
+
+
+def _program(tmp_path: Path) -> Program:
+    script = tmp_path / "court.fems"
+    script.write_text(SCRIPT, encoding="utf-8")
+    build_file(script, tmp_path / "court.py")
+    namespace: dict = {"__file__": str(tmp_path / "court.py"), "__name__": "court"}
+    exec(compile((tmp_path / "court.py").read_text(), "court.py", "exec"), namespace)
+    return namespace["PROGRAM"]
+
+
+def test_transcript_prints_narration_reply_and_summary(tmp_path, capsys):
+    program = _program(tmp_path)
+    status = program.main(
+        ["--model", "fems/mock", "--db", ":memory:", "--transcript", "--show", "verdict"]
+    )
+    out = capsys.readouterr().out
+    assert status == 0
+    assert "~ The court is in session.  [all]" in out
+    assert "@judge ▸ all" in out
+    assert "Rule on the case." not in out  # the prompt is private (§13.1)
+    assert "1 model calls" in out
+    assert any(line in ("verdict = guilty", "verdict = innocent") for line in out.splitlines())
+
+
+def test_without_transcript_the_summary_goes_to_stderr(tmp_path, capsys):
+    program = _program(tmp_path)
+    assert program.main(["--model", "fems/mock", "--db", ":memory:", "--show", "verdict"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "completed in 3 steps, 1 model calls" in captured.err
+    assert "verdict = " in captured.err
