@@ -1075,7 +1075,7 @@ def test_tab_indentation_gives_the_same_graph() -> None:
 )
 def test_dropdown_choices_are_a_variable_or_literals(written, choices, variable):
     source = (
-        "vars:\n    alive = [@a]\n    v = \"\"\nactors:\n    ai @a\n"
+        'vars:\n    alive = [@a]\n    v = ""\nactors:\n    ai @a\n'
         f"action x @ai(@a):\n    prompt: pick\n    out: v(dropdown, {written})\n"
         "mainflow:\n    [START] -> x -> [END]\n"
     )
