@@ -20,16 +20,29 @@ def read_source(path: Path) -> str:
     An unreadable or non-UTF-8 file becomes a diagnostic, never a traceback.
     """
     try:
-        return path.read_bytes().decode("utf-8")
+        data = path.read_bytes()
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise CompileError([_encoding_diagnostic(path, data, error.start)]) from None
     except FileNotFoundError:
         raise CompileError([_file_diagnostic(path, "no such file")]) from None
     except IsADirectoryError:
         raise CompileError([_file_diagnostic(path, "is a directory, not a .fems file")]) from None
-    except UnicodeDecodeError as error:
-        message = f"the file is not valid UTF-8 (byte {error.start})"
-        raise CompileError([_file_diagnostic(path, message)]) from None
     except OSError as error:
         raise CompileError([_file_diagnostic(path, error.strerror or str(error))]) from None
+
+
+def _encoding_diagnostic(path: Path, data: bytes, offset: int) -> Diagnostic:
+    """Point at the first byte that is not UTF-8 (§1.1), by line and character column."""
+    line_start = data.rfind(b"\n", 0, offset) + 1
+    line = data.count(b"\n", 0, offset) + 1
+    col = len(data[line_start:offset].decode("utf-8", errors="replace")) + 1
+    return Diagnostic(
+        "error",
+        f"byte 0x{data[offset]:02x} is not valid UTF-8",
+        Span(str(path), line, col, line, col + 1),
+        hint="FEM scripts are UTF-8; save the file with UTF-8 encoding",
+    )
 
 
 def _file_diagnostic(path: Path, message: str) -> Diagnostic:
