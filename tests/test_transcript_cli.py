@@ -1,5 +1,6 @@
 """A generated module's --transcript and --show options, end to end on a tiny script."""
 
+import json
 from pathlib import Path
 
 from fems_runtime.app import Program
@@ -52,3 +53,36 @@ def test_without_transcript_the_summary_goes_to_stderr(tmp_path, capsys):
     assert captured.out == ""
     assert "completed in 3 steps, 1 model calls" in captured.err
     assert "verdict = " in captured.err
+
+
+def test_souls_file_gives_the_actor_its_persona(tmp_path, capsys):
+    program = _program(tmp_path)
+    souls = tmp_path / "souls.yaml"
+    souls.write_text(
+        "souls:\n  judge:\n    name: Judge Dee\n    persona: A stern but fair judge.\n"
+    )
+    trace = tmp_path / "trace.jsonl"
+    argv = [
+        "--model",
+        "fems/mock",
+        "--db",
+        ":memory:",
+        "--souls",
+        str(souls),
+        "--trace",
+        str(trace),
+    ]
+    assert program.main(argv) == 0
+    events = [json.loads(line) for line in trace.read_text().splitlines()]
+    call = next(e for e in events if e["event"] == "llm_call")
+    assert call["messages"][0] == {"role": "system", "content": "A stern but fair judge."}
+
+
+def test_a_broken_souls_file_is_a_run_error(tmp_path, capsys):
+    program = _program(tmp_path)
+    souls = tmp_path / "souls.json"
+    souls.write_text("{not json")
+    assert program.main(["--model", "fems/mock", "--db", ":memory:", "--souls", str(souls)]) == 1
+    err = capsys.readouterr().err
+    assert "is not valid JSON" in err
+    assert "Traceback" not in err

@@ -173,10 +173,12 @@ class Program:
         result: str | Path | None = None,
         resume: bool = False,
         transcript: bool | Transcript = False,
+        souls: str | Path | Mapping[str, Any] | None = None,
     ) -> RunResult:
         """Run the main flow; raise :class:`RunError` (located in the ``.fems`` file) when the
         script fails. ``result`` writes the ``--result`` file in both cases; ``transcript``
-        prints the dialog as it is stored (True: to stdout)."""
+        prints the dialog as it is stored (True: to stdout); ``souls`` loads personas and user
+        profiles (a YAML/JSON file or a mapping, see :meth:`Store.seed`) before the first turn."""
         if resume:
             raise RunError("--resume is not yet supported by this runtime")
         variables = Variables(self.variables, self.actors, self.blueprints)
@@ -209,6 +211,10 @@ class Program:
             )
             session_id = turns.session
             try:
+                if isinstance(souls, Mapping):
+                    turns.store.seed(souls)
+                elif souls is not None:
+                    turns.store.seed_file(souls)
                 await self.main_flow(ctx)
             except BaseException as error:
                 located = self.locate(error)
@@ -339,6 +345,11 @@ def _argument_parser(script: ScriptInfo) -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, help="seed for fems/mock")
     parser.add_argument("--trace", help="write a JSONL event trace to this file")
     parser.add_argument("--result", help="write the final result JSON to this file")
+    parser.add_argument(
+        "--souls",
+        metavar="FILE",
+        help="load personas and user profiles from a YAML or JSON file (souls:, users:)",
+    )
     parser.add_argument(
         "--transcript",
         action="store_true",

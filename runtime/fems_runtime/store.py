@@ -416,12 +416,17 @@ class Store:
             text = path.read_text(encoding="utf-8")
         except OSError as error:
             raise RunError(f"cannot read seed file {path}: {error.strerror}") from None
-        if path.suffix.lower() in (".yaml", ".yml"):
-            import yaml
+        try:
+            if path.suffix.lower() in (".yaml", ".yml"):
+                import yaml
 
-            data = yaml.safe_load(text) or {}
-        else:
-            data = json.loads(text)
+                data = yaml.safe_load(text) or {}
+            else:
+                data = json.loads(text)
+        except ValueError as error:  # json.JSONDecodeError
+            raise RunError(f"seed file {path} is not valid JSON: {error}") from None
+        except Exception as error:  # yaml.YAMLError, without importing yaml up front
+            raise RunError(f"seed file {path} is not valid YAML: {error}") from None
         if not isinstance(data, Mapping):
             raise RunError(f"seed file {path} must hold a mapping with 'souls' and/or 'users'")
         self.seed(data)
