@@ -4,12 +4,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint golden bench demo clean
+.PHONY: install test test-postgres lint golden bench demo clean
 
 $(STAMP): pyproject.toml runtime/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e runtime -e ".[dev]"
+	$(BIN)/pip install -q -e "runtime[postgres]" -e ".[dev]"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -17,9 +17,13 @@ install: $(STAMP)
 test: $(STAMP)
 	$(BIN)/pytest
 
+# The storage suite again on a throwaway PostgreSQL server (needs initdb/pg_ctl; CI has them).
+test-postgres: $(STAMP)
+	$(BIN)/pytest tests_postgres
+
 lint: $(STAMP)
-	$(BIN)/ruff check fems2py runtime tests bench golden
-	$(BIN)/ruff format --check fems2py runtime tests bench
+	$(BIN)/ruff check fems2py runtime tests tests_postgres bench golden
+	$(BIN)/ruff format --check fems2py runtime tests tests_postgres bench
 
 golden: $(STAMP)
 	$(BIN)/python -m fems2py.golden

@@ -1,0 +1,162 @@
+"""The same storage guarantees on PostgreSQL (§14: "any SQLAlchemy URL; PostgreSQL for shared
+or multi-process use"), against a throwaway server this suite starts itself.
+
+Run with ``make test-postgres`` (CI does). It needs PostgreSQL's server programs (``initdb``,
+``pg_ctl``; Debian: ``apt-get install postgresql``) and the ``psycopg`` driver, which the
+runtime's ``postgres`` extra installs. It is a separate suite so that ``make test`` runs
+anywhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fems_runtime.context import builtin_context
+from fems_runtime.records import RunError
+from fems_runtime.store import Store
+
+from fems2py.build import build_file
+
+ROOT = Path(__file__).resolve().parent.parent
+WEREWOLF = ROOT / "examples" / "werewolf"
+
+
+def _server_program(name: str) -> str:
+    found = shutil.which(name) or next(
+        (str(p) for p in sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"))), None
+    )
+    if found is None:
+        raise RuntimeError(f"{name} not found: install PostgreSQL (apt-get install postgresql)")
+    return found
+
+
+def _as_server_user(command: list[str]) -> list[str]:
+    """initdb refuses to run as root; CI runs as root, so the server runs as 'postgres'."""
+    return ["runuser", "-u", "postgres", "--", *command] if os.geteuid() == 0 else command
+
+
+@pytest.fixture(scope="session")
+def server() -> Iterator[str]:
+    """A PostgreSQL server on a Unix socket in a temporary folder; yields its base URL."""
+    folder = Path(tempfile.mkdtemp(prefix="fems-pg-"))
+    if os.geteuid() == 0:
+        shutil.chown(folder, "postgres")
+    data = folder / "data"
+    subprocess.run(
+        _as_server_user([_server_program("initdb"), "-D", str(data), "-A", "trust", "-U", "fems"]),
+        check=True,
+        capture_output=True,
+    )
+    options = f"-k {folder} -c listen_addresses='' -c fsync=off -c max_connections=300"
+    pg_ctl = _server_program("pg_ctl")
+    subprocess.run(
+        _as_server_user(
+            [pg_ctl, "-D", str(data), "-o", options, "-l", str(folder / "log"), "-w", "start"]
+        ),
+        check=True,
+        capture_output=True,
+    )
+    try:
+        yield f"postgresql+psycopg://fems@/{{database}}?host={folder}"
+    finally:
+        subprocess.run(
+            _as_server_user([pg_ctl, "-D", str(data), "-m", "immediate", "stop"]),
+            capture_output=True,
+        )
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def url(server: str, request: pytest.FixtureRequest) -> str:
+    """A fresh database per test, so tests never see each other's sessions."""
+    name = "t_" + "".join(c if c.isalnum() else "_" for c in request.node.name.lower())[:50]
+    admin = Store(server.format(database="postgres"))
+    with admin.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as db:
+        db.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}"')
+        db.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    admin.close()
+    return server.format(database=name)
+
+
+def test_sessions_messages_and_scopes(url: str) -> None:
+    with Store(url) as store:
+        assert store.open_session("new", title="T", script="s.fems", script_hash="h") == 1
+        assert store.open_session("9 / new") == 9
+        with pytest.raises(RunError, match="session 5 does not exist"):
+            store.open_session(5)
+        store.add_message(1, "prompt", "private", souls=["1"])
+        store.add_message(1, "narration", "night falls", souls=["1", "2"], users=["7"])
+        store.add_message(1, "reply", "the den", souls=["1"], speaker_name="@wolf")
+        assert builtin_context(store, 1, soul="1") == "[narrator]: night falls\n\n[@wolf]: the den"
+        assert builtin_context(store, 1, soul="2") == "[narrator]: night falls"
+        assert [m.seq for m in store.messages(1)] == [1, 2, 3]
+
+
+def test_two_hundred_concurrent_writers_from_two_engines(url: str) -> None:
+    stores = [Store(url), Store(url)]
+    session = stores[0].open_session()
+
+    async def write_all() -> None:
+        await asyncio.gather(
+            *(
+                stores[i % 2].aadd_message(session, "reply", f"m{i}", souls=[str(i % 5)])
+                for i in range(200)
+            )
+        )
+
+    asyncio.run(write_all())
+    messages = stores[0].messages(session)
+    assert sorted(m.content for m in messages) == sorted(f"m{i}" for i in range(200))
+    assert [m.seq for m in messages] == list(range(1, 201))
+    assert len(stores[1].visible_messages(session, soul="0")) == 40
+    for store in stores:
+        store.close()
+
+
+def test_a_whole_werewolf_game_on_postgres_leaks_nothing(url: str, tmp_path: Path) -> None:
+    module = tmp_path / "werewolf.py"
+    build_file(WEREWOLF / "werewolf.fems", module, bundle=True)
+    trace, result = tmp_path / "trace.jsonl", tmp_path / "result.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(module),
+            "--model",
+            "fems/mock",
+            "--seed",
+            "5",
+            "--db",
+            url,
+            "--trace",
+            str(trace),
+            "--result",
+            str(result),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    outcome = json.loads(result.read_text())
+    assert outcome["status"] == "completed" and outcome["vars"]["winner"]
+    with Store(url) as store:
+        session = outcome["session"]
+        wolves = set(outcome["vars"]["wolves"])
+        den = {
+            m.id
+            for m in store.messages(session)
+            if m.action == "wolf_discuss" and m.kind == "reply"
+        }
+        assert den
+        for actor in ("@Alice", "@Bob", "@Cleo", "@Dan", "@Eve", "@Fay"):
+            seen = {m.id for m in store.visible_messages(session, soul=actor[1:].lower())}
+            assert bool(seen & den) == (actor in wolves), actor
