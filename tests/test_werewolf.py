@@ -73,7 +73,11 @@ def games(werewolf: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> dic
     for seed in SEEDS:
         trace = root / f"trace-{seed}.jsonl"
         outcome = werewolf.run(
-            model="fems/mock", seed=seed, db=f"sqlite:///{root / 'games.db'}", trace=trace
+            model="fems/mock",
+            seed=seed,
+            souls=EXAMPLE / "souls.yaml",
+            db=f"sqlite:///{root / 'games.db'}",
+            trace=trace,
         )
         assert outcome.status == "completed"
         events = [json.loads(line) for line in trace.read_text(encoding="utf-8").splitlines()]
@@ -103,6 +107,14 @@ def test_the_winner_agrees_with_the_survivors(games: dict[int, Game], seed: int)
         assert game.variables["winner"] == "werewolves"
     else:
         assert game.variables["day"] == MAX_DAYS
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_each_actor_speaks_with_its_own_persona(games: dict[int, Game], seed: int) -> None:
+    for call in games[seed].calls:
+        system = call["messages"][0]
+        assert system["role"] == "system"
+        assert f"You are {call['actor'][1:]}" in system["content"]
 
 
 @pytest.mark.parametrize("seed", SEEDS)
