@@ -17,6 +17,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+import yaml
 
 from fems2py.build import build_file
 
@@ -111,10 +112,12 @@ def test_the_winner_agrees_with_the_survivors(games: dict[int, Game], seed: int)
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_each_actor_speaks_with_its_own_persona(games: dict[int, Game], seed: int) -> None:
+    souls = yaml.safe_load((EXAMPLE / "souls.yaml").read_text(encoding="utf-8"))["souls"]
     for call in games[seed].calls:
         system = call["messages"][0]
         assert system["role"] == "system"
-        assert f"You are {call['actor'][1:]}" in system["content"]
+        persona = souls[call["actor"][1:].lower()]["persona"].strip()
+        assert persona in system["content"]
 
 
 @pytest.mark.parametrize("seed", SEEDS)
