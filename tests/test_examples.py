@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from fems2py.build import build_file
+from fems2py.frontend import analyze
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -47,6 +48,12 @@ def _load(path: Path) -> ModuleType:
 
 def _seen(call: dict[str, Any]) -> str:
     return "\n".join(str(message.get("content", "")) for message in call["messages"])
+
+
+@pytest.mark.parametrize("script", sorted(EXAMPLES.glob("*/*.fems")), ids=lambda p: p.stem)
+def test_every_example_checks_clean(script: Path) -> None:
+    _, diagnostics = analyze(script)
+    assert [d.format() for d in diagnostics] == []
 
 
 @pytest.fixture(scope="module")
