@@ -15,7 +15,7 @@ import ast
 import keyword
 import re
 import unicodedata
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, Protocol
@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import jinja2
 
 from fems2py import __version__
+from fems2py.expressions import ALLOWED_CALLS
 from fems2py.nodes import (
     Action,
     ActorDef,
@@ -53,10 +54,12 @@ from fems2py.nodes import (
 
 TERMINALS = frozenset({"END", "OUT", "BREAK"})
 
-# Names the generated module defines or imports itself; a .fems name equal to one of them gets
-# a suffix so it cannot shadow them.
-_TAKEN = frozenset(
+# Names the generated module defines, imports or calls itself (conditions call the builtins of
+# §12.2, dropdown specs call `tuple`); a .fems name equal to one of them gets a suffix so it
+# cannot shadow them.
+_TAKEN = ALLOWED_CALLS | frozenset(
     {
+        "tuple",
         "annotations",
         "fr",
         "ctx",
@@ -305,6 +308,8 @@ class CodeGenerator:
         self.sha256 = sha256
         self.namer = Namer()
         self.items: list[ActionView | FlowView] = []
+        # An action's `dict[i]` may run inside `for i in …` (§12.7): `i` is a variable there.
+        self.loop_vars = frozenset(_loop_vars(self.script.flow, self.script.modules))
 
     def marker(self, line: int) -> Marker:
         return Marker(self.file, line)
@@ -507,7 +512,7 @@ class CodeGenerator:
     def key_code(self, scope: Scope, key: str) -> str:
         """The Python for the key of a ``dict.@x`` / ``dict[key]`` target."""
         key = key.strip()
-        if key.startswith("@") or key in scope.variables:
+        if key.startswith("@") or key in scope.variables or key in self.loop_vars:
             return _read_code(key)
         quoted = re.fullmatch(r"""(["'“])(.*)(["'”])""", key, flags=re.S)
         if quoted:
@@ -652,6 +657,19 @@ class CodeGenerator:
 
 
 # ------------------------------------------------------------------------------ helpers
+
+
+def _loop_vars(flow: Graph | None, modules: Iterable[Module]) -> Iterator[str]:
+    """Every ``for``/``par`` variable bound anywhere in these flows, nested bodies included."""
+    graphs = [flow] if flow is not None else []
+    graphs += [module.flow for module in modules if module.flow is not None]
+    for graph in graphs:
+        for node in graph.nodes:
+            if isinstance(node.binding, Loop):
+                yield node.binding.var
+                yield from _loop_vars(node.binding.body, ())
+    for module in modules:
+        yield from _loop_vars(None, module.modules)
 
 
 def _meta_dict(entries: Iterable[MetaEntry]) -> dict[str, Any]:

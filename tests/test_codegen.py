@@ -62,6 +62,10 @@ def test_py_never_lets_user_text_escape_its_quotes() -> None:
         ("main_flow", "main_flow_"),
         ("1st", "_1st"),
         ("a-b", "a_b"),
+        # builtins that generated conditions and specs call (§12.2) must stay reachable
+        ("len", "len_"),
+        ("round", "round_"),
+        ("tuple", "tuple_"),
     ],
 )
 def test_python_name_keeps_fems_names_readable_and_valid(name: str, expected: str) -> None:

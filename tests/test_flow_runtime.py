@@ -344,3 +344,59 @@ mainflow:
 def test_module_limits_stop_the_run(tmp_path: Path, source: str, message: str) -> None:
     with pytest.raises(RunError, match=message):
         run_script(tmp_path, source)
+
+
+BUILTIN_NAMES = """
+vars:
+    n = 0
+    pick = ""
+    alive = [@a, @b]
+actors:
+    ai @a
+    ai @b
+action len @assign:
+    out: n += 1
+action round @assign:
+    out: n += 10
+action tuple @ai(@a):
+    prompt: Pick one.
+    out: pick(dropdown, choices={alive})
+mainflow:
+    [START] -> len -> round -> tuple -> [A]
+    [A] -> if (len(alive) == 2 and round(1.4) == 1) -> [END]
+"""
+
+
+def test_actions_named_like_builtins_do_not_shadow_them(tmp_path: Path) -> None:
+    result, _ = run_script(tmp_path, BUILTIN_NAMES, model="fems/mock", seed=1)
+    assert result.variables["n"] == 11
+    assert result.variables["pick"] in ("@a", "@b")
+
+
+LOOP_KEY = """
+vars:
+    d = {}
+    @who = ""
+    tally = {}
+actors:
+    ai @a
+action put @assign:
+    out: d[i] = i
+         tally[k] += 1
+mainflow:
+    [START] -> [L]
+    [L] -> for i in [1, 2]:
+        -> [P]
+        [P] -> for k in ["x", "y"]:
+            -> put ->
+        ->
+    -> [END]
+"""
+
+
+def test_a_loop_variable_used_as_a_dict_key_in_an_action_reads_the_binding(
+    tmp_path: Path,
+) -> None:
+    result, _ = run_script(tmp_path, LOOP_KEY)
+    assert result.variables["d"] == {"1": 1, "2": 2}
+    assert result.variables["tally"] == {"x": 2, "y": 2}
