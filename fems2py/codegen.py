@@ -145,6 +145,7 @@ class NodeView:
     edges: tuple[EdgeView, ...] = ()
     stuck: str = "raise"  # "raise" (flow stuck error) or "skip" (a loop head, §12.7)
     conditions_code: str = "()"
+    conditions_line: int = 0  # where a "flow stuck" error points: the first condition
     fork_code: str = ""
 
 
@@ -594,9 +595,8 @@ class CodeGenerator:
                 node.name, marker, not is_head, binding, "goto", result_code=py(edges[0].target)
             )
         edge_views = tuple(self.edge_view(edge) for edge in edges)
-        conditions = tuple(
-            (edge.condition.text, _reads(edge.condition)) for edge in edges if edge.condition
-        )
+        conditional = [(edge.condition, edge.span.line) for edge in edges if edge.condition]
+        conditions = tuple((condition.text, _reads(condition)) for condition, _ in conditional)
         merge = self.merge_node(scope.key, node.name)
         fork_args = [
             function,
@@ -617,6 +617,7 @@ class CodeGenerator:
             edges=edge_views,
             stuck="skip" if is_head else "raise",
             conditions_code=py(conditions),
+            conditions_line=conditional[0][1] if conditional else node.span.line,
             fork_code=f"ctx.fork({', '.join(fork_args)})",
         )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
@@ -216,7 +217,8 @@ def test_stuck_flow_names_the_line_each_condition_and_its_values(tmp_path: Path)
     with pytest.raises(RunError) as caught:
         run_script(tmp_path, STUCK)
     message = str(caught.value)
-    assert message.startswith("t.fems:4: error: flow stuck after [A]")
+    # the line of the conditions, not the line that first mentions [A]
+    assert message.startswith("t.fems:5: error: flow stuck after [A]")
     assert "if (x > 5)  where x = 1" in message
     assert "if (x < 0)  where x = 1" in message
 
@@ -400,3 +402,32 @@ def test_a_loop_variable_used_as_a_dict_key_in_an_action_reads_the_binding(
     result, _ = run_script(tmp_path, LOOP_KEY)
     assert result.variables["d"] == {"1": 1, "2": 2}
     assert result.variables["tally"] == {"x": 2, "y": 2}
+
+
+STUCK_IN_A_LOOP_BRANCH = """
+vars:
+    x = 1
+action fine @assign:
+    out: x += 1
+mainflow:
+    [START] -> [L]
+    [L] -> for i in range(2):
+        -> [F]
+        [F] -> fine ->
+        [F] -> [A]
+        [A] -> fork:
+            -> if (x > 5) -> fine ->
+            -> if (x < 0) -> fine ->
+    -> [END]
+"""
+
+
+def test_a_run_error_is_one_trace_event_at_the_node_that_failed(tmp_path: Path) -> None:
+    with pytest.raises(RunError) as caught:
+        run_script(tmp_path, STUCK_IN_A_LOOP_BRANCH)
+    assert str(caught.value).startswith("t.fems:12: error: flow stuck after [A]")
+    lines = (tmp_path / "trace.jsonl").read_text(encoding="utf-8").splitlines()
+    errors = [e for e in map(json.loads, lines) if e["event"] == "error"]
+    assert len(errors) == 1
+    assert (errors[0]["node"], errors[0]["line"]) == ("A", 12)
+    assert errors[0]["message"] == str(caught.value)

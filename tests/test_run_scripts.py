@@ -172,11 +172,11 @@ def test_cli_reports_a_stuck_flow_at_the_fems_line_and_exits_1(tmp_path: Path) -
     module = build_script(tmp_path, STUCK)
     completed = _run(module, "--db", ":memory:", "--result", "result.json", cwd=tmp_path)
     assert completed.returncode == 1
-    assert "t.fems:5: error: flow stuck after [A]" in completed.stderr
+    assert "t.fems:6: error: flow stuck after [A]" in completed.stderr
     assert "where x = 1" in completed.stderr and "where name = 'ok'" in completed.stderr
     assert "Traceback" not in completed.stderr
     result = json.loads((tmp_path / "result.json").read_text(encoding="utf-8"))
-    assert result["status"] == "failed" and result["error"].startswith("t.fems:5:")
+    assert result["status"] == "failed" and result["error"].startswith("t.fems:6:")
 
 
 @pytest.mark.parametrize(

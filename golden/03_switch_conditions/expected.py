@@ -72,6 +72,7 @@ async def main_flow(
                             ("(score >= 5 or hp.@Eve <= 0)", ("score", "@Eve.hp")),
                             ("(rules.is_over(score) == true)", ("score",)),
                         ),
+                        line=24,
                     )
                 node = await ctx.fork(main_flow, "Check", targets, merge="END", stop=stop)
             # input.fems:24
@@ -88,7 +89,7 @@ async def main_flow(
                 if ctx["done"] == True:  # noqa: E712
                     targets.append("END")
                 if not targets:
-                    raise ctx.stuck("High", (("(done == true)", ("done",)),))
+                    raise ctx.stuck("High", (("(done == true)", ("done",)),), line=28)
                 node = await ctx.fork(main_flow, "High", targets, merge=None, stop=stop)
             # input.fems:26
             case "END":

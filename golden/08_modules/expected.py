@@ -59,7 +59,9 @@ async def main_flow(
                 if ctx["day"] >= 10:
                     targets.append("finish@25:34")
                 if not targets:
-                    raise ctx.stuck("Again", (("(day < 10)", ("day",)), ("(day >= 10)", ("day",))))
+                    raise ctx.stuck(
+                        "Again", (("(day < 10)", ("day",)), ("(day >= 10)", ("day",))), line=24
+                    )
                 node = await ctx.fork(main_flow, "Again", targets, merge="finish@25:34", stop=stop)
             # input.fems:25
             case "finish@25:34":
@@ -110,7 +112,9 @@ async def Day(ctx: fr.Context, node: str | None = "IN", stop: tuple[str, ...] = 
                 if ctx["day"] <= 3:
                     targets.append("OUT")
                 if not targets:
-                    raise ctx.stuck("Check", (("(day > 3)", ("day",)), ("(day <= 3)", ("day",))))
+                    raise ctx.stuck(
+                        "Check", (("(day > 3)", ("day",)), ("(day <= 3)", ("day",))), line=16
+                    )
                 node = await ctx.fork(Day, "Check", targets, merge=None, stop=stop)
             # input.fems:16
             case "BREAK":

@@ -84,7 +84,9 @@ async def main_flow(
                 if ctx["计数"] >= 3:
                     targets.append("END")
                 if not targets:
-                    raise ctx.stuck("B", (("(计数 < 3)", ("计数",)), ("(计数 >= 3)", ("计数",))))
+                    raise ctx.stuck(
+                        "B", (("(计数 < 3)", ("计数",)), ("(计数 >= 3)", ("计数",))), line=22
+                    )
                 node = await ctx.fork(main_flow, "B", targets, merge="END", stop=stop)
             # input.fems:23
             case "END":

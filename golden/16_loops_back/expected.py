@@ -62,7 +62,7 @@ async def main_flow(
                     targets.append("T")
                 if not targets:
                     raise ctx.stuck(
-                        "L", (("(tries < 3)", ("tries",)), ("(tries >= 3)", ("tries",)))
+                        "L", (("(tries < 3)", ("tries",)), ("(tries >= 3)", ("tries",))), line=13
                     )
                 node = await ctx.fork(main_flow, "L", targets, merge="T", stop=stop)
             # input.fems:14
@@ -82,7 +82,7 @@ async def main_flow(
                     targets.append("END")
                 if not targets:
                     raise ctx.stuck(
-                        "U", (("(talks < 2)", ("talks",)), ("(talks >= 2)", ("talks",)))
+                        "U", (("(talks < 2)", ("talks",)), ("(talks >= 2)", ("talks",))), line=15
                     )
                 node = await ctx.fork(main_flow, "U", targets, merge="END", stop=stop)
             # input.fems:16

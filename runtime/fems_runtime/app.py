@@ -24,7 +24,7 @@ from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from fems_runtime import funcs
-from fems_runtime.flow import Context, FlowFunction, FuncSpec, MethodSpec
+from fems_runtime.flow import Context, FlowFunction, FuncSpec, MethodSpec, failed_node
 from fems_runtime.records import RunError, StepCounter, TraceWriter, write_result
 from fems_runtime.transcript import Transcript
 from fems_runtime.variables import ActorSpec, BlueprintSpec, Variables
@@ -218,7 +218,12 @@ class Program:
                 await self.main_flow(ctx)
             except BaseException as error:
                 located = self.locate(error)
-                writer.write("error", node=ctx.node, message=str(located))
+                writer.write(
+                    "error",
+                    node=failed_node(error) or ctx.node,
+                    line=getattr(located, "line", None),
+                    message=str(located),
+                )
                 if result is not None:
                     write_result(
                         result,

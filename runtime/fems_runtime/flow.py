@@ -213,16 +213,18 @@ class Context:
         self.services.trace.write("step", node=node, line=line)
         await asyncio.sleep(0)  # a point where a cancelled branch (join(n)) stops
 
-    def stuck(self, node: str, conditions: Sequence[tuple[str, Sequence[str]]]) -> RunError:
-        """The "flow stuck" error (§12.3): every condition and the values it read."""
+    def stuck(
+        self, node: str, conditions: Sequence[tuple[str, Sequence[str]]], *, line: int
+    ) -> RunError:
+        """The "flow stuck" error (§12.3) at the ``line`` of the conditions: every condition
+        and the values it read."""
         parts = []
         for text, reads in conditions:
             values = ", ".join(f"{path} = {self._show(path)}" for path in reads)
             shown = text if text.startswith("(") and text.endswith(")") else f"({text})"
             parts.append(f"  if {shown}" + (f"  where {values}" if values else ""))
         message = f"flow stuck after [{node}]: no out-edge condition holds\n" + "\n".join(parts)
-        self.services.trace.write("error", node=node, line=self.line, message=message)
-        return self.error(message)
+        return RunError(message, self.services.file, line)
 
     def _show(self, path: str) -> str:
         try:
@@ -269,7 +271,7 @@ class Context:
 
         async def branch(index: int) -> None:
             nonlocal arrived
-            result = await flow(self._derive(frames[index]), targets[index], inner_stop)
+            result = await _enter(flow, self._derive(frames[index]), targets[index], inner_stop)
             frames[index].finish()
             results[index] = result
             if result in TERMINALS:
@@ -313,12 +315,12 @@ class Context:
             ) from None
         if kind == "for":
             for item in snapshot:
-                await body(self._derive(self.frame.loop({var: item})))
+                await _enter(body, self._derive(self.frame.loop({var: item})), None)
             return
         frames = [self.frame.branch(f"par {var}={format_value(item)}") for item in snapshot]
 
         async def iteration(index: int) -> None:
-            await body(self._derive(frames[index].loop({var: snapshot[index]})))
+            await _enter(body, self._derive(frames[index].loop({var: snapshot[index]})), None)
             frames[index].finish()
 
         await _run_all([iteration(i) for i in range(len(snapshot))], [])
@@ -342,9 +344,29 @@ class Context:
         )
         methods = {**self.methods, **{m.name: m for m in spec.methods}}
         inner = Context(self.services, frame, steps, methods=methods)
-        result = await flow(inner)
+        result = await _enter(flow, inner, None)
         exits = inner._call.exits | ({result} if result in TERMINALS else set())
         return "OUT" if "OUT" in exits else "BREAK"
+
+
+async def _enter(
+    flow: FlowFunction, ctx: Context, node: str | None, stop: tuple[str, ...] = ()
+) -> str | None:
+    """Run ``flow`` from ``node`` (None: its start) in ``ctx``; an error escaping it remembers
+    the innermost node it came from, for the run's ``error`` trace event (§16.3)."""
+    try:
+        if node is None:
+            return await flow(ctx)
+        return await flow(ctx, node, stop)
+    except Exception as error:
+        if failed_node(error) is None:
+            error.fems_node = ctx.node  # type: ignore[attr-defined]
+        raise
+
+
+def failed_node(error: BaseException) -> str | None:
+    """The node a run error escaped from, when it escaped a branch, loop body or module."""
+    return getattr(error, "fems_node", None)
 
 
 async def _run_all(
@@ -380,6 +402,7 @@ __all__ = [
     "FuncSpec",
     "MethodSpec",
     "ModuleSpec",
+    "failed_node",
     "lines",
     "module",
 ]
