@@ -226,6 +226,22 @@ def test_the_dead_stay_silent(games: dict[int, Game], seed: int) -> None:
 
 
 @pytest.mark.parametrize("seed", SEEDS)
+def test_only_the_exiled_say_last_words(games: dict[int, Game], seed: int) -> None:
+    voters: set[str] = set()
+    speakers: list[str] = []
+    for event in games[seed].events:
+        if event["event"] == "func" and event["action"] == "tally":
+            voters = set(event["inputs"]["alive"])
+        elif event["event"] == "llm_call" and event["action"] == "last_words":
+            speakers.append(event["actor"])
+        elif event["event"] == "func" and event["action"] == "check_win" and speakers:
+            (exiled,) = speakers
+            assert exiled in voters
+            assert exiled not in event["inputs"]["alive"]
+            speakers = []
+
+
+@pytest.mark.parametrize("seed", SEEDS)
 def test_each_potion_is_used_at_most_once(games: dict[int, Game], seed: int) -> None:
     nights = [
         event["inputs"]
@@ -246,7 +262,7 @@ def test_a_silent_table_still_ends(werewolf: ModuleType, tmp_path: Path) -> None
     )
     final = outcome.variables
     assert final["winner"] in ("villagers", "werewolves")
-    assert final["exiled"] == ""  # every ballot was blank
+    assert final["@exiled"] == ""  # every ballot was blank
     assert 1 <= final["day"] <= MAX_DAYS
 
 

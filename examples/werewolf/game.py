@@ -190,7 +190,7 @@ def tally(
         return {
             "alive": list(alive),
             "wolves_alive": _living(wolves, alive),
-            "exiled": "",
+            "@exiled": "",
             "vote_summary": f"All {spoiled} ballots were spoiled; nobody is exiled.",
         }
     top = max(counts.values())
@@ -200,7 +200,7 @@ def tally(
     return {
         "alive": survivors,
         "wolves_alive": _living(wolves, survivors),
-        "exiled": exiled,
+        "@exiled": exiled,
         "vote_summary": f"Votes — {tallies}; spoiled: {spoiled}. {exiled} is exiled.",
     }
 
