@@ -159,6 +159,8 @@ class Checker:
         self.code_files: dict[str, Path] = {}
         self.broken_aliases: set[str] = set()
         self.actors = {actor.name for actor in script.actors}
+        #: Names whose definition had a syntax error: already reported, so their uses pass.
+        self.broken = script.broken_names
         self.root = Namespace("main", None, None)
         self.namespaces: dict[int, Namespace] = {}
         self.action_uses: dict[int, list[Use]] = {}
@@ -360,6 +362,8 @@ class Checker:
         self, name: str, span: Span, names: set[str], *, string_hint: bool = False
     ) -> bool:
         """A read of a variable or actor (§4.1); reports and returns False when undeclared."""
+        if name in self.broken:
+            return True
         if name.startswith("@"):
             if name in self.actors or name in names:
                 return True
@@ -400,6 +404,8 @@ class Checker:
 
     def check_target(self, target: Target, names: set[str]) -> None:
         """An assignment or out target (§9.6, §10.4): the variable must be declared."""
+        if target.name in self.broken or target.key in self.broken:
+            return
         if target.key is not None and target.key.startswith("@"):
             self.check_name(target.key, target.span, names)
             if target.name in STATIC_ATTRIBUTES:
@@ -434,7 +440,7 @@ class Checker:
                     f"unknown built-in 'system.{ref.func}'", ref.span, "did you mean 'spawn'?"
                 )
             return None
-        if ref.alias in self.broken_aliases:
+        if ref.alias in self.broken_aliases or ref.alias in self.broken:
             return None
         functions = self.signatures.get(ref.alias)
         if functions is None:
@@ -489,6 +495,8 @@ class Checker:
         for arg in call.args:
             self.check_expr(arg, names, string_hint=True)
         module = namespace.find_module(call.module)
+        if module is None and call.module in self.broken:
+            return
         if module is None:
             hint = suggest(call.module, namespace.visible("modules"))
             self.error(f"undefined module '&{call.module}'", call.span, hint)
@@ -610,6 +618,8 @@ class Checker:
                 continue
             method = namespace.find_method(name)
             span = dict(action.field_spans).get(kind, action.span)
+            if method is None and name in self.broken:
+                continue
             if method is None:
                 candidates = {
                     n for lv in namespace.chain() for n, m in lv.methods.items() if m.kind == kind
@@ -623,7 +633,7 @@ class Checker:
         span = dict(action.field_spans).get("fallback", action.span)
         if isinstance(fallback, ModuleCall):
             self.check_module_call(fallback, namespace, names)
-        elif isinstance(fallback, str):
+        elif isinstance(fallback, str) and fallback not in self.broken:
             if namespace.find_action(fallback) is None:
                 hint = suggest(fallback, namespace.visible("actions"))
                 self.error(f"undefined fallback action '{fallback}'", span, hint)
@@ -646,7 +656,7 @@ class Checker:
         if signature is not None:
             self.check_arguments(signature, method.func, keywords, complete=True, span=method.span)
         for output in method.outputs:
-            if output not in names:
+            if output not in names and output not in self.broken:
                 self.error(f"undeclared variable '{output}'", method.span, suggest(output, names))
 
     # ------------------------------------------------------------------ helpers for flows

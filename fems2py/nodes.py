@@ -413,11 +413,17 @@ class FlowNode:
 
 @dataclass(frozen=True)
 class Graph:
-    """Nodes in order of first appearance, edges in source order."""
+    """Nodes in order of first appearance, edges in source order.
+
+    ``complete`` is False when the parser reported a syntax error inside this flow: the graph
+    lacks what the broken lines held, so checks of its shape (entry, reachability, dead ends)
+    would only echo that error.
+    """
 
     nodes: tuple[FlowNode, ...]
     edges: tuple[Edge, ...]
     span: Span
+    complete: bool = True
 
     def node(self, name: str) -> FlowNode:
         for node in self.nodes:
@@ -446,7 +452,12 @@ class Module:
 
 @dataclass(frozen=True)
 class Script:
-    """A whole ``.fems`` file."""
+    """A whole ``.fems`` file.
+
+    ``broken_names`` are names whose definition (variable, actor, action, module, method,
+    code alias, ``in:`` item) had a syntax error: they count as defined, so that their uses
+    are not reported again.
+    """
 
     path: str
     source: str
@@ -460,3 +471,4 @@ class Script:
     modules: tuple[Module, ...] = ()
     flow: Graph | None = None
     sketch: tuple[tuple[str, str], ...] = field(default=())
+    broken_names: frozenset[str] = frozenset()

@@ -202,8 +202,8 @@ class _GraphBuilder:
     def edge(self, source: str, target: str, condition: Expr | None, span: Span) -> None:
         self.edges.append(Edge(source, target, condition, span))
 
-    def build(self, span: Span) -> Graph:
-        return Graph(tuple(self.nodes.values()), tuple(self.edges), span)
+    def build(self, span: Span, complete: bool = True) -> Graph:
+        return Graph(tuple(self.nodes.values()), tuple(self.edges), span, complete)
 
 
 def _binding_key(binding: object) -> object:
@@ -222,6 +222,7 @@ class Parser:
         self.lines: list[SourceLine] = split_lines(source)
         self.diagnostics = Diagnostics()
         self.code_aliases: set[str] = self._find_code_aliases()
+        self.broken_names: set[str] = set()
 
     # ------------------------------------------------------------------ errors and spans
 
@@ -230,6 +231,9 @@ class Parser:
 
     def warning(self, message: str, span: Span, hint: str | None = None) -> None:
         self.diagnostics.warning(message, span, hint)
+
+    def error_count(self) -> int:
+        return sum(1 for item in self.diagnostics if item.severity == "error")
 
     def fail(self, message: str, span: Span, hint: str | None = None) -> NoReturn:
         """Report a syntax error and abandon the current line."""
@@ -326,6 +330,7 @@ class Parser:
             modules=tuple(defs.modules),
             flow=defs.flow,
             sketch=tuple(defs.sketch),
+            broken_names=frozenset(self.broken_names),
         )
 
     def _find_code_aliases(self) -> set[str]:
@@ -371,12 +376,19 @@ class Parser:
                 self.tok_span(head),
                 suggest(word, allowed) or "blocks are: " + ", ".join(allowed),
             )
-        if word in ("memory", "context"):
-            self.parse_method(index, end, tokens, defs)
-        elif word == "action":
-            self.parse_action(index, end, tokens, defs)
-        elif word == "module":
-            self.parse_module(index, end, tokens, defs)
+        definitions = {
+            "memory": self.parse_method,
+            "context": self.parse_method,
+            "action": self.parse_action,
+            "module": self.parse_module,
+        }
+        if word in definitions:
+            try:
+                definitions[word](index, end, tokens, defs)
+            except _Abort:
+                if len(tokens) > 1 and tokens[1].kind == "name":
+                    self.broken_names.add(tokens[1].text)
+                raise
         elif word == "blueprint":
             self.parse_blueprint(index, end, tokens, defs)
         else:
@@ -461,7 +473,14 @@ class Parser:
                 span = self.span(key.line, key.col, len(self.lines[item].code()))
                 defs.variables.append(VarDecl(key.text, value, span))
             except _Abort:
-                continue
+                self.note_broken(self.tokens(item)[0])
+
+    def note_broken(self, token: Token, actor: bool = False) -> None:
+        """Remember the name a broken definition was about to define (see Script.broken_names)."""
+        if token.kind == "name":
+            self.broken_names.add("@" + token.text if actor else token.text)
+        elif token.kind == "actor" and token.text != "@":
+            self.broken_names.add(token.text)
 
     def check_name(self, token: Token, what: str, allow_all: bool = False) -> None:
         """§2.3: reserved words are not names."""
@@ -488,7 +507,7 @@ class Parser:
                     )
                 defs.code.append(CodeAlias(key.text, value.path, self.line_span(item)))
             except _Abort:
-                continue
+                self.note_broken(self.tokens(item)[0])
 
     # ------------------------------------------------------------------ text values (§1.5)
 
@@ -738,7 +757,9 @@ class Parser:
                 self.no_body(item, item_end, "an actor definition")
                 defs.actors.append(self.parse_actor(item, tokens))
             except _Abort:
-                continue
+                tokens = self.tokens(item)
+                if len(tokens) > 1:
+                    self.note_broken(tokens[1], actor=True)
 
     def parse_actor(self, index: int, tokens: list[Token]) -> ActorDef:
         kind = tokens[0]
@@ -759,6 +780,12 @@ class Parser:
                     f"expected '=' after {name}", self.tok_span(tokens[2]), "write ai @x = soul:1"
                 )
             for piece in _split(tokens[3:]):
+                if len(piece) >= 2 and piece[0].text in ACTOR_PROPS and piece[1].text != ":":
+                    self.fail(
+                        f"expected ':' after '{piece[0].text}'",
+                        self.tok_span(piece[1]),
+                        f"write {piece[0].text}:{piece[1].text}",
+                    )
                 if len(piece) < 2 or piece[0].kind != "name" or piece[1].text != ":":
                     at = piece[0] if piece else tokens[2]
                     self.fail(
@@ -1134,6 +1161,7 @@ class Parser:
     def parse_inputs(self, index: int, col: int, end: int) -> tuple[Input, ...]:
         """``in: a, b = expr`` on the line and/or one or more per deeper line."""
         inputs: list[Input] = []
+        attempted = False
         rows = [(index, col)] + [
             (sub, 0) for sub in range(index + 1, end) if not self.lines[sub].blank
         ]
@@ -1142,11 +1170,12 @@ class Parser:
             for piece in _split(tokens):
                 if not piece:
                     continue
+                attempted = True
                 try:
                     inputs.append(self.parse_input(piece))
                 except _Abort:
-                    continue
-        if not inputs:
+                    self.note_broken(piece[0])
+        if not attempted:
             self.fail("expected at least one name after 'in:'", self.eol_span(index))
         return tuple(inputs)
 
@@ -1156,11 +1185,17 @@ class Parser:
             self.fail(f"expected a parameter name, found '{name.text}'", self.tok_span(name))
         if len(piece) == 1:
             return Input(name.text, None, self.tok_span(name))
-        if piece[1].text != "=" or len(piece) < 3:
+        if piece[1].text != "=":
             self.fail(
                 f"expected '=' or ',' after '{name.text}'",
                 self.tok_span(piece[1]),
                 "write name = expression",
+            )
+        if len(piece) < 3:
+            self.fail(
+                f"expected an expression after '{name.text} ='",
+                self.tok_span(piece[1]),
+                f"write {name.text} = variable (or leave out '=' to pass '{name.text}' itself)",
             )
         expr = self.expression(piece[2:], value=True)
         return Input(name.text, expr, self.tok_span(name, piece[-1]))
@@ -1188,6 +1223,7 @@ class Parser:
     def parse_outs(self, index: int, col: int, end: int) -> tuple[Out, ...]:
         """``out: a, b?, c: int, d(enum([x, y]), "label"), e: dropdown, choices={…}``."""
         outs: list[Out] = []
+        attempted = False
         rows = [(index, col)] + [
             (sub, 0) for sub in range(index + 1, end) if not self.lines[sub].blank
         ]
@@ -1204,11 +1240,12 @@ class Parser:
                 else:
                     merged.append(piece)
             for piece in merged:
+                attempted = True
                 try:
                     outs.append(self.parse_out(piece))
                 except _Abort:
-                    continue
-        if not outs:
+                    self.note_broken(piece[0])
+        if not attempted:
             self.fail("expected at least one output after 'out:'", self.eol_span(index))
         return tuple(outs)
 
@@ -1222,6 +1259,8 @@ class Parser:
         out_type: OutType | None = None
         if pos < len(piece) and piece[pos].text == "(":
             close = _match(piece, pos)
+            if close < 0:
+                self.fail("'(' is never closed", self.tok_span(piece[pos]), "close it with ')'")
             if close != len(piece) - 1:
                 self.fail("expected the out's (type, …) to end the item", self.tok_span(piece[pos]))
             out_type = self.parse_out_type(piece[pos + 1 : close], piece[pos])
@@ -1492,12 +1531,13 @@ class Parser:
 
     def parse_flow_block(self, index: int, end: int, defs: _Definitions) -> None:
         graph = _GraphBuilder(self)
+        errors = self.error_count()
         pending = self.parse_flow_lines(index + 1, end, graph, start_from=None, loop=None)
         self.drop_pending(pending, None)
         last = max(index, end - 1)
         span = Span(self.path, index + 1, 1, last + 1, len(self.lines[last].raw) + 1)
         if defs.flow is None:  # a second flow was reported by once(); the first one counts
-            defs.flow = graph.build(span)
+            defs.flow = graph.build(span, complete=self.error_count() == errors)
 
     def drop_pending(self, pending: _Pending | None, loop: _LoopBody | None) -> None:
         """A trailing ``->`` nothing continued: an iteration end in a loop body, else an error."""
@@ -1666,11 +1706,7 @@ class Parser:
             if stop == pos + 1:
                 self.fail("expected a condition after 'if'", self.tok_span(tokens[pos]))
             if stop == len(tokens):
-                self.fail(
-                    "expected '->' after the condition",
-                    self.tok_span(tokens[-1]),
-                    "write -> if (condition) -> [Node]",
-                )
+                self.missing_condition_arrow(tokens, pos + 1)
             condition = self.expression(tokens[pos + 1 : stop])
             if condition is None:
                 raise _Abort
@@ -1689,6 +1725,29 @@ class Parser:
                 pos += 1
             return condition, pos
         return None, pos
+
+    def missing_condition_arrow(self, tokens: list[Token], start: int) -> NoReturn:
+        """``-> if (c) [B]`` or ``-> if (c -> [B]``: say which of the two went wrong."""
+        opener = _unclosed(tokens[start:])
+        if opener is not None:
+            self.fail(
+                f"'{opener.text}' is never closed",
+                self.tok_span(opener),
+                f"close it with '{_CLOSERS[opener.text]}'",
+            )
+        hint = "write -> if (condition) -> [Node], or -> (if condition) [Node]"
+        for at in range(start + 1, len(tokens)):
+            if tokens[at].text == "[" and _depth(tokens[start:at]) == 0:
+                self.fail(
+                    f"expected '->' before {_describe_node(tokens, at)}",
+                    self.tok_span(tokens[at]),
+                    hint,
+                )
+        self.fail("expected '->' after the condition", self.eol_token_span(tokens[-1]), hint)
+
+    def eol_token_span(self, token: Token) -> Span:
+        """Just past ``token``: where something missing at the end of a line belongs."""
+        return self.span(token.line, token.end, token.end + 1)
 
     def parse_element(self, tokens: list[Token], pos: int, graph: _GraphBuilder) -> tuple[str, int]:
         """``[Name]``, ``[Name]: target``, a bare action or ``&Module(args)``."""
@@ -1891,6 +1950,24 @@ def _path_ref(match: re.Match[str], span: Span) -> PathRef:
     if second is not None and first.startswith("@"):
         return PathRef(first, span, attr=second)
     return PathRef(first, span)
+
+
+def _describe_node(tokens: list[Token], pos: int) -> str:
+    """``[Name]`` when the tokens at ``pos`` spell one, else just ``'['``."""
+    if pos + 2 < len(tokens) and tokens[pos + 1].kind == "name" and tokens[pos + 2].text == "]":
+        return f"[{tokens[pos + 1].text}]"
+    return "'['"
+
+
+def _unclosed(tokens: list[Token]) -> Token | None:
+    """The first bracket that is never closed, or None."""
+    stack: list[Token] = []
+    for token in tokens:
+        if token.text in _CLOSERS:
+            stack.append(token)
+        elif token.text in (")", "]", "}") and stack:
+            stack.pop()
+    return stack[0] if stack else None
 
 
 def _describe(tokens: list[Token], pos: int) -> str:

@@ -203,14 +203,23 @@ class FlowChecker:
         checker = self.checker
         parts = split_parts(graph)
         in_module = namespace.module is not None
+        errors = len(checker.items)
         self.check_ownership(parts)
         for part in parts:
-            names = checker.names_of(namespace) | part.loop_vars
             self.check_reserved(part, in_module)
+        # A flow with a syntax error, or with nodes where they may not be, has no meaningful
+        # shape: reachability and dead-end reports would only echo that first error.
+        shape_known = graph.complete and len(checker.items) == errors
+        for part in parts:
+            names = checker.names_of(namespace) | part.loop_vars
             for node in part.graph.nodes:
                 self.check_binding(node, part, namespace, names)
             for edge in part.graph.edges:
                 checker.check_expr(edge.condition, names, string_hint=True)
+        if not shape_known:
+            for part in parts:
+                self.compute_merges(key, part)
+            return
         top = parts[0]
         entry = "IN" if in_module else "START"
         if entry not in top.names:
@@ -282,6 +291,8 @@ class FlowChecker:
         binding = node.binding
         if isinstance(binding, str):
             action = namespace.find_action(binding)
+            if action is None and binding in checker.broken:
+                return
             if action is None:
                 hint = suggest(binding, namespace.visible("actions"))
                 if hint is None and namespace.find_module(binding) is not None:
