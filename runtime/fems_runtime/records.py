@@ -51,7 +51,10 @@ class RunError(Exception):
 
 
 class TraceWriter:
-    """Appends one JSON object per event to a JSONL file (§16.3); safe to call from any thread."""
+    """Writes one JSON object per event to a JSONL file (§16.3); safe to call from any thread.
+
+    A path is truncated when the run starts, so the file holds exactly this run's events.
+    """
 
     def __init__(self, target: str | Path | IO[str] | None) -> None:
         self._lock = threading.Lock()
@@ -60,7 +63,7 @@ class TraceWriter:
         if target is None:
             self._stream = None
         elif isinstance(target, str | Path):
-            self._stream = open(target, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+            self._stream = open(target, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
             self._owned = True
         else:
             self._stream = target
