@@ -127,10 +127,9 @@ def extract_signals(reply: str) -> list[RawSignal]:
         opener = next((o for o in _OPENERS if reply.startswith(o, i)), None)
         close = _find_close(reply, i + len(opener)) if opener else None
         if opener is None or close is None:
-            line_end = reply.find("\n", match.start())
-            end = len(reply) if line_end < 0 else line_end
+            end = _malformed_end(reply, match.end())
             found.append(RawSignal(reply[match.start() : end].strip(), None, match.start(), end))
-            pos = max(end, match.end())
+            pos = end
             continue
         body_end, end = close
         body = reply[i + len(opener) : body_end]
@@ -138,11 +137,21 @@ def extract_signals(reply: str) -> list[RawSignal]:
         pos = end
 
 
+def _malformed_end(reply: str, start: int) -> int:
+    """Where a signal without a closed bracket pair ends: at the end of its line or at the next
+    signal's prefix, whichever comes first (so the next signal is still read)."""
+    line_end = reply.find("\n", start)
+    end = len(reply) if line_end < 0 else line_end
+    following = _PREFIX.search(reply, start, end)
+    return following.start() if following is not None else end
+
+
 def _find_close(text: str, start: int) -> tuple[int, int] | None:
     """The first closing bracket after ``start`` outside quoted values: (body end, signal end).
 
     A quote only opens a string where a value can start (after ``= ( [ { , :`` or at the start),
-    so apostrophes in bare text (``it's``) are just characters.
+    so apostrophes in bare text (``it's``) are just characters. Another signal's prefix outside
+    quotes means this signal was never closed.
     """
     i = start
     quote: str | None = None
@@ -157,7 +166,7 @@ def _find_close(text: str, start: int) -> tuple[int, int] | None:
                 quote = None
         elif ch in _QUOTES and previous in _VALUE_STARTS:
             quote = _QUOTES[ch]
-        elif ch == "\n" and _PREFIX.match(text, i + 1):
+        elif _PREFIX.match(text, i):
             return None
         else:
             closer = next((c for c in _CLOSERS if text.startswith(c, i)), None)
