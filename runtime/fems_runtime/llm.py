@@ -167,13 +167,17 @@ class ModelClient:
 
     @classmethod
     def for_project(
-        cls, base_dir: str | Path = ".", *, load_env: bool = True, **options: Any
+        cls, *base_dirs: str | Path, load_env: bool = True, **options: Any
     ) -> ModelClient:
-        """A client configured from `fems.toml` and `.env` in `base_dir` (§15.2)."""
-        base = Path(base_dir)
-        if load_env:
-            load_dotenv(base / ".env")
-        return cls(model_map=load_model_map(base / "fems.toml"), **options)
+        """A client configured from `fems.toml` and `.env` in `base_dirs` (default: the working
+        directory) (§15.2); on a conflict the later directory wins."""
+        model_map: dict[str, str | dict[str, Any]] = {}
+        for base in reversed([Path(d) for d in base_dirs or (".",)]):
+            if load_env:
+                load_dotenv(base / ".env")  # never overrides: the later directory's comes first
+        for base in [Path(d) for d in base_dirs or (".",)]:
+            model_map.update(load_model_map(base / "fems.toml"))
+        return cls(model_map=model_map, **options)
 
     def resolve(self, action_model: str | None = None, source: str | None = None) -> ModelChoice:
         """Apply the ladder: action `model:` > actor `source:` > meta.model > --model/FEMS_MODEL

@@ -197,36 +197,29 @@ class TurnServices:
         code: Callable[[str], Any] | None = None,
         base_dir: str | Path = ".",
     ) -> TurnServices:
-        """Build the run's services from a generated module's `Program` and the run options."""
+        """Build the run's services from a generated module's `Program` and the run options.
+
+        The model map and `.env` are read next to the generated module and in `base_dir` (the
+        working directory), which wins on a conflict (§15.2). A failure here (a session that
+        does not exist, a database that cannot be opened) is a run error located in the script.
+        """
         script = program.script
         meta = dict(script.meta)
         if replies is not None and model is None:
             model = "fems/script"
-        models = ModelClient.for_project(
-            base_dir,
-            meta_model=_text(meta.get("model")) or None,
-            run_model=model,
-            max_concurrency=int(meta.get("max_concurrency", 8)),
-            delay=float(meta.get("delay", 0) or 0),
-            seed=seed or 0,
-            replies=replies,
-        )
-        store = Store(db or _text(meta.get("database")) or None)
-        number = store.open_session(
-            meta.get("session") if session is None else session,
-            title=_text(meta.get("name")) or None,
-            script=script.file,
-            script_hash=script.sha256,
-        )
-        for spec in variables.actors.values():
-            store.record_actor(
-                number,
-                spec.name,
-                type=spec.type,
-                soul=str(spec.soul),
-                source=spec.source,
-                blueprint=spec.blueprint,
+        try:
+            models = ModelClient.for_project(
+                *_project_dirs(program, base_dir),
+                meta_model=_text(meta.get("model")) or None,
+                run_model=model,
+                max_concurrency=int(meta.get("max_concurrency", 8)),
+                delay=float(meta.get("delay", 0) or 0),
+                seed=seed or 0,
+                replies=replies,
             )
+            store, number = _open_store(program, variables, db, session)
+        except RunError as error:
+            raise error.located(script.file, None) from None
         owners = meta.get("owner", ())
         owners = owners if isinstance(owners, list | tuple) else (owners,)
         return cls(
@@ -256,6 +249,47 @@ class TurnServices:
 
 def _text(value: Any) -> str:
     return "" if value is None else str(value)
+
+
+def _project_dirs(program: Any, base_dir: str | Path) -> list[Path]:
+    """Where `fems.toml` and `.env` are looked for: the generated module's folder, then
+    `base_dir`."""
+    dirs = [Path(base_dir).resolve()]
+    module_file = getattr(program, "module_file", None)
+    if module_file:
+        module_dir = Path(module_file).resolve().parent
+        if module_dir != dirs[0]:
+            dirs.insert(0, module_dir)
+    return dirs
+
+
+def _open_store(
+    program: Any, variables: Variables, db: str | None, session: str | int | None
+) -> tuple[Store, int]:
+    """Open the database and the session (§3 `database`, `session`), recording the actors."""
+    script = program.script
+    meta = script.meta
+    store = Store(db or _text(meta.get("database")) or None)
+    try:
+        number = store.open_session(
+            meta.get("session") if session is None else session,
+            title=_text(meta.get("name")) or None,
+            script=script.file,
+            script_hash=script.sha256,
+        )
+        for spec in variables.actors.values():
+            store.record_actor(
+                number,
+                spec.name,
+                type=spec.type,
+                soul=str(spec.soul),
+                source=spec.source,
+                blueprint=spec.blueprint,
+            )
+    except BaseException:
+        store.close()
+        raise
+    return store, number
 
 
 def _human_provider(human: str | Mapping[str, Any] | None) -> HumanProvider:
@@ -326,12 +360,13 @@ def _scope_actors(frame: Frame, spec: TurnSpec) -> list[Actor]:
     variables = frame.variables
     found: list[Actor] = []
     for item in spec.scope:
-        if item.kind == "all":
+        if item.kind == "all" and not frame.declared("all"):
+            # `all` is every defined actor unless a variable named `all` is declared (§9.3)
             values: list[Any] = [variables.actor(name) for name in variables.actors]
         elif item.kind == "actor":
             values = [frame.resolve_actor(item.name, f"scope item {item.name}")]
         else:
-            value = frame.get(item.name)
+            value = frame.get(item.name or item.kind)
             values = list(value) if isinstance(value, list | tuple | set | frozenset) else [value]
         for value in values:
             if not variables.is_actor(value):
@@ -348,13 +383,29 @@ def _scope_actors(frame: Frame, spec: TurnSpec) -> list[Actor]:
 # ---------------------------------------------------------------------- shared steps
 
 
-def _render_texts(frame: Frame, spec: TurnSpec) -> tuple[str, str]:
-    """(prompt, narration): `showprompt` is narration, and the prompt when `prompt` is absent."""
+@dataclass(frozen=True)
+class _Texts:
+    """A turn's rendered texts (§9.2): the instruction (stored privately), the narration (stored
+    for the scope) and ``lead``, the narration prepended to the instruction for the executor
+    (empty when `showprompt` is itself the instruction)."""
+
+    prompt: str
+    narration: str
+    lead: str
+
+    @property
+    def shown(self) -> str:
+        """What the executor reads: narration, then the instruction."""
+        return "\n\n".join(t for t in (self.lead, self.prompt) if t)
+
+
+def _render_texts(frame: Frame, spec: TurnSpec) -> _Texts:
+    """`showprompt` is narration, and also the instruction when `prompt` is absent."""
     only = spec.inputs
     narration = render(spec.showprompt, frame, only) if spec.showprompt else ""
     if spec.prompt is None:
-        return narration, ""
-    return render(spec.prompt, frame, only), narration
+        return _Texts(narration, narration, "")
+    return _Texts(render(spec.prompt, frame, only), narration, narration)
 
 
 def _method(ctx: Context, kind: str, name: str | None) -> MethodSpec | None:
@@ -466,28 +517,27 @@ async def _store_opening(
     spec: TurnSpec,
     room: _Room,
     turn: int,
-    prompt: str,
-    narration: str,
+    texts: _Texts,
 ) -> None:
     """The narration (visible to the scope) and the private prompt, stored before the reply.
 
     They are stored once the model (or person) has answered, so a failed call leaves nothing
     behind half-way; the narration reaches the executor inside the prompt anyway (§9.2).
     """
-    if narration:
+    if texts.narration:
         await _store(
             services,
             spec,
             ctx,
             "narration",
-            narration,
+            texts.narration,
             turn=turn,
             room=room,
             souls=room.souls,
             users=room.users,
             speaker=False,
         )
-    await _store(services, spec, ctx, "prompt", prompt, turn=turn, room=room, souls=())
+    await _store(services, spec, ctx, "prompt", texts.prompt, turn=turn, room=room, souls=())
 
 
 def _in_action(services: TurnServices, spec: TurnSpec, error: RunError) -> RunError:
@@ -513,7 +563,8 @@ async def run_ai_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -> T
 async def _ai_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -> TurnResult:
     frame = ctx.frame
     room = _Room.of(services, frame, spec)
-    prompt, narration = _render_texts(frame, spec)
+    texts = _render_texts(frame, spec)
+    prompt = texts.prompt
     turn = await services.store.anew_turn(services.session)
     context = await _context_block(services, ctx, spec, room, prompt, turn)
     memory_method = _method(ctx, "memory", spec.memory)
@@ -534,10 +585,10 @@ async def _ai_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -> Turn
         user_info=user_info,
         context=context,
         memory=memory,
-        narration=narration,
+        narration=texts.lead,
     )
     choice = services.models.resolve(spec.model, room.executor_spec.source)
-    offline_base = _offline_turn(frame, spec, room, turn, f"{narration}\n{prompt}")
+    offline_base = _offline_turn(frame, spec, room, turn, texts.shown)
     result = TurnResult()
     opened = False
     attempt = 0
@@ -548,7 +599,7 @@ async def _ai_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -> Turn
         reply = INTERRUPTED if call is None else call.text
         _trace_call(services, ctx, spec, room, choice, messages, reply, call, attempt)
         if not opened:
-            await _store_opening(services, ctx, spec, room, turn, prompt, narration)
+            await _store_opening(services, ctx, spec, room, turn, texts)
             opened = True
         await _store(
             services,
@@ -831,21 +882,21 @@ async def _human_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -> T
     room = _Room.of(services, frame, spec)
     if services.human is None:
         raise RunError("human turns need --human terminal or an answers file")
-    prompt, narration = _render_texts(frame, spec)
+    texts = _render_texts(frame, spec)
+    prompt = texts.prompt
     turn = await services.store.anew_turn(services.session)
     context = await _context_block(services, ctx, spec, room, prompt, turn)
-    shown = "\n\n".join(t for t in (narration, prompt) if t)
     request = HumanRequest(
         action=spec.action,
         actor=str(room.executor),
-        prompt=shown,
+        prompt=texts.shown,
         outs=tuple(spec.outs or ()),
         context=context,
         role=str(room.voice) if spec.role else None,
         frame=frame,
     )
     answer = await services.human.ask(request)
-    await _store_opening(services, ctx, spec, room, turn, prompt, narration)
+    await _store_opening(services, ctx, spec, room, turn, texts)
     await _store(
         services,
         spec,
