@@ -9,6 +9,7 @@ Library functions for the CLI (which owns argument parsing): :func:`build_source
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import importlib.util
 import os
@@ -126,13 +127,25 @@ def _analyze(path: Path) -> tuple[Any, str, tuple[Diagnostic, ...], str]:
         raise CompileError(diagnostics)
     sha = hashlib.sha256(source.encode("utf-8")).hexdigest()
     key = hashlib.sha256()
-    key.update(f"fems2py {__version__} black {black.__version__}\n".encode())
+    key.update(f"fems2py {compiler_fingerprint()} black {black.__version__}\n".encode())
     key.update(sha.encode())
     for embedded in sorted(_file_paths(checked.script)):
         key.update(_digest(path.parent / embedded).encode())
     for alias, code_path in sorted(checked.code_files.items()):
         key.update(f"{alias}={code_path}:{_digest(Path(code_path))}".encode())
     return checked, key.hexdigest(), tuple(diagnostics), sha
+
+
+@functools.cache
+def compiler_fingerprint() -> str:
+    """The compiler's version plus a digest of its own code and templates: what a cached
+    build depends on besides its inputs (the version alone stays put during development)."""
+    package = Path(__file__).resolve().parent
+    digest = hashlib.sha256(__version__.encode())
+    for file in sorted([*package.rglob("*.py"), *package.glob("templates/*.jinja")]):
+        digest.update(file.relative_to(package).as_posix().encode() + b"\0")
+        digest.update(file.read_bytes())
+    return f"{__version__}+{digest.hexdigest()[:16]}"
 
 
 def _compile(

@@ -15,6 +15,7 @@ import fems_runtime as fr
 import pytest
 from fems_helpers import build_script, load, run_script, steps_of
 
+from fems2py import build
 from fems2py.build import BuildRefused, build_cached, build_file, build_source
 from fems2py.golden import GOLDEN_DIR
 
@@ -309,6 +310,18 @@ def test_build_cache_reuses_a_build_until_the_source_changes(tmp_path: Path) -> 
     assert second != first
     assert not first.exists()  # the stale build is pruned
     assert second.read_text(encoding="utf-8") == build_source(script, second)
+
+
+def test_build_cache_rebuilds_when_the_compiler_itself_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cached module calls the runtime as the compiler of its day did: a changed code
+    generator (same version number, as during development) must not reuse it."""
+    script = tmp_path / "t.fems"
+    script.write_text("mainflow:\n    [START] -> [END]\n", encoding="utf-8")
+    first = build_cached(script)
+    monkeypatch.setattr(build, "compiler_fingerprint", lambda: "another compiler")
+    assert build_cached(script) != first
 
 
 # 13_ai_fields names a network model in `model:` (the action's model wins over --model).
