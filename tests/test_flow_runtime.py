@@ -431,3 +431,26 @@ def test_a_run_error_is_one_trace_event_at_the_node_that_failed(tmp_path: Path) 
     assert len(errors) == 1
     assert (errors[0]["node"], errors[0]["line"]) == ("A", 12)
     assert errors[0]["message"] == str(caught.value)
+
+
+PAR_EVENTS = """
+vars:
+    n = 0
+action bump @assign:
+    out: n += i
+mainflow:
+    [START] -> [P]
+    [P] -> par i in [1, 2, 3]:
+        -> bump ->
+    -> [END]
+"""
+
+
+def test_par_is_traced_as_a_fork_and_a_join_at_its_node(tmp_path: Path) -> None:
+    result, events = run_script(tmp_path, PAR_EVENTS)
+    assert result.variables["n"] == 6
+    kinds = [(e["event"], e["node"]) for e in events if e["event"] in ("fork", "join")]
+    assert kinds == [("fork", "par@7:12"), ("join", "par@7:12")]
+    fork = next(e for e in events if e["event"] == "fork")
+    assert fork["line"] == 7 and fork["var"] == "i" and fork["items"] == [1, 2, 3]
+    assert all("event" in e and "node" in e for e in events)

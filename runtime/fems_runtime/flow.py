@@ -317,6 +317,8 @@ class Context:
             for item in snapshot:
                 await _enter(body, self._derive(self.frame.loop({var: item})), None)
             return
+        trace = self.services.trace
+        trace.write("fork", node=self.node, line=line, var=var, items=snapshot)
         frames = [self.frame.branch(f"par {var}={format_value(item)}") for item in snapshot]
 
         async def iteration(index: int) -> None:
@@ -325,6 +327,7 @@ class Context:
 
         await _run_all([iteration(i) for i in range(len(snapshot))], [])
         self.frame.merge(frames)
+        trace.write("join", node=self.node, line=line, cancelled=[])
 
     async def call(self, flow: FlowFunction, args: Sequence[Any]) -> str:
         """Call a module (§11): a fresh frame with parameters and locals, its own step limit.
