@@ -2,7 +2,7 @@
 
 Each line says who spoke and in which room: ``@Alice ▸ den (@Moderator, @Alice, @Fay)``.
 Narration is set apart in italics, feedback from the validation loop is dimmed and marked as
-private, prompts are never shown (they are private to the executor, §13.1). ``rich`` is
+private, problems the lenient default ignores are flagged, prompts are never shown (they are private to the executor, §13.1). ``rich`` is
 imported only when a transcript is printed, so importing the runtime stays cheap.
 """
 
@@ -44,6 +44,12 @@ class Transcript:
         for line in text.splitlines() or [""]:
             style = "dim" if _is_signal(line) else ""
             self._console.print(Text(f"    {line}", style=style))
+
+    def problem(self, action: str, actor: str, text: str) -> None:
+        """A reply problem the lenient default reports and ignores (§10.6)."""
+        from rich.text import Text
+
+        self._console.print(Text(f"  ! {action} by {actor}: {text}", style="yellow"))
 
     def summary(
         self,

@@ -508,7 +508,9 @@ async def _store(
         cost=call.cost if call else None,
     )
     if services.transcript is not None:
-        services.transcript.message(kind, speaker_name, room.names, content)
+        # feedback is stored without a speaker but is addressed to the executor
+        shown = str(room.voice) if kind == "feedback" else speaker_name
+        services.transcript.message(kind, shown, room.names, content)
 
 
 async def _store_opening(
@@ -730,6 +732,8 @@ def _report(
     where = f"{services.file}:{spec.line}" if services.file else f"line {spec.line}"
     for problem in problems:
         services.warn(f"{where}: warning: action {spec.action}: {problem}")
+        if services.transcript is not None:
+            services.transcript.problem(spec.action, str(room.voice), problem)
 
 
 async def _give_up(

@@ -3,6 +3,7 @@ sentence (§3, §9, §10, §13, §16.3)."""
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 from fems_helpers import build_script, load, run_script
 from fems_runtime.records import RunError
+from fems_runtime.transcript import Transcript
 
 
 def calls(events: list[dict[str, Any]], action: str | None = None) -> list[dict[str, Any]]:
@@ -238,3 +240,45 @@ def test_model_map_next_to_the_script_is_used(
     )
     assert calls(events)[0]["model"] == "fems/script"
     assert calls(events)[0]["reply"] == "scripted"
+
+
+# ---------------------------------------------------------------------- §10.6 transcript
+
+TRANSCRIPT = """
+    vars:
+        n = 0
+    actors:
+        ai @a
+    action strict @ai(@a):
+        prompt: give n
+        out: n: int
+        max_retries: 1
+    action lenient @ai(@a):
+        prompt: again
+        out: n: int
+    mainflow:
+        [START] -> strict -> lenient -> [END]
+"""
+
+
+def test_transcript_names_feedback_receiver_and_reports_lenient_rejections(
+    tmp_path: Path,
+) -> None:
+    """§10.6: lenient problems are reported in the trace, the transcript and a warning;
+    feedback is addressed to the executor."""
+    stream = io.StringIO()
+    run_script(
+        tmp_path,
+        TRANSCRIPT,
+        replies={
+            "strict": ["none", "SET VARIABLE: <<n = 2>>"],
+            "lenient": ["SET VARIABLE: <<n = x>>"],
+        },
+        transcript=Transcript(everyone=["@a"], stream=stream),
+    )
+    text = stream.getvalue()
+    assert "(feedback to @a, private) Your previous reply could not be accepted:" in text
+    assert "feedback to feedback" not in text
+    assert (
+        "! lenient by @a: rejected signal 'SET VARIABLE: <<n = x>>': 'x' is not an integer" in text
+    )

@@ -54,3 +54,9 @@ def test_summary_shows_status_counts_and_chosen_variables(printed):
     text = stream.getvalue()
     assert "completed · 43 steps · 20 model calls" in text
     assert "winner = village" in text
+
+
+def test_lenient_problems_are_flagged(printed):
+    transcript, stream = printed
+    transcript.problem("vote", "@A", "rejected signal 'x'")
+    assert stream.getvalue() == "  ! vote by @A: rejected signal 'x'\n"
