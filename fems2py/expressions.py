@@ -9,6 +9,7 @@ position maps straight back to the user's character in the ``.fems`` file.
 
 from __future__ import annotations
 
+import keyword
 import re
 import warnings
 from collections.abc import Iterable
@@ -56,6 +57,7 @@ _FORBIDDEN_NODES = {
 _ACTOR = re.compile(r"@\w+")
 _BAD_LOGIC = re.compile(r"&&|\|\|")
 _BARE_TEXT_FORBIDDEN = set("()[]{}=<>+-*/%&|\"'.,:")
+_NUMBER = re.compile(r"\d+(?:\.\d*)?(?:[eE][-+]?\d+)?")
 
 _grammar: parso.Grammar | None = None
 
@@ -374,9 +376,20 @@ def compile_value(
     ``测试 剧本``) is a string, as in ``vars:``.
     """
     stripped = text.strip()
-    if stripped and not (_BARE_TEXT_FORBIDDEN & set(stripped)) and not _is_python(stripped):
+    if (
+        stripped
+        and not (_BARE_TEXT_FORBIDDEN & set(stripped))
+        and not _is_simple_python(stripped)
+        and not _is_python(stripped)
+    ):
         return Expr(text, repr(stripped), (), span)
     return compile_expression(text, span, diagnostics, code_aliases)
+
+
+def _is_simple_python(text: str) -> bool:
+    """A lone name, actor or number: Python without asking parso (it is parsed next anyway)."""
+    name = text[1:] if text.startswith("@") else text
+    return (name.isidentifier() and not keyword.iskeyword(name)) or bool(_NUMBER.fullmatch(text))
 
 
 def _is_python(text: str) -> bool:

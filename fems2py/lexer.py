@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 
 TAB_WIDTH = 4
 
@@ -39,14 +40,28 @@ class SourceLine:
     uses_tabs: bool
     uses_spaces: bool
 
-    @property
+    @cached_property
     def blank(self) -> bool:
         """Empty or comment-only: such lines never open or close a block."""
-        return not self.raw[: comment_start(self.raw)].strip()
+        return not self._uncommented.strip()
 
     def code(self, flow: bool = False) -> str:
         """The line normalized (§1.4) with its comment removed, same columns as ``raw``."""
-        return normalize(self.raw[: comment_start(self.raw)], flow).rstrip()
+        return self._flow_code if flow else self._code
+
+    # The parser asks for the same line many times (ownership, tokens, spans): each form is
+    # computed once per line.
+    @cached_property
+    def _uncommented(self) -> str:
+        return self.raw[: comment_start(self.raw)]
+
+    @cached_property
+    def _code(self) -> str:
+        return normalize(self._uncommented).rstrip()
+
+    @cached_property
+    def _flow_code(self) -> str:
+        return normalize(self._uncommented, flow=True).rstrip()
 
 
 def split_lines(source: str) -> list[SourceLine]:
@@ -96,23 +111,31 @@ def _quote_end(text: str, start: int) -> int:
     return len(text)
 
 
+_COMMENT_OR_QUOTE = re.compile("[#/\"'“]")
+
+
 def comment_start(text: str) -> int:
     """Where a ``#``/``//`` comment starts (§1.3), or ``len(text)``; quotes are respected."""
-    i = 0
-    while i < len(text):
-        ch = text[i]
+    match = _COMMENT_OR_QUOTE.search(text)
+    while match is not None:
+        i = match.start()
         if opens_quote(text, i):
-            i = _quote_end(text, i)
+            match = _COMMENT_OR_QUOTE.search(text, _quote_end(text, i))
             continue
-        if (ch == "#" or text.startswith("//", i)) and (i == 0 or text[i - 1] in " \t\u3000"):
+        if (text[i] == "#" or text.startswith("//", i)) and (i == 0 or text[i - 1] in " \t\u3000"):
             return i
-        i += 1
+        match = _COMMENT_OR_QUOTE.search(text, i + 1)
     return len(text)
+
+
+_NEEDS_NORMALIZING = re.compile("[：，“”（）【】｜]|--")
 
 
 def normalize(text: str, flow: bool = False) -> str:
     """Map Chinese punctuation to ASCII outside quotes (§1.4); in flow lines ``--`` → ``->``
     outside quotes and parentheses (so ``x--1`` inside a condition stays Python)."""
+    if _NEEDS_NORMALIZING.search(text) is None:
+        return text
     out: list[str] = []
     depth = 0
     i = 0
