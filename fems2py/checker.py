@@ -12,6 +12,7 @@ It never raises on a user mistake: everything becomes a :class:`Diagnostic`.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,10 +26,12 @@ from fems2py.nodes import (
     ActorDef,
     Expr,
     FuncRef,
+    MetaEntry,
     Method,
     Module,
     ModuleCall,
     NullValue,
+    NumberValue,
     PathRef,
     Script,
     Span,
@@ -58,6 +61,13 @@ RESOLVE_INPUTS = frozenset({"SET_VARIABLE", "prompt", "llm_output"})
 SPAWN = FuncSignature("spawn", (Param("spawn_requests", False),), False, 0)
 
 _PROMPT_KINDS = frozenset({"ai", "human", "mind"})
+#: §3: the keys of a script's ``meta:``, and the few a module's ``meta:`` accepts.
+META_KEYS = (
+    *("name", "version", "id", "owner", "database", "session", "system_safety"),
+    *("output_style", "max_steps", "delay", "model", "max_concurrency"),
+)
+MODULE_META_KEYS = ("max_steps", "delay")
+_SESSION = re.compile(r"\s*(?:new|\d+(?:\s*/\s*new)?)\s*", re.IGNORECASE)
 
 
 class _Named(Protocol):
@@ -184,6 +194,7 @@ class Checker:
     # ------------------------------------------------------------------ driver
 
     def run(self) -> None:
+        self.check_meta(self.script.meta, None)
         self.check_actors()
         self.read_code_files()
         self.build_namespace(self.root, self.script.variables, self.script.actions, (), ())
@@ -269,6 +280,47 @@ class Checker:
         namespace.methods = self.unique(module.methods, None)
         for nested in module.modules:
             self.build_module(nested, namespace)
+        self.check_meta(module.meta, module)
+
+    def check_meta(self, entries: Iterable[MetaEntry], module: Module | None) -> None:
+        """§3: known keys (unknown ones are a warning), each once, numbers where numbers go."""
+        allowed = MODULE_META_KEYS if module is not None else META_KEYS
+        seen: dict[str, int] = {}
+        for entry in entries:
+            key, value = entry.key, entry.value
+            if key in seen:
+                self.error(
+                    f"meta key '{key}' is given twice",
+                    entry.span,
+                    f"first given at line {seen[key]}",
+                )
+                continue
+            seen[key] = entry.span.line
+            if key not in allowed:
+                if module is not None and key in META_KEYS:
+                    message = f"meta key '{key}' has no effect in a module and is ignored"
+                    hint = "a module's meta: accepts max_steps and delay (§3)"
+                else:
+                    message = f"unknown meta key '{key}' is ignored"
+                    hint = suggest(key, allowed) or "meta keys are: " + ", ".join(allowed)
+                self.warning(message, entry.span, hint)
+            elif key in ("max_steps", "max_concurrency") and not _whole_number(value, 1):
+                self.error(
+                    f"meta '{key}' must be a whole number ≥ 1",
+                    value.span,
+                    f"e.g. {key} = {100 if key == 'max_steps' else 8}",
+                )
+            elif key == "delay" and not (isinstance(value, NumberValue) and value.value >= 0):
+                self.error("meta 'delay' must be a number of seconds ≥ 0", value.span)
+            elif key == "session" and not (
+                _whole_number(value, 0)
+                or (isinstance(value, StringValue) and _SESSION.fullmatch(value.value))
+            ):
+                self.error(
+                    "meta 'session' must be new, a session number, or 'N / new'",
+                    value.span,
+                    "session = new starts a new session; session = 3 / new continues 3 or creates it",
+                )
 
     def check_actors(self) -> None:
         """Duplicate actor names and souls (§6.2), duplicate blueprints."""
@@ -672,6 +724,12 @@ class Checker:
         return isinstance(value, NullValue) or (
             isinstance(value, StringValue) and value.value == ""
         )
+
+
+def _whole_number(value: object, minimum: int) -> bool:
+    return (
+        isinstance(value, NumberValue) and isinstance(value.value, int) and value.value >= minimum
+    )
 
 
 def code_calls(python: str) -> list[tuple[str, str]]:
