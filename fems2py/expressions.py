@@ -18,7 +18,7 @@ import parso
 from parso.python.tree import Leaf, Name
 from parso.tree import BaseNode, NodeOrLeaf
 
-from fems2py.diagnostics import Diagnostics
+from fems2py.diagnostics import Diagnostics, suggest
 from fems2py.nodes import Expr, PathRef, Span
 
 ALLOWED_CALLS = frozenset(
@@ -45,14 +45,14 @@ _ALLOWED_KEYWORDS = frozenset(
     {"in", "not", "and", "or", "is", "if", "else", "True", "False", "None"}
 )
 _FORBIDDEN_NODES = {
-    "lambdef": "lambda",
-    "lambdef_nocond": "lambda",
-    "comp_for": "comprehensions",
-    "sync_comp_for": "comprehensions",
-    "namedexpr_test": "':=' assignments",
-    "fstring": "f-strings",
-    "star_expr": "'*' unpacking",
-    "yield_expr": "yield",
+    "lambdef": "lambdas are",
+    "lambdef_nocond": "lambdas are",
+    "comp_for": "comprehensions are",
+    "sync_comp_for": "comprehensions are",
+    "namedexpr_test": "':=' assignments are",
+    "fstring": "f-strings are",
+    "star_expr": "'*' unpacking is",
+    "yield_expr": "'yield' is",
 }
 _ACTOR = re.compile(r"@\w+")
 _BAD_LOGIC = re.compile(r"&&|\|\|")
@@ -215,8 +215,18 @@ class _Compiler:
     def _emit_body(self, node: BaseNode) -> str:
         if node.type in _FORBIDDEN_NODES:
             self.error(
-                f"{_FORBIDDEN_NODES[node.type]} are not allowed in FEM expressions",
+                f"{_FORBIDDEN_NODES[node.type]} not allowed in FEM expressions",
                 self._leaf_span(node),
+            )
+            return ""
+        if node.type == "trailer" and node.children[0].value == ".":
+            # Python attribute access would reach into the values' Python objects; FEM has
+            # its own paths (§7.3) and code calls instead.
+            self.error(
+                f"'.{node.children[1].value}' is not allowed in FEM expressions",
+                self._leaf_span(node),
+                "FEM paths are @x.attr and attr.@x; a dict entry is d[key]; "
+                "code is called as alias.function(…)",
             )
             return ""
         if node.type in ("atom_expr", "power") and node.children[0].type == "name":
@@ -293,6 +303,16 @@ class _Compiler:
             if self._is_code_alias(first.value, is_call):
                 head = f"ctx.code({first.value!r}).{attr_leaf.value}"
                 return head + self._emit_children(trailers[1:])
+            if is_call:
+                self.error(
+                    f"cannot call '{first.value}.{attr_leaf.value}': "
+                    f"'{first.value}' is not a code: alias",
+                    self._at(*first.start_pos, *attr_leaf.end_pos),
+                    suggest(first.value, self.code_aliases or ())
+                    or "only functions of code: files (alias.function(…)) and a few builtins "
+                    "(len, min, max, …) can be called; put other logic in a code: file",
+                )
+                return ""
         is_call = second is not None and second.children[0].value == "("
         if is_call:
             if first.value in ALLOWED_CALLS and not head_actor:

@@ -97,7 +97,12 @@ def test_in_chain_compared_with_boolean_is_rewritten_with_a_warning() -> None:
         ("open(1)", "cannot call 'open'", 11),
         ("@x(1)", "cannot call '@x'", 11),
         ("[y for y in z]", "comprehensions", 14),
-        ("lambda: 1", "lambda", 11),
+        ("lambda: 1", "lambdas are not allowed", 11),
+        ("day.__class__", "'.__class__' is not allowed", 14),
+        ('"".join(x)', "'.join' is not allowed", 13),
+        ("hp[@a].real", "'.real' is not allowed", 17),
+        ("alive.count(@a)", "cannot call 'alive.count'", 11),
+        ("gmae.f(x)", "'gmae' is not a code: alias", 11),
         ("@a.@b", "one actor side", 11),
         ("1(2)", "not callable", 11),
         ("x is 1", "literal", 11),
@@ -136,6 +141,8 @@ def test_multi_line_positions_map_to_later_lines() -> None:
         ("3", "3"),
         ("@Alice", "ctx['@Alice']"),
         ("hp[@x]", "ctx['hp'][ctx['@x']]"),
+        ("if", "'if'"),
+        ("1.5e3", "1.5e3"),
         ("[@a, 2]", "[ctx['@a'], 2]"),
     ],
 )
@@ -154,3 +161,9 @@ def test_values_with_syntax_errors_are_reported() -> None:
 def test_strings_are_never_rebuilt_from_user_text() -> None:
     result, _ = compile_ok("x == 'it\\'s \"q\"'")
     assert eval(result.replace("ctx['x']", "1"), {}) is False  # the literal survived intact
+
+
+def test_misspelled_alias_call_suggests_the_alias() -> None:
+    diagnostics = Diagnostics()
+    compile_expression("gmae.f(x)", at("gmae.f(x)"), diagnostics, ALIASES)
+    assert [d.hint for d in diagnostics] == ["did you mean 'game'?"]
