@@ -14,32 +14,31 @@ from fems_runtime.records import RunError
 from fems_runtime.values import format_value
 
 if TYPE_CHECKING:
-    from fems_runtime.store import Message, Store
+    from fems_runtime.store import ContextLine, Message, Store
     from fems_runtime.variables import Frame
 
 MEMORY_HEADER = "Relevant memory:"
 NARRATOR = "narrator"
 
 
-def format_context(messages: Iterable[Message]) -> str:
+def format_context(messages: Iterable[Message | ContextLine]) -> str:
     """``[@speaker]: text`` per message, narration as ``[narrator]: text``, blank lines between."""
-    lines = []
-    for message in messages:
-        if message.kind == "narration":
-            speaker = NARRATOR
-        elif message.kind == "feedback":
-            speaker = "feedback"
-        else:
-            speaker = message.speaker_name or message.speaker_soul or "unknown"
-        lines.append(f"[{speaker}]: {message.content}")
-    return "\n\n".join(lines)
+    return "\n\n".join(f"[{_speaker(m)}]: {m.content}" for m in messages)
+
+
+def _speaker(message: Message | ContextLine) -> str:
+    if message.kind == "narration":
+        return NARRATOR
+    if message.kind == "feedback":
+        return "feedback"
+    return message.speaker_name or message.speaker_soul or "unknown"
 
 
 def builtin_context(
     store: Store, session: int, *, soul: str | None, user: str | None = None
 ) -> str:
     """The built-in scope context (§13.2) for the actor with ``soul`` (and ``user``)."""
-    return format_context(store.visible_messages(session, soul=soul, user=user))
+    return format_context(store.visible_lines(session, soul=soul, user=user))
 
 
 async def abuiltin_context(

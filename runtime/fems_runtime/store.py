@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, NamedTuple
 
 from fems_runtime.records import RunError
 
@@ -52,6 +52,16 @@ class Message:
 
 
 _MESSAGE_FIELDS = tuple(field.name for field in dataclasses.fields(Message))
+
+
+class ContextLine(NamedTuple):
+    """The part of a visible message the built-in context text is made of (§13.2); a tuple,
+    because a context reads tens of thousands of them."""
+
+    kind: str
+    speaker_name: str | None
+    speaker_soul: str | None
+    content: str
 
 MESSAGE_KINDS = ("prompt", "narration", "reply", "human", "feedback")
 VISIBLE_KINDS = ("narration", "reply", "human", "feedback")
@@ -386,17 +396,18 @@ class Store:
 
     def persona(self, soul_id: str) -> str:
         """The soul's persona text, ``""`` if unknown."""
-        row = self.soul(soul_id)
-        return (row or {}).get("persona") or ""
+        with self._read() as db:
+            persona = db.execute(_persona_statement(), {"soul": str(soul_id)}).scalar()
+        return persona or ""
 
     def profiles(self, user_ids: Iterable[str]) -> str:
-        """The owners' profiles joined by blank lines (the ``user_info`` block)."""
-        texts = []
-        for user_id in user_ids:
-            row = self.user(user_id)
-            if row and row.get("profile"):
-                texts.append(row["profile"])
-        return "\n\n".join(texts)
+        """The owners' profiles joined by blank lines, in the order given (``user_info``)."""
+        ids = [str(u) for u in user_ids]
+        if not ids:
+            return ""
+        with self._read() as db:
+            found = dict(db.execute(_profiles_statement(), {"users": ids}).all())
+        return "\n\n".join(found[u] for u in ids if found.get(u))
 
     def seed(self, data: Mapping[str, Any]) -> None:
         """Load souls and users from Python data::
@@ -455,7 +466,6 @@ class Store:
         """Store one message with its scope tags (the souls and users that may see it)."""
         if kind not in MESSAGE_KINDS:
             raise ValueError(f"message kind must be one of {MESSAGE_KINDS}, not {kind!r}")
-        t = self._t
         soul_ids = sorted({str(s) for s in souls})
         user_ids = sorted({str(u) for u in users})
         fields = dict(
@@ -476,11 +486,11 @@ class Store:
         )
         with self._write() as db:
             seq = self._bump_in(db, session, "last_seq")
-            result = db.execute(t.messages.insert(), {"seq": seq, **fields})
+            result = db.execute(_insert_statement("messages"), {"seq": seq, **fields})
             message_id = result.inserted_primary_key[0]
             if soul_ids:
                 db.execute(
-                    t.message_souls.insert(),
+                    _insert_statement("message_souls"),
                     [
                         dict(message_id=message_id, soul_id=s, session_id=session, seq=seq)
                         for s in soul_ids
@@ -488,7 +498,7 @@ class Store:
                 )
             if user_ids:
                 db.execute(
-                    t.message_users.insert(),
+                    _insert_statement("message_users"),
                     [
                         dict(message_id=message_id, user_id=u, session_id=session, seq=seq)
                         for u in user_ids
@@ -512,29 +522,21 @@ class Store:
     ) -> list[Message]:
         """The messages whose soul scope holds ``soul`` or whose user scope holds ``user``,
         oldest first, without private prompts (§13.2)."""
-        t, sa = self._t, self._t.sa
-        parts = []
-        if soul is not None:
-            parts.append(
-                sa.select(t.message_souls.c.message_id).where(
-                    t.message_souls.c.session_id == session, t.message_souls.c.soul_id == str(soul)
-                )
-            )
-        if user is not None:
-            parts.append(
-                sa.select(t.message_users.c.message_id).where(
-                    t.message_users.c.session_id == session, t.message_users.c.user_id == str(user)
-                )
-            )
-        if not parts:
+        return [Message(*row) for row in self._visible(session, soul, user, narrow=False)]
+
+    def visible_lines(
+        self, session: int, soul: str | None = None, user: str | None = None
+    ) -> list[ContextLine]:
+        """:meth:`visible_messages` narrowed to what the built-in context text needs."""
+        return list(map(ContextLine._make, self._visible(session, soul, user, narrow=True)))
+
+    def _visible(self, session: int, soul: str | None, user: str | None, *, narrow: bool) -> Any:
+        if soul is None and user is None:
             return []
-        ids = parts[0] if len(parts) == 1 else sa.union(*parts)
-        query = (
-            self._select_messages()
-            .where(t.messages.c.id.in_(ids), t.messages.c.kind.in_(VISIBLE_KINDS))
-            .order_by(t.messages.c.seq)
-        )
-        return self._messages(query)
+        statement = _visible_statement(soul is not None, user is not None, narrow)
+        params = {"session": session, "soul": _text_or_none(soul), "user": _text_or_none(user)}
+        with self._read() as db:
+            return db.execute(statement, params).all()
 
     def scope_of(self, message_id: int) -> tuple[list[str], list[str]]:
         """The souls and users a message is tagged with."""
@@ -555,10 +557,7 @@ class Store:
     def _select_messages(self) -> Any:
         """A select of the message columns in :class:`Message` field order, so rows become
         messages positionally (building them from mappings was most of a context's cost)."""
-        columns = self._t.messages.c
-        return self._t.sa.select(
-            *(columns["session_id" if name == "session" else name] for name in _MESSAGE_FIELDS)
-        )
+        return self._t.sa.select(*_message_columns(self._t.messages))
 
     def _messages(self, query: Any) -> list[Message]:
         with self._read() as db:
@@ -692,6 +691,77 @@ def _bump_statement(column: str) -> Any:
         .values({column: counter + 1})
         .returning(counter)
     )
+
+
+_MESSAGE_COLUMN_NAMES = tuple("session_id" if name == "session" else name for name in _MESSAGE_FIELDS)
+
+
+def _message_columns(messages: Any) -> list[Any]:
+    """The message table's columns in :class:`Message` field order."""
+    return [messages.c[name] for name in _MESSAGE_COLUMN_NAMES]
+
+
+@functools.cache
+def _visible_statement(by_soul: bool, by_user: bool, narrow: bool) -> Any:
+    """The messages one soul and/or user may see (§13.2), oldest first, built once per shape.
+
+    Each scope is a join driven by the tag index ``(session, soul|user, seq)``, so a single
+    scope comes back in sequence order without a sort; two scopes are a union ordered by
+    ``seq``. ``narrow`` selects the :class:`ContextLine` columns, else the :class:`Message`
+    columns. Parameters: ``session``, ``soul``, ``user``.
+    """
+    tables = _schema()
+    sa, messages = tables.sa, tables.messages
+    names = ContextLine._fields if narrow else _MESSAGE_COLUMN_NAMES
+    scopes = [(tables.message_souls, "soul")] if by_soul else []
+    scopes += [(tables.message_users, "user")] if by_user else []
+
+    def select_scope(tags: Any, key: str, *extra: Any) -> Any:
+        return (
+            sa.select(*extra, *(messages.c[name] for name in names))
+            .join_from(tags, messages, messages.c.id == tags.c.message_id)
+            .where(
+                tags.c.session_id == sa.bindparam("session"),
+                tags.c[f"{key}_id"] == sa.bindparam(key),
+                messages.c.kind.in_(VISIBLE_KINDS),
+            )
+        )
+
+    if len(scopes) == 1:
+        tags, key = scopes[0]
+        return select_scope(tags, key).order_by(tags.c.seq)
+    either = sa.union(
+        *(select_scope(tags, key, tags.c.seq.label("position")) for tags, key in scopes)
+    ).subquery()
+    return sa.select(*(either.c[name] for name in names)).order_by(either.c.position)
+
+
+@functools.cache
+def _insert_statement(table: str) -> Any:
+    """``INSERT INTO fems_<table>``, built once (values come as execute parameters)."""
+    return getattr(_schema(), table).insert()
+
+
+@functools.cache
+def _persona_statement() -> Any:
+    """A soul's persona; parameter ``soul``."""
+    tables = _schema()
+    souls = tables.souls
+    return tables.sa.select(souls.c.persona).where(souls.c.soul_id == tables.sa.bindparam("soul"))
+
+
+@functools.cache
+def _profiles_statement() -> Any:
+    """``(user id, profile)`` of the listed users; parameter ``users`` (a list)."""
+    tables = _schema()
+    sa, users = tables.sa, tables.users
+    return sa.select(users.c.user_id, users.c.profile).where(
+        users.c.user_id.in_(sa.bindparam("users", expanding=True))
+    )
+
+
+def _text_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
 
 
 def _sqlite_pragmas(connection: Any, _record: Any) -> None:
