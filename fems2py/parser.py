@@ -111,6 +111,7 @@ RESERVED = frozenset(
         "BREAK",
     ]
 )
+RESERVED_NODE_NAMES = frozenset({"START", "END", "IN", "OUT", "BREAK"})
 TEXT_META_KEYS = frozenset({"name", "version", "id", "system_safety", "output_style"})
 ACTION_KINDS = ("ai", "human", "mind", "assign", "func")
 FIELDS: dict[str, frozenset[str]] = {
@@ -223,6 +224,7 @@ class Parser:
         self.diagnostics = Diagnostics()
         self.code_aliases: set[str] = self._find_code_aliases()
         self.broken_names: set[str] = set()
+        self.claimed: set[int] = set()
 
     # ------------------------------------------------------------------ errors and spans
 
@@ -283,7 +285,7 @@ class Parser:
         kinds: set[str] = set()
         while index < stop:
             line = self.lines[index]
-            if line.blank:
+            if line.blank or index in self.claimed:
                 index += 1
                 continue
             if line.uses_tabs:
@@ -352,11 +354,17 @@ class Parser:
     def parse_definitions(self, start: int, stop: int, defs: _Definitions, module: bool) -> None:
         """Top-level blocks (§2.1), or the blocks of a module body (§11)."""
         allowed = MODULE_BLOCKS if module else TOP_LEVEL_BLOCKS
+        stray = False
         for index, end in self.items(start, stop):
+            head = self.tokens(index)[0]
+            known = head.kind == "name" and head.text in TOP_LEVEL_BLOCKS
+            if stray and not known:
+                continue  # more of the lines the previous error is about
+            stray = False
             try:
                 self.parse_block(index, end, defs, allowed)
             except _Abort:
-                continue
+                stray = not known
             except RecursionError:
                 self.error("this block is nested too deeply to parse", self.line_span(index))
 
@@ -368,6 +376,21 @@ class Parser:
         word = head.text
         if head.kind != "name" or word not in allowed:
             where = "inside a module" if "mainflow" not in allowed else "at the top level"
+            flow = "flow" if "mainflow" not in allowed else "mainflow"
+            if _is_flow_line(tokens):
+                if defs.flow is not None:  # most likely its own line: its shape is unknown
+                    defs.flow = dataclasses.replace(defs.flow, complete=False)
+                self.fail(
+                    f"this flow line is not indented under '{flow}:'",
+                    self.tok_span(head),
+                    f"indent the flow's lines under '{flow}:'",
+                )
+            if head.kind == "name" and word in FIELDS and len(tokens) > 1 and tokens[1].text == ":":
+                self.fail(
+                    f"'{word}:' is an action field, found {where}",
+                    self.tok_span(head),
+                    "indent it under its 'action …:' line",
+                )
             if head.kind == "name" and word in TOP_LEVEL_BLOCKS:
                 hint = "a module's own flow is 'flow:'" if word == "mainflow" else None
                 self.fail(f"'{word}:' is not allowed {where}", self.tok_span(head), hint)
@@ -598,10 +621,11 @@ class Parser:
         self.no_body(block_end - 1, end, f"'{what}: |'")
         body = self.lines[index + 1 : block_end]
         if not any(line.raw.strip() for line in body):
+            self.claim_unindented_text(block_end)
             self.fail(
-                f"expected an indented block after '{what}: |'",
+                f"expected the text of '{what}' on the lines after '|', indented deeper",
                 self.eol_span(index),
-                "indent the text deeper than this line",
+                f"indent the text's lines deeper than '{what}'",
             )
         value = block_text(body)
         common = min(line.indent for line in body if line.raw.strip())
@@ -618,6 +642,20 @@ class Parser:
             return body[row].number, common + 1 + offset - starts[row]
 
         return StringValue(value, "block", span), locate
+
+    def claim_unindented_text(self, start: int) -> None:
+        """The guide writes ``key = |`` with the text at the key's own indentation. That is
+        an error (§1.5), reported once: the text lines that follow (those that are not
+        ``name = …`` / ``name: …``) are skipped instead of each failing as a key."""
+        indent = self.lines[start].indent if start < len(self.lines) else 0
+        for sub in range(start, len(self.lines)):
+            line = self.lines[sub]
+            if line.blank:
+                continue
+            tokens = self.tokens(sub)
+            if line.indent != indent or (len(tokens) > 1 and tokens[1].text in ("=", ":")):
+                return
+            self.claimed.add(sub)
 
     def parse_text_field(self, index: int, col: int, end: int, what: str) -> Text:
         """A prompt-like text with its ``{path}`` placeholders (§9.4)."""
@@ -1379,6 +1417,17 @@ class Parser:
         value = tokens[pos + 1 :]
         if not value:
             self.fail(f"expected a value after '{op}'", self.tok_span(tokens[pos]))
+        pieces = _split(value)
+        if len(pieces) > 1 and any(
+            token.text in ("=", "+=", "-=") and _depth(piece[:at]) == 0
+            for piece in pieces[1:]
+            for at, token in enumerate(piece)
+        ):
+            self.fail(
+                "one assignment per line in an @assign out:",
+                self.tok_span(value[len(pieces[0])]),
+                "put the next assignment on its own line, indented like the first",
+            )
         if (
             op == "="
             and value[0].text in ("add", "remove")
@@ -1532,12 +1581,29 @@ class Parser:
     def parse_flow_block(self, index: int, end: int, defs: _Definitions) -> None:
         graph = _GraphBuilder(self)
         errors = self.error_count()
+        has_lines = any(not self.lines[sub].blank for sub in range(index + 1, end))
+        if not has_lines:
+            self.empty_flow(index, end)
         pending = self.parse_flow_lines(index + 1, end, graph, start_from=None, loop=None)
         self.drop_pending(pending, None)
         last = max(index, end - 1)
         span = Span(self.path, index + 1, 1, last + 1, len(self.lines[last].raw) + 1)
         if defs.flow is None:  # a second flow was reported by once(); the first one counts
-            defs.flow = graph.build(span, complete=self.error_count() == errors)
+            defs.flow = graph.build(span, complete=has_lines and self.error_count() == errors)
+
+    def empty_flow(self, index: int, end: int) -> None:
+        """A flow header with nothing under it; unindented flow lines after it get their own
+        error (parse_block), which says what to do."""
+        after = next(
+            (sub for sub in range(end, len(self.lines)) if not self.lines[sub].blank), None
+        )
+        if after is None or not _is_flow_line(self.tokens(after)):
+            header = self.tokens(index)[0]
+            self.error(
+                f"'{header.text}:' has no lines",
+                self.tok_span(header),
+                "indent the flow under it, e.g. [START] -> first_action -> [END]",
+            )
 
     def drop_pending(self, pending: _Pending | None, loop: _LoopBody | None) -> None:
         """A trailing ``->`` nothing continued: an iteration end in a loop body, else an error."""
@@ -1772,7 +1838,20 @@ class Parser:
                         self.tok_span(tokens[pos]),
                     )
                 binding, pos = self.parse_binding(tokens, pos + 1)
+                span = self.tok_span(token, tokens[pos - 1])  # what it runs is part of it
             return graph.add(name, span, binding), pos
+        if token.text == "fork":  # a construct whose ':' (or VAR in EXPR:) is missing
+            self.fail(
+                "expected ':' after 'fork'",
+                self.eol_token_span(token),
+                "write '-> fork:' and indent the branches ('-> …' lines) under it",
+            )
+        if token.text in ("for", "par"):
+            self.fail(
+                f"expected '{token.text} VAR in EXPR:'",
+                self.eol_token_span(token),
+                f"e.g. {token.text} @speaker in alive:",
+            )
         if token.text == "&" or token.kind == "name":
             binding, after = self.parse_binding(tokens, pos)
             label = f"&{binding.module}" if isinstance(binding, ModuleCall) else binding
@@ -1789,6 +1868,12 @@ class Parser:
             return self.parse_module_call(tokens, pos)
         if token.kind != "name":
             self.fail(f"expected an action name, found '{token.text}'", self.tok_span(token))
+        if token.text in RESERVED_NODE_NAMES:
+            self.fail(
+                f"'{token.text}' is a reserved node and is written in brackets",
+                self.tok_span(token),
+                f"write [{token.text}]",
+            )
         if token.text in RESERVED:
             self.fail(f"'{token.text}' is reserved and cannot name an action", self.tok_span(token))
         return token.text, pos + 1
@@ -1855,13 +1940,18 @@ class Parser:
         head = tokens[pos]
         var = tokens[pos + 1]
         if var.text == "@" or pos + 2 >= len(tokens) or tokens[pos + 2].text != "in":
+            at = var if var.text == "@" or pos + 2 >= len(tokens) else tokens[pos + 2]
             self.fail(
                 f"expected '{head.text} VAR in EXPR:'",
-                self.tok_span(var),
+                self.tok_span(at),
                 f"e.g. {head.text} @speaker in alive:",
             )
         if tokens[-1].text != ":":
-            self.fail(f"expected ':' at the end of the {head.text} line", self.tok_span(tokens[-1]))
+            self.fail(
+                f"expected ':' at the end of the {head.text} line",
+                self.eol_token_span(tokens[-1]),
+                f"e.g. {head.text} @speaker in alive:",
+            )
         if len(tokens) - 1 == pos + 3:
             self.fail("expected what to loop over after 'in'", self.tok_span(tokens[pos + 2]))
         iterable = self.expression(tokens[pos + 3 : -1])
@@ -1875,8 +1965,16 @@ class Parser:
             self.fail(
                 f"{head.text} has no body", self.tok_span(head), "indent '-> …' lines under it"
             )
+        errors = self.error_count()
         pending = self.parse_flow_lines(index + 1, end, body, start_from=name, loop=body_loop)
         self.drop_pending(pending, body_loop)
+        if self.error_count() == errors and not any(e.source == name for e in body.edges):
+            first = next(sub for sub in range(index + 1, end) if not self.lines[sub].blank)
+            self.error(
+                f"the {head.text} body has no line starting with '->'",
+                self.line_span(first),
+                "start the line where each iteration begins with '->' (§12.7)",
+            )
         last = self.lines[end - 1]
         span = Span(self.path, head.line, head.col + 1, last.number, len(last.raw) + 1)
         loop_node = Loop(
@@ -1950,6 +2048,14 @@ def _path_ref(match: re.Match[str], span: Span) -> PathRef:
     if second is not None and first.startswith("@"):
         return PathRef(first, span, attr=second)
     return PathRef(first, span)
+
+
+def _is_flow_line(tokens: list[Token]) -> bool:
+    """``[A] …``, ``-> …``, ``&M …`` or ``name -> …``: a line that belongs in a flow."""
+    head = tokens[0]
+    return head.text in ("[", "->", "&") or (
+        head.kind == "name" and len(tokens) > 1 and tokens[1].text == "->"
+    )
 
 
 def _describe_node(tokens: list[Token], pos: int) -> str:

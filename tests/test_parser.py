@@ -826,7 +826,16 @@ def test_join_without_to_is_an_error() -> None:
         ("fork:\n        -> [B]", "'fork' needs a node before it", 5),
         ("[A] [B]", "expected '->' after [A], found '['", 9),
         ("[A] -> if (x && y) -> [B]", "'&&' is not an operator in FEM expressions", 18),
-        ("[A] -> for x alive:\n        -> y ->", "expected 'for VAR in EXPR:'", 16),
+        ("[A] -> for x alive:\n        -> y ->", "expected 'for VAR in EXPR:'", 18),
+        ("[A] -> for @s of alive:\n        -> y ->", "expected 'for VAR in EXPR:'", 19),
+        ("[A] -> for @s in alive\n        -> y ->", "expected ':' at the end of the for line", 27),
+        ("[A] -> for @s in alive:\n        y ->", "the for body has no line starting with '->'", 9),
+        ("[A] -> fork\n        -> [B]", "expected ':' after 'fork'", 16),
+        ("START -> [B]", "'START' is a reserved node and is written in brackets", 5),
+        ("[A] -> END", "'END' is a reserved node and is written in brackets", 12),
+        ("[A] -> if (x > 1) [B]", "expected '->' before [B]", 23),
+        ("[A] -> if (x > 1 -> [B]", "'(' is never closed", 15),
+        ("[A] -> if x > 1", "expected '->' after the condition", 20),
     ],
 )
 def test_flow_errors(body: str, message: str, col: int) -> None:
@@ -1016,7 +1025,7 @@ def test_parse_never_raises(pieces: list[str]) -> None:
         ("action a @ai(@x)\n    prompt: hi\n", "warning", "action header should end", 1, 17),
         ("action a @ai(@x):\n    out: v(list)\n", "warning", "unknown out type 'list'", 2, 12),
         ("action a @ai(@x):\n    prompt:\n        hi\n", "warning", "without '|'", 2, 12),
-        ("action a @ai(@x):\n    prompt: |\n", "error", "expected an indented block", 2, 14),
+        ("action a @ai(@x):\n    prompt: |\n", "error", "expected the text of 'prompt'", 2, 14),
         ("action a @ai(x):\n", "warning", "actor references carry '@'", 1, 14),
         ("action a @ai():\n", "error", "expected an actor", 1, 14),
         ("action a @func(game):\n", "error", "expected 'alias.function'", 1, 16),
@@ -1084,3 +1093,62 @@ def test_dropdown_choices_are_a_variable_or_literals(written, choices, variable)
     out_type = script.actions[0].outs[0].type
     assert [c.value for c in out_type.choices] == choices
     assert (out_type.choices_from.name if out_type.choices_from else None) == variable
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "mainflow:\n[START] -> [A]\n[A] -> [END]\n[B] -> [C]\n",
+        "vars:\n    x = 1\nmainflow:\n\n[START] -> [END]\n",
+        "mainflow:\n    [START] -> x\nx -> [END]\n",
+    ],
+)
+def test_unindented_flow_lines_are_one_error(source: str) -> None:
+    script, diagnostics = parse(source, "s.fems")
+    assert [d.message for d in diagnostics] == ["this flow line is not indented under 'mainflow:'"]
+    assert script.flow is not None and not script.flow.complete
+
+
+def test_empty_flow_block_is_an_error() -> None:
+    script, diagnostics = parse("mainflow:\n# nothing yet\n", "s.fems")
+    assert [d.message for d in diagnostics] == ["'mainflow:' has no lines"]
+    assert script.flow is not None and not script.flow.complete
+
+
+def test_action_field_outside_its_action() -> None:
+    found = errors("action t @assign:\nout: x += 1\n")
+    assert [(d.message, d.span.line) for d in found] == [
+        ("'out:' is an action field, found at the top level", 2)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("field", "text"),
+    [
+        (
+            "meta:\n    system_safety = |",
+            "不许删库。\n    不许违法犯罪，不许生成危险内容。\n    name = x",
+        ),
+        (
+            "action t @ai(@a):\n    prompt: |",
+            "现在是第{day}天夜晚。\n    分析结束后请输出\n    out: day",
+        ),
+    ],
+)
+def test_text_block_at_the_keys_indentation_is_one_error(field: str, text: str) -> None:
+    found = errors(f"{field}\n    {text}\n")
+    assert len(found) == 1
+    assert found[0].message.startswith("expected the text of ")
+    assert found[0].span.line == 2
+
+
+def test_bound_node_span_covers_its_binding() -> None:
+    graph = flow("[A] -> [C]:reviewer -> [END]", 4)
+    assert graph.node("C").span.col == 12 and graph.node("C").span.end_col == 24
+
+
+def test_one_assignment_per_line() -> None:
+    found = errors("action t @assign:\n    out: a += 1, b = 2\n")
+    assert [(d.message, d.span.col) for d in found] == [
+        ("one assignment per line in an @assign out:", 16)
+    ]
