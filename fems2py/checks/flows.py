@@ -314,8 +314,18 @@ class FlowChecker:
         executor = action.executor
         if action.kind not in ("ai", "human", "mind") or executor is None:
             return
+        if executor in part.loop_vars:
+            return
+        bare = next((loop for loop in part.loops if "@" + loop.var == executor), None)
+        if bare is not None and self.checker.is_unbound_actor_variable(executor, namespace):
+            self.checker.error(
+                f"{bare.kind} binds {bare.var} but action '{action.name}' runs as {executor}",
+                node.span,
+                f"actor variables carry '@' (§1.6): write '{bare.kind} {executor} in …'",
+            )
+            return
         actor_loops = [loop for loop in part.loops if loop.var.startswith("@")]
-        if not actor_loops or executor in part.loop_vars:
+        if not actor_loops:
             return
         if executor in self.checker.caller_loop_vars.get(id(namespace), ()):
             return  # bound by a loop around the call of this module (§11.3)
