@@ -386,7 +386,12 @@ class FlowChecker:
                 continue
             node = part.nodes.get(name)
             span = node.span if node is not None else part.graph.span
-            if part.loop is not None:
+            if node is not None and isinstance(node.binding, Loop):
+                hint = (
+                    f"after the body, write the exit line ('-> [Next]') at the indentation "
+                    f"of the '{node.binding.kind}' line (§12.7)"
+                )
+            elif part.loop is not None:
                 hint = "end the line with '->' to mark the end of an iteration"
             else:
                 hint = "lead it to [END] (or [OUT]/[BREAK] in a module) to end the branch"
