@@ -109,7 +109,8 @@ class TerminalHuman:
             answer = self._read(f"{out.label}{kind}: ", request).strip()
             if not answer and out.optional:
                 return _SKIP
-            value = parse_literal(answer) if out.type not in ("string", None) else answer
+            # read like a signal value (§10.3): `3` is an int, `[@a]` a list; text stays text
+            value = answer if out.type == "string" else parse_literal(answer, make_actor=str)
             if request.frame is None:
                 return value
             if out.type == "actor" and request.frame.variables.is_actor(f"@{answer}"):

@@ -282,3 +282,47 @@ def test_transcript_names_feedback_receiver_and_reports_lenient_rejections(
     assert (
         "! lenient by @a: rejected signal 'SET VARIABLE: <<n = x>>': 'x' is not an integer" in text
     )
+
+
+# ---------------------------------------------------------------------- §10.8 human input
+
+
+def test_terminal_answers_follow_the_literal_grammar_and_menus(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Untyped outs read a value like a signal does (3 is an int); menus re-ask."""
+    monkeypatch.setattr("sys.stdin", io.StringIO("my text\n3\n@b\nhello world\n7\n2\n"))
+    result, events = run_script(
+        tmp_path,
+        """
+        vars:
+            alive = [@a, @b]
+            n = 0
+            who = ""
+            note = ""
+            pick = ""
+        actors:
+            ai @a
+            ai @b
+            human @h = source:0
+        action ask @human(@h):
+            prompt: Say.
+            out: n
+                 who
+                 note
+                 pick: dropdown, choices={alive}
+        mainflow:
+            [START] -> ask -> [END]
+        """,
+        human="terminal",
+    )
+    assert {k: result.variables[k] for k in ("n", "who", "note", "pick")} == {
+        "n": 3,
+        "who": "@b",
+        "note": "hello world",
+        "pick": "@b",
+    }
+    out = capsys.readouterr().out
+    assert "  1. @a\n  2. @b\n" in out and "please enter a number from 1 to 2" in out
+    (human,) = [e for e in events if e["event"] == "human"]
+    assert human["text"] == "my text"
