@@ -567,10 +567,11 @@ class Checker:
 
     def check_action(self, action: Action, namespace: Namespace) -> None:
         names = self.action_names(action, namespace)
+        spans = dict(action.field_spans)
         if action.kind in _PROMPT_KINDS and action.executor is not None:
-            self.check_name(action.executor, action.span, names)
+            self.check_name(action.executor, spans.get("executor", action.span), names)
         if action.role is not None:
-            self.check_name(action.role, action.span, names)
+            self.check_name(action.role, spans.get("role", action.span), names)
         in_names = self.check_inputs(action, names)
         for text in (action.prompt, action.showprompt):
             self.check_text(text, names, in_names)

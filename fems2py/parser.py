@@ -972,7 +972,11 @@ class Parser:
 
     def parse_action(self, index: int, end: int, tokens: list[Token], defs: _Definitions) -> None:
         if len(tokens) < 2 or tokens[1].kind != "name":
-            self.fail("expected an action name after 'action'", self.tok_span(tokens[-1]))
+            self.fail(
+                "expected an action name after 'action'",
+                self.tok_span(tokens[1] if len(tokens) > 1 else tokens[0]),
+                "write action NAME @ai(@x): (or @human, @mind, @assign, @func)",
+            )
         name = tokens[1]
         self.check_name(name, "action")
         if len(tokens) < 3 or tokens[2].kind != "actor":
@@ -994,10 +998,16 @@ class Parser:
         executor: str | None = None
         role: str | None = None
         func: FuncRef | None = None
+        # Where the executor and the role were written, for the checker's messages about them.
+        header_spans: list[tuple[str, Span]] = []
         if kind in ("ai", "human", "mind"):
             executor, pos = self.parse_executor(tokens, pos, kind_token)
+            header_spans.append(("executor", self.tok_span(tokens[pos - 2])))
             if pos < len(tokens) and tokens[pos].text == "as":
+                start = pos
                 role, pos = self.parse_role(tokens, pos)
+                role_token = next(t for t in tokens[start:pos] if t.kind == "actor")
+                header_spans.append(("role", self.tok_span(role_token)))
         elif kind == "func":
             if pos >= len(tokens) or tokens[pos].text != "(":
                 self.fail("expected '(alias.function)' after @func", self.tok_span(tokens[pos - 1]))
@@ -1016,6 +1026,7 @@ class Parser:
         span = self.tok_span(tokens[0], name)
         self.unique("action", name.text, span, defs)
         fields = self.parse_fields(index, end, kind)
+        fields["field_spans"] = (*header_spans, *fields["field_spans"])  # type: ignore[misc]
         defs.actions.append(
             Action(
                 name=name.text,
@@ -1048,7 +1059,12 @@ class Parser:
         else:
             self.fail("expected an actor such as @eve", self.tok_span(who))
         if pos + 2 >= len(tokens) or tokens[pos + 2].text != ")":
-            self.fail("expected ')' after the executor", self.tok_span(tokens[-1]))
+            at = tokens[pos + 2] if pos + 2 < len(tokens) else tokens[-1]
+            self.fail(
+                "expected ')' after the executor",
+                self.tok_span(at),
+                "an action has one executor; put the others in scope:",
+            )
         return executor, pos + 3
 
     def parse_role(self, tokens: list[Token], pos: int) -> tuple[str, int]:
