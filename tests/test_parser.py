@@ -386,7 +386,8 @@ def test_ai_action_with_every_field(width: int) -> None:
     assert (action.memory, action.context, action.model) == ("rag10", "here", "openai/gpt-4o")
     assert action.interrupt.kind == "condition"
     assert action.interrupt.condition.python == "ctx['night'] == True"
-    assert [name for name, _ in action.field_spans][:3] == ["prompt", "showprompt", "scope"]
+    names = [name for name, _ in action.field_spans]
+    assert names[:4] == ["executor", "prompt", "showprompt", "scope"]
 
 
 def test_prompt_placeholder_columns_are_exact() -> None:
