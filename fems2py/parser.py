@@ -1169,7 +1169,12 @@ class Parser:
             if token.text == "[":
                 close = _match(tokens, pos)
                 if close < 0:
-                    self.fail("'[' is never closed", self.tok_span(token))
+                    opener = _unclosed(tokens[pos:]) or token
+                    self.fail(
+                        f"'{opener.text}' is never closed",
+                        self.tok_span(opener),
+                        f"close it with '{_CLOSERS[opener.text]}'",
+                    )
                 for piece in _split(tokens[pos + 1 : close]):
                     items.append(self.scope_item(piece, token, in_brackets=True))
                 pos = close + 1
@@ -1197,6 +1202,12 @@ class Parser:
             and piece[1].kind in ("name", "actor")
         ):
             return ScopeItem("expand", piece[1].text, span)
+        if len(piece) >= 2 and all(t.kind in ("name", "actor") for t in piece[:2]):
+            self.fail(
+                f"expected ',' between '{piece[0].text}' and '{piece[1].text}'",
+                self.tok_span(piece[1]),
+                "separate scope items with ',': [@a, @b]",
+            )
         if len(piece) == 1:
             token = piece[0]
             if token.kind == "actor" and token.text != "@":
@@ -2088,6 +2099,8 @@ def _unclosed(tokens: list[Token]) -> Token | None:
         if token.text in _CLOSERS:
             stack.append(token)
         elif token.text in (")", "]", "}") and stack:
+            if _CLOSERS[stack[-1].text] != token.text:
+                return stack[-1]  # ``[a, {b]``: the ``{`` is the one left open
             stack.pop()
     return stack[0] if stack else None
 

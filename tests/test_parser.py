@@ -1153,3 +1153,16 @@ def test_one_assignment_per_line() -> None:
     assert [(d.message, d.span.col) for d in found] == [
         ("one assignment per line in an @assign out:", 16)
     ]
+
+
+@pytest.mark.parametrize(
+    ("scope", "message", "col"),
+    [
+        ("[@a @b]", "expected ',' between '@a' and '@b'", 16),
+        ("[@a, {alive]", "'{' is never closed", 17),
+        ("[@a, [wolves]", "'[' is never closed", 12),
+    ],
+)
+def test_scope_errors(scope: str, message: str, col: int) -> None:
+    found = errors(f"action t @ai(@a):\n    scope: {scope}\n")
+    assert [(d.message, d.span.col) for d in found] == [(message, col)]
