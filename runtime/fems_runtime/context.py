@@ -21,24 +21,31 @@ MEMORY_HEADER = "Relevant memory:"
 NARRATOR = "narrator"
 
 
-def format_context(messages: Iterable[Message | ContextLine]) -> str:
+def format_context(messages: Iterable[Message]) -> str:
     """``[@speaker]: text`` per message, narration as ``[narrator]: text``, blank lines between."""
-    return "\n\n".join(f"[{_speaker(m)}]: {m.content}" for m in messages)
+    return format_lines((m.kind, m.speaker_name, m.speaker_soul, m.content) for m in messages)
 
 
-def _speaker(message: Message | ContextLine) -> str:
-    if message.kind == "narration":
+def format_lines(lines: Iterable[ContextLine]) -> str:
+    """:func:`format_context` for ``(kind, speaker_name, speaker_soul, content)`` rows."""
+    return "\n\n".join(
+        f"[{_speaker(kind, name, soul)}]: {content}" for kind, name, soul, content in lines
+    )
+
+
+def _speaker(kind: str, name: str | None, soul: str | None) -> str:
+    if kind == "narration":
         return NARRATOR
-    if message.kind == "feedback":
+    if kind == "feedback":
         return "feedback"
-    return message.speaker_name or message.speaker_soul or "unknown"
+    return name or soul or "unknown"
 
 
 def builtin_context(
     store: Store, session: int, *, soul: str | None, user: str | None = None
 ) -> str:
     """The built-in scope context (§13.2) for the actor with ``soul`` (and ``user``)."""
-    return format_context(store.visible_lines(session, soul=soul, user=user))
+    return format_lines(store.visible_lines(session, soul=soul, user=user))
 
 
 async def abuiltin_context(

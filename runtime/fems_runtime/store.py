@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, NamedTuple
+from typing import Any
 
 from fems_runtime.records import RunError
 
@@ -54,14 +54,10 @@ class Message:
 _MESSAGE_FIELDS = tuple(field.name for field in dataclasses.fields(Message))
 
 
-class ContextLine(NamedTuple):
-    """The part of a visible message the built-in context text is made of (§13.2); a tuple,
-    because a context reads tens of thousands of them."""
-
-    kind: str
-    speaker_name: str | None
-    speaker_soul: str | None
-    content: str
+ContextLine = tuple[str, str | None, str | None, str]
+"""``(kind, speaker_name, speaker_soul, content)``: the part of a visible message the built-in
+context text is made of (§13.2); plain rows, because a context reads tens of thousands."""
+CONTEXT_COLUMNS = ("kind", "speaker_name", "speaker_soul", "content")
 
 MESSAGE_KINDS = ("prompt", "narration", "reply", "human", "feedback")
 VISIBLE_KINDS = ("narration", "reply", "human", "feedback")
@@ -528,7 +524,7 @@ class Store:
         self, session: int, soul: str | None = None, user: str | None = None
     ) -> list[ContextLine]:
         """:meth:`visible_messages` narrowed to what the built-in context text needs."""
-        return list(map(ContextLine._make, self._visible(session, soul, user, narrow=True)))
+        return self._visible(session, soul, user, narrow=True)
 
     def _visible(self, session: int, soul: str | None, user: str | None, *, narrow: bool) -> Any:
         if soul is None and user is None:
@@ -693,7 +689,9 @@ def _bump_statement(column: str) -> Any:
     )
 
 
-_MESSAGE_COLUMN_NAMES = tuple("session_id" if name == "session" else name for name in _MESSAGE_FIELDS)
+_MESSAGE_COLUMN_NAMES = tuple(
+    "session_id" if name == "session" else name for name in _MESSAGE_FIELDS
+)
 
 
 def _message_columns(messages: Any) -> list[Any]:
@@ -707,12 +705,12 @@ def _visible_statement(by_soul: bool, by_user: bool, narrow: bool) -> Any:
 
     Each scope is a join driven by the tag index ``(session, soul|user, seq)``, so a single
     scope comes back in sequence order without a sort; two scopes are a union ordered by
-    ``seq``. ``narrow`` selects the :class:`ContextLine` columns, else the :class:`Message`
+    ``seq``. ``narrow`` selects the :data:`ContextLine` columns, else the :class:`Message`
     columns. Parameters: ``session``, ``soul``, ``user``.
     """
     tables = _schema()
     sa, messages = tables.sa, tables.messages
-    names = ContextLine._fields if narrow else _MESSAGE_COLUMN_NAMES
+    names = CONTEXT_COLUMNS if narrow else _MESSAGE_COLUMN_NAMES
     scopes = [(tables.message_souls, "soul")] if by_soul else []
     scopes += [(tables.message_users, "user")] if by_user else []
 
