@@ -797,6 +797,8 @@ def _with_noqa(line: str) -> str:
 def _noqa(python: str) -> str:
     """A targeted ``noqa`` for comparisons with ``True``/``False``/``None``: FEM scripts write
     ``finish == true`` and mean exactly ``==`` (``1 == True`` holds, ``1 is True`` does not)."""
+    if "==" not in python and "!=" not in python:
+        return ""
     codes = set()
     try:
         tree = ast.parse(python.strip().removeprefix("if ").rstrip(":"))
@@ -836,10 +838,47 @@ def environment() -> jinja2.Environment:
     return env
 
 
+def generate_parts(
+    checked: CheckedLike, file: str, sha256: str, code_paths: Mapping[str, str] | None = None
+) -> list[str]:
+    """The (unformatted) top-level parts of the Python module for a checked script: the head
+    (header, imports, ``SCRIPT``: what every edit changes, through the source hash), the data
+    (actors, methods, variables), one part per action and flow function, then ``PROGRAM`` and
+    each entry point. Each ends with a newline and holds no two blank lines in a row, before
+    or after black; :data:`PART_SEPARATOR` joins them into the module. ``code_paths`` gives
+    each ``code:`` alias's file relative to the generated module (default: as written)."""
+    view = CodeGenerator(checked, file, sha256, code_paths).script_view()
+    env = environment()
+    parts = split_parts(env.get_template("module_head.py.jinja").render(script=view))
+    for item in view.items:
+        kind = "flow" if isinstance(item, FlowView) else f"action_{_ACTION_TEMPLATES[item.kind]}"
+        parts.append(env.get_template(f"{kind}.py.jinja").render(item=item))
+    tail = env.get_template("module_tail.py.jinja").render(script=view)
+    parts.extend(split_parts(tail))  # PROGRAM, run, run_async, the __main__ guard
+    return parts
+
+
 def generate(
     checked: CheckedLike, file: str, sha256: str, code_paths: Mapping[str, str] | None = None
 ) -> str:
-    """The (unformatted) Python module for a checked script; ``code_paths`` gives each
-    ``code:`` alias's file relative to the generated module (default: as written)."""
-    view = CodeGenerator(checked, file, sha256, code_paths).script_view()
-    return environment().get_template("module.py.jinja").render(script=view)
+    """The (unformatted) Python module for a checked script (see :func:`generate_parts`)."""
+    return PART_SEPARATOR.join(generate_parts(checked, file, sha256, code_paths))
+
+
+# Top-level parts are separated by two blank lines, as black puts them around functions.
+PART_SEPARATOR = "\n\n"
+
+
+def split_parts(text: str) -> list[str]:
+    """``text`` cut at the two blank lines between its top-level parts (each keeps its final
+    newline): the inverse of joining parts with :data:`PART_SEPARATOR`."""
+    return [piece + "\n" for piece in text[:-1].split("\n" + PART_SEPARATOR)]
+
+
+_ACTION_TEMPLATES = {
+    "assign": "assign",
+    "func": "func",
+    "ai": "turn",
+    "human": "turn",
+    "mind": "turn",
+}

@@ -15,6 +15,8 @@ SCRIPT = fr.ScriptInfo(
     meta={"name": "Greeting", "version": "1.0", "max_steps": 50},
     code={},
 )
+
+
 ACTORS = (
     fr.ActorSpec("@Ann", type="ai", soul="ann", source="fems/mock", tools=()),
     fr.ActorSpec("@Bob", type="ai", soul="Bob", source=None, tools=()),

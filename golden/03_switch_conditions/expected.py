@@ -15,6 +15,8 @@ SCRIPT = fr.ScriptInfo(
     meta={},
     code={"rules": "rules.py"},
 )
+
+
 ACTORS = (fr.ActorSpec("@Eve", type="ai", soul="Eve", source=None, tools=()),)
 BLUEPRINTS = ()
 METHODS = ()

@@ -15,6 +15,8 @@ SCRIPT = fr.ScriptInfo(
     meta={},
     code={"lab": "lab.py"},
 )
+
+
 ACTORS = ()
 BLUEPRINTS = ()
 METHODS = ()

@@ -15,6 +15,8 @@ SCRIPT = fr.ScriptInfo(
     meta={},
     code={},
 )
+
+
 ACTORS = (
     fr.ActorSpec("@Curie", type="ai", soul="Curie", source=None, tools=()),
     fr.ActorSpec("@Darwin", type="ai", soul="Darwin", source=None, tools=()),

@@ -15,6 +15,8 @@ SCRIPT = fr.ScriptInfo(
     meta={},
     code={},
 )
+
+
 ACTORS = ()
 BLUEPRINTS = ()
 METHODS = ()

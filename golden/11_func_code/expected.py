@@ -15,6 +15,8 @@ SCRIPT = fr.ScriptInfo(
     meta={},
     code={"town": "town.py"},
 )
+
+
 ACTORS = (
     fr.ActorSpec("@a", type="ai", soul="a", source=None, tools=()),
     fr.ActorSpec("@b", type="ai", soul="b", source=None, tools=()),

@@ -15,6 +15,8 @@ SCRIPT = fr.ScriptInfo(
     meta={},
     code={},
 )
+
+
 ACTORS = (
     fr.ActorSpec("@Ann", type="ai", soul="Ann", source=None, tools=()),
     fr.ActorSpec("@Max", type="human", soul="max", source="0", tools=()),

@@ -22,6 +22,8 @@ SCRIPT = fr.ScriptInfo(
     },
     code={"game": "game.py"},
 )
+
+
 ACTORS = (
     fr.ActorSpec("@god", type="ai", soul="0", source="deepseek", tools=()),
     fr.ActorSpec("@w", type="ai", soul="w", source=None, tools=()),

@@ -15,6 +15,8 @@ SCRIPT = fr.ScriptInfo(
     meta={},
     code={},
 )
+
+
 ACTORS = (fr.ActorSpec("@lead", type="ai", soul="lead", source=None, tools=()),)
 BLUEPRINTS = (fr.BlueprintSpec("coder", source="fems/mock", tools=False),)
 METHODS = ()

@@ -15,6 +15,8 @@ SCRIPT = fr.ScriptInfo(
     meta={"name": "测试剧本"},
     code={},
 )
+
+
 ACTORS = (
     fr.ActorSpec("@小灵", type="ai", soul="小灵", source=None, tools=()),
     fr.ActorSpec("@小明", type="ai", soul="小明", source=None, tools=()),

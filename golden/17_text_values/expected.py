@@ -15,6 +15,8 @@ SCRIPT = fr.ScriptInfo(
     meta={},
     code={},
 )
+
+
 ACTORS = (fr.ActorSpec("@Eve", type="ai", soul="Eve", source=None, tools=()),)
 BLUEPRINTS = ()
 METHODS = ()
