@@ -43,14 +43,6 @@ from fems2py.nodes import (
 
 __all__ = ["CheckedScript", "FuncSignature", "Param", "check"]
 
-#: §2.3: not usable as names of variables (except ``all``), code aliases, actions or modules.
-RESERVED_WORDS = frozenset(
-    {
-        *("meta", "vars", "code", "actors", "action", "module", "flow", "mainflow", "memory"),
-        *("context", "sketch", "fork", "join", "for", "par", "to", "if", "in", "all", "any"),
-        *("START", "END", "IN", "OUT", "BREAK"),
-    }
-)
 #: §7.3: attributes every actor has; any other attribute is a dict declared in ``vars:``.
 STATIC_ATTRIBUTES = frozenset({"type", "soul", "source", "tools", "name"})
 #: §8.1: ``in:`` names of memory/context methods that are not variables.
@@ -197,7 +189,7 @@ class Checker:
         self.check_meta(self.script.meta, None)
         self.check_actors()
         self.read_code_files()
-        self.build_namespace(self.root, self.script.variables, self.script.actions, (), ())
+        self.build_namespace(self.root, self.script.variables, self.script.actions, ())
         self.root.modules = self.unique(self.script.modules, None)
         self.root.methods = self.unique(self.script.methods, None)
         for module in self.script.modules:
@@ -213,11 +205,6 @@ class Checker:
         flows.check_all()
 
     # ------------------------------------------------------------------ definitions
-
-    def reserved(self, name: str, what: str, span: Span) -> None:
-        """§2.3 for the names the parser does not check itself (module parameters)."""
-        if name in RESERVED_WORDS:
-            self.error(f"'{name}' is reserved and cannot name a {what}", span)
 
     def unique(self, items: Iterable[_Named], what: str | None) -> dict[str, Any]:
         """Items by name, the first definition winning; with ``what``, a second item with a
@@ -240,12 +227,8 @@ class Checker:
         variables: Iterable[VarDecl],
         actions: Iterable[Action],
         params: tuple[str, ...],
-        param_spans: tuple[Span, ...],
     ) -> None:
-        for name, span in zip(params, param_spans, strict=True):
-            self.reserved(name, "parameter", span)
-            if name in namespace.variables:
-                self.error(f"parameter '{name}' is listed twice", span)
+        for name in params:  # reserved or repeated names are reported by the parser
             namespace.variables[name] = None
         declared: dict[str, VarDecl] = {}
         for decl in variables:
@@ -274,8 +257,7 @@ class Checker:
         key = f"module:{module.name}" if parent.module is None else f"{parent.key}/{module.name}"
         namespace = Namespace(key, module, parent)
         self.namespaces[id(module)] = namespace
-        spans = tuple(module.span for _ in module.params)
-        self.build_namespace(namespace, module.variables, module.actions, module.params, spans)
+        self.build_namespace(namespace, module.variables, module.actions, module.params)
         namespace.modules = self.unique(module.modules, None)
         namespace.methods = self.unique(module.methods, None)
         for nested in module.modules:

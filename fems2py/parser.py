@@ -391,14 +391,22 @@ class Parser:
                     self.tok_span(head),
                     "indent it under its 'action …:' line",
                 )
-            if head.kind == "name" and word in TOP_LEVEL_BLOCKS:
-                hint = "a module's own flow is 'flow:'" if word == "mainflow" else None
-                self.fail(f"'{word}:' is not allowed {where}", self.tok_span(head), hint)
-            self.fail(
-                f"unknown block '{head.text}' {where}",
-                self.tok_span(head),
-                suggest(word, allowed) or "blocks are: " + ", ".join(allowed),
-            )
+            if word == "mainflow":
+                # Most likely meant as the module's flow: report once, then read it as one.
+                self.error(
+                    f"'mainflow:' is not allowed {where}",
+                    self.tok_span(head),
+                    "a module's own flow is 'flow:'",
+                )
+                word = "flow"
+            elif head.kind == "name" and word in TOP_LEVEL_BLOCKS:
+                self.fail(f"'{word}:' is not allowed {where}", self.tok_span(head))
+            else:
+                self.fail(
+                    f"unknown block '{head.text}' {where}",
+                    self.tok_span(head),
+                    suggest(word, allowed) or "blocks are: " + ", ".join(allowed),
+                )
         definitions = {
             "memory": self.parse_method,
             "context": self.parse_method,
@@ -1572,6 +1580,11 @@ class Parser:
                 if len(piece) != 1 or piece[0].kind not in ("name", "actor"):
                     at = piece[0] if piece else tokens[pos]
                     self.fail("module parameters are names", self.tok_span(at))
+                self.check_name(piece[0], "parameter")
+                if piece[0].text in params:
+                    self.error(
+                        f"parameter '{piece[0].text}' is listed twice", self.tok_span(piece[0])
+                    )
                 params.append(piece[0].text)
             pos = close + 1
         self.expect_header(tokens, pos)
@@ -1878,6 +1891,12 @@ class Parser:
                 f"expected '{token.text} VAR in EXPR:'",
                 self.eol_token_span(token),
                 f"e.g. {token.text} @speaker in alive:",
+            )
+        if token.kind == "name" and pos + 1 < len(tokens) and tokens[pos + 1].text == "(":
+            self.fail(
+                f"unexpected '(' after '{token.text}'",
+                self.tok_span(tokens[pos + 1]),
+                f"actions take no arguments; a module call starts with '&': &{token.text}(…)",
             )
         if token.text == "&" or token.kind == "name":
             binding, after = self.parse_binding(tokens, pos)
