@@ -454,3 +454,175 @@ def test_par_is_traced_as_a_fork_and_a_join_at_its_node(tmp_path: Path) -> None:
     fork = next(e for e in events if e["event"] == "fork")
     assert fork["line"] == 7 and fork["var"] == "i" and fork["items"] == [1, 2, 3]
     assert all("event" in e and "node" in e for e in events)
+
+
+NESTED_BREAK = """
+vars:
+    log = []
+module Inner:
+    action i1 @assign:
+        out: log += "inner"
+    flow:
+        [IN] -> i1 -> [BREAK]
+module Outer:
+    action o1 @assign:
+        out: log += "outer"
+    action o2 @assign:
+        out: log += "outer after inner"
+    flow:
+        [IN] -> o1 -> &Inner -> o2 -> [OUT]
+action m @assign:
+    out: log += "main"
+mainflow:
+    [START] -> &Outer -> m -> [END]
+"""
+
+FALLS_OFF = """
+vars:
+    log = []
+module Falls:
+    action i1 @assign:
+        out: log += "inner"
+    flow:
+        [IN] -> i1
+action m @assign:
+    out: log += "main"
+mainflow:
+    [START] -> &Falls -> m -> [END]
+"""
+
+OUT_AND_BREAK = """
+vars:
+    log = []
+module Both:
+    action b @assign:
+        out: log += "break branch"
+    flow:
+        [IN] -> [F]
+        [F] -> [OUT]
+        [F] -> b -> [BREAK]
+action m @assign:
+    out: log += "main"
+mainflow:
+    [START] -> &Both -> m -> [END]
+"""
+
+OUT_IN_A_BRANCH = """
+vars:
+    log = []
+module Early:
+    action a @assign:
+        out: log += "a"
+    action b @assign:
+        out: log += "b"
+    flow:
+        [IN] -> [F]
+        [F] -> a -> [OUT]
+        [F] -> b
+action m @assign:
+    out: log += "main"
+mainflow:
+    [START] -> &Early -> m -> [END]
+"""
+
+
+@pytest.mark.parametrize(
+    ("source", "log"),
+    [
+        # [BREAK] stops the caller's branch; Outer then ends without [OUT], so main stops too
+        (NESTED_BREAK, ["outer", "inner"]),
+        # a module whose every branch ends before [OUT] returns like [BREAK] (§11.5, §12.3)
+        (FALLS_OFF, ["inner"]),
+        # one branch reached [OUT]: the module returned normally
+        (OUT_AND_BREAK, ["break branch", "main"]),
+        (OUT_IN_A_BRANCH, ["a", "b", "main"]),
+    ],
+    ids=["nested-break", "falls-off-the-end", "out-and-break", "out-in-one-branch"],
+)
+def test_how_a_module_call_ends_decides_whether_the_caller_goes_on(
+    tmp_path: Path, source: str, log: list[str]
+) -> None:
+    result, _ = run_script(tmp_path, source)
+    assert sorted(result.variables["log"]) == sorted(log)
+    assert result.status == "completed"
+
+
+BRANCH_RULE = """
+vars:
+    x = 0
+    y = -1
+    seen = -1
+    count = 0
+    d = {}
+action set_x @assign:
+    out: x = 1
+         count += 1
+         d["a"] = x
+action read_x @assign:
+    out: y = x
+         count += 1
+         d["b"] = x
+action after @assign:
+    out: seen = x
+mainflow:
+    [START] -> [F]
+    [F] -> set_x -> [M]
+    [F] -> read_x -> [M]
+    [M]: after -> [END]
+"""
+
+
+def test_a_branch_keeps_its_own_value_until_the_merge_writes_it_back(tmp_path: Path) -> None:
+    """§12.5a: `x = 1` in one branch is invisible to its sibling, visible after the merge;
+    `+=` and dict entries act on the shared value at once."""
+    result, _ = run_script(tmp_path, BRANCH_RULE)
+    values = result.variables
+    assert (values["x"], values["y"], values["seen"]) == (1, 0, 1)
+    assert values["count"] == 2
+    assert values["d"] == {"a": 1, "b": 0}
+
+
+ERROR_LINES = {
+    "condition": (
+        "vars:\n    x = 1\n    s = 'a'\nmainflow:\n    [START] -> [A]\n"
+        "    [A] -> if (x > 0) -> [B]\n    [A] -> if (x > s) -> [B]\n    [B] -> [END]\n",
+        7,  # the condition that failed, not its sibling
+        "TypeError",
+    ),
+    "loop iterable": (
+        "vars:\n    x = 1\naction a @assign:\n    out: x += 1\nmainflow:\n    [START] -> [L]\n"
+        "    [L] -> for i in x:\n        -> a ->\n    -> [END]\n",
+        7,
+        "cannot iterate over 1",
+    ),
+    "module argument": (
+        "vars:\n    x = 1\nmodule M(p):\n    flow:\n        [IN] -> [OUT]\nmainflow:\n"
+        "    [START] -> [A]\n    [A] -> &M(x / 0) -> [END]\n",
+        8,
+        "ZeroDivisionError",
+    ),
+    "assignment in a par body": (
+        "vars:\n    x = 's'\naction a @assign:\n    out: x -= 1\nmainflow:\n    [START] -> [L]\n"
+        "    [L] -> par i in range(2):\n        -> a ->\n    -> [END]\n",
+        4,
+        "cannot subtract 1",
+    ),
+    "module action": (
+        "vars:\n    x = 1\nmodule M:\n    action bad @assign:\n        out: x -= 'q'\n"
+        "    flow:\n        [IN] -> bad -> [OUT]\nmainflow:\n    [START] -> &M -> [END]\n",
+        5,
+        "cannot subtract 'q'",
+    ),
+    "recursion": (RECURSIVE, 7, "module recursion deeper than 64 calls"),
+    "module max_steps": (SPINNING, 9, r"max_steps (10) exceeded in module Spin; last nodes:"),
+}
+
+
+@pytest.mark.parametrize(("source", "line", "message"), ERROR_LINES.values(), ids=ERROR_LINES)
+def test_run_errors_point_at_the_fems_line_of_their_construct(
+    tmp_path: Path, source: str, line: int, message: str
+) -> None:
+    with pytest.raises(RunError) as caught:
+        run_script(tmp_path, source)
+    assert str(caught.value).startswith(f"t.fems:{line}: error: ")
+    assert message in str(caught.value)
