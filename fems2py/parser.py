@@ -1680,6 +1680,8 @@ class Parser:
             continues = tokens[0].text == "->" or self.is_construct(tokens, 0)
             if after_error and continues and pending is None and start_from is None:
                 continue
+            if after_error and tokens[0].text == "to":
+                continue  # the 'to' of a join whose header was broken
             after_error = False
             try:
                 if join_node is not None:
@@ -1697,7 +1699,7 @@ class Parser:
                         )
                         continue
                 head = tokens[0]
-                if head.text == "join" and len(tokens) > 1 and tokens[1].text == "(":
+                if head.text == "join":
                     self.drop_pending(pending, loop)
                     pending = None
                     join_node = (self.parse_join(tokens, index, end, graph, loop), head)
@@ -2048,7 +2050,12 @@ class Parser:
         head = tokens[0]
         close = _match(tokens, 1)
         if close != 3 or len(tokens) != 5 or tokens[4].text != ":":
-            self.fail("expected 'join(all):', 'join(any):' or 'join(N):'", self.tok_span(head))
+            self.fail(
+                "expected 'join(all):', 'join(any):' or 'join(N):'",
+                self.tok_span(head),
+                "the nodes it waits for go on the indented lines ('[B] ->'), "
+                "then 'to [next]' at the join's indentation (§12.6)",
+            )
         arg = tokens[2]
         count: int | None
         if arg.text == "all":
@@ -2076,7 +2083,7 @@ class Parser:
                     self.fail(
                         "a join input line ends with '->'",
                         self.line_span(item),
-                        "write '[B] ->'",
+                        f"write '{self.lines[item].code(flow=True).strip()} ->'",
                     )
                 graph.edge(pending.node, name, None, pending.span)
             except _Abort:

@@ -357,6 +357,8 @@ class FlowChecker:
                 if name in covered or name in ("START", "IN"):
                     continue
                 covered |= reachable([name], part.successors)
+                if self.only_feeds_joins(part, name):
+                    continue  # reported as a join input that no branch reaches
                 node = part.nodes.get(name)
                 span = node.span if node is not None else part.graph.span
                 if name == "END" and not in_module:
@@ -373,6 +375,13 @@ class FlowChecker:
                 top.graph.span,
                 "a branch that should finish the run goes to [END]",
             )
+
+    @staticmethod
+    def only_feeds_joins(part: Part, name: str) -> bool:
+        targets = [part.nodes.get(target) for target in part.successors.get(name, ())]
+        return bool(targets) and all(
+            node is not None and isinstance(node.binding, Join) for node in targets
+        )
 
     def report_dead_ends(self, part: Part) -> None:
         """§12.3: a node with no out-edges ends its branch; warn unless it is an end marker."""
@@ -437,10 +446,13 @@ class FlowChecker:
             if part.reach is not None:
                 for source in inputs:
                     if source not in part.reach:
+                        dead_ends = [n for n in part.reach if not part.successors.get(n)]
+                        source_node = part.nodes.get(source)
                         checker.error(
-                            f"join input {describe(source, part.nodes.get(source))} "
+                            f"join input {describe(source, source_node)} "
                             "is not reached by any branch",
-                            node.span,
+                            source_node.span if source_node is not None else node.span,
+                            suggest(source, dead_ends),
                         )
             root = self.entry_of(part)
             if root is None:
