@@ -326,3 +326,448 @@ def test_terminal_answers_follow_the_literal_grammar_and_menus(
     assert "  1. @a\n  2. @b\n" in out and "please enter a number from 1 to 2" in out
     (human,) = [e for e in events if e["event"] == "human"]
     assert human["text"] == "my text"
+
+
+# ---------------------------------------------------------------------- §13.1 rooms
+
+
+def test_feedback_reaches_only_the_executor_and_mind_follows_the_type(tmp_path: Path) -> None:
+    result, events = run_script(
+        tmp_path,
+        """
+        vars:
+            alive = [@a, @you, @b]
+            votes = {}
+        actors:
+            ai @a
+            ai @b
+            human @you = source:0
+        action vote @mind(@voter):
+            prompt: Vote among {alive}.
+            scope: alive
+            out: votes.@voter: dropdown, choices={alive}
+            max_retries: 1
+        action after @ai(@b):
+            prompt: What happened?
+        mainflow:
+            [START] -> for @voter in alive:
+                -> vote ->
+            -> after -> [END]
+        """,
+        replies={
+            "vote@a": ["SET VARIABLE: <<votes.@a = @nobody>>", "SET VARIABLE: <<votes.@a = @b>>"],
+            "vote@b": ["SET VARIABLE: <<votes.@voter = @a>>"],
+            "after": ["ok"],
+        },
+        human={"vote@you": [{"text": "I vote a", "vars": {"votes.@voter": "@a"}}]},
+    )
+    assert result.variables["votes"] == {"@a": "@b", "@you": "@a", "@b": "@a"}
+    retry = calls(events, "vote")[1]
+    assert retry["messages"][-1]["content"].startswith(
+        "Your previous reply could not be accepted:\n- rejected signal "
+        "'SET VARIABLE: <<votes.@a = @nobody>>': @nobody is not a defined actor"
+    )
+    seen = user_text(calls(events, "after")[0])
+    assert "[@you]: I vote a" in seen and "[@a]: SET VARIABLE: <<votes.@a = @b>>" in seen
+    assert "feedback" not in seen and "Your previous reply" not in seen
+
+
+# ---------------------------------------------------------------------- §9.3 scope forms
+
+SCOPES = """
+    vars:
+        alive = [@a, @b]
+        wolves = [@w]
+        @x = @c
+        @u = ""
+    actors:
+        ai @god
+        ai @a
+        ai @b
+        ai @c
+        ai @w
+    action s @ai(@god):
+        prompt: hi
+        scope: SCOPE
+    mainflow:
+        [START] -> s -> [END]
+"""
+
+
+@pytest.mark.parametrize(
+    ("scope", "names"),
+    [
+        ("[@god, {alive}]", ["@a", "@b", "@god"]),
+        ("[@god] + wolves", ["@god", "@w"]),
+        ("@a, @x", ["@a", "@c", "@god"]),
+        ("@x", ["@c", "@god"]),
+        ("alive", ["@a", "@b", "@god"]),
+        ("all", ["@a", "@b", "@c", "@god", "@w"]),
+        ("[@w]", ["@god", "@w"]),
+    ],
+)
+def test_scope_forms(tmp_path: Path, scope: str, names: list[str]) -> None:
+    _, events = run_script(tmp_path, SCOPES.replace("SCOPE", scope), model="fems/mock")
+    assert calls(events)[0]["scope"] == names
+
+
+@pytest.mark.parametrize(
+    ("executor", "scope", "message"),
+    [
+        ("@god", "[@a, @u]", "@u is unbound"),
+        ("@u", "[@a]", "actor variable @u is unbound but the executor of action s"),
+    ],
+)
+def test_unbound_actor_variables_are_run_errors_naming_them(
+    tmp_path: Path, executor: str, scope: str, message: str
+) -> None:
+    source = SCOPES.replace("SCOPE", scope).replace("@ai(@god)", f"@ai({executor})")
+    with pytest.raises(RunError, match=message) as caught:
+        run_script(tmp_path, source, model="fems/mock")
+    assert caught.value.file == "t.fems" and caught.value.line == 12
+
+
+# ---------------------------------------------------------------------- §9.4 rendering
+
+
+def test_prompt_rendering(tmp_path: Path) -> None:
+    _, events = run_script(
+        tmp_path,
+        """
+        vars:
+            task_list = {@a: "write tests", @b: "fix bugs"}
+            flags = {x: true, y: false}
+            alive = [@a, @b]
+            hp = {@a: 3}
+            nothing = null
+            d = {}
+        actors:
+            ai @a
+            ai @b
+        action p1 @ai(@a):
+            prompt: |
+                {alive} {task_list} {flags} {@a.hp} {hp.@b}|{nothing}|{d[zz]}|{@a.type}
+                {{literal}} {"a": 1} { } {task_list[@a]} {flags.x}
+        action p2 @ai(@b):
+            in: my_task = task_list[@b]
+            prompt: task {my_task}, not {alive}
+        mainflow:
+            [START] -> p1 -> p2 -> [END]
+        """,
+        model="fems/mock",
+    )
+    p1, p2 = calls(events)
+    assert user_text(p1) == (
+        "[@a, @b] {@a: write tests, @b: fix bugs} {x: true, y: false} 3 |||ai\n"
+        '{literal} {"a": 1} { } write tests true'
+    )
+    assert user_text(p2).endswith("task fix bugs, not {alive}")
+
+
+# ---------------------------------------------------------------------- §10 signals and outs
+
+TYPED = """
+    vars:
+        alive = [@a, @b, @c]
+        pick = ""
+        n = 0
+        f = 0.0
+        ok = false
+        color = ""
+        @target = ""
+        name = ""
+        hp = {@a: 10}
+        words = []
+    actors:
+        ai @a
+        ai @b
+        ai @c
+    action typed @ai(@a):
+        prompt: typed
+        out: pick: dropdown, choices={alive}
+             n: int
+             f: float
+             ok: bool
+             color: enum([red, green])
+             @target: actor
+             name: string
+    action free @ai(@a):
+        prompt: free
+    mainflow:
+        [START] -> typed -> free -> [END]
+"""
+
+
+def test_typed_outs_and_every_signal_form(tmp_path: Path) -> None:
+    typed = (
+        "Thinking. SET VARIABLE: <<pick = @c>>, set variable : 《n = 3.0》\n"
+        "设定变量：《《f = 2》》 设置变量:〈ok = true〉 SET_VARIABLE：<<color = green>> "
+        "SET VARIABLE: <<@target = @zz>> SET VARIABLE: <<name = 42>> SET VARIABLE: <<n = 4>>"
+    )
+    free = (
+        "SET VARIABLE: <<hp.@a -= 3>> SET VARIABLE: <<words = add(hello world)>> "
+        "SET VARIABLE: <<undeclared = 1>> SET VARIABLE: <<n += 5>> "
+        "SET VARIABLE: <<name = __import__('os')>> SET VARIABLE: <<pick = @nobody>>"
+    )
+    result, events = run_script(tmp_path, TYPED, replies={"typed": [typed], "free": [free]})
+    values = result.variables
+    assert {k: values[k] for k in ("pick", "f", "ok", "color", "@target")} == {
+        "pick": "@c",
+        "f": 2.0,
+        "ok": True,
+        "color": "green",
+        "@target": "",
+    }
+    assert values["n"] == 9 and isinstance(values["n"], int)
+    assert values["name"] == "__import__('os')"
+    assert values["hp"] == {"@a": 7} and values["words"] == ["hello world"]
+    problems = [p for e in events if e["event"] == "rejected" for p in e["problems"]]
+    assert problems == [
+        "rejected signal 'SET VARIABLE: <<@target = @zz>>': @zz is not a defined actor",
+        "rejected signal 'SET VARIABLE: <<undeclared = 1>>': 'undeclared' is not a declared variable",
+        "rejected signal 'SET VARIABLE: <<pick = @nobody>>': @nobody is not a defined actor",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("out", "value", "problem"),
+    [
+        ("n: int", "3.5", "'3.5' is not an integer"),
+        ("n: int", "true", "true is not an integer"),
+        ("ok: bool", "2", "'2' is not true or false"),
+        ("color: enum([red, green])", "blue", "'blue' is not one of the choices [red, green]"),
+        ("pick: dropdown, choices={alive}", "@a", ""),
+        ("pick: dropdown, choices={alive}", "a", "'a' is not one of the choices [@a, @b, @c]"),
+        ("@target: actor", "bob", "'bob' is not a defined actor (write it as @name)"),
+        ("name: string", "[1, 2]", "[1, 2] is not a single text value"),
+    ],
+)
+def test_typed_out_conversions(tmp_path: Path, out: str, value: str, problem: str) -> None:
+    target = out.split(":")[0]
+    source = TYPED.replace(
+        """        out: pick: dropdown, choices={alive}
+             n: int
+             f: float
+             ok: bool
+             color: enum([red, green])
+             @target: actor
+             name: string""",
+        f"        out: {out}",
+    )
+    result, events = run_script(
+        tmp_path,
+        source,
+        replies={"typed": [f"SET VARIABLE: <<{target} = {value}>>"], "free": ["-"]},
+    )
+    problems = [p for e in events if e["event"] == "rejected" for p in e["problems"]]
+    if problem:
+        assert problems == [f"rejected signal 'SET VARIABLE: <<{target} = {value}>>': {problem}"]
+    else:
+        assert problems == [] and result.variables[target] == value
+
+
+# ---------------------------------------------------------------------- §10.5–§10.6 validation
+
+CHECKS = {
+    "chk.py": """
+        calls = []
+
+
+        def even(prompt, llm_output, SET_VARIABLE=None, n=None):
+            calls.append(("default", prompt, n, SET_VARIABLE))
+            if "bad" in llm_output:
+                return [(False, True, "n must be even")]
+            return [(True, False, "")]
+
+
+        def named(n, SET_VARIABLE):
+            calls.append(("named", n, SET_VARIABLE))
+            return [(n % 2 == 0, False, "hidden reason")]
+    """
+}
+STRICT = """
+    vars:
+        n = 0
+        m = 0
+        SET_VARIABLE = []
+        log = []
+    code:
+        chk = file:"chk.py"
+    actors:
+        ai @a
+    action s1 @ai(@a):
+        prompt: give n
+        out: n: int
+        max_retries: 2
+    action s2 @ai(@a):
+        prompt: give an even n
+        in: n
+        out: n: int
+        resolve: chk.even
+        max_retries: 1
+    action s3 @ai(@a):
+        prompt: third
+        out: n: int
+             m: int
+        resolve: chk.named(n, SET_VARIABLE)
+        fallback: fix
+    action s4 @ai(@a):
+        prompt: fourth
+        out: n: int
+        fallback: &Fix(8)
+    action lenient @ai(@a):
+        prompt: lenient
+        out: m: int
+        resolve: chk.even
+    action fix @assign:
+        out: log = add("action")
+    module Fix(v):
+        action put @assign:
+            out: n = v
+                 log = add("module")
+        flow:
+            [IN] -> put -> [OUT]
+    mainflow:
+        [START] -> s1 -> s2 -> s3 -> s4 -> lenient -> [END]
+"""
+
+
+def test_strict_retries_resolve_rollback_and_fallbacks(tmp_path: Path) -> None:
+    result, events = run_script(
+        tmp_path,
+        STRICT,
+        CHECKS,
+        replies={
+            "s1": ["no signal", "SET VARIABLE: <<n = abc>>", "SET VARIABLE: <<n = 4>>"],
+            "s2": ["bad SET VARIABLE: <<n = 5>>", "SET VARIABLE: <<n = 6>>"],
+            "s3": ["SET VARIABLE: <<n = 7>> SET VARIABLE: <<m = 1>> SET VARIABLE: <<x = 1>>"],
+            "s4": ["nothing"],
+            "lenient": ["bad SET VARIABLE: <<m = 3>>"],
+        },
+    )
+    assert [c["attempt"] for c in calls(events)] == [0, 1, 2, 0, 1, 0, 0, 0]
+    s1_last = calls(events, "s1")[2]["messages"]
+    assert [m["role"] for m in s1_last] == ["user", "assistant", "user", "assistant", "user"]
+    assert s1_last[2]["content"].splitlines()[1] == "- out 'n' was not set"
+    assert s1_last[4]["content"].splitlines()[1:3] == [
+        "- rejected signal 'SET VARIABLE: <<n = abc>>': 'abc' is not an integer",
+        "- out 'n' was not set",
+    ]
+    assert calls(events, "s2")[1]["messages"][-1]["content"].splitlines()[1] == (
+        "- chk.even rejected the reply: n must be even"
+    )
+    # s3: the resolve rejected 7, so n and m were rolled back before the fallback action
+    # s4: out unset, no retries, the module fallback set n = 8
+    # lenient: the failed resolve rolls m back and the flow goes on
+    assert result.variables["n"] == 8 and result.variables["m"] == 0
+    assert result.variables["log"] == ["action", "module"]
+    assert result.variables["SET_VARIABLE"] == []
+    finals = [e for e in events if e["event"] == "rejected"]
+    assert [e["action"] for e in finals] == ["s3", "s4", "lenient"]
+    assert finals[0]["problems"] == [
+        "rejected signal 'SET VARIABLE: <<x = 1>>': 'x' is not a declared variable",
+        "chk.named rejected the reply",
+        "hidden reason",
+    ]
+    assert finals[2]["problems"] == ["chk.even rejected the reply: n must be even"]
+
+
+def test_exhausted_retries_without_fallback_name_action_reply_and_problem(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(RunError) as caught:
+        run_script(tmp_path, STRICT, CHECKS, replies={"s1": ["a", "b", "c"]})
+    assert str(caught.value) == (
+        "t.fems:10: error: action s1: no valid reply from @a after 3 call(s); "
+        "last reply: 'c'; problem: out 'n' was not set"
+    )
+
+
+# ---------------------------------------------------------------------- §3 session and database
+
+SESSION = """
+    meta:
+        database = DATABASE
+        session = SESSION
+    actors:
+        ai @a
+    action s @ai(@a):
+        prompt: go
+    mainflow:
+        [START] -> s -> [END]
+"""
+
+
+@pytest.mark.parametrize(
+    ("database", "stored"),
+    [('file:"my.db"', "my.db"), ("plain.db", "plain.db"), ("sqlite:///url.db", "url.db")],
+)
+def test_session_forms_and_database_forms(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, database: str, stored: str
+) -> None:
+    """`database` is relative to the working directory; `N / new` creates N then continues it;
+    `new` takes max+1; `N` continues N."""
+    monkeypatch.chdir(tmp_path)
+    module_for = {
+        spec: load(
+            build_script(
+                tmp_path,
+                SESSION.replace("DATABASE", database).replace("SESSION", spec),
+                name=f"s{index}.fems",
+            )
+        )
+        for index, spec in enumerate(("5 / new", "new", "5"))
+    }
+    sessions = [
+        module_for[spec].run(model="fems/mock").session
+        for spec in ("5 / new", "5 / new", "new", "5")
+    ]
+    assert sessions == [5, 5, 6, 5]
+    assert (tmp_path / stored).is_file()
+
+
+def test_end_of_input_on_the_terminal_is_a_clear_error_without_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    module = load(
+        build_script(
+            tmp_path,
+            """
+            actors:
+                human @h = source:0
+            action ask @human(@h):
+                prompt: Say.
+            mainflow:
+                [START] -> ask -> [END]
+            """,
+        )
+    )
+    assert module.PROGRAM.main(["--human", "terminal", "--db", ":memory:"]) == 1
+    err = capsys.readouterr().err
+    assert err == (
+        "t.fems:3: error: action ask: input ended (EOF) while @h was answering ask; "
+        "the run cannot continue without it\n"
+    )
+
+
+def test_offline_notice_only_when_no_model_is_configured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("FEMS_MODEL", raising=False)
+    source = """
+        actors:
+            ai @a
+            ai @b = source:fems/mock
+        action s @ai(@a):
+            prompt: go
+        action t @ai(@b):
+            prompt: go
+        mainflow:
+            [START] -> t -> s -> s -> [END]
+    """
+    _, events = run_script(tmp_path, source)
+    assert [c["model"] for c in calls(events)] == ["fems/mock"] * 3
+    assert capsys.readouterr().err.count("no model configured; using the offline model") == 1
+    run_script(tmp_path, source, model="fems/mock")
+    assert "no model configured" not in capsys.readouterr().err
