@@ -521,7 +521,9 @@ class Checker:
                     self.error(
                         f"'{ref.alias}.{ref.func}' needs argument '{name}', which in: does not pass",
                         span,
-                        f"add '{name} = …' to in:",
+                        "add '@actor' to in: (it is passed as actor_info, §8.1)"
+                        if name == "actor_info"
+                        else f"add '{name} = …' to in:",
                     )
 
     def check_module_call(self, call: ModuleCall, namespace: Namespace, names: set[str]) -> None:
