@@ -368,3 +368,26 @@ def test_fems_names_that_clash_with_python_or_the_module_still_work(tmp_path: Pa
     text = (tmp_path / "t_gen.py").read_text(encoding="utf-8")
     for function in ("run_", "node_", "match_", "PROGRAM_"):
         assert f"async def {function}(ctx: fr.Context)" in text
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"db": "/nonexistent/dir/x.db"}, "cannot open database"),
+        ({"db": ":memory:", "session": "7"}, "session 7 does not exist"),
+    ],
+    ids=["database", "session"],
+)
+def test_a_run_that_fails_before_its_first_step_still_writes_result_and_trace(
+    tmp_path: Path, options: dict[str, str], message: str
+) -> None:
+    module = load(build_script(tmp_path, "mainflow:\n    [START] -> [END]\n"))
+    result_file, trace_file = tmp_path / "r.json", tmp_path / "t.jsonl"
+    with pytest.raises(fr.RunError, match=message):
+        module.run(result=str(result_file), trace=str(trace_file), **options)
+    result = json.loads(result_file.read_text(encoding="utf-8"))
+    assert set(result) == {"session", "status", "steps", "vars", "error"}
+    assert (result["status"], result["steps"], result["session"]) == ("failed", 0, None)
+    assert message in result["error"]
+    events = [json.loads(line) for line in trace_file.read_text(encoding="utf-8").splitlines()]
+    assert [(e["event"], e["node"]) for e in events] == [("error", None)]

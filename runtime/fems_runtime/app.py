@@ -179,38 +179,39 @@ class Program:
         script fails. ``result`` writes the ``--result`` file in both cases; ``transcript``
         prints the dialog as it is stored (True: to stdout); ``souls`` loads personas and user
         profiles (a YAML/JSON file or a mapping, see :meth:`Store.seed`) before the first turn."""
-        if resume:
-            raise RunError("--resume is not yet supported by this runtime")
         variables = Variables(self.variables, self.actors, self.blueprints)
         steps = StepCounter(int(self.script.meta.get("max_steps", DEFAULT_MAX_STEPS)), "the run")
         code = funcs.CodeFiles(self.script.code, Path(self.module_file).resolve().parent)
         with TraceWriter(trace) as writer:
             from fems_runtime.turns import TurnServices
 
-            turns = TurnServices.open(
-                self,
-                variables,
-                writer,
-                model=model,
-                replies=replies,
-                db=db,
-                session=session,
-                human=human,
-                seed=seed,
-                code=code.module,
-            )
-            if transcript:
-                turns.transcript = (
-                    transcript
-                    if isinstance(transcript, Transcript)
-                    else Transcript(everyone=[spec.name for spec in self.actors])
+            turns: TurnServices | None = None
+            ctx: Context | None = None
+            try:  # a failure from here on, even before the first step, is a failed run
+                if resume:
+                    raise RunError("--resume is not yet supported by this runtime")
+                turns = TurnServices.open(
+                    self,
+                    variables,
+                    writer,
+                    model=model,
+                    replies=replies,
+                    db=db,
+                    session=session,
+                    human=human,
+                    seed=seed,
+                    code=code.module,
                 )
-            services = _Services(self, variables, writer, turns, code)
-            ctx = Context(
-                services, variables.root, steps, methods={m.name: m for m in self.methods}
-            )
-            session_id = turns.session
-            try:
+                if transcript:
+                    turns.transcript = (
+                        transcript
+                        if isinstance(transcript, Transcript)
+                        else Transcript(everyone=[spec.name for spec in self.actors])
+                    )
+                services = _Services(self, variables, writer, turns, code)
+                ctx = Context(
+                    services, variables.root, steps, methods={m.name: m for m in self.methods}
+                )
                 if isinstance(souls, Mapping):
                     turns.store.seed(souls)
                 elif souls is not None:
@@ -220,24 +221,26 @@ class Program:
                 located = self.locate(error)
                 writer.write(
                     "error",
-                    node=failed_node(error) or ctx.node,
+                    node=failed_node(error) or (ctx.node if ctx is not None else None),
                     line=getattr(located, "line", None),
                     message=str(located),
                 )
                 if result is not None:
                     write_result(
                         result,
-                        session=session_id,
+                        session=turns.session if turns is not None else None,
                         status="failed",
                         steps=steps.count,
                         variables=variables.snapshot(),
                         error=str(located),
                     )
-                turns.finish("failed")
+                if turns is not None:
+                    turns.finish("failed")
                 if located is error:
                     raise
                 raise located from error
             turns.finish("completed")
+            session_id = turns.session
         outcome = RunResult(
             session_id, "completed", steps.count, variables.snapshot(), turns.model_calls
         )
