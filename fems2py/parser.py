@@ -584,6 +584,13 @@ class Parser:
         file_match = re.match(r"^file\s*[:：]\s*", text)
         if file_match and text[file_match.end() :][:1] in ('"', "'", "“"):
             return self.parse_file_text(text, file_match.end(), start, line.number, read_file)
+        if file_match and file_match.end() < len(text) and " " not in text:
+            path = text[file_match.end() :]
+            self.warning(
+                f"'{text}' is read as text, not as the file's content",
+                span,
+                f'write file:"{path}" to read the file',
+            )
         if text[0] in "\"'“":
             quote_end = _quoted_length(text)
             if quote_end == len(text):
@@ -599,12 +606,22 @@ class Parser:
     ) -> tuple[StringValue, Callable[[int], tuple[int, int]]]:
         quoted = text[quote_at:]
         span = self.span(number, start, start + len(text))
-        if _quoted_length(quoted) != len(quoted):
-            self.fail('expected file:"path" with the path in quotes', span)
+        length = _quoted_length(quoted)
+        if length < 0:
+            self.fail("unterminated string", span, "close the quote of the path")
+        if length != len(quoted):
+            rest = quoted[length:]
+            extra_at = start + quote_at + length + len(rest) - len(rest.lstrip())
+            extra = self.span(number, extra_at, start + len(text))
+            self.fail(
+                f"unexpected text after file:{quoted[:length]}",
+                extra,
+                "a file value is only file:\"path\" (use a '|' block to write text)",
+            )
         path = unquote(quoted)
         content = path
         if read_file:
-            file_path = self.base_dir / path
+            file_path = (self.base_dir / path).resolve()
             try:
                 content = file_path.read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError) as exc:
