@@ -583,7 +583,11 @@ class CodeGenerator:
         body_function: str | None,
     ) -> NodeView:
         is_head = loop is not None and node.name == loop.head
-        marker = self.marker(node.span.line)
+        # a module call, loop or join knows its own line, which may follow the node's first
+        # mention (`[A]: &M(x)` on a line of its own): errors in it point there
+        target = node.binding
+        bound = target.span if isinstance(target, ModuleCall | Loop | Join) else node.span
+        marker = self.marker(bound.line)
         binding = tuple(_with_noqa(line) for line in self.binding_code(scope, node, body_function))
         if node.name in TERMINALS and loop is None:
             return NodeView(node.name, marker, True, binding, "return", result_code=py(node.name))

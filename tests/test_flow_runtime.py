@@ -613,6 +613,12 @@ ERROR_LINES = {
         5,
         "cannot subtract 'q'",
     ),
+    "module call bound on its own line": (
+        "vars:\n    x = 1\nmodule M(p):\n    flow:\n        [IN] -> [OUT]\nmainflow:\n"
+        "    [START] -> [A] -> [END]\n    [A]: &M(x / 0)\n",
+        8,
+        "ZeroDivisionError",
+    ),
     "recursion": (RECURSIVE, 7, "module recursion deeper than 64 calls"),
     "module max_steps": (SPINNING, 9, r"max_steps (10) exceeded in module Spin; last nodes:"),
 }
