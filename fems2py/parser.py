@@ -1692,9 +1692,14 @@ class Parser:
         # After a broken line, lines that would continue it are skipped quietly: their
         # "needs a node before it" would only repeat the first error.
         after_error = False
+        # Consecutive '->' lines after a loop body are all exit lines of that loop (like the
+        # out-edges of one node, §12.3): ``-> if (won) -> [END]`` / ``-> if (not won) -> [P]``.
+        loop_exit: str | None = None
         for index, end in self.items(start, stop):
             tokens = self.tokens(index, flow=True)
             continues = tokens[0].text == "->" or self.is_construct(tokens, 0)
+            if tokens[0].text != "->":
+                loop_exit = None
             if after_error and continues and pending is None and start_from is None:
                 continue
             if after_error and tokens[0].text == "to":
@@ -1726,6 +1731,10 @@ class Parser:
                 if head.text == "->":
                     if pending is not None and (pending.loop_exit or start_from is None):
                         source: str | None = pending.node
+                        if pending.loop_exit and start_from is None:
+                            loop_exit = pending.node
+                    elif pending is None and loop_exit is not None:
+                        source = loop_exit
                     else:
                         self.drop_pending(pending, loop)
                         source = start_from

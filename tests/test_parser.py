@@ -1166,3 +1166,17 @@ def test_one_assignment_per_line() -> None:
 def test_scope_errors(scope: str, message: str, col: int) -> None:
     found = errors(f"action t @ai(@a):\n    scope: {scope}\n")
     assert [(d.message, d.span.col) for d in found] == [(message, col)]
+
+
+def test_a_loop_may_have_several_exit_lines() -> None:
+    graph = flow(
+        """
+        [P] -> for @s in alive:
+            -> talk ->
+        -> if (day < 3) -> tick -> [P]
+        -> if (day >= 3) -> [END]
+        """
+    )
+    loop = next(node.name for node in graph.nodes if isinstance(node.binding, Loop))
+    exits = [(e.target, e.condition.text) for e in graph.edges if e.source == loop]
+    assert exits[0][1] == "(day < 3)" and exits[1] == ("END", "(day >= 3)")
