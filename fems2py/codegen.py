@@ -422,7 +422,11 @@ class CodeGenerator:
                 for a in action.assignments
             )
             return ActionView(
-                function, marker, f"@assign {action.name}.", "assign", statements=statements
+                function,
+                marker,
+                f"@assign {action.name}{_in_module(scope)}.",
+                "assign",
+                statements=statements,
             )
         if action.kind == "func":
             assert action.func is not None
@@ -436,7 +440,7 @@ class CodeGenerator:
                 args.append(("inputs", self.inputs_code(action)))
             if action.outs is not None:
                 args.append(("outs", _outs_code(action.outs)))
-            doc = f"@func({action.func.alias}.{action.func.func}) {action.name}."
+            doc = f"@func({action.func.alias}.{action.func.func}) {action.name}{_in_module(scope)}."
             return ActionView(function, marker, doc, "func", spec_args=_spec_args(args))
         assert action.executor is not None
         args = [
@@ -488,7 +492,7 @@ class CodeGenerator:
             args.append(("interrupt", _interrupt_code(action)))
         if action.model is not None:
             args.append(("model", py(action.model)))
-        doc = f"@{action.kind}({action.executor}) {action.name}."
+        doc = f"@{action.kind}({action.executor}) {action.name}{_in_module(scope)}."
         return ActionView(function, marker, doc, action.kind, spec_args=_spec_args(args))
 
     def inputs_code(self, action: Action) -> str:
@@ -675,6 +679,11 @@ def _loop_vars(flow: Graph | None, modules: Iterable[Module]) -> Iterator[str]:
                 yield from _loop_vars(node.binding.body, ())
     for module in modules:
         yield from _loop_vars(None, module.modules)
+
+
+def _in_module(scope: Scope) -> str:
+    """`` in module Outer/Inner`` for a module's action (its function's docstring says so)."""
+    return f" in module {scope.key.removeprefix('module:')}" if scope.key != "main" else ""
 
 
 def _meta_dict(entries: Iterable[MetaEntry]) -> dict[str, Any]:

@@ -81,7 +81,7 @@ async def main_flow(
 
 # input.fems:11
 async def Day_tick(ctx: fr.Context) -> None:
-    "@assign tick."
+    "@assign tick in module Day."
     # input.fems:12
     ctx.assign("day", "+=", ctx["n"])
     # input.fems:13

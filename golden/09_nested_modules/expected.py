@@ -65,7 +65,7 @@ async def main_flow(
 
 # input.fems:9
 async def Outer_note(ctx: fr.Context) -> None:
-    "@assign note."
+    "@assign note in module Outer."
     # input.fems:10
     ctx.assign("log", "+=", ctx["x"])
 
@@ -102,7 +102,7 @@ async def Outer(ctx: fr.Context, node: str | None = "IN", stop: tuple[str, ...] 
 
 # input.fems:12
 async def Outer_Inner_note(ctx: fr.Context) -> None:
-    "@assign note."
+    "@assign note in module Outer/Inner."
     # input.fems:13
     ctx.assign("log", "+=", "inner")
 
