@@ -306,9 +306,9 @@ class Checker:
 
     def check_actors(self) -> None:
         """Duplicate actor names and souls (§6.2), duplicate blueprints."""
-        self.unique(self.script.actors, "actor")
+        actors = self.unique(self.script.actors, "actor")
         souls: dict[str, list[ActorDef]] = {}
-        for actor in self.script.actors:
+        for actor in actors.values():
             souls.setdefault(actor.soul, []).append(actor)
         for soul, actors in souls.items():
             if len(actors) < 2:

@@ -444,10 +444,11 @@ class Parser:
         """§2.2: a second ``meta:``/``vars:``/… block is an error."""
         first = defs.seen_blocks.get(block)
         if first is not None:
+            same = " ('flow:' and 'mainflow:' are the same block)" if block == "flow" else ""
             self.error(
                 f"second '{token.text}:' block",
                 self.tok_span(token),
-                f"merge it into the first one (line {first})",
+                f"merge it into the first one (line {first}){same}",
             )
         else:
             defs.seen_blocks[block] = token.line
@@ -842,7 +843,24 @@ class Parser:
                 self.fail(
                     f"expected '=' after {name}", self.tok_span(tokens[2]), "write ai @x = soul:1"
                 )
-            for piece in _split(tokens[3:]):
+            pieces = _split(tokens[3:])
+            if len(pieces) > 1 and not pieces[-1]:
+                pieces.pop()  # a trailing comma
+            for piece in pieces:
+                glued = next(
+                    (
+                        at
+                        for at in range(3, len(piece) - 1)
+                        if piece[at].text in ACTOR_PROPS and piece[at + 1].text == ":"
+                    ),
+                    None,
+                )
+                if glued is not None:
+                    self.fail(
+                        f"expected ',' before '{piece[glued].text}'",
+                        self.tok_span(piece[glued]),
+                        "separate properties with ',': soul:1, source:fast",
+                    )
                 if len(piece) >= 2 and piece[0].text in ACTOR_PROPS and piece[1].text != ":":
                     self.fail(
                         f"expected ':' after '{piece[0].text}'",
