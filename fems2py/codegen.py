@@ -604,7 +604,10 @@ class CodeGenerator:
             )
         edge_views = tuple(self.edge_view(edge) for edge in edges)
         conditional = [(edge.condition, edge.span.line) for edge in edges if edge.condition]
-        conditions = tuple((condition.text, _reads(condition)) for condition, _ in conditional)
+        actors = frozenset(actor.name for actor in self.script.actors)
+        conditions = tuple(
+            (condition.text, _reads(condition, actors)) for condition, _ in conditional
+        )
         merge = self.merge_node(scope.key, node.name)
         fork_args = [
             function,
@@ -777,15 +780,23 @@ def _interrupt_code(action: Action) -> str:
     return _call("fr.InterruptSpec", [("", py("check")), ("check", check)])
 
 
-def _reads(expr: Expr) -> tuple[str, ...]:
-    """The FEM paths a condition reads, as written (``x``, ``@x.type``), without repeats."""
-    seen: dict[str, None] = {}
+def _reads(expr: Expr, actors: frozenset[str]) -> tuple[str, ...]:
+    """The FEM paths a condition reads, as written (``x``, ``hp.@x``, ``@x.type``), once each;
+    before an attribute of an actor variable, the variable itself (``@x``: whose ``hp``)."""
+    seen: dict[tuple[str, str | None], str] = {}
     for ref in expr.reads:
-        seen[_path_text(ref)] = None
-    return tuple(seen)
+        if ref.attr is not None and ref.name not in actors:
+            seen.setdefault((ref.name, None), ref.name)
+        seen.setdefault((ref.name, ref.attr), _written(expr, ref))
+    return tuple(seen.values())
 
 
-def _path_text(ref: PathRef) -> str:
+def _written(expr: Expr, ref: PathRef) -> str:
+    """``ref`` as the author wrote it inside ``expr`` (``hp.@x`` stays ``hp.@x``)."""
+    start, end = ref.span.col - expr.span.col, ref.span.end_col - expr.span.col
+    same_line = ref.span.line == expr.span.line == ref.span.end_line
+    if same_line and 0 <= start < end <= len(expr.text):
+        return expr.text[start:end]
     return f"{ref.name}.{ref.attr}" if ref.attr else ref.name
 
 

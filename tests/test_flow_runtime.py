@@ -632,3 +632,28 @@ def test_run_errors_point_at_the_fems_line_of_their_construct(
         run_script(tmp_path, source)
     assert str(caught.value).startswith(f"t.fems:{line}: error: ")
     assert message in str(caught.value)
+
+
+STUCK_ON_ATTRIBUTES = """
+vars:
+    @who = @a
+    hp = {@a: 3}
+actors:
+    ai @a
+mainflow:
+    [START] -> [A]
+    [A] -> if (hp.@who > 10) -> [END]
+    [A] -> if (@who.hp < 0 or @a.hp < 0) -> [END]
+"""
+
+
+def test_stuck_shows_paths_as_written_and_the_actor_variable_they_go_through(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(RunError) as caught:
+        run_script(tmp_path, STUCK_ON_ATTRIBUTES)
+    lines = str(caught.value).splitlines()
+    assert lines[1:] == [
+        "  if (hp.@who > 10)  where @who = @a, hp.@who = 3",
+        "  if (@who.hp < 0 or @a.hp < 0)  where @who = @a, @who.hp = 3, @a.hp = 3",
+    ]

@@ -71,7 +71,7 @@ async def main_flow(
                         "Check",
                         (
                             ("(score < 5 and @Eve.type == ai)", ("score", "@Eve.type")),
-                            ("(score >= 5 or hp.@Eve <= 0)", ("score", "@Eve.hp")),
+                            ("(score >= 5 or hp.@Eve <= 0)", ("score", "hp.@Eve")),
                             ("(rules.is_over(score) == true)", ("score",)),
                         ),
                         line=24,
