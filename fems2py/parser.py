@@ -1824,6 +1824,9 @@ class Parser:
                         f"expected '->' after {_describe(tokens, pos - 1)}, "
                         f"found '{tokens[pos].text}'",
                         self.tok_span(tokens[pos]),
+                        "the flow arrow is '->' (or '--')"
+                        if tokens[pos].text in ("-", "=", ">", "→", "—", "－", "=>")
+                        else None,
                     )
                 arrow = tokens[pos]
                 condition, pos = self.parse_arrow(tokens, pos)

@@ -826,6 +826,8 @@ def test_join_without_to_is_an_error() -> None:
         ("-> [B]", "a line starting with '->' needs a node before it", 5),
         ("fork:\n        -> [B]", "'fork' needs a node before it", 5),
         ("[A] [B]", "expected '->' after [A], found '['", 9),
+        ("[A] --> [B]", "expected '->' after [A], found '-'", 9),
+        ("[A] → [B]", "expected '->' after [A], found '→'", 9),
         ("[A] -> if (x && y) -> [B]", "'&&' is not an operator in FEM expressions", 18),
         ("[A] -> for x alive:\n        -> y ->", "expected 'for VAR in EXPR:'", 18),
         ("[A] -> for @s of alive:\n        -> y ->", "expected 'for VAR in EXPR:'", 19),
