@@ -775,7 +775,10 @@ class Parser:
             self.fail(f"'{opener.text}' is never closed", self.tok_span(opener))
         items: list[Value] = []
         pairs: list[tuple[Value, Value]] = []
-        for piece in _split(tokens[pos + 1 : close]):
+        pieces = _split(tokens[pos + 1 : close])
+        if len(pieces) > 1 and not pieces[-1]:
+            pieces.pop()  # a trailing comma, as in Python
+        for piece in pieces:
             if not piece:
                 self.fail("empty item in a literal", self.tok_span(opener, tokens[close]))
             if opener.text == "{":

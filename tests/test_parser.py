@@ -1182,3 +1182,17 @@ def test_a_loop_may_have_several_exit_lines() -> None:
     loop = next(node.name for node in graph.nodes if isinstance(node.binding, Loop))
     exits = [(e.target, e.condition.text) for e in graph.edges if e.source == loop]
     assert exits[0][1] == "(day < 3)" and exits[1] == ("END", "(day >= 3)")
+
+
+@pytest.mark.parametrize(
+    ("written", "count"),
+    [("[1, 2,]", 2), ("[\n        1,\n        2,\n    ]", 2), ("{@a: 1,}", 1), ("[]", 0)],
+)
+def test_literals_accept_a_trailing_comma(written: str, count: int) -> None:
+    script = ok(f"vars:\n    x = {written}\nactors:\n    ai @a\n")
+    assert len(script.variables[0].value.items) == count
+
+
+def test_an_empty_item_in_a_literal_is_an_error() -> None:
+    found = errors("vars:\n    x = [1, , 2]\n")
+    assert [d.message for d in found] == ["empty item in a literal"]
