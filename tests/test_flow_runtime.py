@@ -657,3 +657,181 @@ def test_stuck_shows_paths_as_written_and_the_actor_variable_they_go_through(
         "  if (hp.@who > 10)  where @who = @a, hp.@who = 3",
         "  if (@who.hp < 0 or @a.hp < 0)  where @who = @a, @who.hp = 3, @a.hp = 3",
     ]
+
+
+# ---------------------------------------------------------------- flow rules, script by script
+
+NO_MERGE = """
+vars:
+    log = []
+action a @assign:
+    out: log = add("a")
+action b @assign:
+    out: log = add("b")
+mainflow:
+    [START] -> [F]
+    [F] -> if (true) -> a -> [X]
+    [F] -> if (true) -> b
+    [X] -> [END]
+"""
+
+NESTED_FORKS = """
+vars:
+    n = 0
+    log = []
+action a1 @assign:
+    out: n += 1
+action a2 @assign:
+    out: n += 10
+action a3 @assign:
+    out: n += 100
+action inner @assign:
+    out: log += "inner"
+action outer @assign:
+    out: log += "outer"
+mainflow:
+    [START] -> [F]
+    [F] -> [G]
+    [F] -> a3 -> [M]
+    [G] -> a1 -> [MI]
+    [G] -> a2 -> [MI]
+    [MI]: inner -> [M]
+    [M]: outer -> [END]
+"""
+
+FORK_IN_FOR = """
+vars:
+    total = 0
+    log = []
+    i = "global"
+action a @assign:
+    out: total += i
+action b @assign:
+    out: total += 10
+action m @assign:
+    out: log += i
+action after @assign:
+    out: log += i
+mainflow:
+    [START] -> [L]
+    [L] -> for i in range(3):
+        -> [F]
+        [F] -> a -> [M]
+        [F] -> b -> [M]
+        [M]: m ->
+    -> after -> [END]
+"""
+
+START_LINES = """
+vars:
+    log = []
+action a @assign:
+    out: log += "a"
+action b @assign:
+    out: log += "b"
+mainflow:
+    [START] -> [L]
+    [L] -> for i in range(4):
+        -> if (i == 1 or i == 3) -> a ->
+        -> if (i >= 2) -> b ->
+    -> [END]
+"""
+
+PAR_IN_MODULE_IN_PAR = """
+vars:
+    count = 0
+    got = {}
+module Inner(k):
+    vars:
+        local = 0
+    action bump @assign:
+        out: count += 1
+             local += j
+    action keep @assign:
+        out: got[k] = local
+    flow:
+        [IN] -> [P]
+        [P] -> par j in [1, 2]:
+            -> bump ->
+        -> keep -> [OUT]
+mainflow:
+    [START] -> [P]
+    [P] -> par k in ["x", "y", "z"]:
+        -> &Inner(k) ->
+    -> [END]
+"""
+
+JOIN_WITH_AN_EARLY_END = """
+vars:
+    x = 0
+    after = 0
+action a @assign:
+    out: x += 1
+action go @assign:
+    out: after += x
+mainflow:
+    [START] -> [F]
+    [F] -> [A]:a
+    [F] -> [B]:a
+    [F] -> [C]
+    [C] -> [END]
+    join(all):
+        [A] ->
+        [B] ->
+    to [N]
+    [N]: go -> [END]
+"""
+
+SHADOWING = """
+vars:
+    i = "global"
+    seen = []
+module Look:
+    action look @assign:
+        out: seen += i
+    flow:
+        [IN] -> look -> [OUT]
+action mark @assign:
+    out: i = "changed in the body"
+mainflow:
+    [START] -> [L]
+    [L] -> for i in [1, 2]:
+        -> &Look -> mark -> &Look ->
+    -> &Look -> [END]
+"""
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        # several edges hold and no merge node: each branch runs to its own end (§12.3, §12.5)
+        (NO_MERGE, {"log": ["a", "b"]}),
+        (NESTED_FORKS, {"n": 111, "log": ["inner", "outer"]}),
+        (FORK_IN_FOR, {"total": 33, "log": [0, 1, 2, "global"], "i": "global"}),
+        # start lines: none holding skips the iteration, several run concurrently (§12.7)
+        (START_LINES, {"log": ["a", "b", "a", "b"]}),
+        (PAR_IN_MODULE_IN_PAR, {"count": 6, "got": {"x": 3, "y": 3, "z": 3}}),
+        # a branch that never reaches join(all) is not waited for (§12.6)
+        (JOIN_WITH_AN_EARLY_END, {"x": 2, "after": 2}),
+        # the loop variable shadows the global inside the body only, modules see it (§11.3)
+        (
+            SHADOWING,
+            {"i": "global", "seen": [1, "changed in the body", 2, "changed in the body", "global"]},
+        ),
+    ],
+    ids=[
+        "no-merge",
+        "nested-forks",
+        "fork-in-for",
+        "for-start-lines",
+        "par-in-module-in-par",
+        "join-early-end",
+        "loop-variable-shadowing",
+    ],
+)
+def test_flow_rules(tmp_path: Path, source: str, expected: dict[str, object]) -> None:
+    result, _ = run_script(tmp_path, source)
+    actual = {name: result.variables[name] for name in expected}
+    if "log" in expected and source is NO_MERGE:
+        actual["log"] = sorted(actual["log"])
+    assert actual == expected
