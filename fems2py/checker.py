@@ -409,8 +409,8 @@ class Checker:
             return True
         hint = suggest(name, {n for n in names if not n.startswith("@")})
         if hint is None and string_hint and name.isidentifier():
-            hint = f"did you mean the string '{name}'?"
-        self.error(f"undeclared variable '{name}'", span, hint)
+            hint = f"did you mean the string '{name}'? Otherwise declare it in vars:"
+        self.error(f"undeclared variable '{name}'", span, hint or _declare_hint(name))
         return False
 
     def check_path(self, ref: PathRef, names: set[str], *, string_hint: bool = False) -> None:
@@ -459,7 +459,7 @@ class Checker:
             return
         if target.name in names:
             return
-        hint = suggest(target.name, names)
+        hint = suggest(target.name, names) or _declare_hint(target.name)
         self.error(f"undeclared variable '{target.name}'", target.span, hint)
 
     def check_func(self, ref: FuncRef, *, builtin_ok: bool) -> FuncSignature | None:
@@ -709,6 +709,10 @@ class Checker:
         return isinstance(value, NullValue) or (
             isinstance(value, StringValue) and value.value == ""
         )
+
+
+def _declare_hint(name: str) -> str:
+    return f"every variable is declared in vars: first (§4.1), e.g. {name} = 0"
 
 
 def _whole_number(value: object, minimum: int) -> bool:
