@@ -437,7 +437,7 @@ class CodeGenerator:
                 ("function", py(action.func.func)),
             ]
             if action.inputs is not None:
-                args.append(("inputs", self.inputs_code(action)))
+                args.append(("inputs", _inputs_code(action.inputs)))
             if action.outs is not None:
                 args.append(("outs", _outs_code(action.outs)))
             doc = f"@func({action.func.alias}.{action.func.func}) {action.name}{_in_module(scope)}."
@@ -462,7 +462,7 @@ class CodeGenerator:
             )
             args.append(("scope", "(" + "".join(f"{item}, " for item in items) + ")"))
         if action.inputs is not None:
-            args.append(("inputs", self.inputs_code(action)))
+            args.append(("inputs", _inputs_code(action.inputs)))
         if action.outs is not None:
             args.append(("outs", _outs_code(action.outs)))
         if action.resolve is not None:
@@ -494,13 +494,6 @@ class CodeGenerator:
             args.append(("model", py(action.model)))
         doc = f"@{action.kind}({action.executor}) {action.name}{_in_module(scope)}."
         return ActionView(function, marker, doc, action.kind, spec_args=_spec_args(args))
-
-    def inputs_code(self, action: Action) -> str:
-        """``in:`` values as a dict literal; without ``in:`` the runtime passes the variables
-        named like the function's parameters (§9.7)."""
-        if action.inputs is None:
-            return "None"
-        return _dict_code((item.name, _input_code(item)) for item in action.inputs)
 
     def fallback_code(self, scope: Scope, fallback: str | ModuleCall) -> str:
         if isinstance(fallback, ModuleCall):
@@ -741,9 +734,14 @@ def _method_code(method: Method) -> str:
     )
 
 
-def _outs_code(outs: tuple[Out, ...] | None) -> str:
-    if outs is None:
-        return "None"
+def _inputs_code(inputs: tuple[Input, ...]) -> str:
+    """``in:`` values as a dict literal, evaluated when the action runs (without ``in:`` the
+    spec has no ``inputs`` and the runtime passes the variables named like the function's
+    parameters, §9.7)."""
+    return _dict_code((item.name, _input_code(item)) for item in inputs)
+
+
+def _outs_code(outs: tuple[Out, ...]) -> str:
     items = []
     for out in outs:
         args = [("", py(out.target.name))]
