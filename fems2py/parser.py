@@ -400,7 +400,13 @@ class Parser:
                 )
                 word = "flow"
             elif head.kind == "name" and word in TOP_LEVEL_BLOCKS:
-                self.fail(f"'{word}:' is not allowed {where}", self.tok_span(head))
+                self.fail(
+                    f"'{word}:' is not allowed {where}",
+                    self.tok_span(head),
+                    "a module holds "
+                    + ", ".join(f"{b}:" for b in MODULE_BLOCKS[:-1])
+                    + "; the rest belongs at the top level",
+                )
             else:
                 self.fail(
                     f"unknown block '{head.text}' {where}",
@@ -432,7 +438,11 @@ class Parser:
         """The header's ``:`` is at ``tokens[colon_at]`` and nothing follows it."""
         if len(tokens) <= colon_at or tokens[colon_at].text != ":":
             where = tokens[colon_at] if len(tokens) > colon_at else tokens[-1]
-            self.fail(f"expected ':' after '{tokens[colon_at - 1].text}'", self.tok_span(where))
+            self.fail(
+                f"expected ':' after '{tokens[colon_at - 1].text}'",
+                self.tok_span(where),
+                "a block header ends with ':' and its content is indented below it",
+            )
         if len(tokens) > colon_at + 1:
             self.fail(
                 f"unexpected '{tokens[colon_at + 1].text}' after '{tokens[0].text}:'",
@@ -1373,7 +1383,11 @@ class Parser:
             if close < 0:
                 self.fail("'(' is never closed", self.tok_span(piece[pos]), "close it with ')'")
             if close != len(piece) - 1:
-                self.fail("expected the out's (type, …) to end the item", self.tok_span(piece[pos]))
+                self.fail(
+                    "expected the out's (type, …) to end the item",
+                    self.tok_span(piece[pos]),
+                    "separate outs with ',': out: a(int), b(string)",
+                )
             out_type = self.parse_out_type(piece[pos + 1 : close], piece[pos])
             pos = close + 1
         elif pos < len(piece) and piece[pos].text == ":":
@@ -1838,7 +1852,11 @@ class Parser:
                 arrow_done = False
             if pos == len(tokens):
                 if condition is not None:
-                    self.fail("a condition must lead to a node", self.tok_span(tokens[-1]))
+                    self.fail(
+                        "a condition must lead to a node",
+                        self.tok_span(tokens[-1]),
+                        "write -> if (condition) -> [Node] on one line",
+                    )
                 trailing = _Pending(prev, self.tok_span(arrow))
                 if end > index + 1:
                     return self.parse_flow_lines(
@@ -1910,7 +1928,11 @@ class Parser:
     def parse_element(self, tokens: list[Token], pos: int, graph: _GraphBuilder) -> tuple[str, int]:
         """``[Name]``, ``[Name]: target``, a bare action or ``&Module(args)``."""
         if pos >= len(tokens):
-            self.fail("expected a node after '->'", self.tok_span(tokens[-1]))
+            self.fail(
+                "expected a node after '->'",
+                self.tok_span(tokens[-1]),
+                "e.g. -> [Next] or -> action_name",
+            )
         token = tokens[pos]
         if token.text == "[":
             if (
@@ -1973,7 +1995,11 @@ class Parser:
                 f"write [{token.text}]",
             )
         if token.text in RESERVED:
-            self.fail(f"'{token.text}' is reserved and cannot name an action", self.tok_span(token))
+            self.fail(
+                f"'{token.text}' is reserved and cannot name an action",
+                self.tok_span(token),
+                "rename the action (§2.3)",
+            )
         return token.text, pos + 1
 
     def parse_module_call(self, tokens: list[Token], pos: int) -> tuple[ModuleCall, int]:
@@ -2012,7 +2038,12 @@ class Parser:
         head = tokens[pos]
         if head.text == "fork":
             if condition is not None:
-                self.fail("a condition cannot lead to 'fork:'", self.tok_span(head))
+                self.fail(
+                    "a condition cannot lead to 'fork:'",
+                    self.tok_span(head),
+                    "lead the condition to a node, then fork there: -> if (c) -> [F] and "
+                    "[F] -> fork:",
+                )
             if pos + 2 != len(tokens):
                 self.fail("unexpected text after 'fork:'", self.tok_span(tokens[pos + 2]))
             if not any(not self.lines[sub].blank for sub in range(index + 1, end)):
