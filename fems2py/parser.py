@@ -403,9 +403,8 @@ class Parser:
                 self.fail(
                     f"'{word}:' is not allowed {where}",
                     self.tok_span(head),
-                    "a module holds "
-                    + ", ".join(f"{b}:" for b in MODULE_BLOCKS[:-1])
-                    + "; the rest belongs at the top level",
+                    "a module holds meta:, vars:, actions, modules, memory/context methods "
+                    f"and flow:; write '{word}:' at the top level",
                 )
             else:
                 self.fail(
