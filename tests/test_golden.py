@@ -91,6 +91,7 @@ def _count_black_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def test_a_one_line_prompt_edit_reformats_only_the_head_and_its_own_function(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(build_module, "_formatted", {})  # nothing from earlier tests
     shutil.copytree(GOLDEN_DIR / "17_text_values", tmp_path / "case")
     script = tmp_path / "case" / "input.fems"
     first = build_module.build_source(script)
@@ -111,6 +112,7 @@ def test_the_format_store_carries_parts_across_processes_and_survives_damage(
 ) -> None:
     script = tmp_path / "t.fems"
     script.write_text("vars:\n    x = 1\nmainflow:\n    [START] -> [END]\n", encoding="utf-8")
+    monkeypatch.setattr(build_module, "_formatted", {})
     expected = build_module.build_source(script)
     store = tmp_path / ".fems-cache" / "t.black.json"
     build_module.build_file(script, tmp_path / "a.py")
