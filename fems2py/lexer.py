@@ -39,6 +39,7 @@ class SourceLine:
     start: int
     uses_tabs: bool
     uses_spaces: bool
+    uses_wide_spaces: bool = False
 
     @cached_property
     def blank(self) -> bool:
@@ -67,7 +68,8 @@ class SourceLine:
 def split_lines(source: str) -> list[SourceLine]:
     """Split ``source`` into lines (``\\r\\n`` or ``\\n``) and measure their indentation."""
     lines = []
-    text = source.replace("\r\n", "\n").replace("\r", "\n")
+    # A byte order mark (Windows editors write one) is not part of the first line.
+    text = source.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
     for number, raw in enumerate(text.split("\n"), start=1):
         width = 0
         start = 0
@@ -76,11 +78,17 @@ def split_lines(source: str) -> list[SourceLine]:
                 width += 1
             elif ch == "\t":
                 width = (width // TAB_WIDTH + 1) * TAB_WIDTH
+            elif ch == "\u3000":  # a full-width space, typed by Chinese input methods
+                width += 2
             else:
                 break
             start += 1
         leading = raw[:start]
-        lines.append(SourceLine(number, raw, width, start, "\t" in leading, " " in leading))
+        lines.append(
+            SourceLine(
+                number, raw, width, start, "\t" in leading, " " in leading, "\u3000" in leading
+            )
+        )
     return lines
 
 

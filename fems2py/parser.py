@@ -225,6 +225,7 @@ class Parser:
         self.code_aliases: set[str] = self._find_code_aliases()
         self.broken_names: set[str] = set()
         self.claimed: set[int] = set()
+        self.wide_space_reported = False
 
     # ------------------------------------------------------------------ errors and spans
 
@@ -288,6 +289,13 @@ class Parser:
             if line.blank or index in self.claimed:
                 index += 1
                 continue
+            if line.uses_wide_spaces and not self.wide_space_reported:
+                self.wide_space_reported = True
+                self.warning(
+                    "full-width spaces (U+3000) in the indentation count as 2 columns",
+                    self.span(line.number, 0, line.start),
+                    "indent with ordinary spaces",
+                )
             if line.uses_tabs:
                 kinds.add("tab")
             if line.uses_spaces:

@@ -134,3 +134,12 @@ def test_block_text_dedents_and_keeps_blank_lines() -> None:
 def test_block_text_expands_only_leading_tabs() -> None:
     lines = split_lines("\ta\tb\n\t  c")
     assert block_text(lines) == "a\tb\n  c"
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_line() -> None:
+    assert [line.raw for line in split_lines("\ufeffvars:\n  x = 1")] == ["vars:", "  x = 1"]
+
+
+def test_full_width_spaces_indent_by_two_columns() -> None:
+    [line] = split_lines("\u3000\u3000x = 1")
+    assert (line.indent, line.start, line.uses_wide_spaces) == (4, 2, True)

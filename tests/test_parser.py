@@ -1196,3 +1196,9 @@ def test_literals_accept_a_trailing_comma(written: str, count: int) -> None:
 def test_an_empty_item_in_a_literal_is_an_error() -> None:
     found = errors("vars:\n    x = [1, , 2]\n")
     assert [d.message for d in found] == ["empty item in a literal"]
+
+
+def test_full_width_indentation_is_one_warning() -> None:
+    script, diagnostics = parse("vars:\n\u3000\u3000x = 1\n\u3000\u3000y = 2\n", "s.fems")
+    assert [v.name for v in script.variables] == ["x", "y"]
+    assert [(d.severity, d.span.line) for d in diagnostics] == [("warning", 2)]
