@@ -1848,9 +1848,7 @@ class Parser:
                         f"expected '->' after {_describe(tokens, pos - 1)}, "
                         f"found '{tokens[pos].text}'",
                         self.tok_span(tokens[pos]),
-                        "the flow arrow is '->' (or '--')"
-                        if tokens[pos].text in ("-", "=", ">", "→", "—", "－", "=>")
-                        else None,
+                        _arrow_hint(tokens[pos].text),
                     )
                 arrow = tokens[pos]
                 condition, pos = self.parse_arrow(tokens, pos)
@@ -2189,6 +2187,14 @@ def _path_ref(match: re.Match[str], span: Span) -> PathRef:
     if second is not None and first.startswith("@"):
         return PathRef(first, span, attr=second)
     return PathRef(first, span)
+
+
+def _arrow_hint(found: str) -> str | None:
+    if found in ("-", "=", ">", "→", "—", "－"):
+        return "the flow arrow is '->' (or '--')"
+    if found in ("/", "#"):
+        return "a comment starts with '#' or '//' after a space (§1.3)"
+    return None
 
 
 def _is_flow_line(tokens: list[Token]) -> bool:

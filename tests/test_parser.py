@@ -828,6 +828,7 @@ def test_join_without_to_is_an_error() -> None:
         ("[A] [B]", "expected '->' after [A], found '['", 9),
         ("[A] --> [B]", "expected '->' after [A], found '-'", 9),
         ("[A] → [B]", "expected '->' after [A], found '→'", 9),
+        ("[A] -> [B]// note", "expected '->' after [B], found '/'", 15),
         ("[A] -> if (x && y) -> [B]", "'&&' is not an operator in FEM expressions", 18),
         ("[A] -> for x alive:\n        -> y ->", "expected 'for VAR in EXPR:'", 18),
         ("[A] -> for @s of alive:\n        -> y ->", "expected 'for VAR in EXPR:'", 19),
