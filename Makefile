@@ -34,7 +34,7 @@ bench: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/fems2py build examples/werewolf/werewolf.fems -o examples/werewolf/build/werewolf.py
 	$(BIN)/python examples/werewolf/build/werewolf.py --model fems/mock --seed 7 --db :memory: \
-		--transcript --show winner,win_reason,day
+		--souls examples/werewolf/souls.yaml --transcript --show winner,win_reason,day
 
 clean:
 	rm -rf $(VENV) .pytest_cache examples/*/build
