@@ -12,6 +12,7 @@ import random
 import re
 import sys
 import tomllib
+import warnings
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,6 +111,11 @@ def import_litellm() -> ModuleType:
     global _litellm_module
     if _litellm_module is None:
         os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        # cancelling a call early (`interrupt:`, a decided join) can leave litellm's inner
+        # coroutine unawaited; that is the cancellation working, not something to warn about
+        warnings.filterwarnings(
+            "ignore", r"coroutine '.*\.acompletion' was never awaited", RuntimeWarning
+        )
         import litellm
 
         litellm.suppress_debug_info = True

@@ -13,6 +13,8 @@ from fems_helpers import build_script, load, run_script
 from fems_runtime.records import RunError
 from fems_runtime.transcript import Transcript
 
+from .fake_openai import Behaviour, fake_openai
+
 
 def calls(events: list[dict[str, Any]], action: str | None = None) -> list[dict[str, Any]]:
     """The llm_call events (of one action)."""
@@ -771,3 +773,49 @@ def test_offline_notice_only_when_no_model_is_configured(
     assert capsys.readouterr().err.count("no model configured; using the offline model") == 1
     run_script(tmp_path, source, model="fems/mock")
     assert "no model configured" not in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------- §10.7 interrupt
+
+
+@pytest.mark.parametrize(
+    ("interrupt", "interrupted"),
+    [("HUMAN", True), ("HUMAN_EXCEPT(@h)", False), ("stop == true", False)],
+)
+def test_human_input_interrupts_a_slow_model_call(
+    tmp_path: Path, interrupt: str, interrupted: bool
+) -> None:
+    """The person answers (after a pause) while the model call is in flight."""
+    with fake_openai(Behaviour(text="slow answer", pause=1.5)) as server:
+        (tmp_path / "fems.toml").write_text(
+            f'[models]\nslow = {{ model = "openai/slow", api_base = "{server.api_base}", '
+            'api_key = "k" }\n',
+            encoding="utf-8",
+        )
+        _, events = run_script(
+            tmp_path,
+            f"""
+            vars:
+                stop = false
+            code:
+                later = file:"later.py"
+            actors:
+                ai @a = source:slow
+                human @h = source:0
+            action think @ai(@a):
+                prompt: Think slowly.
+                interrupt: {interrupt}
+            action ask @human(@h):
+                prompt: Say something.
+            action pause @func(later.pause):
+            mainflow:
+                [START] -> fork:
+                    -> think -> [END]
+                    -> pause -> ask -> [END]
+            """,
+            {"later.py": "import time\n\ndef pause():\n    time.sleep(0.3)\n"},
+            human={"ask": ["I interrupt"]},
+        )
+    (call,) = calls(events)
+    assert call["interrupted"] is interrupted
+    assert call["reply"] == ("[Interrupted]" if interrupted else "slow answer")
