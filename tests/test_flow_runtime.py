@@ -835,3 +835,58 @@ def test_flow_rules(tmp_path: Path, source: str, expected: dict[str, object]) ->
     if "log" in expected and source is NO_MERGE:
         actual["log"] = sorted(actual["log"])
     assert actual == expected
+
+
+NESTED_JOIN = """
+vars:
+    ta = 0
+    tb = 0
+    tc = 0
+    after = 0
+code:
+    lab = file:"lab.py"
+action sa @func(lab.wait):
+    in: seconds = 0.01
+    out: ta
+action sb @func(lab.wait):
+    in: seconds = 0.02
+    out: tb
+action sc @func(lab.wait):
+    in: seconds = 0.6
+    out: tc
+action go @assign:
+    out: after += 1
+mainflow:
+    [START] -> [F]
+    [F] -> [G]
+    [F] -> [C]:sc
+    [G] -> [A]:sa
+    [G] -> [B]:sb
+    join(2):
+        [A] ->
+        [B] ->
+        [C] ->
+    to [N]
+    [N]: go -> [END]
+"""
+
+WAIT = """
+import time
+
+
+def wait(seconds):
+    time.sleep(seconds)
+    return seconds
+"""
+
+
+def test_join_n_counts_arrivals_through_a_nested_fork_and_cancels_the_rest(
+    tmp_path: Path,
+) -> None:
+    """A and B arrive through the inner fork [G]: join(2) is complete, [C] is cancelled."""
+    result, events = run_script(tmp_path, NESTED_JOIN, {"lab.py": WAIT})
+    values = result.variables
+    assert (values["ta"], values["tb"], values["tc"], values["after"]) == (0.01, 0.02, 0, 1)
+    outer_join = [e for e in events if e["event"] == "join"][-1]
+    assert outer_join["node"] == "join@25:5" and outer_join["cancelled"] == ["C"]
+    assert steps_of(events, "N") == 1

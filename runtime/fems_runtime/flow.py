@@ -120,6 +120,31 @@ class _CallState:
     exits: set[str] = field(default_factory=set)
 
 
+@dataclass
+class _Race:
+    """One ``join(n)`` (§12.6): arrivals at ``merge`` counted across the fork that owns it and
+    the forks nested in its branches that merge at the same node. The ``n``-th arrival cancels
+    every branch task that has no arrival in it."""
+
+    merge: str
+    needed: int
+    arrived: int = 0
+    groups: list[list[asyncio.Task[None]]] = field(default_factory=list)
+    # tasks with an arrival in them: an arriving branch and the branches it runs inside
+    holding: set[asyncio.Task[None]] = field(default_factory=set)
+
+    def arrive(self, lineage: tuple[asyncio.Task[None], ...]) -> None:
+        if self.holding.intersection(lineage[-1:]):
+            return  # counted already, by the nested fork this branch ran
+        self.arrived += 1
+        self.holding.update(lineage)
+        if self.arrived == self.needed:
+            for group in self.groups:
+                for task in group:
+                    if task not in self.holding:
+                        task.cancel()
+
+
 class Context:
     """The view one branch of the flow has of the run: ``ctx["name"]``, ``ctx.attr``,
     ``ctx.code``, ``ctx.assign``, the turns, and the flow helpers generated code calls."""
@@ -142,9 +167,11 @@ class Context:
         self._call = call or _CallState()
         self.node = node
         self.line = line
+        self._race: _Race | None = None
+        self._lineage: tuple[asyncio.Task[None], ...] = ()  # the branch tasks this one runs in
 
     def _derive(self, frame: Frame) -> Context:
-        return Context(
+        derived = Context(
             self.services,
             frame,
             self.steps,
@@ -153,6 +180,8 @@ class Context:
             node=self.node,
             line=self.line,
         )
+        derived._race, derived._lineage = self._race, self._lineage
+        return derived
 
     def error(self, message: str) -> RunError:
         """A :class:`RunError` located at the node this branch is running."""
@@ -257,7 +286,8 @@ class Context:
         One target: just go there. Several: run each as a concurrent branch of ``flow`` until it
         reaches ``merge`` (without running it) or ends; then continue at ``merge`` once if any
         branch reached it, else this path ends (None). With ``join=n`` the first ``n`` arrivals
-        win and the other branches are cancelled; their own values are never written back.
+        win (arrivals through a nested fork that merges at the same join count one by one) and
+        the other branches are cancelled; their own values are never written back.
         """
         if len(targets) == 1:
             return targets[0]
@@ -267,21 +297,24 @@ class Context:
         frames = [self.frame.branch(f"{node}->{target}") for target in targets]
         results: list[str | None] = [None] * len(targets)
         tasks: list[asyncio.Task[None]] = []
-        arrived = 0
+        race = self._race if self._race is not None and self._race.merge == merge else None
+        if race is None and join is not None and merge is not None:
+            race = _Race(merge, join)
+        if race is not None:
+            race.groups.append(tasks)  # filled before any branch runs
 
         async def branch(index: int) -> None:
-            nonlocal arrived
-            result = await _enter(flow, self._derive(frames[index]), targets[index], inner_stop)
+            ctx = self._derive(frames[index])
+            task = asyncio.current_task()
+            assert task is not None
+            ctx._race, ctx._lineage = race, (*self._lineage, task)
+            result = await _enter(flow, ctx, targets[index], inner_stop)
             frames[index].finish()
             results[index] = result
             if result in TERMINALS:
                 self._call.exits.add(result)
-            if merge is not None and result == merge:
-                arrived += 1
-                if join is not None and arrived >= join:
-                    for other in tasks:
-                        if other is not asyncio.current_task():
-                            other.cancel()
+            if race is not None and result == merge:
+                race.arrive(ctx._lineage)
 
         await _run_all([branch(i) for i in range(len(targets))], tasks)
         self.frame.merge(frames)
