@@ -287,7 +287,9 @@ class Context:
         reaches ``merge`` (without running it) or ends; then continue at ``merge`` once if any
         branch reached it, else this path ends (None). With ``join=n`` the first ``n`` arrivals
         win (arrivals through a nested fork that merges at the same join count one by one) and
-        the other branches are cancelled; their own values are never written back.
+        the other branches are cancelled; their own values are never written back. When the
+        other branches end without arriving, fewer than ``n`` arrivals are enough, as for
+        ``join(all)`` ("every live branch").
         """
         if len(targets) == 1:
             return targets[0]
