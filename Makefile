@@ -33,7 +33,7 @@ bench: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/fems2py build examples/werewolf/werewolf.fems -o examples/werewolf/build/werewolf.py
-	$(BIN)/python examples/werewolf/build/werewolf.py --model fems/mock --seed 7 --db :memory: \
+	$(BIN)/python examples/werewolf/build/werewolf.py --model fems/mock --seed 1 --db :memory: \
 		--souls examples/werewolf/souls.yaml --transcript --show winner,win_reason,day
 
 clean:
