@@ -782,6 +782,27 @@ mainflow:
     [N]: go -> [END]
 """
 
+JOIN_TWO_WITH_ONE_LIVE = """
+vars:
+    x = 0
+    after = 0
+action a @assign:
+    out: x += 1
+action go @assign:
+    out: after += x
+mainflow:
+    [START] -> [F]
+    [F] -> [A]:a
+    [F] -> [X]
+    [X] -> if (x > 100) -> [B]:a
+    [X] -> if (x <= 100) -> [END]
+    join(2):
+        [A] ->
+        [B] ->
+    to [N]
+    [N]: go -> [END]
+"""
+
 SHADOWING = """
 vars:
     i = "global"
@@ -813,6 +834,8 @@ mainflow:
         (PAR_IN_MODULE_IN_PAR, {"count": 6, "got": {"x": 3, "y": 3, "z": 3}}),
         # a branch that never reaches join(all) is not waited for (§12.6)
         (JOIN_WITH_AN_EARLY_END, {"x": 2, "after": 2}),
+        # join(2) with one live branch left: that one arrival is enough
+        (JOIN_TWO_WITH_ONE_LIVE, {"x": 1, "after": 1}),
         # the loop variable shadows the global inside the body only, modules see it (§11.3)
         (
             SHADOWING,
@@ -826,6 +849,7 @@ mainflow:
         "for-start-lines",
         "par-in-module-in-par",
         "join-early-end",
+        "join-two-one-live",
         "loop-variable-shadowing",
     ],
 )
