@@ -8,6 +8,7 @@ decides ownership (a line owns the deeper lines after it); its width never matte
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import re
 from collections.abc import Callable, Iterator
@@ -680,8 +681,7 @@ class Parser:
         span = Span(self.path, first.number, common + 1, last_line.number, len(last_line.raw) + 1)
 
         def locate(offset: int) -> tuple[int, int]:
-            row = max(i for i, pos in enumerate(starts) if pos <= offset)
-            row = min(row, len(body) - 1)
+            row = min(bisect.bisect_right(starts, offset) - 1, len(body) - 1)
             return body[row].number, common + 1 + offset - starts[row]
 
         return StringValue(value, "block", span), locate
