@@ -172,13 +172,18 @@ def spawn(
     """``system.spawn`` (§9.8): create AI actors from blueprints, return their references.
 
     ``spawn_requests`` is a list of ``{blueprint: NAME, count: N}`` (``count`` defaults to 1).
-    Actors are named ``@NAME_K`` with a fresh soul each, and recorded in the session.
+    Actors are named ``@NAME_K`` with a fresh soul each, and recorded in the session. ``K`` is
+    not taken in this run nor in the session, so a continued session's new actors never inherit
+    what an earlier run's actors saw.
     """
     if isinstance(spawn_requests, Mapping):
         spawn_requests = [spawn_requests]
     if not isinstance(spawn_requests, list | tuple):
         raise RunError(f"system.spawn needs a list of {{blueprint, count}}, not {spawn_requests!r}")
     made: list[Actor] = []
+    taken: set[str] = set()
+    if store is not None and session is not None:
+        taken = {str(row["name"]) for row in store.session_actors(session)}
     for request in spawn_requests:
         if not isinstance(request, Mapping) or "blueprint" not in request:
             raise RunError(f"system.spawn: each request needs a 'blueprint', got {request!r}")
@@ -194,9 +199,10 @@ def spawn(
         for _ in range(count):
             with variables.lock:
                 number = 1
-                while f"@{blueprint.name}_{number}" in variables.actors:
+                actor_name = f"@{blueprint.name}_1"
+                while actor_name in variables.actors or actor_name in taken:
                     number += 1
-                actor_name = f"@{blueprint.name}_{number}"
+                    actor_name = f"@{blueprint.name}_{number}"
                 spec = ActorSpec(
                     actor_name,
                     type="ai",

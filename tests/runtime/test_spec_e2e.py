@@ -819,3 +819,47 @@ def test_human_input_interrupts_a_slow_model_call(
     (call,) = calls(events)
     assert call["interrupted"] is interrupted
     assert call["reply"] == ("[Interrupted]" if interrupted else "slow answer")
+
+
+# ---------------------------------------------------------------------- §9.8 spawn
+
+
+def test_spawned_actors_are_fresh_in_a_continued_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """§9.8: spawned actors get fresh souls, so a continued session's new helper does not see
+    what an earlier run's helper said."""
+    monkeypatch.chdir(tmp_path)
+    module = load(
+        build_script(
+            tmp_path,
+            """
+            meta:
+                session = 1 / new
+            vars:
+                spawn_requests = [{blueprint: coder, count: 1}]
+                coders = []
+                @c = ""
+            actors:
+                ai @boss
+                blueprint coder:
+                    tools: false
+            action hire @func(system.spawn):
+                in: spawn_requests
+                out: coders
+            action work @ai(@c):
+                prompt: Work.
+            mainflow:
+                [START] -> hire -> for @c in coders:
+                    -> work ->
+                -> [END]
+            """,
+        )
+    )
+    first = module.run(model="fems/mock", db="s.db")
+    trace = tmp_path / "second.jsonl"
+    second = module.run(model="fems/mock", db="s.db", trace=str(trace))
+    assert first.variables["coders"] == ["@coder_1"]
+    assert second.variables["coders"] == ["@coder_2"]
+    events = [json.loads(line) for line in trace.read_text(encoding="utf-8").splitlines()]
+    assert user_text(calls(events)[0]) == "Work."
