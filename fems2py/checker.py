@@ -576,7 +576,18 @@ class Checker:
             self.check_fallback(action, namespace, names)
         interrupt = action.interrupt
         if interrupt is not None:
-            self.check_expr(interrupt.condition, names, string_hint=True)
+            condition = interrupt.condition
+            lone = condition.reads[0] if condition and len(condition.reads) == 1 else None
+            if lone is not None and condition is not None and condition.text.strip() == lone.name:
+                if not (lone.name in names or lone.name in self.actors or lone.name in self.broken):
+                    self.error(
+                        f"interrupt: '{lone.name}' is not a declared variable",
+                        lone.span,
+                        "interrupt: takes HUMAN, HUMAN_EXCEPT(@a, …), a condition such as "
+                        "night == true, or alias.function (§10.7)",
+                    )
+            else:
+                self.check_expr(condition, names, string_hint=True)
             if interrupt.func is not None:
                 self.check_func(interrupt.func, builtin_ok=False)
             for actor in interrupt.actors:
