@@ -143,6 +143,41 @@ def test_the_den_talk_never_reaches_the_village(games: dict[int, Game], seed: in
             assert talk not in seen, (call["action"], call["actor"])
 
 
+def _private_prompt_fragments() -> dict[str, list[str]]:
+    """Per AI/mind action, the fixed parts of its prompt (no placeholders) that are long enough
+    to belong to it alone. A prompt is private to its executor (§13.1)."""
+    from fems2py.parser import parse
+
+    script, _ = parse((EXAMPLE / "werewolf.fems").read_text(encoding="utf-8"), "werewolf.fems")
+    fragments: dict[str, list[str]] = {}
+    for action in script.actions:
+        if action.prompt is None or action.kind not in ("ai", "mind"):
+            continue
+        pieces = re.split(r"\{[^{}]*\}|\n", action.prompt.value.value)
+        fragments[action.name] = [p.strip() for p in pieces if len(p.strip()) >= 30]
+    return fragments
+
+
+PROMPT_FRAGMENTS = _private_prompt_fragments()
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_no_prompt_reaches_another_turn(games: dict[int, Game], seed: int) -> None:
+    """Nobody's prompt text is in any other action's model call, whoever the actor."""
+    assert sum(map(len, PROMPT_FRAGMENTS.values())) >= 10
+    for call in games[seed].calls:
+        seen = _seen(call)
+        for action, fragments in PROMPT_FRAGMENTS.items():
+            for fragment in fragments:
+                # its own call carries it (so the check is not vacuous); no other call does
+                assert (fragment in seen) == (action == call["action"]), (
+                    call["action"],
+                    call["actor"],
+                    action,
+                    fragment,
+                )
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 def test_the_seer_alone_learns_the_answers(games: dict[int, Game], seed: int) -> None:
     game = games[seed]
