@@ -438,7 +438,8 @@ class Parser:
             self.parse_blueprint(index, end, tokens, defs)
         else:
             self.expect_header(tokens, 1)
-            self.once(word if word != "mainflow" else "flow", tokens[0], defs)
+            if word != "sketch":  # §2.1: any number of sketch: blocks
+                self.once(word if word != "mainflow" else "flow", tokens[0], defs)
             parse = getattr(self, f"parse_{'flow' if word == 'mainflow' else word}_block")
             parse(index, end, defs)
 

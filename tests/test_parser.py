@@ -638,6 +638,11 @@ def test_sketch_is_kept_apart() -> None:
     assert script.sketch == (("A", "10, 20"), ("START", "0, 0"))
 
 
+def test_sketch_blocks_may_repeat() -> None:
+    script = ok("sketch:\n    [A] = 1, 2\nvars:\n    x = 1\nsketch:\n    [B] = 3, 4\n")
+    assert script.sketch == (("A", "1, 2"), ("B", "3, 4"))
+
+
 # --------------------------------------------------------------------------- flows
 
 
