@@ -336,13 +336,13 @@ class _Room:
     @classmethod
     def of(cls, services: TurnServices, frame: Frame, spec: TurnSpec) -> _Room:
         try:
-            executor = frame.resolve_actor(spec.executor, f"the executor of action {spec.action}")
+            executor = frame.resolve_actor(spec.executor, "the executor")
             voice = executor
             if spec.role:
-                voice = frame.resolve_actor(spec.role, f"the role of action {spec.action}")
+                voice = frame.resolve_actor(spec.role, "the role (as)")
             actors = _scope_actors(frame, spec)
         except RunError as error:
-            raise error.located(services.file, spec.line) from None
+            raise _in_action(services, spec, error) from None
         registry = frame.variables.actors
         for who in (executor, voice):
             if who not in actors:
@@ -364,7 +364,7 @@ def _scope_actors(frame: Frame, spec: TurnSpec) -> list[Actor]:
             # `all` is every defined actor unless a variable named `all` is declared (§9.3)
             values: list[Any] = [variables.actor(name) for name in variables.actors]
         elif item.kind == "actor":
-            values = [frame.resolve_actor(item.name, f"scope item {item.name}")]
+            values = [frame.resolve_actor(item.name, "an actor in scope")]
         else:
             value = frame.get(item.name or item.kind)
             values = list(value) if isinstance(value, list | tuple | set | frozenset) else [value]

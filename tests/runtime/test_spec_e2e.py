@@ -416,8 +416,8 @@ def test_scope_forms(tmp_path: Path, scope: str, names: list[str]) -> None:
 @pytest.mark.parametrize(
     ("executor", "scope", "message"),
     [
-        ("@god", "[@a, @u]", "@u is unbound"),
-        ("@u", "[@a]", "actor variable @u is unbound but the executor of action s"),
+        ("@god", "[@a, @u]", "action s: actor variable @u is unbound but an actor in scope"),
+        ("@u", "[@a]", "action s: actor variable @u is unbound but the executor is required"),
     ],
 )
 def test_unbound_actor_variables_are_run_errors_naming_them(
