@@ -24,8 +24,11 @@ from fems2py.diagnostics import Diagnostic, suggest
 from fems2py.nodes import (
     Action,
     ActorDef,
+    ActorValue,
+    DictValue,
     Expr,
     FuncRef,
+    ListValue,
     MetaEntry,
     Method,
     Module,
@@ -38,6 +41,7 @@ from fems2py.nodes import (
     StringValue,
     Target,
     Text,
+    Value,
     VarDecl,
 )
 
@@ -198,6 +202,7 @@ class Checker:
         flows.collect_uses()
         self.propagate_names()
         for namespace in [self.root, *self.namespaces.values()]:
+            self.check_variable_values(namespace)
             for action in namespace.actions.values():
                 self.check_action(action, namespace)
             for method in namespace.methods.values():
@@ -263,6 +268,26 @@ class Checker:
         for nested in module.modules:
             self.build_module(nested, namespace)
         self.check_meta(module.meta, module)
+
+    def check_variable_values(self, namespace: Namespace) -> None:
+        """§4.2/§4.3: actors named in values exist; an actor variable holds one actor or ""."""
+        names = namespace.lexical_names() | self.broken
+        for decl in namespace.variables.values():
+            if decl is None:
+                continue
+            for ref in _actor_refs(decl.value):
+                self.check_name(ref.name, ref.span, names)
+            value = decl.value
+            if decl.name.startswith("@") and not (
+                isinstance(value, ActorValue | NullValue)
+                or (isinstance(value, StringValue) and value.value == "")
+            ):
+                self.error(
+                    f'actor variable {decl.name} holds one actor or "" (unbound)',
+                    value.span,
+                    f'write {decl.name} = @name or {decl.name} = ""; a plain variable '
+                    f"({decl.name[1:]} = …) holds anything else (§4.3)",
+                )
 
     def check_meta(self, entries: Iterable[MetaEntry], module: Module | None) -> None:
         """§3: known keys (unknown ones are a warning), each once, numbers where numbers go."""
@@ -720,6 +745,17 @@ class Checker:
         return isinstance(value, NullValue) or (
             isinstance(value, StringValue) and value.value == ""
         )
+
+
+def _actor_refs(value: Value) -> list[ActorValue]:
+    """Every ``@name`` inside a literal, list items and dict keys and values included."""
+    if isinstance(value, ActorValue):
+        return [value]
+    if isinstance(value, ListValue):
+        return [ref for item in value.items for ref in _actor_refs(item)]
+    if isinstance(value, DictValue):
+        return [ref for pair in value.items for item in pair for ref in _actor_refs(item)]
+    return []
 
 
 def _declare_hint(name: str) -> str:
