@@ -119,7 +119,9 @@ class ActionView:
     docstring: str
     kind: str
     # ai/human/mind: keyword arguments of ``fr.TurnSpec``; func: of ``fr.FuncSpec``
-    spec_args: tuple[tuple[str, str, str], ...] = ()  # (keyword, code, noqa comment)
+    # (keyword, code, noqa comment, marker): a marker precedes an argument computed when the
+    # action runs, so an error in it points at its own field's line (`in:`, `out:` …)
+    spec_args: tuple[tuple[str, str, str, str], ...] = ()
     statements: tuple[StatementView, ...] = ()
 
 
@@ -441,7 +443,8 @@ class CodeGenerator:
             if action.outs is not None:
                 args.append(("outs", _outs_code(action.outs)))
             doc = f"@func({action.func.alias}.{action.func.func}) {action.name}{_in_module(scope)}."
-            return ActionView(function, marker, doc, "func", spec_args=_spec_args(args))
+            spec_args = self.spec_args(action, args)
+            return ActionView(function, marker, doc, "func", spec_args=spec_args)
         assert action.executor is not None
         args = [
             ("action", py(action.name)),
@@ -493,7 +496,29 @@ class CodeGenerator:
         if action.model is not None:
             args.append(("model", py(action.model)))
         doc = f"@{action.kind}({action.executor}) {action.name}{_in_module(scope)}."
-        return ActionView(function, marker, doc, action.kind, spec_args=_spec_args(args))
+        spec_args = self.spec_args(action, args)
+        return ActionView(function, marker, doc, action.kind, spec_args=spec_args)
+
+    def spec_args(
+        self, action: Action, args: Iterable[tuple[str, str]]
+    ) -> tuple[tuple[str, str, str, str], ...]:
+        """Keyword arguments of the action's spec, each with its ``noqa`` and, when it is
+        computed as the action runs from a field on a line of its own, that line's marker."""
+        lines = {name: span.line for name, span in action.field_spans}
+        interrupt = action.interrupt
+        computed = {
+            "inputs": "in",
+            "outs": "out" if any(o.type and o.type.choices_from for o in action.outs or ()) else "",
+            "interrupt": "interrupt"
+            if interrupt and interrupt.kind in ("condition", "func")
+            else "",
+        }
+        result = []
+        for name, code in args:
+            line = lines.get(computed.get(name, ""), action.span.line)
+            marker = str(self.marker(line)) if line != action.span.line else ""
+            result.append((name, code, _noqa(code), marker))
+        return tuple(result)
 
     def fallback_code(self, scope: Scope, fallback: str | ModuleCall) -> str:
         if isinstance(fallback, ModuleCall):
@@ -806,10 +831,6 @@ def _join_count(graph: Graph, merge: str | None) -> int | None:
     except KeyError:
         return None
     return binding.count if isinstance(binding, Join) else None
-
-
-def _spec_args(args: Iterable[tuple[str, str]]) -> tuple[tuple[str, str, str], ...]:
-    return tuple((name, code, _noqa(code)) for name, code in args)
 
 
 def _with_noqa(line: str) -> str:

@@ -619,6 +619,24 @@ ERROR_LINES = {
         8,
         "ZeroDivisionError",
     ),
+    "in: of an ai action": (
+        "vars:\n    x = 1\nactors:\n    ai @a\naction t @ai(@a):\n    prompt: hi {y}\n"
+        "    in: y = x / 0\nmainflow:\n    [START] -> t -> [END]\n",
+        7,
+        "ZeroDivisionError",
+    ),
+    "in: of a func action": (
+        "vars:\n    x = 1\naction t @func(system.spawn):\n"
+        "    in: spawn_requests = x / 0\nmainflow:\n    [START] -> t -> [END]\n",
+        4,
+        "ZeroDivisionError",
+    ),
+    "choices of an out": (
+        "vars:\n    x = 1\n    p = ''\nactors:\n    ai @a\naction t @ai(@a):\n"
+        "    prompt: hi\n    out: p(dropdown, choices={x})\nmainflow:\n    [START] -> t -> [END]\n",
+        8,
+        "TypeError",
+    ),
     "recursion": (RECURSIVE, 7, "module recursion deeper than 64 calls"),
     "module max_steps": (SPINNING, 9, r"max_steps (10) exceeded in module Spin; last nodes:"),
 }
@@ -629,7 +647,7 @@ def test_run_errors_point_at_the_fems_line_of_their_construct(
     tmp_path: Path, source: str, line: int, message: str
 ) -> None:
     with pytest.raises(RunError) as caught:
-        run_script(tmp_path, source)
+        run_script(tmp_path, source, model="fems/mock")
     assert str(caught.value).startswith(f"t.fems:{line}: error: ")
     assert message in str(caught.value)
 

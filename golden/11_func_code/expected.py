@@ -41,6 +41,7 @@ async def census(ctx: fr.Context) -> None:
             line=16,
             code="town",
             function="census",
+            # input.fems:17
             inputs={"place": "inn", "at": ctx["at"]},
             outs=(fr.OutSpec("crowd"),),
         )

@@ -43,6 +43,7 @@ async def ask_player(ctx: fr.Context) -> None:
             role="@Wolf",
             prompt="You are the wolf. Who do you eat?",
             scope=(fr.ScopeItem("actor", "@Max"),),
+            # input.fems:15
             outs=(fr.OutSpec("answer", type="dropdown", choices=tuple(ctx["players"])),),
         )
     )

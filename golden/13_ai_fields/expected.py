@@ -81,6 +81,7 @@ async def choose(ctx: fr.Context) -> None:
                 fr.ScopeItem("actor", "@god"),
                 fr.ScopeItem("var", "wolves"),
             ),
+            # input.fems:46
             inputs={"alive": ctx["alive"]},
             outs=(
                 fr.OutSpec("pick", type="actor"),
@@ -91,6 +92,7 @@ async def choose(ctx: fr.Context) -> None:
             fallback=lambda: pick_auto(ctx),
             memory="notes_mem",
             context="room",
+            # input.fems:53
             interrupt=fr.InterruptSpec("check", check=lambda: ctx["night"] == True),  # noqa: E712
             model="openai/gpt-4o-mini",
         )

@@ -36,6 +36,7 @@ async def spawn_team(ctx: fr.Context) -> None:
             line=13,
             code="system",
             function="spawn",
+            # input.fems:14
             inputs={"spawn_requests": ctx["spawn_requests"]},
             outs=(fr.OutSpec("team"),),
         )
