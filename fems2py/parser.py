@@ -1209,7 +1209,15 @@ class Parser:
             self.no_body(sub - 1, end, f"'{what}:'")
         if not tokens:
             self.fail(f"expected a value after '{what}:'", self.eol_span(index))
+        self.closed_strings(tokens)
         return tokens
+
+    def closed_strings(self, tokens: list[Token]) -> None:
+        """An unterminated quote swallows the rest of its line: say so before anything else
+        (otherwise the error is about a bracket or an arrow the string swallowed)."""
+        for token in tokens:
+            if token.kind == "string" and _quoted_length(token.text) != len(token.text):
+                self.fail("unterminated string", self.tok_span(token), "close the quote")
 
     def parse_field_scope(self, index: int, col: int, end: int, kind: str) -> dict[str, object]:
         tokens = self.field_tokens(index, col, end, "scope")
@@ -1749,6 +1757,7 @@ class Parser:
                 continue  # the 'to' of a join whose header was broken
             after_error = False
             try:
+                self.closed_strings(tokens)
                 if join_node is not None:
                     node, join_token = join_node
                     join_node = None

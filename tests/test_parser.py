@@ -1208,3 +1208,15 @@ def test_full_width_indentation_is_one_warning() -> None:
     script, diagnostics = parse("vars:\n\u3000\u3000x = 1\n\u3000\u3000y = 2\n", "s.fems")
     assert [v.name for v in script.variables] == ["x", "y"]
     assert [(d.severity, d.span.line) for d in diagnostics] == [("warning", 2)]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        'mainflow:\n    [A] -> if (x == "a) -> [B]\n',
+        "action t @ai(@a):\n    scope: [@a, 'b]\n",
+    ],
+)
+def test_an_unterminated_string_is_named_as_such(source: str) -> None:
+    found = errors(source)
+    assert [d.message for d in found] == ["unterminated string"]
