@@ -333,6 +333,8 @@ class Action:
 
     ``executor`` is ``"@x"`` for ai/human/mind, None for assign; ``func`` is set for ``@func``.
     ``outs`` is used by ai/human/mind/func, ``assignments`` by assign.
+    ``field_spans`` says where each field was written, and where the header's ``executor``
+    and ``role`` were (for diagnostics).
     """
 
     name: str
