@@ -594,10 +594,15 @@ class Parser:
                 )
             return self.parse_block_text(index, end, what)
         if has_body:
+            deeper = next(sub for sub in range(index + 1, end) if not self.lines[sub].blank)
+            words = self.tokens(deeper)
+            looks_like_field = len(words) > 1 and words[0].text in FIELDS and words[1].text == ":"
             self.error(
                 f"unexpected indented line under '{what}'",
-                self.line_span(index + 1),
-                "end the line with '|' to start a text block",
+                self.line_span(deeper),
+                f"indent '{words[0].text}:' like '{what}:'"
+                if looks_like_field
+                else "end the line with '|' to start a text block",
             )
         if not text:
             self.fail(f"expected a value after '{what}'", self.eol_span(index))
