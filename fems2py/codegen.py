@@ -273,6 +273,9 @@ class Namer:
         self._used.add(unicodedata.normalize("NFKC", candidate))
         return candidate
 
+    def taken(self, wanted: str) -> bool:
+        return unicodedata.normalize("NFKC", python_name(wanted)) in self._used
+
 
 # ------------------------------------------------------------------------------ scopes
 
@@ -571,7 +574,7 @@ class CodeGenerator:
             body_function = None
             if isinstance(node.binding, Loop):
                 inner = node.binding
-                body_function = self.namer.take(f"{function}_{inner.kind}_{python_name(inner.var)}")
+                body_function = self.namer.take(_body_name(self.namer, function, inner))
                 body_scope = scope.nested(scope.key)  # node names are unique per flow
                 body_scope.variables = scope.variables | {inner.var}
                 bodies.extend(
@@ -687,6 +690,16 @@ class CodeGenerator:
 
 
 # ------------------------------------------------------------------------------ helpers
+
+
+def _body_name(namer: Namer, function: str, loop: Loop) -> str:
+    """``main_flow_for_speaker``; a second loop over the same variable says what it iterates
+    (``main_flow_for_speaker_in_players``) when that is a plain name."""
+    name = f"{function}_{loop.kind}_{python_name(loop.var)}"
+    iterable = loop.iterable.text.strip()
+    if namer.taken(name) and iterable.isidentifier():
+        return f"{name}_in_{iterable}"
+    return name
 
 
 def _loop_vars(flow: Graph | None, modules: Iterable[Module]) -> Iterator[str]:

@@ -200,3 +200,34 @@ def test_a_hostile_file_name_cannot_break_out_of_comments(tmp_path: Path) -> Non
     text = build_source(script)
     assert "\nimport os\n" not in text
     compile(text, "generated", "exec")
+
+
+def test_loop_bodies_are_named_after_their_loop(tmp_path: Path) -> None:
+    script = tmp_path / "t.fems"
+    script.write_text(
+        textwrap.dedent(
+            """
+            vars:
+                alive = [1]
+                players = [1, 2]
+            mainflow:
+                [START] -> [A]
+                [A] -> for @s in alive:
+                    -> [X] ->
+                -> [B]
+                [B] -> for @s in players:
+                    -> [Y] ->
+                -> [C]
+                [C] -> for @s in players[1:]:
+                    -> [Z] ->
+                -> [END]
+            """
+        ).lstrip(),
+        encoding="utf-8",
+    )
+    functions = [
+        node.name
+        for node in ast.parse(build_source(script)).body
+        if isinstance(node, ast.AsyncFunctionDef) and node.name.startswith("main_flow_")
+    ]
+    assert functions == ["main_flow_for_s", "main_flow_for_s_in_players", "main_flow_for_s_2"]
