@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -160,3 +161,36 @@ def test_mutated_scripts_only_produce_diagnostics(source: str, tmp_path: Path) -
         assert isinstance(diagnostic, Diagnostic)
         assert diagnostic.span.line >= 1 and diagnostic.span.col >= 1
     assert all(value is None or isinstance(value, str) for value in checked.merge_nodes.values())
+
+
+PATHOLOGICAL = {
+    "empty": "",
+    "only comments": "# one\n// two\n\n   # three\n",
+    "deep brackets in a value": "vars:\n    x = " + "[" * 3000 + "]" * 3000 + "\n",
+    "deep dict in a value": "vars:\n    x = " + "{a:" * 2000 + "1" + "}" * 2000 + "\n",
+    "deep parentheses in a condition": (
+        "vars:\n    x = 1\nmainflow:\n    [START] -> if ("
+        + "(" * 3000
+        + "x"
+        + ")" * 3000
+        + ") -> [END]\n"
+    ),
+    "a long unary chain": "mainflow:\n    [START] -> if (" + "not " * 20000 + "x) -> [END]\n",
+    "a huge line": "mainflow:\n    [START] -> [END] " + "x" * 1_000_000 + "\n",
+    "control characters": "vars:\n    x = \x00\x01\x02\nmainflow:\n    [START]\x0b-> [END]\x0c\n",
+    "unbalanced closers": "vars:\n    x = ]]]\nmainflow:\n    ) -> [END]\n",
+    "a byte order mark": "\ufeffmainflow:\n    [START] -> [END]\n",
+    "deeply nested modules": "".join(
+        "    " * depth + f"module M{depth}:\n" for depth in range(300)
+    ),
+    "deeply nested loops": "mainflow:\n    [START] -> [A]\n"
+    + "".join("    " * (depth + 1) + f"[N{depth}] -> for i in x:\n" for depth in range(300)),
+}
+
+
+@pytest.mark.parametrize("source", PATHOLOGICAL.values(), ids=PATHOLOGICAL.keys())
+def test_pathological_input_only_produces_diagnostics(source: str, tmp_path: Path) -> None:
+    diagnostics, checked = front_end(source, tmp_path)
+    for diagnostic in [*diagnostics, *checked.diagnostics]:
+        assert isinstance(diagnostic, Diagnostic)
+        assert diagnostic.span.line >= 1 and diagnostic.span.col >= 1
