@@ -932,3 +932,63 @@ def test_join_n_counts_arrivals_through_a_nested_fork_and_cancels_the_rest(
     outer_join = [e for e in events if e["event"] == "join"][-1]
     assert outer_join["node"] == "join@25:5" and outer_join["cancelled"] == ["C"]
     assert steps_of(events, "N") == 1
+
+
+PAR_RULE = """
+vars:
+    last = 0
+    mine = 0
+    count = 0
+    seen = [0]
+    d = {}
+    after = -1
+code:
+    lab = file:"lab.py"
+action wait @func(lab.wait_turn):
+    in: i = i
+    out: mine
+action record @assign:
+    out: last = i
+         count += 1
+         seen = add(i)
+         seen = remove(0)
+         d[i] = mine
+action release @func(lab.release):
+    in: i = i
+action read @assign:
+    out: after = last
+mainflow:
+    [START] -> [P]
+    [P] -> par i in [1, 2, 3]:
+        -> wait -> record -> release ->
+    -> read -> [END]
+"""
+
+TURNS = """
+import threading
+import time
+
+released = {i: threading.Event() for i in (1, 2, 3, 4)}
+released[4].set()
+
+
+def wait_turn(i):
+    released[i + 1].wait(10)  # 3 goes first, then 2, then 1
+    time.sleep(0.02)
+    return i * 10
+
+
+def release(i):
+    released[i].set()
+"""
+
+
+def test_par_branch_rule_and_write_back_in_finish_order(tmp_path: Path) -> None:
+    """§12.5a in a par: each branch's `=` is its own (d[i] = mine records each branch's
+    value); `+=`, add/remove and entries are shared at once; own values are written back in
+    the order the branches finished (3, 2, 1), so `last` ends as 1 and is read after."""
+    result, _ = run_script(tmp_path, PAR_RULE, {"lab.py": TURNS})
+    values = result.variables
+    assert values["d"] == {"1": 10, "2": 20, "3": 30}
+    assert (values["count"], values["seen"]) == (3, [3, 2, 1])
+    assert (values["last"], values["mine"], values["after"]) == (1, 10, 1)
