@@ -134,8 +134,8 @@ class _Race:
     holding: set[asyncio.Task[None]] = field(default_factory=set)
 
     def arrive(self, lineage: tuple[asyncio.Task[None], ...]) -> None:
-        if self.holding.intersection(lineage[-1:]):
-            return  # counted already, by the nested fork this branch ran
+        if lineage[-1] in self.holding:
+            return  # counted already, arrival by arrival, by the nested fork this branch ran
         self.arrived += 1
         self.holding.update(lineage)
         if self.arrived == self.needed:
