@@ -176,7 +176,12 @@ class _Compiler:
         except parso.ParserSyntaxError as exc:
             leaf = exc.error_leaf
             found = f"unexpected '{leaf.value}'" if leaf.value.strip() else "incomplete"
-            self.error(f"invalid expression: {found}", self._leaf_span(leaf))
+            hint = None
+            if keyword.iskeyword(leaf.value) and leaf.value not in _ALLOWED_KEYWORDS:
+                hint = (
+                    f"'{leaf.value}' is a Python keyword: a variable used here needs another name"
+                )
+            self.error(f"invalid expression: {found}", self._leaf_span(leaf), hint)
             return None
         body = tree.children[0]
         if (

@@ -167,3 +167,11 @@ def test_misspelled_alias_call_suggests_the_alias() -> None:
     diagnostics = Diagnostics()
     compile_expression("gmae.f(x)", at("gmae.f(x)"), diagnostics, ALIASES)
     assert [d.hint for d in diagnostics] == ["did you mean 'game'?"]
+
+
+def test_a_python_keyword_as_a_name_gets_a_hint() -> None:
+    diagnostics = Diagnostics()
+    compile_expression("pass == true", at("pass == true"), diagnostics)
+    assert [d.hint for d in diagnostics] == [
+        "'pass' is a Python keyword: a variable used here needs another name"
+    ]
