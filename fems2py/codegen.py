@@ -60,6 +60,8 @@ TERMINALS = frozenset({"END", "OUT", "BREAK"})
 _TAKEN = ALLOWED_CALLS | frozenset(
     {
         "tuple",
+        "__file__",
+        "__name__",
         "annotations",
         "fr",
         "ctx",

@@ -66,6 +66,7 @@ def test_py_never_lets_user_text_escape_its_quotes() -> None:
         ("len", "len_"),
         ("round", "round_"),
         ("tuple", "tuple_"),
+        ("__file__", "__file___"),  # PROGRAM needs the module's own __file__
     ],
 )
 def test_python_name_keeps_fems_names_readable_and_valid(name: str, expected: str) -> None:
