@@ -52,6 +52,28 @@ class Message:
 
 
 _MESSAGE_FIELDS = tuple(field.name for field in dataclasses.fields(Message))
+_ASSIGNED_FIELDS = ("id", "session", "seq", "created")  # given by the store, not the caller
+
+
+@dataclass(frozen=True)
+class NewMessage:
+    """A message to store: :class:`Message` without what the store assigns, plus its scope
+    (``souls`` and ``users`` that may see it)."""
+
+    kind: str
+    content: str
+    souls: Iterable[str] = ()
+    users: Iterable[str] = ()
+    turn: int | None = None
+    action: str | None = None
+    node: str | None = None
+    speaker_soul: str | None = None
+    speaker_user: str | None = None
+    speaker_name: str | None = None
+    model: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cost: float | None = None
 
 
 ContextLine = tuple[str, str | None, str | None, str]
@@ -440,67 +462,42 @@ class Store:
 
     # ------------------------------------------------------------------ messages
 
-    def add_message(
-        self,
-        session: int,
-        kind: str,
-        content: str,
-        *,
-        souls: Iterable[str] = (),
-        users: Iterable[str] = (),
-        turn: int | None = None,
-        action: str | None = None,
-        node: str | None = None,
-        speaker_soul: str | None = None,
-        speaker_user: str | None = None,
-        speaker_name: str | None = None,
-        model: str | None = None,
-        prompt_tokens: int | None = None,
-        completion_tokens: int | None = None,
-        cost: float | None = None,
-    ) -> Message:
-        """Store one message with its scope tags (the souls and users that may see it)."""
-        if kind not in MESSAGE_KINDS:
-            raise ValueError(f"message kind must be one of {MESSAGE_KINDS}, not {kind!r}")
-        soul_ids = sorted({str(s) for s in souls})
-        user_ids = sorted({str(u) for u in users})
-        fields = dict(
-            session_id=session,
-            turn=turn,
-            kind=kind,
-            action=action,
-            node=node,
-            speaker_soul=speaker_soul,
-            speaker_user=speaker_user,
-            speaker_name=speaker_name,
-            content=content,
-            model=model,
-            prompt_tokens=prompt_tokens,
-            completion_tokens=completion_tokens,
-            cost=cost,
-            created=time.time(),
-        )
+    def add_message(self, session: int, kind: str, content: str, **fields: Any) -> Message:
+        """Store one message with its scope tags; ``fields`` are those of :class:`NewMessage`."""
+        return self.add_messages(session, [NewMessage(kind, content, **fields)])[0]
+
+    def add_messages(self, session: int, new: Iterable[NewMessage]) -> list[Message]:
+        """Store messages in order, in one transaction, each with the next sequence number and
+        its scope tags (the souls and users that may see it)."""
+        stored = []
         with self._write() as db:
-            seq = self._bump_in(db, session, "last_seq")
-            result = db.execute(_insert_statement("messages"), {"seq": seq, **fields})
-            message_id = result.inserted_primary_key[0]
-            if soul_ids:
+            for message in new:
+                seq = self._bump_in(db, session, "last_seq")
+                stored.append(self._insert_message(db, session, seq, message))
+        return stored
+
+    def _insert_message(self, db: Any, session: int, seq: int, new: NewMessage) -> Message:
+        if new.kind not in MESSAGE_KINDS:
+            raise ValueError(f"message kind must be one of {MESSAGE_KINDS}, not {new.kind!r}")
+        fields = {
+            name: getattr(new, name) for name in _MESSAGE_FIELDS if name not in _ASSIGNED_FIELDS
+        }
+        fields["created"] = time.time()
+        row = {"session_id": session, "seq": seq, **fields}
+        message_id = db.execute(_insert_statement("messages"), row).inserted_primary_key[0]
+        for table, key, ids in (
+            ("message_souls", "soul_id", new.souls),
+            ("message_users", "user_id", new.users),
+        ):
+            tags = sorted({str(i) for i in ids})
+            if tags:
                 db.execute(
-                    _insert_statement("message_souls"),
+                    _insert_statement(table),
                     [
-                        dict(message_id=message_id, soul_id=s, session_id=session, seq=seq)
-                        for s in soul_ids
+                        {"message_id": message_id, key: i, "session_id": session, "seq": seq}
+                        for i in tags
                     ],
                 )
-            if user_ids:
-                db.execute(
-                    _insert_statement("message_users"),
-                    [
-                        dict(message_id=message_id, user_id=u, session_id=session, seq=seq)
-                        for u in user_ids
-                    ],
-                )
-        fields.pop("session_id")
         return Message(id=message_id, session=session, seq=seq, **fields)
 
     def messages(self, session: int) -> list[Message]:
@@ -654,6 +651,9 @@ class Store:
 
     async def aadd_message(self, session: int, kind: str, content: str, **kwargs: Any) -> Message:
         return await asyncio.to_thread(self.add_message, session, kind, content, **kwargs)
+
+    async def aadd_messages(self, session: int, new: Iterable[NewMessage]) -> list[Message]:
+        return await asyncio.to_thread(self.add_messages, session, list(new))
 
     async def avisible_messages(
         self, session: int, soul: str | None = None, user: str | None = None

@@ -52,7 +52,7 @@ from fems_runtime.signals import (
     apply_values,
     run_resolve,
 )
-from fems_runtime.store import Store
+from fems_runtime.store import NewMessage, Store
 from fems_runtime.transcript import Transcript
 from fems_runtime.values import ACTOR_NAME, Actor
 
@@ -475,8 +475,7 @@ async def _context_block(
     )
 
 
-async def _store(
-    services: TurnServices,
+def _message(
     spec: TurnSpec,
     ctx: Context,
     kind: str,
@@ -488,10 +487,9 @@ async def _store(
     users: Iterable[str] = (),
     speaker: bool = True,
     call: CallResult | None = None,
-) -> None:
-    speaker_name = str(room.voice) if speaker else _SPEAKERS.get(kind, kind)
-    await services.store.aadd_message(
-        services.session,
+) -> NewMessage:
+    """A message of this turn; ``speaker`` False for narration, prompts and feedback."""
+    return NewMessage(
         kind,
         content,
         souls=souls,
@@ -501,45 +499,49 @@ async def _store(
         node=ctx.node,
         speaker_soul=str(room.voice_spec.soul) if speaker else None,
         speaker_user=room.executor_spec.user if speaker else None,
-        speaker_name=speaker_name,
+        speaker_name=str(room.voice) if speaker else _SPEAKERS.get(kind, kind),
         model=call.model if call else None,
         prompt_tokens=call.prompt_tokens if call else None,
         completion_tokens=call.completion_tokens if call else None,
         cost=call.cost if call else None,
     )
+
+
+async def _save(services: TurnServices, room: _Room, messages: Sequence[NewMessage]) -> None:
+    """Store messages in one transaction and show them in the transcript."""
+    await services.store.aadd_messages(services.session, messages)
     if services.transcript is not None:
-        # feedback is stored without a speaker but is addressed to the executor
-        shown = str(room.voice) if kind == "feedback" else speaker_name
-        services.transcript.message(kind, shown, room.names, content)
+        for message in messages:
+            # feedback is stored without a speaker but is addressed to the executor
+            shown = str(room.voice) if message.kind == "feedback" else message.speaker_name
+            services.transcript.message(message.kind, str(shown), room.names, message.content)
 
 
-async def _store_opening(
-    services: TurnServices,
-    ctx: Context,
-    spec: TurnSpec,
-    room: _Room,
-    turn: int,
-    texts: _Texts,
-) -> None:
-    """The narration (visible to the scope) and the private prompt, stored before the reply.
+def _opening(
+    spec: TurnSpec, ctx: Context, room: _Room, turn: int, texts: _Texts
+) -> list[NewMessage]:
+    """The narration (visible to the scope) and the private prompt, stored with the reply.
 
     They are stored once the model (or person) has answered, so a failed call leaves nothing
     behind half-way; the narration reaches the executor inside the prompt anyway (§9.2).
     """
+    opening = []
     if texts.narration:
-        await _store(
-            services,
-            spec,
-            ctx,
-            "narration",
-            texts.narration,
-            turn=turn,
-            room=room,
-            souls=room.souls,
-            users=room.users,
-            speaker=False,
+        opening.append(
+            _message(
+                spec,
+                ctx,
+                "narration",
+                texts.narration,
+                turn=turn,
+                room=room,
+                souls=room.souls,
+                users=room.users,
+                speaker=False,
+            )
         )
-    await _store(services, spec, ctx, "prompt", texts.prompt, turn=turn, room=room, souls=())
+    opening.append(_message(spec, ctx, "prompt", texts.prompt, turn=turn, room=room, souls=()))
+    return opening
 
 
 def _in_action(services: TurnServices, spec: TurnSpec, error: RunError) -> RunError:
@@ -592,7 +594,7 @@ async def _ai_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -> Turn
     choice = services.models.resolve(spec.model, room.executor_spec.source)
     offline_base = _offline_turn(frame, spec, room, turn, texts.shown)
     result = TurnResult()
-    opened = False
+    unsaved = _opening(spec, ctx, room, turn, texts)
     attempt = 0
     while True:
         offline = replace(offline_base, attempt=attempt)
@@ -600,21 +602,21 @@ async def _ai_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -> Turn
         result.calls += 1
         reply = INTERRUPTED if call is None else call.text
         _trace_call(services, ctx, spec, room, choice, messages, reply, call, attempt)
-        if not opened:
-            await _store_opening(services, ctx, spec, room, turn, texts)
-            opened = True
-        await _store(
-            services,
-            spec,
-            ctx,
-            "reply",
-            reply,
-            turn=turn,
-            room=room,
-            souls=room.souls,
-            users=room.users,
-            call=call,
+        unsaved.append(
+            _message(
+                spec,
+                ctx,
+                "reply",
+                reply,
+                turn=turn,
+                room=room,
+                souls=room.souls,
+                users=room.users,
+                call=call,
+            )
         )
+        await _save(services, room, unsaved)
+        unsaved = []
         result.reply = reply
         if call is None:
             result.interrupted = True
@@ -636,16 +638,18 @@ async def _ai_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -> Turn
             return await _give_up(services, ctx, spec, room, reply, problems, result)
         attempt += 1
         note = _feedback_text(verdict.shown)
-        await _store(
-            services,
-            spec,
-            ctx,
-            "feedback",
-            note,
-            turn=turn,
-            room=room,
-            souls=[str(room.voice_spec.soul)],
-            speaker=False,
+        # stored with the next reply: the feedback is visible to the executor only (§13.1)
+        unsaved.append(
+            _message(
+                spec,
+                ctx,
+                "feedback",
+                note,
+                turn=turn,
+                room=room,
+                souls=[str(room.voice_spec.soul)],
+                speaker=False,
+            )
         )
         messages = retry_messages(messages, reply, note)
 
@@ -900,9 +904,7 @@ async def _human_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -> T
         frame=frame,
     )
     answer = await services.human.ask(request)
-    await _store_opening(services, ctx, spec, room, turn, texts)
-    await _store(
-        services,
+    said = _message(
         spec,
         ctx,
         "human",
@@ -912,6 +914,7 @@ async def _human_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -> T
         souls=room.souls,
         users=room.users,
     )
+    await _save(services, room, [*_opening(spec, ctx, room, turn, texts), said])
     services.trace.write(
         "human",
         node=ctx.node,
