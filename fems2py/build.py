@@ -199,15 +199,18 @@ def format_parts(parts: Sequence[str], store: Path | None = None) -> str:
     """
     saved = _load_formatted(store)
     digests = [hashlib.sha256(part.encode("utf-8")).hexdigest() for part in parts]
-    known = {d: _formatted.get(p) or saved.get(d) for p, d in zip(parts, digests, strict=True)}
-    missing = list(dict.fromkeys(p for p, d in zip(parts, digests, strict=True) if not known[d]))
-    for part, text in zip(missing, _black_parts(missing), strict=True):
-        known[hashlib.sha256(part.encode("utf-8")).hexdigest()] = text
+    kept: dict[str, str] = {}
+    missing: dict[str, str] = {}
+    for part, digest in zip(parts, digests, strict=True):
+        text = _formatted.get(part) or saved.get(digest)
+        if text is None:
+            missing[digest] = part
+        else:
+            kept[digest] = text
+    kept.update(zip(missing, _black_parts(list(missing.values())), strict=True))
     if len(_formatted) + len(parts) > _MEMORY_LIMIT:
         _formatted.clear()
-    kept: dict[str, str] = {}
-    for part, digest in zip(parts, digests, strict=True):
-        _formatted[part] = kept[digest] = known[digest] or ""
+    _formatted.update((part, kept[digest]) for part, digest in zip(parts, digests, strict=True))
     if store is not None and kept != saved:
         with contextlib.suppress(OSError):  # without the file, builds are only slower
             _write_atomic(store, json.dumps({"formatter": _BLACK_KEY, "parts": kept}))
