@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from fems_helpers import build_script, load, run_script
+from fems_runtime import funcs
 from fems_runtime.records import RunError
 from fems_runtime.transcript import Transcript
 
@@ -672,6 +673,13 @@ def test_strict_retries_resolve_rollback_and_fallbacks(tmp_path: Path) -> None:
         "hidden reason",
     ]
     assert finals[2]["problems"] == ["chk.even rejected the reply: n must be even"]
+    (checks,) = [m for path, m in funcs._modules.items() if path == (tmp_path / "chk.py").resolve()]
+    assert checks.calls == [
+        ("default", "give an even n", 4, None),  # in: n is passed, SET_VARIABLE only if any
+        ("default", "give an even n", 4, None),
+        ("named", 7, ["SET VARIABLE: <<x = 1>>"]),
+        ("default", "lenient", None, None),
+    ]
 
 
 def test_exhausted_retries_without_fallback_name_action_reply_and_problem(
