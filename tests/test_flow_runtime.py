@@ -595,6 +595,13 @@ ERROR_LINES = {
         7,
         "cannot iterate over 1",
     ),
+    "loop over an actor": (
+        "vars:\n    @who = @a\n    n = 0\nactors:\n    ai @a\naction a @assign:\n"
+        "    out: n += 1\nmainflow:\n    [START] -> [L]\n"
+        "    [L] -> for @x in @who:\n        -> a ->\n    -> [END]\n",
+        10,
+        "for @x: cannot iterate over @a (a list is needed)",
+    ),
     "module argument": (
         "vars:\n    x = 1\nmodule M(p):\n    flow:\n        [IN] -> [OUT]\nmainflow:\n"
         "    [START] -> [A]\n    [A] -> &M(x / 0) -> [END]\n",

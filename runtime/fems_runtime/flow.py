@@ -340,14 +340,13 @@ class Context:
         """``for``/``par VAR in items`` (§12.7, §12.8): ``items`` is snapshotted on entry; each
         iteration binds ``var`` in its own frame; ``par`` runs all iterations concurrently as
         branches and writes their own values back when all have finished."""
-        try:
-            snapshot = list(items)
-        except TypeError:
+        snapshot = _snapshot(items)
+        if snapshot is None:
             raise RunError(
-                f"{kind} {var}: cannot iterate over {format_value(items)}",
+                f"{kind} {var}: cannot iterate over {format_value(items)} (a list is needed)",
                 self.services.file,
                 line,
-            ) from None
+            )
         if kind == "for":
             for item in snapshot:
                 await _enter(body, self._derive(self.frame.loop({var: item})), None)
@@ -417,6 +416,17 @@ async def _run_all(
             tasks.extend(group.create_task(c) for c in coroutines)
     except BaseExceptionGroup as group:
         raise _first_error(group) from None
+
+
+def _snapshot(items: Any) -> list[Any] | None:
+    """The items a loop iterates over, copied on entry; None for what is not a collection
+    (an actor or a text is a ``str``, but its characters are never what a loop means)."""
+    if isinstance(items, str):
+        return None
+    try:
+        return list(items)
+    except TypeError:
+        return None
 
 
 def _show_value(value: Any) -> str:
