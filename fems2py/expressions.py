@@ -164,6 +164,9 @@ class _Compiler:
     # ------------------------------------------------------------------ compile
 
     def compile(self) -> Expr | None:
+        lone = self._lone_name()
+        if lone is not None:
+            return lone
         source = self._pretokenize()
         if source is None:
             return None
@@ -205,6 +208,22 @@ class _Compiler:
             self.error(f"invalid expression: {reason}", self.span)
             return None
         return Expr(self.text, python, tuple(self.reads), self.span)
+
+    def _lone_name(self) -> Expr | None:
+        """A single variable or actor (``alive``, ``@speaker``), the most common expression
+        (loop iterables, arguments): the same result as the general path, without parso."""
+        stripped = self.text.strip()
+        name = stripped[1:] if stripped.startswith("@") else stripped
+        if (
+            "\n" in self.text
+            or not name.isidentifier()
+            or keyword.iskeyword(name)
+            or (name == stripped and (name in _CONSTANTS or name in _TYPE_WORDS))
+        ):
+            return None
+        lead = len(self.text) - len(self.text.lstrip())
+        span = self._at(1, lead, 1, lead + len(stripped))
+        return Expr(self.text, f"ctx[{stripped!r}]", (PathRef(stripped, span),), self.span)
 
     # ------------------------------------------------------------------ emission
 

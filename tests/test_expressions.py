@@ -175,3 +175,12 @@ def test_a_python_keyword_as_a_name_gets_a_hint() -> None:
     assert [d.hint for d in diagnostics] == [
         "'pass' is a Python keyword: a variable used here needs another name"
     ]
+
+
+@pytest.mark.parametrize("text", ["alive", "@speaker", "玩家1", "alive ", "@上帝", "true", "ai"])
+def test_lone_names_compile_as_the_general_path_does(
+    text: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fast = compile_expression(text, at(text), Diagnostics())
+    monkeypatch.setattr("fems2py.expressions._Compiler._lone_name", lambda self: None)
+    assert compile_expression(text, at(text), Diagnostics()) == fast
