@@ -12,6 +12,7 @@ It never raises on a user mistake: everything becomes a :class:`Diagnostic`.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -160,6 +161,7 @@ class Checker:
         self.script = script
         self.base_dir = base_dir
         self.items: list[Diagnostic] = []
+        self.later_uses: dict[str, list[int]] = {}
         self.merge_nodes: dict[tuple[str, str], str | None] = {}
         self.signatures: dict[str, dict[str, FuncSignature]] = {}
         self.code_files: dict[str, Path] = {}
@@ -183,8 +185,31 @@ class Checker:
     def warning(self, message: str, span: Span, hint: str | None = None) -> None:
         self.items.append(Diagnostic("warning", message, span, hint))
 
+    def undefined(self, message: str, span: Span, hint: str | None) -> None:
+        """An unknown name is reported at its first use only; the other uses are listed in
+        that report's hint (one mistake, one diagnostic)."""
+        later = self.later_uses.get(message)
+        if later is None:
+            self.later_uses[message] = []
+            self.error(message, span, hint)
+        else:
+            later.append(span)
+
     def sorted_diagnostics(self) -> tuple[Diagnostic, ...]:
-        unique = list(dict.fromkeys(self.items))
+        items = []
+        for item in self.items:
+            later = self.later_uses.get(item.message)
+            if later and item.severity == "error":
+                first, *others = sorted([item.span, *later], key=lambda s: (s.line, s.col))
+                lines = sorted({span.line for span in others} - {first.line})
+                hint = item.hint
+                if lines:
+                    also = f"also used at line{'s' if len(lines) > 1 else ''} "
+                    also += ", ".join(map(str, lines))
+                    hint = f"{hint}; {also}" if hint else also
+                item = dataclasses.replace(item, span=first, hint=hint)
+            items.append(item)
+        unique = list(dict.fromkeys(items))
         return tuple(sorted(unique, key=lambda d: (d.span.line, d.span.col)))
 
     # ------------------------------------------------------------------ driver
@@ -428,14 +453,14 @@ class Checker:
                 return True
             candidates = self.actors | {n for n in names if n.startswith("@")}
             hint = suggest(name, candidates) or "define it in actors: or declare it in vars:"
-            self.error(f"unknown actor '{name}'", span, hint)
+            self.undefined(f"unknown actor '{name}'", span, hint)
             return False
         if name in names:
             return True
         hint = suggest(name, {n for n in names if not n.startswith("@")})
         if hint is None and string_hint and name.isidentifier():
             hint = f"did you mean the string '{name}'? Otherwise declare it in vars:"
-        self.error(f"undeclared variable '{name}'", span, hint or _declare_hint(name))
+        self.undefined(f"undeclared variable '{name}'", span, hint or _declare_hint(name))
         return False
 
     def check_path(self, ref: PathRef, names: set[str], *, string_hint: bool = False) -> None:
@@ -485,7 +510,7 @@ class Checker:
         if target.name in names:
             return
         hint = suggest(target.name, names) or _declare_hint(target.name)
-        self.error(f"undeclared variable '{target.name}'", target.span, hint)
+        self.undefined(f"undeclared variable '{target.name}'", target.span, hint)
 
     def check_func(self, ref: FuncRef, *, builtin_ok: bool) -> FuncSignature | None:
         """``alias.fn`` must name a function of a ``code:`` file (§5) or the built-in spawn."""
@@ -560,7 +585,7 @@ class Checker:
             return
         if module is None:
             hint = suggest(call.module, namespace.visible("modules"))
-            self.error(f"undefined module '&{call.module}'", call.span, hint)
+            self.undefined(f"undefined module '&{call.module}'", call.span, hint)
             return
         if len(call.args) != len(module.params):
             wanted = len(module.params)

@@ -297,7 +297,7 @@ class FlowChecker:
                 hint = suggest(binding, namespace.visible("actions"))
                 if hint is None and namespace.find_module(binding) is not None:
                     hint = f"'{binding}' is a module: call it as &{binding}"
-                checker.error(f"undefined action '{binding}'", node.span, hint)
+                checker.undefined(f"undefined action '{binding}'", node.span, hint)
             else:
                 self.check_loop_executor(node, action, part, namespace)
         elif isinstance(binding, ModuleCall):
