@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import difflib
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -112,6 +113,7 @@ RESERVED = frozenset(
         "BREAK",
     ]
 )
+DEFINITIONS = frozenset({"action", "module", "memory", "context", "blueprint"})
 RESERVED_NODE_NAMES = frozenset({"START", "END", "IN", "OUT", "BREAK"})
 TEXT_META_KEYS = frozenset({"name", "version", "id", "system_safety", "output_style"})
 ACTION_KINDS = ("ai", "human", "mind", "assign", "func")
@@ -416,6 +418,9 @@ class Parser:
                     f"and flow:; write '{word}:' at the top level",
                 )
             else:
+                meant = difflib.get_close_matches(word, allowed, n=1, cutoff=0.6)
+                if meant and meant[0] in DEFINITIONS and len(tokens) > 1:
+                    self.note_broken(tokens[1])  # 'actoin talk …': talk is still defined
                 self.fail(
                     f"unknown block '{head.text}' {where}",
                     self.tok_span(head),
