@@ -529,6 +529,8 @@ class Checker:
         functions = self.signatures.get(ref.alias)
         if functions is None:
             hint = suggest(ref.alias, [*self.signatures, *self.broken_aliases])
+            if hint is None and ref.func == "spawn":
+                hint = "the built-in is system.spawn (§9.8)"
             self.error(
                 f"unknown code alias '{ref.alias}'",
                 ref.span,
