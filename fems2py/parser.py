@@ -610,7 +610,15 @@ class Parser:
                 else "end the line with '|' to start a text block",
             )
         if not text:
-            self.fail(f"expected a value after '{what}'", self.eol_span(index))
+            comment = line.raw[cut:].strip()
+            self.fail(
+                f"expected a value after '{what}'",
+                self.eol_span(index),
+                f"'{comment[:1]}' after a space starts a comment; quote the value to keep it: "
+                f'"{comment}"'
+                if comment
+                else None,
+            )
         file_match = re.match(r"^file\s*[:：]\s*", text)
         if file_match and text[file_match.end() :][:1] in ('"', "'", "“"):
             return self.parse_file_text(text, file_match.end(), start, line.number, read_file)
