@@ -451,3 +451,30 @@ def test_diagnostics_are_sorted_by_position(tmp_path: Path) -> None:
     positions = [(d.span.line, d.span.col) for d in checked.diagnostics]
     assert positions == sorted(positions) and len(positions) == 3
     assert checked.has_errors
+
+
+def test_an_incomplete_flow_skips_shape_checks_but_not_names(tmp_path: Path) -> None:
+    span = Span("t.fems", 3, 5, 3, 12)
+    graph = Graph(
+        nodes=(FlowNode("Q", "missing_action", False, span),),
+        edges=(),
+        span=span,
+        complete=False,
+    )
+    checked = check(Script("t.fems", "", flow=graph), tmp_path)
+    assert [d.message for d in checked.diagnostics] == ["undefined action 'missing_action'"]
+
+
+def test_broken_names_count_as_defined(tmp_path: Path) -> None:
+    span = Span("t.fems", 3, 5, 3, 12)
+    graph = Graph(
+        nodes=(
+            FlowNode("START", None, False, span),
+            FlowNode("talk@3:16", "talk", True, span),
+            FlowNode("END", None, False, span),
+        ),
+        edges=(Edge("START", "talk@3:16", None, span), Edge("talk@3:16", "END", None, span)),
+        span=span,
+    )
+    script = Script("t.fems", "", flow=graph, broken_names=frozenset({"talk"}))
+    assert check(script, tmp_path).diagnostics == ()
