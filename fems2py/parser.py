@@ -1939,11 +1939,15 @@ class Parser:
         """``-> if (c) [B]`` or ``-> if (c -> [B]``: say which of the two went wrong."""
         opener = _unclosed(tokens[start:])
         if opener is not None:
-            self.fail(
-                f"'{opener.text}' is never closed",
-                self.tok_span(opener),
-                f"close it with '{_CLOSERS[opener.text]}'",
-            )
+            raw = self.lines[opener.line - 1].raw
+            comment = raw[comment_start(raw) :]
+            hint = f"close it with '{_CLOSERS[opener.text]}'"
+            if _CLOSERS[opener.text] in comment:
+                hint = (
+                    f"'{comment[:2].strip()}' after a space starts a comment (§1.3) and hides the "
+                    "rest of the line; for floor division write day//2"
+                )
+            self.fail(f"'{opener.text}' is never closed", self.tok_span(opener), hint)
         hint = "write -> if (condition) -> [Node], or -> (if condition) [Node]"
         for at in range(start + 1, len(tokens)):
             if tokens[at].text == "[" and _depth(tokens[start:at]) == 0:

@@ -1220,3 +1220,9 @@ def test_full_width_indentation_is_one_warning() -> None:
 def test_an_unterminated_string_is_named_as_such(source: str) -> None:
     found = errors(source)
     assert [d.message for d in found] == ["unterminated string"]
+
+
+def test_floor_division_with_spaces_is_a_comment_and_the_hint_says_so() -> None:
+    [found] = errors("mainflow:\n    [A] -> if (day // 2 == 1) -> [B]\n")
+    assert found.message == "'(' is never closed"
+    assert found.hint is not None and "'//' after a space starts a comment" in found.hint
