@@ -228,7 +228,7 @@ def tokenize(text: str, line: int, start: int = 0, end: int | None = None) -> li
         if ch.isspace():
             i += 1
             continue
-        if opens_quote(text, i):
+        if ch in _OPEN_QUOTES and opens_quote(text, i):
             j = min(_quote_end(text, i), stop)
             raw = text[i:j]
             tokens.append(Token("string", raw, line, i, j, unquote(raw)))
