@@ -350,11 +350,12 @@ class Parser:
         """Code aliases, known before any expression is compiled (blocks come in any order)."""
         aliases: set[str] = set()
         in_code = False
+        top = next((line.indent for line in self.lines if not line.blank), 0)
         for line in self.lines:
             if line.blank:
                 continue
             text = line.code().strip()
-            if line.indent == 0:
+            if line.indent <= top:
                 in_code = text == "code:"
             elif in_code:
                 name = text.split("=", 1)[0].strip()

@@ -1226,3 +1226,13 @@ def test_floor_division_with_spaces_is_a_comment_and_the_hint_says_so() -> None:
     [found] = errors("mainflow:\n    [A] -> if (day // 2 == 1) -> [B]\n")
     assert found.message == "'(' is never closed"
     assert found.hint is not None and "'//' after a space starts a comment" in found.hint
+
+
+def test_code_aliases_are_found_when_the_whole_file_is_indented() -> None:
+    script, diagnostics = parse(
+        '  code:\n    game = file:"g.py"\n  mainflow:\n    [START] -> if (game.over()) -> [END]\n',
+        "s.fems",
+    )
+    assert diagnostics == []
+    assert script.flow is not None
+    assert script.flow.edges[0].condition.python == "ctx.code('game').over()"
