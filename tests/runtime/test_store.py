@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 from fems_runtime.records import RunError
-from fems_runtime.store import Store, database_url, parse_session_spec
+from fems_runtime.store import (
+    NewMessage,
+    Store,
+    _visible_statement,
+    database_url,
+    parse_session_spec,
+)
 
 
 @pytest.fixture
@@ -144,6 +150,39 @@ def test_scope_lookup_uses_the_index(store: Store) -> None:
             "WHERE session_id = 1 AND soul_id = '1' ORDER BY seq"
         ).fetchall()
     assert any("fems_message_souls_scan" in str(row) for row in plan)
+
+
+def test_context_query_scans_the_index_in_order(store: Store) -> None:
+    """The built-in context's statement is an index range scan with no sort (§14)."""
+    session = store.open_session()
+    store.add_message(session, "reply", "x", souls=["1"])
+    statement = _visible_statement(True, False, True).params(session=session, soul="1")
+    sql = str(statement.compile(store.engine, compile_kwargs={"literal_binds": True}))
+    with store.engine.connect() as conn:
+        plan = " ".join(str(r) for r in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}"))
+    assert "fems_message_souls_scan" in plan and "TEMP B-TREE" not in plan
+
+
+def test_add_messages_in_one_call(store: Store) -> None:
+    session = store.open_session()
+    stored = store.add_messages(
+        session,
+        [
+            NewMessage("narration", "night", souls=["1", "2"], users=["7"]),
+            NewMessage("prompt", "secret"),
+            NewMessage("reply", "howl", souls=["1"], speaker_name="@wolf", speaker_soul="1"),
+        ],
+    )
+    assert [(m.seq, m.kind) for m in stored] == [(1, "narration"), (2, "prompt"), (3, "reply")]
+    assert store.visible_lines(session, soul="1") == [
+        ("narration", None, None, "night"),
+        ("reply", "@wolf", "1", "howl"),
+    ]
+    assert store.visible_lines(session, soul="2", user="7") == [("narration", None, None, "night")]
+    assert store.visible_messages(session, soul="2", user="7") == [stored[0]]
+    with pytest.raises(ValueError, match="message kind"):
+        store.add_messages(session, [NewMessage("reply", "kept?"), NewMessage("shout", "x")])
+    assert len(store.messages(session)) == 3  # the whole call was rolled back
 
 
 def test_turns(store: Store) -> None:
