@@ -256,13 +256,28 @@ def tokenize(text: str, line: int, start: int = 0, end: int | None = None) -> li
     return tokens
 
 
+def text_indent(line: SourceLine) -> tuple[int, int]:
+    """Width and length of a text line's leading spaces and tabs. Inside a ``|`` block a
+    full-width space is text (Chinese paragraphs start with two), not indentation."""
+    width = 0
+    for count, ch in enumerate(line.raw):
+        if ch == " ":
+            width += 1
+        elif ch == "\t":
+            width = (width // TAB_WIDTH + 1) * TAB_WIDTH
+        else:
+            return width, count
+    return width, len(line.raw)
+
+
 def block_text(lines: list[SourceLine]) -> str:
     """A ``|`` block (§1.5): dedented by the common indentation, blank lines kept, verbatim."""
-    widths = [line.indent for line in lines if line.raw.strip()]
+    indents = [text_indent(line) for line in lines]
+    widths = [width for (width, _), line in zip(indents, lines, strict=True) if line.raw.strip()]
     common = min(widths) if widths else 0
     out = []
-    for line in lines:
-        expanded = " " * line.indent + line.raw[line.start :]
+    for line, (width, start) in zip(lines, indents, strict=True):
+        expanded = " " * width + line.raw[start:]
         out.append(expanded[common:].rstrip() if expanded.strip() else "")
     while out and not out[-1]:
         out.pop()

@@ -25,6 +25,7 @@ from fems2py.lexer import (
     block_text,
     comment_start,
     split_lines,
+    text_indent,
     tokenize,
     unquote,
 )
@@ -692,7 +693,7 @@ class Parser:
                 f"indent the text's lines deeper than '{what}'",
             )
         value = block_text(body)
-        common = min(line.indent for line in body if line.raw.strip())
+        common = min(text_indent(line)[0] for line in body if line.raw.strip())
         starts = [0]
         for piece in value.split("\n"):
             starts.append(starts[-1] + len(piece) + 1)

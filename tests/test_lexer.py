@@ -143,3 +143,10 @@ def test_a_byte_order_mark_is_not_part_of_the_first_line() -> None:
 def test_full_width_spaces_indent_by_two_columns() -> None:
     [line] = split_lines("\u3000\u3000x = 1")
     assert (line.indent, line.start, line.uses_wide_spaces) == (4, 2, True)
+
+
+def test_full_width_spaces_in_a_text_block_are_text() -> None:
+    lines = split_lines("    \u3000\u3000第一段。\n    第二段。\n    \u3000\u3000第三段。")
+    assert block_text(lines) == "\u3000\u3000第一段。\n第二段。\n\u3000\u3000第三段。"
+    every = split_lines("    \u3000\u3000一。\n    \u3000\u3000二。")
+    assert block_text(every) == "\u3000\u3000一。\n\u3000\u3000二。"
