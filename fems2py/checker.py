@@ -686,7 +686,16 @@ class Checker:
             return
         for placeholder in text.placeholders:
             ref = placeholder.ref
-            if not in_names:
+            known = ref.name in names or ref.name in self.actors or ref.name in self.broken
+            if not in_names and not known and not ref.name.startswith("@"):
+                hint = suggest(ref.name, {n for n in names if not n.startswith("@")})
+                literal = f"write {{{{{placeholder.path}}}}} for literal braces"
+                self.undefined(
+                    f"undeclared variable '{ref.name}'",
+                    ref.span,
+                    f"{hint} Or {literal}" if hint else f"declare it in vars:, or {literal}",
+                )
+            elif not in_names:
                 self.check_path(ref, names)
             elif ref.name not in in_names and (ref.name in names or ref.name in self.actors):
                 self.warning(
