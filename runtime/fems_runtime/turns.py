@@ -251,13 +251,19 @@ def _text(value: Any) -> str:
     return "" if value is None else str(value)
 
 
+BUILD_CACHE = ".fems-cache"
+"""Where ``fems2py run`` writes its builds, next to the script (fems2py's ``build.CACHE_DIR``)."""
+
+
 def _project_dirs(program: Any, base_dir: str | Path) -> list[Path]:
-    """Where `fems.toml` and `.env` are looked for: the generated module's folder, then
-    `base_dir`."""
+    """Where `fems.toml` and `.env` are looked for: the script's folder (the generated module's,
+    or the parent of a ``.fems-cache`` build), then `base_dir`."""
     dirs = [Path(base_dir).resolve()]
     module_file = getattr(program, "module_file", None)
     if module_file:
         module_dir = Path(module_file).resolve().parent
+        if module_dir.name == BUILD_CACHE:
+            module_dir = module_dir.parent
         if module_dir != dirs[0]:
             dirs.insert(0, module_dir)
     return dirs

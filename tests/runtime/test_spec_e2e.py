@@ -14,6 +14,8 @@ from fems_runtime import funcs
 from fems_runtime.records import RunError
 from fems_runtime.transcript import Transcript
 
+from fems2py.build import build_cached
+
 from .fake_openai import Behaviour, fake_openai
 
 
@@ -871,3 +873,24 @@ def test_spawned_actors_are_fresh_in_a_continued_session(
     assert second.variables["coders"] == ["@coder_2"]
     events = [json.loads(line) for line in trace.read_text(encoding="utf-8").splitlines()]
     assert user_text(calls(events)[0]) == "Work."
+
+
+def test_model_map_next_to_the_script_is_used_by_cached_builds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`fems2py run` builds into .fems-cache/ next to the script; fems.toml beside the script
+    still counts."""
+    (tmp_path / "fems.toml").write_text('[models]\nfast = "fems/script"\n', encoding="utf-8")
+    script = tmp_path / "r.fems"
+    script.write_text(
+        "actors:\n    ai @a = source:fast\naction s @ai(@a):\n    prompt: go\n"
+        "mainflow:\n    [START] -> s -> [END]\n",
+        encoding="utf-8",
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    module_path = build_cached(script)
+    assert module_path.parent.name == ".fems-cache"
+    result = load(module_path).run(replies={"s": ["scripted"]}, model="fems/mock", db=":memory:")
+    assert result.model_calls == 1
