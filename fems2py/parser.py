@@ -1871,6 +1871,11 @@ class Parser:
             if not arrow_done:
                 if pos == len(tokens):
                     hint = "end this line with '->' to continue it on the indented lines"
+                    deeper = next(
+                        (i for i in range(index + 1, end) if not self.lines[i].blank), None
+                    )
+                    if deeper is not None and self.tokens(deeper, flow=True)[0].text == "->":
+                        hint = "align it with the line above to make it another branch, or " + hint
                     self.no_body(index, end, "a flow line", hint)
                     return None
                 if tokens[pos].text != "->":
