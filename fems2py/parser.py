@@ -1870,7 +1870,7 @@ class Parser:
         while True:
             if not arrow_done:
                 if pos == len(tokens):
-                    hint = "end this line with '->' to continue it on the indented lines"
+                    hint = "end the line above with '->' to continue it on the indented lines"
                     deeper = next(
                         (i for i in range(index + 1, end) if not self.lines[i].blank), None
                     )
