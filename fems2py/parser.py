@@ -369,15 +369,16 @@ class Parser:
         allowed = MODULE_BLOCKS if module else TOP_LEVEL_BLOCKS
         stray = False
         for index, end in self.items(start, stop):
-            head = self.tokens(index)[0]
-            known = head.kind == "name" and head.text in TOP_LEVEL_BLOCKS
-            if stray and not known:
+            tokens = self.tokens(index)
+            header = tokens[-1].text == ":"  # a block of its own, even if misspelled
+            known = tokens[0].kind == "name" and tokens[0].text in TOP_LEVEL_BLOCKS
+            if stray and not known and not header:
                 continue  # more of the lines the previous error is about
             stray = False
             try:
                 self.parse_block(index, end, defs, allowed)
             except _Abort:
-                stray = not known
+                stray = not (known or header)
             except RecursionError:
                 self.error("this block is nested too deeply to parse", self.line_span(index))
 

@@ -1236,3 +1236,14 @@ def test_code_aliases_are_found_when_the_whole_file_is_indented() -> None:
     assert diagnostics == []
     assert script.flow is not None
     assert script.flow.edges[0].condition.python == "ctx.code('game').over()"
+
+
+def test_two_misspelled_blocks_are_two_errors_and_stray_lines_one() -> None:
+    found = errors(
+        "varz:\n    x = 1\nacters:\n    ai @a\nmainflow:\n[START] -> [A]\n[A] -> [END]\n"
+    )
+    assert [(d.span.line, d.message) for d in found] == [
+        (1, "unknown block 'varz' at the top level"),
+        (3, "unknown block 'acters' at the top level"),
+        (6, "this flow line is not indented under 'mainflow:'"),
+    ]
