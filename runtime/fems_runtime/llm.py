@@ -177,11 +177,12 @@ class ModelClient:
     ) -> ModelClient:
         """A client configured from `fems.toml` and `.env` in `base_dirs` (default: the working
         directory) (§15.2); on a conflict the later directory wins."""
+        dirs = [Path(d) for d in base_dirs] or [Path(".")]
+        if load_env:
+            for base in reversed(dirs):  # a .env never overrides: the later directory goes first
+                load_dotenv(base / ".env")
         model_map: dict[str, str | dict[str, Any]] = {}
-        for base in reversed([Path(d) for d in base_dirs or (".",)]):
-            if load_env:
-                load_dotenv(base / ".env")  # never overrides: the later directory's comes first
-        for base in [Path(d) for d in base_dirs or (".",)]:
+        for base in dirs:
             model_map.update(load_model_map(base / "fems.toml"))
         return cls(model_map=model_map, **options)
 
