@@ -282,7 +282,11 @@ class FlowChecker:
                     "a module starts at [IN] and leaves through [OUT] or [BREAK]",
                 )
             elif not in_module and name in MODULE_ONLY:
-                self.checker.error(f"[{name}] is only allowed in a module flow", span)
+                self.checker.error(
+                    f"[{name}] is only allowed in a module flow",
+                    span,
+                    "the main flow starts at [START] and ends at [END]",
+                )
 
     def check_binding(
         self, node: FlowNode, part: Part, namespace: Namespace, names: set[str]
