@@ -203,3 +203,17 @@ def test_delay_spaces_starts_per_model(monkeypatch: pytest.MonkeyPatch) -> None:
 
     asyncio.run(starts())
     assert len(waits) == 2 and all(5 < w <= 10 for w in waits)
+
+
+def test_for_project_reads_several_folders_the_later_wins(tmp_path: Path) -> None:
+    script_dir, work_dir = tmp_path / "script", tmp_path / "work"
+    for folder, fast in ((script_dir, "a/script"), (work_dir, "a/work")):
+        folder.mkdir()
+        (folder / "fems.toml").write_text(
+            f'[models]\nfast = "{fast}"\nonly_{folder.name} = "b/{folder.name}"\n',
+            encoding="utf-8",
+        )
+    client = ModelClient.for_project(script_dir, work_dir, load_env=False, environ={})
+    assert client.resolve("fast").model == "a/work"
+    assert client.resolve("only_script").model == "b/script"
+    assert client.resolve("only_work").model == "b/work"
