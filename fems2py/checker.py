@@ -343,7 +343,9 @@ class Checker:
                     f"e.g. {key} = {100 if key == 'max_steps' else 8}",
                 )
             elif key == "delay" and not (isinstance(value, NumberValue) and value.value >= 0):
-                self.error("meta 'delay' must be a number of seconds ≥ 0", value.span)
+                self.error(
+                    "meta 'delay' must be a number of seconds ≥ 0", value.span, "e.g. delay = 0.5"
+                )
             elif key == "session" and not (
                 _whole_number(value, 0)
                 or (isinstance(value, StringValue) and _SESSION.fullmatch(value.value))

@@ -366,12 +366,21 @@ class FlowChecker:
                 node = part.nodes.get(name)
                 span = node.span if node is not None else part.graph.span
                 if name == "END" and not in_module:
-                    checker.warning("[END] is never reached from [START]", span)
+                    checker.warning(
+                        "[END] is never reached from [START]",
+                        span,
+                        "lead the branch that finishes the run to [END]",
+                    )
                 else:
                     origin = "[IN]" if in_module else "[START]"
+                    hint = f"no chain from {origin} leads here: connect it (… -> "
+                    hint += f"{describe(name, node)}) or remove it"
                     if part.loop is not None:
                         origin = f"the start of the '{part.loop.kind} {part.loop.var}' body"
-                    checker.warning(f"{describe(name, node)} is never reached from {origin}", span)
+                        hint = "lead a body line to it, or start its line with '->'"
+                    checker.warning(
+                        f"{describe(name, node)} is never reached from {origin}", span, hint
+                    )
         top = parts[0]
         if not in_module and "END" not in top.names:
             checker.warning(
