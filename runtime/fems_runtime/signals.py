@@ -32,7 +32,7 @@ _VALUE_STARTS = "=([{,:，："
 _TARGET = re.compile(
     r"(?P<a>@?\w+)(?:\.(?P<b>@?\w+))?(?:\s*\[\s*(?P<k>[^\[\]]+?)\s*\])?", re.UNICODE
 )
-_CALL = re.compile(r"(?P<fn>add|remove)\s*\((?P<arg>.*)\)", re.DOTALL)
+_CALL = re.compile(r"(?P<fn>add|remove)\s*[(（](?P<arg>.*)[)）]", re.DOTALL)  # （ ） too (§1.4)
 
 
 @dataclass(frozen=True)

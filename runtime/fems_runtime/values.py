@@ -18,7 +18,7 @@ _FLOAT = re.compile(r"[+-]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?")
 _BARE_KEY = re.compile(r"\w+")
 _QUOTES = {'"': '"', "'": "'", "“": "”"}
 _ESCAPES = {'"': '"', "'": "'", "\\": "\\", "n": "\n", "t": "\t", "”": "”"}
-_OPEN = {"[": "]", "{": "}"}
+_OPEN = {"[": "]", "{": "}", "【": "】"}  # 【 】 are [ ] (§1.4), as models writing Chinese use them
 _SEPARATORS = (",", "，")
 
 
@@ -194,7 +194,7 @@ class _Reader:
                 continue
             if ch in _OPEN:
                 depth += 1
-            elif ch in "]}":
+            elif ch in "]}】":
                 if depth == 0:
                     if ch != close:
                         raise _NotLiteral
@@ -211,7 +211,7 @@ class _Reader:
         parts = [item.strip() for item in items]
         if parts and not parts[-1]:
             parts.pop()  # a trailing comma
-        if close == "]":
+        if close in "]】":
             return [self.element(part) for part in parts]
         result = FemDict()
         for part in parts:

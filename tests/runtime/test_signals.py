@@ -101,6 +101,8 @@ CASES = [
     ("SET VARIABLE: <<alive = add(@Eve)>>", None, {"alive": ["@Eve", "@Bob"]}, 0),
     ("SET VARIABLE: <<alive = remove(@Eve)>>", None, {"alive": ["@Bob"]}, 0),
     ("SET VARIABLE: <<alive = remove(@Olivia)>>", None, {"alive": ["@Eve", "@Bob"]}, 0),
+    ("设定变量：《alive = remove（@Eve）》", None, {"alive": ["@Bob"]}, 0),
+    ("设定变量：《alive = 【@Bob】》", None, {"alive": ["@Bob"]}, 0),
     # dict entries and actor attributes
     ("SET VARIABLE: <<votes.@Eve = @Bob>>", None, {"votes": {"@Eve": "@Bob"}}, 0),
     ("SET VARIABLE: <<hp.@Eve -= 3>>", None, {"hp": {"@Eve": 97, "@Bob": 80}}, 0),
