@@ -50,6 +50,7 @@ from fems_runtime.signals import (
     SignalOutcome,
     apply_signals,
     apply_values,
+    choice_list,
     run_resolve,
 )
 from fems_runtime.store import NewMessage, Store
@@ -799,15 +800,8 @@ def _offline_turn(frame: Frame, spec: TurnSpec, room: _Room, turn: int, text: st
                     label = f"{out.target}.{key}"  # the entry as a model would name it
         except RunError:
             pass  # an unreadable target: the mock writes the out as declared
-        outs.append(OfflineOut(label, out.type, _choices(out), current))
+        outs.append(OfflineOut(label, out.type, tuple(choice_list(out)), current))
     return OfflineTurn(spec.action, str(room.voice), turn, 0, tuple(outs), tuple(candidates))
-
-
-def _choices(out: OutSpec) -> tuple[Any, ...]:
-    choices = tuple(out.choices)
-    if len(choices) == 1 and isinstance(choices[0], list | tuple | dict):
-        return tuple(choices[0])
-    return choices
 
 
 async def _call(
