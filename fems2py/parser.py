@@ -139,6 +139,7 @@ _PATH = re.compile(r"^\s*(@?[^\W\d]\w*)(?:\.(@?[^\W\d]\w*))?(?:\[([^\[\]]+)\])?\
 _PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([^{}\n]*)\}")
 _ASSIGN_CALL = re.compile(r"^\s*(add|remove)\s*\((.*)\)\s*$", re.DOTALL)
 _INT = re.compile(r"^-?\d+$")
+_NOT_NAME = re.compile(r"[^\w@]+")
 _FLOAT = re.compile(r"^-?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?$")
 _CLOSERS = {"[": "]", "(": ")", "{": "}"}
 
@@ -496,6 +497,16 @@ class Parser:
         tokens = self.tokens(index)
         key = tokens[0]
         if key.kind not in ("name", "actor") or len(tokens) < 2 or tokens[1].text not in seps:
+            sep = next((i for i, token in enumerate(tokens) if token.text in seps), None)
+            if sep is not None and sep > 0 and tokens[0].text not in ("[", "{", "-", "->"):
+                written = self.lines[index].raw[key.col : tokens[sep - 1].end]
+                example = _NOT_NAME.sub("_", written).lstrip("_0123456789") or "name"
+                self.fail(
+                    f"'{written}' is not a name",
+                    self.tok_span(key, tokens[sep - 1]),
+                    "names are letters, digits and '_', not starting with a digit (§1.6), "
+                    f"e.g. {example}",
+                )
             expected = " or ".join(f"'{sep}'" for sep in seps)
             at = tokens[1] if len(tokens) > 1 and key.kind in ("name", "actor") else key
             self.fail(
