@@ -29,7 +29,9 @@ from fems2py.nodes import (
     DictValue,
     Expr,
     FuncRef,
+    Graph,
     ListValue,
+    Loop,
     MetaEntry,
     Method,
     Module,
@@ -161,7 +163,9 @@ class Checker:
         self.script = script
         self.base_dir = base_dir
         self.items: list[Diagnostic] = []
-        self.later_uses: dict[str, list[int]] = {}
+        self.later_uses: dict[str, list[Span]] = {}
+        graphs = [script.flow, *(module.flow for module in _all_modules(script.modules))]
+        self.loop_variables = {var for graph in graphs for var in _loop_variables(graph)}
         self.merge_nodes: dict[tuple[str, str], str | None] = {}
         self.signatures: dict[str, dict[str, FuncSignature]] = {}
         self.code_files: dict[str, Path] = {}
@@ -184,6 +188,12 @@ class Checker:
 
     def warning(self, message: str, span: Span, hint: str | None = None) -> None:
         self.items.append(Diagnostic("warning", message, span, hint))
+
+    def declare_hint(self, name: str) -> str:
+        """How to fix an undeclared name: a loop variable used outside its loop, or vars:."""
+        if name in self.loop_variables:
+            return f"'{name}' is bound only inside the body of its for/par loop (§12.7)"
+        return f"every variable is declared in vars: first (§4.1), e.g. {name} = 0"
 
     def undefined(self, message: str, span: Span, hint: str | None) -> None:
         """An unknown name is reported at its first use only; the other uses are listed in
@@ -454,7 +464,11 @@ class Checker:
             if name in self.actors or name in names:
                 return True
             candidates = self.actors | {n for n in names if n.startswith("@")}
-            hint = suggest(name, candidates) or "define it in actors: or declare it in vars:"
+            hint = suggest(name, candidates) or (
+                self.declare_hint(name)
+                if name in self.loop_variables
+                else "define it in actors: or declare it in vars:"
+            )
             self.undefined(f"unknown actor '{name}'", span, hint)
             return False
         if name in names:
@@ -462,7 +476,7 @@ class Checker:
         hint = suggest(name, {n for n in names if not n.startswith("@")})
         if hint is None and string_hint and name.isidentifier():
             hint = f"did you mean the string '{name}'? Otherwise declare it in vars:"
-        self.undefined(f"undeclared variable '{name}'", span, hint or _declare_hint(name))
+        self.undefined(f"undeclared variable '{name}'", span, hint or self.declare_hint(name))
         return False
 
     def check_path(self, ref: PathRef, names: set[str], *, string_hint: bool = False) -> None:
@@ -511,7 +525,7 @@ class Checker:
             return
         if target.name in names:
             return
-        hint = suggest(target.name, names) or _declare_hint(target.name)
+        hint = suggest(target.name, names) or self.declare_hint(target.name)
         self.undefined(f"undeclared variable '{target.name}'", target.span, hint)
 
     def check_func(self, ref: FuncRef, *, builtin_ok: bool) -> FuncSignature | None:
@@ -695,7 +709,9 @@ class Checker:
                 self.undefined(
                     f"undeclared variable '{ref.name}'",
                     ref.span,
-                    f"{hint} Or {literal}" if hint else f"declare it in vars:, or {literal}",
+                    f"{hint} Or {literal}"
+                    if hint
+                    else f"{self.declare_hint(ref.name)}; or {literal}",
                 )
             elif not in_names:
                 self.check_path(ref, names)
@@ -796,8 +812,18 @@ def _actor_refs(value: Value) -> list[ActorValue]:
     return []
 
 
-def _declare_hint(name: str) -> str:
-    return f"every variable is declared in vars: first (§4.1), e.g. {name} = 0"
+def _all_modules(modules: Iterable[Module]) -> list[Module]:
+    return [inner for module in modules for inner in (module, *_all_modules(module.modules))]
+
+
+def _loop_variables(graph: Graph | None) -> set[str]:
+    """The variables every ``for``/``par`` of a flow binds, nested bodies included."""
+    found: set[str] = set()
+    for node in graph.nodes if graph is not None else ():
+        if isinstance(node.binding, Loop):
+            found.add(node.binding.var)
+            found |= _loop_variables(node.binding.body)
+    return found
 
 
 def _whole_number(value: object, minimum: int) -> bool:
