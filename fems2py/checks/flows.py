@@ -207,6 +207,7 @@ class FlowChecker:
         self.check_ownership(parts)
         for part in parts:
             self.check_reserved(part, in_module)
+            self.check_reserved_case(part)
         # A flow with a syntax error, or with nodes where they may not be, has no meaningful
         # shape: reachability and dead-end reports would only echo that first error.
         shape_known = graph.complete and len(checker.items) == errors
@@ -286,6 +287,17 @@ class FlowChecker:
                     f"[{name}] is only allowed in a module flow",
                     span,
                     "the main flow starts at [START] and ends at [END]",
+                )
+
+    def check_reserved_case(self, part: Part) -> None:
+        """``[start]``/``[End]`` are ordinary nodes; the reserved ones are upper case (§12.1)."""
+        for name in part.names:
+            if name.upper() in RESERVED_NODES and name not in RESERVED_NODES:
+                node = part.nodes.get(name)
+                self.checker.error(
+                    f"[{name}] is not the reserved node [{name.upper()}]",
+                    node.span if node is not None else part.graph.span,
+                    f"reserved nodes are written in capitals: [{name.upper()}]",
                 )
 
     def check_binding(
