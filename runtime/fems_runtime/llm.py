@@ -128,7 +128,17 @@ def _status_of(exc: BaseException) -> int | None:
     return status if isinstance(status, int) else None
 
 
+_MISSING_CREDENTIALS = re.compile(r"missing credentials|api_key client option must be set", re.I)
+
+
+def _is_missing_key(exc: BaseException) -> bool:
+    """litellm reports a missing provider key as a server error; retrying it is in vain."""
+    return bool(_MISSING_CREDENTIALS.search(str(exc)))
+
+
 def _is_transient(exc: BaseException) -> bool:
+    if _is_missing_key(exc):
+        return False
     if isinstance(exc, TimeoutError | ConnectionError):
         return True
     status = _status_of(exc)
@@ -189,7 +199,14 @@ class ModelClient:
     def resolve(self, action_model: str | None = None, source: str | None = None) -> ModelChoice:
         """Apply the ladder: action `model:` > actor `source:` > meta.model > --model/FEMS_MODEL
         > offline `fems/mock`. The chosen name is looked up in the model map, then in
-        `FEMS_MODEL_<ALIAS>`, and otherwise used as a litellm model string."""
+        `FEMS_MODEL_<ALIAS>`, and otherwise used as a litellm model string.
+
+        **Decision:** an offline model chosen for the run (`--model fems/mock`, `--model
+        fems/script`, `--replies`, or `FEMS_MODEL`) replaces every model of the script, so any
+        script, whatever its actors' sources, can be tried and tested without a network.
+        """
+        if self.run_model in OFFLINE_MODELS:
+            return ModelChoice(self.run_model, {}, "run")
         for rung, name in (
             ("action", action_model),
             ("source", source),
@@ -249,6 +266,11 @@ class ModelClient:
                 return self._result(choice, response, failures + 1)
             except Exception as exc:  # CancelledError is not an Exception: it propagates
                 failures += 1
+                if _is_missing_key(exc):
+                    raise RunError(
+                        f"model {choice.model} has no API key: {_describe(exc)} (a .env file "
+                        "next to the script or in the working directory is read too)"
+                    ) from None
                 if not _is_transient(exc):
                     raise RunError(f"model {choice.model}: {_describe(exc)}") from None
                 if failures >= self.retry.attempts:

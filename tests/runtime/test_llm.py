@@ -60,6 +60,33 @@ def test_resolution_ladder(
     assert (choice.model, choice.rung) == (expected, rung)
 
 
+@pytest.mark.parametrize(
+    ("client_options", "expected"),
+    [
+        ({"run_model": "fems/mock"}, "fems/mock"),
+        ({"run_model": "fems/script", "replies": {"*": ["ok"]}}, "fems/script"),
+        ({"environ": {"FEMS_MODEL": "fems/mock"}}, "fems/mock"),
+    ],
+)
+def test_an_offline_run_model_replaces_every_rung(client_options: dict, expected: str) -> None:
+    """Decision: `--model fems/mock` / `--replies` make any script runnable offline."""
+    client = ModelClient(**{"environ": {}, "meta_model": "m/meta", **client_options})
+    for action_model, source in ((None, None), (None, "openai/gpt-4o"), ("m/action", "fast")):
+        assert client.resolve(action_model, source).model == expected
+
+
+def test_a_missing_provider_key_fails_at_once_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """litellm raises a missing key as a server error: no retries, the variable is named."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    client = ModelClient(environ={}, retry=RetryPolicy(attempts=5, base=10.0, cap=10.0))
+    choice = client.resolve("openai/gpt-4o-mini")
+    with pytest.raises(RunError, match=r"has no API key: .*OPENAI_API_KEY") as error:
+        asyncio.run(client.complete(choice, MESSAGES, TURN))
+    assert "attempts" not in str(error.value)  # a retry would have slept 10 s first
+
+
 def test_offline_default_prints_one_notice() -> None:
     notices: list[str] = []
     client = ModelClient(environ={}, notice=notices.append)

@@ -241,7 +241,7 @@ def test_model_map_next_to_the_script_is_used(
             [START] -> s -> [END]
         """,
         replies={"s": ["scripted"]},
-        model="fems/mock",
+        model="openai/never-called",  # ranks below the actor's source (§15.2)
     )
     assert calls(events)[0]["model"] == "fems/script"
     assert calls(events)[0]["reply"] == "scripted"
@@ -892,5 +892,7 @@ def test_model_map_next_to_the_script_is_used_by_cached_builds(
     monkeypatch.chdir(elsewhere)
     module_path = build_cached(script)
     assert module_path.parent.name == ".fems-cache"
-    result = load(module_path).run(replies={"s": ["scripted"]}, model="fems/mock", db=":memory:")
+    result = load(module_path).run(
+        replies={"s": ["scripted"]}, model="openai/never-called", db=":memory:"
+    )
     assert result.model_calls == 1
