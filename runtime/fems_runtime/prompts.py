@@ -14,8 +14,10 @@ from typing import Any, Protocol
 from fems_runtime.records import RunError
 from fems_runtime.values import ACTOR_NAME, format_value, parse_literal
 
+# A name does not start with a digit (§1.6), so "{1} or {2}" stays literal text.
+_NAME = r"@?(?!\d)\w+"
 PLACEHOLDER = re.compile(
-    r"\{\s*(?P<a>@?\w+)(?:\.(?P<b>@?\w+))?(?:\[\s*(?P<k>[^\[\]{}]+?)\s*\])?\s*\}"
+    rf"\{{\s*(?P<a>{_NAME})(?:\.(?P<b>{_NAME}))?(?:\[\s*(?P<k>[^\[\]{{}}]+?)\s*\])?\s*\}}"
 )
 
 

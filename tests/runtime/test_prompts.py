@@ -31,6 +31,8 @@ def frame():
     ("template", "text"),
     [
         ("Day {day}.", "Day 3."),
+        ("选择 {1} 或 {2}", "选择 {1} 或 {2}"),  # numbers are not names (§1.6): literal
+        ("{3d}", "{3d}"),
         ("{alive}", "[@Eve, @Bob]"),
         ("{hp}", "{@Eve: 100}"),
         ("{flag}", "true"),
