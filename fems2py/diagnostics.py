@@ -12,6 +12,7 @@ collected and printed together, like a C compiler::
 from __future__ import annotations
 
 import difflib
+import unicodedata
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Literal
@@ -38,15 +39,43 @@ class Diagnostic:
         return "\n".join(lines)
 
 
+EXCERPT_WIDTH = 100  # characters of a long source line shown around the mistake
+
+
 def _excerpt(source: str, span: Span) -> list[str]:
-    source_lines = source.splitlines()
+    """The span's source line and a caret line under it.
+
+    Carets are placed by display width, so they stay under the right character after Chinese
+    (double-width) text; a long line is cut to a window around the span.
+    """
+    source_lines = source.split("\n")  # the lexer's lines (§1.1), not str.splitlines()'s
     if not 1 <= span.line <= len(source_lines):
         return []
-    text = source_lines[span.line - 1].expandtabs(1)
-    width = span.end_col - span.col if span.end_line == span.line else len(text) - span.col + 1
+    text = source_lines[span.line - 1].rstrip("\r").replace("\t", " ")
+    start = min(span.col - 1, len(text))
+    end = span.end_col - 1 if span.end_line == span.line else len(text)
+    end = max(end, start + 1)
+    left, right = 0, len(text)
+    if len(text) > EXCERPT_WIDTH:
+        left = max(0, min(start - EXCERPT_WIDTH // 3, len(text) - EXCERPT_WIDTH))
+        right = left + EXCERPT_WIDTH
+    before = ("…" if left else "") + text[left:start]
+    shown = before + text[start:right] + ("…" if right < len(text) else "")
+    marks = max(1, _display_width(text[start : min(end, right)]))
     gutter = f"{span.line:>5} | "
-    caret = " " * (span.col - 1) + "^" * max(1, width)
-    return [gutter + text, " " * (len(gutter) - 2) + "| " + caret]
+    blank = " " * (len(gutter) - 2) + "| "
+    return [gutter + shown, blank + " " * _display_width(before) + "^" * marks]
+
+
+def _display_width(text: str) -> int:
+    """Terminal columns: wide and full-width characters (Chinese, full-width punctuation) take
+    two, combining marks none."""
+    width = 0
+    for char in text:
+        if unicodedata.combining(char):
+            continue
+        width += 2 if unicodedata.east_asian_width(char) in "WF" else 1
+    return width
 
 
 def suggest(name: str, candidates: Iterable[str]) -> str | None:
