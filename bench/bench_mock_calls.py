@@ -3,7 +3,8 @@
 A generated module runs 500 AI turns in a ``for`` loop; everything but the model itself is
 measured: prompt rendering, scope, context retrieval, message assembly, signal parsing and
 validation, storage of prompt and reply with scope tags, and the flow. Reported for an
-in-memory SQLite database and for a SQLite file (the default storage).
+in-memory SQLite database and for a SQLite file (the default storage), after one warm-up run
+so that one-off imports and schema creation are not counted.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ def main() -> None:
         module_path = Path(folder) / "calls.py"
         module_path.write_text(build_source(script), encoding="utf-8")
         module = _load(module_path)
+        module.run(model="fems/mock", seed=0, db=":memory:")  # warm-up: imports, schema, caches
         for label, db in (("in-memory SQLite", ":memory:"), ("SQLite file", f"{folder}/calls.db")):
             trace = Path(folder) / f"trace-{len(label)}.jsonl"
             started = time.perf_counter()
