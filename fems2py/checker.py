@@ -90,6 +90,7 @@ class CheckedScript:
     nearest dominating node with several out-edges).
     ``code_signatures`` maps each ``code:`` alias to its functions' signatures (an alias whose
     file is missing or broken is absent), ``code_files`` each alias to the file's path.
+    ``string_keys`` says which ``dict[word]`` keys are literal strings.
     """
 
     script: Script
@@ -97,6 +98,9 @@ class CheckedScript:
     merge_nodes: dict[tuple[str, str], str | None] = field(default_factory=dict)
     code_signatures: dict[str, dict[str, FuncSignature]] = field(default_factory=dict)
     code_files: dict[str, Path] = field(default_factory=dict)
+    #: Spans of ``dict[word]`` targets whose bare word is no variable where the action runs,
+    #: so the key is the string itself (§4.2; see :class:`~fems2py.nodes.Target`).
+    string_keys: frozenset[Span] = frozenset()
 
     @property
     def has_errors(self) -> bool:
@@ -113,6 +117,7 @@ def check(script: Script, base_dir: Path) -> CheckedScript:
         merge_nodes=checker.merge_nodes,
         code_signatures=checker.signatures,
         code_files=checker.code_files,
+        string_keys=frozenset(checker.string_keys),
     )
 
 
@@ -180,6 +185,7 @@ class Checker:
         self.visible_names: dict[int, set[str]] = {}
         self.action_extra: dict[int, set[str]] = {}
         self.caller_loop_vars: dict[int, set[str]] = {}
+        self.string_keys: set[Span] = set()
 
     # ------------------------------------------------------------------ reporting
 
@@ -502,11 +508,16 @@ class Checker:
         for alias, func in code_calls(expr.python):
             self.check_func(FuncRef(alias, func, expr.span), builtin_ok=False)
 
-    def check_target(self, target: Target, names: set[str]) -> None:
-        """An assignment or out target (§9.6, §10.4): the variable must be declared."""
+    def check_target(self, target: Target, names: set[str], *, out: bool = False) -> None:
+        """An assignment or out target (§9.6, §10.4): the variable must be declared, and so
+        must a variable key (``dict.@x``, ``dict[i]``, an expression's reads). ``out``: a key
+        of an out must be an actor, a variable or a literal (it is resolved when the signal
+        or return value is applied, §10.4)."""
         if target.name in self.broken or target.key in self.broken:
             return
-        if target.key is not None and target.key.startswith("@"):
+        if target.key_kind == "index":
+            self.check_index_key(target, names, out=out)
+        if target.key_kind == "actor" and target.key is not None:
             self.check_name(target.key, target.span, names)
             if target.name in STATIC_ATTRIBUTES:
                 self.error(
@@ -527,6 +538,27 @@ class Checker:
             return
         hint = suggest(target.name, names) or self.declare_hint(target.name)
         self.undefined(f"undeclared variable '{target.name}'", target.span, hint)
+
+    def check_index_key(self, target: Target, names: set[str], *, out: bool) -> None:
+        """``dict[key]``: a bare word that names no variable here is the string itself (§4.2);
+        other reads must be declared; an out's key must be simple."""
+        expr = target.key_expr
+        if expr is None:
+            return
+        word = target.key_word
+        if word is not None:
+            if word not in names and word not in self.broken:
+                self.string_keys.add(target.span)
+            return
+        if out and expr.reads:
+            self.error(
+                f"the key of out '{target.written}' must be @x, a variable or a literal",
+                expr.span,
+                "compute the key in an @assign first, e.g. key = …, then write "
+                f"out: {target.name}[key]",
+            )
+            return
+        self.check_expr(expr, names, string_hint=True)
 
     def check_func(self, ref: FuncRef, *, builtin_ok: bool) -> FuncSignature | None:
         """``alias.fn`` must name a function of a ``code:`` file (§5) or the built-in spawn."""
@@ -632,7 +664,7 @@ class Checker:
                 if item.kind != "all":
                     self.check_name(item.name, item.span, names)
         for out in action.outs or ():
-            self.check_target(out.target, names)
+            self.check_target(out.target, names, out=True)
             if out.type is not None and out.type.choices_from is not None:
                 self.check_target(out.type.choices_from, names)
         for assignment in action.assignments:

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import ast
 import keyword
-import re
 import unicodedata
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, Protocol
@@ -47,6 +46,7 @@ from fems2py.nodes import (
     Out,
     PathRef,
     Script,
+    Span,
     StringValue,
     Target,
     Value,
@@ -88,6 +88,7 @@ class CheckedLike(Protocol):
 
     script: Script
     merge_nodes: Mapping[tuple[str, str], str | None]
+    string_keys: frozenset[Span]
 
 
 # ------------------------------------------------------------------------------ view models
@@ -316,8 +317,6 @@ class CodeGenerator:
         self.sha256 = sha256
         self.namer = Namer()
         self.items: list[ActionView | FlowView] = []
-        # An action's `dict[i]` may run inside `for i in …` (§12.7): `i` is a variable there.
-        self.loop_vars = frozenset(_loop_vars(self.script.flow, self.script.modules))
 
     def marker(self, line: int) -> Marker:
         return Marker(self.file, line)
@@ -446,7 +445,7 @@ class CodeGenerator:
             if action.inputs is not None:
                 args.append(("inputs", _inputs_code(action.inputs)))
             if action.outs is not None:
-                args.append(("outs", _outs_code(action.outs)))
+                args.append(("outs", self.outs_code(action.outs)))
             doc = f"@func({action.func.alias}.{action.func.func}) {action.name}{_in_module(scope)}."
             spec_args = self.spec_args(action, args)
             return ActionView(function, marker, doc, "func", spec_args=spec_args)
@@ -472,7 +471,7 @@ class CodeGenerator:
         if action.inputs is not None:
             args.append(("inputs", _inputs_code(action.inputs)))
         if action.outs is not None:
-            args.append(("outs", _outs_code(action.outs)))
+            args.append(("outs", self.outs_code(action.outs)))
         if action.resolve is not None:
             resolve = action.resolve
             args.append(
@@ -513,7 +512,9 @@ class CodeGenerator:
         interrupt = action.interrupt
         computed = {
             "inputs": "in",
-            "outs": "out" if any(o.type and o.type.choices_from for o in action.outs or ()) else "",
+            "outs": "out"
+            if any((o.type and o.type.choices_from) or o.target.key_word for o in action.outs or ())
+            else "",
             "interrupt": "interrupt"
             if interrupt and interrupt.kind in ("condition", "func")
             else "",
@@ -534,22 +535,57 @@ class CodeGenerator:
         target: Target = assignment.target
         args = [py(target.name), py(assignment.op), assignment.value.python]
         if target.key is not None:
-            args.append(f"key={self.key_code(scope, target.key)}")
+            args.append(f"key={self.key_code(target)}")
         return f"ctx.assign({', '.join(args)})"
 
-    def key_code(self, scope: Scope, key: str) -> str:
-        """The Python for the key of a ``dict.@x`` / ``dict[key]`` target."""
-        key = key.strip()
-        if key.startswith("@") or key in scope.variables or key in self.loop_vars:
-            return _read_code(key)
-        quoted = re.fullmatch(r"""(["'“])(.*)(["'”])""", key, flags=re.S)
-        if quoted:
-            return py(quoted.group(2))
+    def key_code(self, target: Target) -> str:
+        """The Python for the key of an entry target, by how it was written (see
+        :class:`~fems2py.nodes.Target`): ``@x`` and variables are read in the current frame,
+        ``dict.key`` and string-word keys are strings, literals are their value."""
+        assert target.key is not None
+        if target.key_kind == "actor":
+            return _read_code(target.key)
+        if target.key_kind == "name" or target.key_expr is None:
+            return py(target.key)
+        word = target.key_word
+        if word is not None:
+            return py(word) if target.span in self.checked.string_keys else _read_code(word)
         try:
-            number = ast.literal_eval(key)
-        except (ValueError, SyntaxError):
-            return py(key)
-        return py(number) if isinstance(number, int | float) else py(key)
+            return py(ast.literal_eval(target.key_expr.python))
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            return target.key_expr.python
+
+    def outs_code(self, outs: tuple[Out, ...]) -> str:
+        """The ``fr.OutSpec`` tuple of an action, built when it runs (§10.4): an ``@x`` key is
+        passed as written and resolved when the signal is applied; a variable key
+        (``dict[i]``) is passed as its current value plus ``key_from``, the variable the
+        signal whitelist reads again when a signal is applied (§10.4's current binding)."""
+        items = []
+        for out in outs:
+            target = out.target
+            args = [("", py(target.name))]
+            if target.key is not None:
+                variable = target.key_word is not None and target.span not in (
+                    self.checked.string_keys
+                )
+                key = py(target.key) if target.key_kind == "actor" else self.key_code(target)
+                args.append(("key", key))
+                if variable:
+                    args.append(("key_from", py(target.key_word)))
+            if out.type is not None:
+                args.append(("type", py(out.type.name)))
+                if out.type.choices_from is not None:
+                    # choices={alive}: the list as it is when the action runs (§10.4)
+                    choices = f"tuple({_read_code(out.type.choices_from.name)})"
+                    args.append(("choices", choices))
+                elif out.type.choices:
+                    args.append(("choices", py(tuple(plain_value(c) for c in out.type.choices))))
+            if out.optional:
+                args.append(("optional", "True"))
+            if out.caption is not None:
+                args.append(("caption", py(out.caption)))
+            items.append(_call("fr.OutSpec", args))
+        return "(" + "".join(f"{item}, " for item in items) + ")"
 
     def call_args_code(self, scope: Scope, call: ModuleCall) -> str:
         function = scope.modules.get(call.module, python_name(call.module))
@@ -704,19 +740,6 @@ def _body_name(namer: Namer, function: str, loop: Loop) -> str:
     return name
 
 
-def _loop_vars(flow: Graph | None, modules: Iterable[Module]) -> Iterator[str]:
-    """Every ``for``/``par`` variable bound anywhere in these flows, nested bodies included."""
-    graphs = [flow] if flow is not None else []
-    graphs += [module.flow for module in modules if module.flow is not None]
-    for graph in graphs:
-        for node in graph.nodes:
-            if isinstance(node.binding, Loop):
-                yield node.binding.var
-                yield from _loop_vars(node.binding.body, ())
-    for module in modules:
-        yield from _loop_vars(None, module.modules)
-
-
 def _in_module(scope: Scope) -> str:
     """`` in module Outer/Inner`` for a module's action (its function's docstring says so)."""
     return f" in module {scope.key.removeprefix('module:')}" if scope.key != "main" else ""
@@ -779,25 +802,6 @@ def _inputs_code(inputs: tuple[Input, ...]) -> str:
     spec has no ``inputs`` and the runtime passes the variables named like the function's
     parameters, §9.7)."""
     return _dict_code((item.name, _input_code(item)) for item in inputs)
-
-
-def _outs_code(outs: tuple[Out, ...]) -> str:
-    items = []
-    for out in outs:
-        args = [("", py(out.target.name))]
-        if out.target.key is not None:
-            args.append(("key", py(out.target.key)))
-        if out.type is not None:
-            args.append(("type", py(out.type.name)))
-            if out.type.choices_from is not None:
-                # choices={alive}: the list as it is when the action runs (§10.4)
-                args.append(("choices", f"tuple({_read_code(out.type.choices_from.name)})"))
-            elif out.type.choices:
-                args.append(("choices", py(tuple(plain_value(c) for c in out.type.choices))))
-        if out.optional:
-            args.append(("optional", "True"))
-        items.append(_call("fr.OutSpec", args))
-    return "(" + "".join(f"{item}, " for item in items) + ")"
 
 
 def _interrupt_code(action: Action) -> str:

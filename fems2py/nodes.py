@@ -239,13 +239,51 @@ class Method:
 
 @dataclass(frozen=True)
 class Target:
-    """An assignment target (§9.6): ``name``; ``dict.@x``/``@x.attr``/``attr.@x`` (``key``
-    is the actor ``"@x"``, ``name`` the dict); ``dict[key]`` (``key`` is the literal or path
-    text inside the brackets)."""
+    """An assignment or out target (§9.6, §10.2): ``name`` is the variable (or dict) written.
+
+    ``key_kind`` records how an entry's key was written, because the forms mean different keys:
+
+    * ``None``: no key, the whole variable ``name`` (``@var`` included).
+    * ``"actor"``: ``dict.@x``, ``@x.attr``, ``attr.@x`` and ``dict[@x]``. ``key`` is ``"@x"``,
+      a defined actor or an actor-typed variable; the entry is its *current* binding (inside
+      ``for @x in …`` the actor bound in this iteration, §7.3, §10.4).
+    * ``"name"``: ``dict.key`` with a plain name after the dot. ``key`` is that name and the
+      entry is the literal string (``scores.alice`` is ``scores["alice"]``), like a field name.
+    * ``"index"``: ``dict[…]``. ``key`` is the text inside the brackets and ``key_expr`` its
+      compiled expression (None after a reported syntax error). A quoted string or a number is
+      a literal; a lone bare word (:attr:`key_word`) is a variable when one of that name is
+      declared where the action runs or a loop variable binds it, and otherwise the string
+      itself (§4.2's bare words: ``table[y]`` is ``table["y"]``). The checker decides and
+      records the string ones in ``CheckedScript.string_keys``. Any other expression
+      (``d[i + 1]``) is evaluated when the ``@assign`` runs; an out key must be an actor, a
+      variable or a literal.
+    """
 
     name: str
     span: Span
     key: str | None = None
+    key_kind: Literal["actor", "name", "index"] | None = None
+    key_expr: Expr | None = None
+
+    @property
+    def key_word(self) -> str | None:
+        """The bare word of ``dict[word]`` (a variable or, if none is declared, a string)."""
+        expr = self.key_expr
+        if self.key_kind != "index" or expr is None or len(expr.reads) != 1:
+            return None
+        ref = expr.reads[0]
+        if ref.attr is not None or ref.name.startswith("@") or expr.text.strip() != ref.name:
+            return None
+        return ref.name
+
+    @property
+    def written(self) -> str:
+        """The target as an author would write it: ``votes.@voter``, ``d[i]``, ``x``."""
+        if self.key is None:
+            return self.name
+        if self.key_kind == "index":
+            return f"{self.name}[{self.key}]"
+        return f"{self.name}.{self.key}"
 
 
 @dataclass(frozen=True)
@@ -264,12 +302,18 @@ class OutType:
 
 @dataclass(frozen=True)
 class Out:
-    """One ``out:`` item of an ``@ai``/``@human``/``@mind``/``@func`` action or a method."""
+    """One ``out:`` item of an ``@ai``/``@human``/``@mind``/``@func`` action or a method.
+
+    ``caption`` is the label the guide writes as ``name(type, "标签")`` or
+    ``name(dropdown, choices={…}, label="投票")``: text shown to a person asked for this out
+    (§10.8), None when not given.
+    """
 
     target: Target
     type: OutType | None
     optional: bool
     span: Span
+    caption: str | None = None
 
 
 @dataclass(frozen=True)

@@ -1426,6 +1426,7 @@ class Parser:
             optional = True
             pos += 1
         out_type: OutType | None = None
+        caption: str | None = None
         if pos < len(piece) and piece[pos].text == "(":
             close = _match(piece, pos)
             if close < 0:
@@ -1436,30 +1437,44 @@ class Parser:
                     self.tok_span(piece[pos]),
                     "separate outs with ',': out: a(int), b(string)",
                 )
-            out_type = self.parse_out_type(piece[pos + 1 : close], piece[pos])
+            out_type, caption = self.parse_out_type(piece[pos + 1 : close], piece[pos])
             pos = close + 1
         elif pos < len(piece) and piece[pos].text == ":":
-            out_type = self.parse_out_type(piece[pos + 1 :], piece[pos])
+            out_type, caption = self.parse_out_type(piece[pos + 1 :], piece[pos])
             pos = len(piece)
         if pos < len(piece):
             self.fail(f"unexpected '{piece[pos].text}' in out", self.tok_span(piece[pos]))
-        return Out(target, out_type, optional, self.tok_span(piece[0], piece[-1]))
+        return Out(target, out_type, optional, self.tok_span(piece[0], piece[-1]), caption)
 
-    def parse_out_type(self, tokens: list[Token], near: Token) -> OutType | None:
+    def parse_out_type(self, tokens: list[Token], near: Token) -> tuple[OutType | None, str | None]:
+        """``type, "label", choices={…}, label="…"``: the type (None if untyped or unknown) and
+        the caption, the label a person sees when asked (§10.8; the guide's ``"标签"``)."""
         parts = _split(tokens)
         if not parts or not parts[0]:
             self.fail("expected a type", self.tok_span(near))
+        caption: str | None = None
+        for part in parts:
+            if len(part) == 1 and part[0].kind == "string":
+                caption = part[0].value
+            elif len(part) == 3 and part[0].text == "label" and part[1].text == "=":
+                if part[2].kind != "string":
+                    self.fail(
+                        "expected a quoted label after 'label='",
+                        self.tok_span(part[2]),
+                        'write label="…"',
+                    )
+                caption = part[2].value
         type_tokens = parts[0]
         name = type_tokens[0]
-        if name.kind == "string":
-            return None
+        if name.kind == "string" or (name.text == "label" and len(type_tokens) > 1):
+            return None, caption
         if name.text not in OUT_TYPES:
             self.warning(
                 f"unknown out type '{name.text}' is ignored",
                 self.tok_span(name),
                 suggest(name.text, OUT_TYPES) or "types: " + ", ".join(OUT_TYPES),
             )
-            return None
+            return None, caption
         choices: tuple[Value, ...] = ()
         choices_from: Target | None = None
         if name.text == "enum":
@@ -1488,7 +1503,7 @@ class Parser:
                     self.tok_span(part[0]),
                     'write name(type, "label", choices={a, b})',
                 )
-        return OutType(name.text, choices, choices_from)  # type: ignore[arg-type]
+        return OutType(name.text, choices, choices_from), caption  # type: ignore[arg-type]
 
     def parse_choices(self, tokens: list[Token]) -> tuple[Value, ...]:
         """``{a, b}`` / ``[a, b]``: literal choices (``{alive}`` names a variable instead)."""
@@ -1510,15 +1525,22 @@ class Parser:
             if first.kind == "actor" and second.kind == "actor":
                 self.fail("a path has one actor side", span, "write '@x.attr' or 'attr.@x'")
             if first.kind == "actor":
-                return Target(second.text, span, key=first.text), pos + 2
-            return Target(first.text, span, key=second.text), pos + 2
+                return Target(second.text, span, key=first.text, key_kind="actor"), pos + 2
+            kind = "actor" if second.kind == "actor" else "name"
+            return Target(first.text, span, key=second.text, key_kind=kind), pos + 2
         if pos < len(tokens) and tokens[pos].text == "[":
             close = _match(tokens, pos)
             if close < 0 or close == pos + 1:
                 self.fail("expected 'name[key]'", self.tok_span(tokens[pos]))
+            span = self.tok_span(first, tokens[close])
+            inner = tokens[pos + 1 : close]
+            if len(inner) == 1 and inner[0].kind == "actor" and inner[0].text != "@":
+                return Target(first.text, span, key=inner[0].text, key_kind="actor"), close + 1
             line = self.lines[first.line - 1].code()
-            key = line[tokens[pos + 1].col : tokens[close - 1].end].strip()
-            return Target(first.text, self.tok_span(first, tokens[close]), key=key), close + 1
+            key = line[inner[0].col : inner[-1].end].strip()
+            expr = self.expression(inner)
+            target = Target(first.text, span, key=key, key_kind="index", key_expr=expr)
+            return target, close + 1
         return Target(first.text, self.tok_span(first)), pos
 
     def parse_assignments(self, index: int, col: int, end: int) -> tuple[Assignment, ...]:

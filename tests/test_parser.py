@@ -439,6 +439,69 @@ def test_out_forms(text: str, outs) -> None:
     ] == outs
 
 
+@pytest.mark.parametrize(
+    ("text", "captions"),
+    [
+        ('out: vote_target(dropdown, choices={alive}, label="投票")', ["投票"]),
+        ('out: vote_results.@voter(string, "标签")', ["标签"]),
+        ('out: pick(actor, "tonight\'s victim"), ok(bool)', ["tonight's victim", None]),
+        ('out: note("a note")', ["a note"]),
+        ('out: n: int, "how many"', ["how many"]),
+        ('out: v(label="only a label")', ["only a label"]),
+        ('out: v(dropdown, label="x", choices={@a, @b})', ["x"]),
+        ("out: a, b?", [None, None]),
+    ],
+)
+def test_out_labels_are_kept_as_captions(text: str, captions: list[str | None]) -> None:
+    """The guide's ``name(type, "标签")`` and ``label="…"`` (§10.8): kept for people."""
+    [action] = ok(f"action a @ai(@x):\n    {text}\n").actions
+    assert [o.caption for o in action.outs] == captions
+
+
+def test_out_label_must_be_quoted() -> None:
+    [error] = errors("action a @ai(@x):\n    out: v(dropdown, label=投票)\n")
+    assert error.message == "expected a quoted label after 'label='"
+
+
+@pytest.mark.parametrize(
+    ("target", "name", "key", "kind", "word", "python"),
+    [
+        ("x", "x", None, None, None, None),
+        ("@v", "@v", None, None, None, None),
+        ("votes.@voter", "votes", "@voter", "actor", None, None),
+        ("@x.hp", "hp", "@x", "actor", None, None),
+        ("hp.@x", "hp", "@x", "actor", None, None),
+        ("d[@x]", "d", "@x", "actor", None, None),
+        ("scores.alice", "scores", "alice", "name", None, None),
+        ('d["k"]', "d", '"k"', "index", None, '"k"'),
+        ("d[3]", "d", "3", "index", None, "3"),
+        ("d[i]", "d", "i", "index", "i", "ctx['i']"),
+        ("d[ i ]", "d", "i", "index", "i", "ctx['i']"),
+        ("d[i + 1]", "d", "i + 1", "index", None, "ctx['i'] + 1"),
+        ("d[@x.team]", "d", "@x.team", "index", None, "ctx.attr('@x', 'team')"),
+    ],
+)
+def test_targets_record_how_the_key_was_written(
+    target: str, name: str, key: str | None, kind: str | None, word: str | None, python: str | None
+) -> None:
+    """§9.6: a literal key (``scores.alice``, ``d["k"]``) and a variable one (``d[i]``,
+    ``d[@x]``) are different things, so the tree says which was written."""
+    [action] = ok(f"action a @assign:\n    out: {target} = 1\n").actions
+    [assignment] = action.assignments
+    got = assignment.target
+    expr = got.key_expr.python if got.key_expr is not None else None
+    assert (got.name, got.key, got.key_kind, got.key_word, expr) == (
+        name,
+        key,
+        kind,
+        word,
+        python,
+    )
+    assert got.written == target.replace("[ i ]", "[i]") or got.key_kind == "actor"
+    [out_action] = ok(f"action a @ai(@x):\n    out: {target}\n").actions
+    assert out_action.outs[0].target == got
+
+
 @WIDTHS
 def test_assign_statements(width: int) -> None:
     [action] = ok(

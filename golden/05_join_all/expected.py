@@ -38,7 +38,7 @@ async def curie_comments(ctx: fr.Context) -> None:
             kind="ai",
             executor="@Curie",
             prompt="Comment in one sentence.",
-            outs=(fr.OutSpec("comments", key="@Curie", type="string"),),
+            outs=(fr.OutSpec("comments", key="@Curie", type="string", caption="comment"),),
         )
     )
 
@@ -53,7 +53,7 @@ async def darwin_comments(ctx: fr.Context) -> None:
             kind="ai",
             executor="@Darwin",
             prompt="Comment in one sentence.",
-            outs=(fr.OutSpec("comments", key="@Darwin", type="string"),),
+            outs=(fr.OutSpec("comments", key="@Darwin", type="string", caption="comment"),),
         )
     )
 

@@ -43,7 +43,7 @@ async def vote(ctx: fr.Context) -> None:
             executor="@voter",
             prompt="Vote for someone among {voters}.",
             scope=(fr.ScopeItem("actor", "@voter"),),
-            outs=(fr.OutSpec("@VOTE", type="actor"),),
+            outs=(fr.OutSpec("@VOTE", type="actor", caption="your vote"),),
         )
     )
 

@@ -84,7 +84,7 @@ async def choose(ctx: fr.Context) -> None:
             # input.fems:46
             inputs={"alive": ctx["alive"]},
             outs=(
-                fr.OutSpec("pick", type="actor"),
+                fr.OutSpec("pick", type="actor", caption="victim"),
                 fr.OutSpec("ok", type="bool", optional=True),
             ),
             resolve=fr.ResolveSpec("game", "check_pick", ("pick", "alive")),

@@ -87,15 +87,16 @@ class TerminalHuman:
         return HumanAnswer(text, values)
 
     def _ask_out(self, out: OutSpec, request: HumanRequest) -> Any:
+        name = out_name(out, request.frame)
         if out.type in ("enum", "dropdown"):
             choices = choice_list(out)
             if not choices:
                 raise RunError(f"{request.action}: out {out.label} has no choices to offer")
-            self._print(f"{out.label}:")
+            self._print(f"{name}:")
             for number, choice in enumerate(choices, 1):
                 self._print(f"  {number}. {format_value(choice)}")
             while True:
-                answer = self._read(f"{out.label} [1-{len(choices)}]: ", request).strip()
+                answer = self._read(f"{name} [1-{len(choices)}]: ", request).strip()
                 if not answer and out.optional:
                     return _SKIP
                 if answer.isdigit() and 1 <= int(answer) <= len(choices):
@@ -106,7 +107,7 @@ class TerminalHuman:
                 self._print(f"please enter a number from 1 to {len(choices)}")
         kind = f" ({out.type})" if out.type else ""
         while True:
-            answer = self._read(f"{out.label}{kind}: ", request).strip()
+            answer = self._read(f"{name}{kind}: ", request).strip()
             if not answer and out.optional:
                 return _SKIP
             # read like a signal value (§10.3): `3` is an int, `[@a]` a list; text stays text
@@ -134,6 +135,13 @@ class TerminalHuman:
 
 
 _SKIP: Any = object()
+
+
+def out_name(out: OutSpec, frame: Frame | None) -> str:
+    """How an out is named to a person (§10.8): the author's caption, then the target with its
+    key in the current binding: ``tonight's victim (wolf_pick.@you)``, or ``d[2]`` alone."""
+    shown = out.shown(frame)
+    return f"{out.caption} ({shown})" if out.caption else shown
 
 
 class AnswersFileHuman:

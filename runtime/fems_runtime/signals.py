@@ -39,35 +39,73 @@ _CALL = re.compile(r"(?P<fn>add|remove)\s*[(（](?P<arg>.*)[)）]", re.DOTALL)  
 class OutSpec:
     """One ``out:`` item (§9.2, §10.4), shared by signals, human turns and funcs.
 
-    ``target`` is the variable (or dict) name; ``key`` is the entry of ``dict.@x`` /
-    ``@x.attr`` / ``dict[key]`` targets as written (``"@voter"``, ``"alice"``), resolved at run
-    time. ``type`` is one of ``int float bool string actor enum dropdown`` (None: untyped);
-    ``choices`` holds the already-evaluated values of ``enum``/``dropdown``. An unnormalized
-    ``target`` such as ``"votes.@voter"`` or ``"@x.hp"`` is split into target and key.
+    ``target`` is the variable (or dict) name. ``key`` is None for a whole variable, else the
+    entry: ``"@x"`` (``dict.@x``, ``@x.attr``, ``dict[@x]``) names an actor or an actor-typed
+    variable whose binding *when the value is applied* is the entry; any other key is the
+    entry's key itself (``"alice"`` for ``scores.alice``, ``3`` for ``d[3]``).
+    ``key_from`` names the variable of a ``dict[i]`` out (a loop variable or a declared one):
+    the entry is ``dict[<value of i>]``, read again in the frame when a signal or answer is
+    applied; ``key`` then holds its value when the spec was built (what ``@func`` outs use).
+    ``type`` is one of ``int float bool string actor enum dropdown`` (None: untyped);
+    ``choices`` holds the already-evaluated values of ``enum``/``dropdown``. ``caption`` is the
+    author's label (``name(type, "标签")``, ``label="投票"``) shown to a person (§10.8).
+    An unnormalized ``target`` such as ``"votes.@voter"``, ``"@x.hp"`` or ``"d[3]"`` is split
+    into target and key (a bracketed key is read as a literal: ``3`` is an int).
     """
 
     target: str
-    key: str | None = None
+    key: Any = None
     type: str | None = None
     choices: tuple[Any, ...] = ()
     optional: bool = False
+    caption: str | None = None
+    key_from: str | None = None
 
     def __post_init__(self) -> None:
-        if self.key is None and ("." in self.target or "[" in self.target):
+        if (
+            self.key is None
+            and self.key_from is None
+            and ("." in self.target or "[" in self.target)
+        ):
             name, key = split_target(self.target)
             object.__setattr__(self, "target", name)
-            object.__setattr__(self, "key", key)
+            object.__setattr__(self, "key", _key_value(key))
         if self.type is not None and self.type not in OUT_TYPES:
             raise ValueError(f"unknown out type {self.type!r}; expected one of {OUT_TYPES}")
 
     @property
     def label(self) -> str:
-        """How the out is written: ``name``, ``dict.@x`` or ``dict[key]``."""
+        """How the out's target is written: ``name``, ``dict.@x``, ``dict[i]`` or ``dict[key]``
+        (answers files and ``@func`` dict returns use it as the out's name)."""
+        if self.key_from is not None:
+            return f"{self.target}[{self.key_from}]"
         if self.key is None:
             return self.target
-        if ACTOR_NAME.fullmatch(self.key):
+        if _is_actor_name(self.key):
             return f"{self.target}.{self.key}"
-        return f"{self.target}[{self.key}]"
+        return f"{self.target}[{format_value(self.key)}]"
+
+    def entry(self, frame: Frame) -> Any:
+        """The dict key this out writes, in ``frame``'s current bindings (§10.4)."""
+        if self.key_from is not None:
+            key = frame.get(self.key_from)
+            if key is None:
+                raise SignalError(f"'{self.label}': {self.key_from} has no value to use as a key")
+            return frame.entry_key(key)
+        return frame.entry_key(self.key)
+
+    def shown(self, frame: Frame | None) -> str:
+        """The target with its key resolved (``wolf_pick.@you``, ``d[2]``), for people;
+        :attr:`label` when there is no frame or the key cannot be resolved."""
+        if frame is None or (self.key is None and self.key_from is None):
+            return self.label
+        try:
+            key = self.entry(frame)
+        except (SignalError, RunError):
+            return self.label
+        if _is_actor_name(key):
+            return f"{self.target}.{key}"
+        return f"{self.target}[{format_value(key)}]"
 
 
 @dataclass(frozen=True)
@@ -367,42 +405,71 @@ def match_out(
     """Check a target against the whitelist (§10.4) and return the matching out (None when
     the action has no ``out:``); raise :class:`SignalError` when it is not allowed."""
     if not frame.declared(target):
-        where = f"{target}.{key}" if key else target
+        where = _written(target, key)
         raise SignalError(f"'{where}' is not a declared variable")
     if outs is None:
         return None
     for out in outs:
-        if out.target != target or (out.key is None) != (key is None):
+        keyed = out.key is not None or out.key_from is not None
+        if out.target != target or keyed != (key is not None):
             continue
-        if key is None or _same_entry(out.key, key, frame):
+        if key is None or _same_entry(out, key, frame):
             return out
     allowed = ", ".join(o.label for o in outs) or "nothing"
-    shown = target if key is None else f"{target}.{key}"
+    shown = _written(target, key)
     raise SignalError(f"'{shown}' may not be set by this action (out: {allowed})")
 
 
-def _same_entry(out_key: str | None, key: str, frame: Frame) -> bool:
+def _same_entry(out: OutSpec, key: str, frame: Frame) -> bool:
+    """Whether a signal's key text names ``out``'s entry: written like the out (``d[i]``,
+    ``votes.@voter``), or naming the same key (``d[2]`` while ``i`` is 2, ``votes.@Eve`` while
+    ``@voter`` is ``@Eve``; ``d["2"]`` and ``d[2]`` alike, as a model cannot know the type)."""
+    if key == out.key_from or (out.key_from is None and key == out.key):
+        return True
     try:
-        return frame.entry_key(_key_value(out_key, frame)) == frame.entry_key(
-            _key_value(key, frame)
-        )
-    except RunError:
+        wanted = out.entry(frame)
+        given = frame.entry_key(_key_value(key))
+    except (RunError, SignalError):
         return False
+    return wanted == given or format_value(wanted) == format_value(given)
 
 
-def _key_value(text: str | None, frame: Frame) -> Any:
-    """The key a target's key text names: ``@x`` as written, a literal otherwise."""
+def _written(target: str, key: str | None) -> str:
+    """A signal's target as written: ``x``, ``votes.@Eve``, ``d[2]``."""
+    if key is None:
+        return target
+    return f"{target}.{key}" if _is_actor_name(key) or key.isidentifier() else f"{target}[{key}]"
+
+
+def _key_value(text: str | None) -> Any:
+    """The key a signal's key text names: ``@x`` as written, a literal otherwise (§10.3)."""
     if text is None or ACTOR_NAME.fullmatch(text):
         return text
     return parse_literal(text, None, make_actor=str)
 
 
+def _is_actor_name(key: Any) -> bool:
+    return isinstance(key, str) and ACTOR_NAME.fullmatch(key) is not None
+
+
+def _entry(out: OutSpec | None, key: str | None, frame: Frame) -> Any:
+    """Where a signal writes: the matching out's entry (its key, in the current bindings),
+    else the signal's own key read as data (an action without ``out:``)."""
+    if key is None:
+        return None
+    if out is not None and (out.key is not None or out.key_from is not None):
+        return out.entry(frame)
+    return _key_value(key)
+
+
 def assign_out(
-    frame: Frame, target: str, key: str | None, op: str, value: Any, out: OutSpec | None
+    frame: Frame, target: str, key: Any, op: str, value: Any, out: OutSpec | None
 ) -> Undo:
     """Convert ``value`` for ``out`` and apply ``target[key] op value``; return the undo.
 
-    An actor variable (``@v``) set with ``=`` only takes a defined actor or ``""`` (§4.3).
+    ``key`` is the entry's key (None: the whole variable); an ``"@x"`` key resolves to its
+    current binding. An actor variable (``@v``) set with ``=`` only takes a defined actor or
+    ``""`` (§4.3).
     """
     converted = convert_value(out, value, frame)
     actor_variable = key is None and op == "=" and target.startswith("@")
@@ -415,7 +482,7 @@ def assign_out(
     try:
         if key is None:
             return frame.assign(target, op, converted)
-        return frame.assign(target, op, converted, _key_value(key, frame))
+        return frame.assign(target, op, converted, key)
     except RunError as error:
         raise SignalError(error.message) from None
 
@@ -434,17 +501,17 @@ def apply_signals(reply: str, frame: Frame, outs: Sequence[OutSpec] | None) -> S
         try:
             signal = parse_signal(raw.body)
             out = match_out(signal.target, signal.key, frame, outs)
+            key = _entry(out, signal.key, frame)
             value = parse_literal(signal.value_text, actors, make_actor=str)
-            undo = assign_out(frame, signal.target, signal.key, signal.op, value, out)
+            undo = assign_out(frame, signal.target, key, signal.op, value, out)
         except (SignalError, LiteralError) as error:
             outcome.rejected.append(Rejected(raw.text, str(error)))
             continue
         except RunError as error:
             outcome.rejected.append(Rejected(raw.text, error.message))
             continue
-        outcome.applied.append(
-            Applied(raw.text, signal.target, signal.key, signal.op, value, out, undo)
-        )
+        shown = signal.key if out is None or out.key_from is None else key
+        outcome.applied.append(Applied(raw.text, signal.target, shown, signal.op, value, out, undo))
     return outcome
 
 
@@ -462,11 +529,13 @@ def apply_values(
         try:
             target, key = split_target(name)
             out = match_out(target, key, frame, outs)
-            undo = assign_out(frame, target, key, "=", value, out)
+            entry = _entry(out, key, frame)
+            undo = assign_out(frame, target, entry, "=", value, out)
         except SignalError as error:
             outcome.rejected.append(Rejected(raw, str(error)))
             continue
-        outcome.applied.append(Applied(raw, target, key, "=", value, out, undo))
+        shown = key if out is None or out.key_from is None else entry
+        outcome.applied.append(Applied(raw, target, shown, "=", value, out, undo))
     return outcome
 
 

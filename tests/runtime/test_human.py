@@ -161,3 +161,48 @@ def test_terminal_actor_out_accepts_a_name_without_at() -> None:
     answer = TerminalHuman(read, out).ask_sync(request)
     assert answer.vars == {"vote": "@Eve"}
     assert "not a defined actor" in out.getvalue()
+
+
+def test_terminal_names_outs_by_caption_and_current_binding() -> None:
+    """§10.8: the person sees the author's label and the entry in the current binding
+    (``wolf_pick.@you``, not the loop variable's name ``wolf_pick.@wolf``)."""
+    variables = Variables(
+        {"wolf_pick": {}, "@wolf": "", "alive": ["@you", "@Eve"], "d": {}},
+        [ActorSpec("@you", type="human", source="1"), ActorSpec("@Eve")],
+    )
+    f = variables.root.loop({"@wolf": "@you", "i": 2})
+    read, asked = scripted(["", "2", "5"])
+    out = io.StringIO()
+    outs = (
+        OutSpec(
+            "wolf_pick.@wolf", type="dropdown", choices=(f["alive"],), caption="tonight's victim"
+        ),
+        OutSpec("d", key=0, key_from="i", type="int"),
+    )
+    answer = TerminalHuman(read, out).ask_sync(
+        HumanRequest("kill", "@you", "?", outs=outs, frame=f)
+    )
+    assert asked[1:] == ["tonight's victim (wolf_pick.@you) [1-2]: ", "d[2] (int): "]
+    assert "tonight's victim (wolf_pick.@you):" in out.getvalue()
+    # answers stay keyed by the out's label, as answers files write them
+    assert answer.vars == {"wolf_pick.@wolf": "@Eve", "d[i]": 5}
+    outcome = apply_values(answer.vars, f, outs)
+    assert not outcome.rejected
+    assert variables.root["wolf_pick"] == {"@you": "@Eve"} and variables.root["d"] == {2: 5}
+
+
+def test_answers_file_labels_still_name_outs() -> None:
+    """Answers files key values by out label: ``votes.@voter`` and ``d[i]`` as written, or the
+    entry itself (``votes.@Bob``)."""
+    variables = Variables(
+        {"votes": {}, "@voter": "", "d": {}}, [ActorSpec("@Bob"), ActorSpec("@Eve")]
+    )
+    f = variables.root.loop({"@voter": "@Bob", "i": 1})
+    outs = (OutSpec("votes.@voter", caption="your vote"), OutSpec("d", key=1, key_from="i"))
+    human = AnswersFileHuman({"vote": [{"text": "x", "vars": {"votes.@voter": "@Eve", "d[i]": 3}}]})
+    answer = asyncio.run(human.ask(HumanRequest("vote", "@Bob", "?", outs=outs, frame=f)))
+    outcome = apply_values(answer.vars, f, outs)
+    assert not outcome.rejected
+    assert variables.root["votes"] == {"@Bob": "@Eve"} and variables.root["d"] == {1: 3}
+    outcome = apply_values({"votes.@Bob": "@Bob"}, f, outs)
+    assert not outcome.rejected and variables.root["votes"] == {"@Bob": "@Bob"}

@@ -387,3 +387,98 @@ def test_actor_variables_take_actors_only(value: str, accepted: bool) -> None:
     variables = fresh()
     outcome = apply_signals(f"SET VARIABLE: <<@VOTE = {value}>>", variables.root, None)
     assert (not outcome.rejected) is accepted
+
+
+# ------------------------------------------------- entry keys: literal, actor, variable (§10.4)
+
+
+def looped(i: object) -> tuple[Variables, object]:
+    """A frame inside ``for i in …`` bound to ``i``, over the globals of :func:`fresh`."""
+    variables = fresh()
+    return variables, variables.root.loop({"i": i})
+
+
+@pytest.mark.parametrize(
+    ("reply", "applied"),
+    [
+        ("SET VARIABLE: <<scores[2] = 6>>", {2: 6}),
+        ("SET VARIABLE: <<scores[i] = 6>>", {2: 6}),  # written like the out: i's binding
+        ('SET VARIABLE: <<scores["2"] = 6>>', {2: 6}),  # the model cannot know the type
+        ("SET VARIABLE: <<scores[3] = 6>>", {}),
+        ('SET VARIABLE: <<scores["i"] = 6>>', {}),
+    ],
+)
+def test_variable_key_out_is_the_current_binding(reply: str, applied: dict) -> None:
+    """``out: scores[i]`` inside ``for i in range(3)`` allows ``scores[<i now>]``, and the
+    value lands under that key, never under the string ``"i"``."""
+    variables, frame = looped(2)
+    outs = [OutSpec("scores", key=2, key_from="i", type="int")]
+    outcome = apply_signals(reply, frame, outs)
+    assert variables.root["scores"] == {"alice": 1, **applied}
+    assert len(outcome.rejected) == (0 if applied else 1)
+    if applied:
+        assert outcome.applied[0].key == 2 and not outcome.unset
+
+
+def test_variable_key_is_read_when_the_signal_is_applied() -> None:
+    """The whitelist reads ``i`` in the frame it is given, not the value the spec was built
+    with (like ``dict.@x``, §10.4)."""
+    variables, frame = looped(1)
+    out = OutSpec("scores", key=0, key_from="i")
+    apply_signals("SET VARIABLE: <<scores[i] = 5>>", frame, [out])
+    assert variables.root["scores"] == {"alice": 1, 1: 5}
+
+
+def test_variable_key_without_a_value_is_rejected() -> None:
+    variables, frame = looped(None)
+    outcome = apply_signals(
+        "SET VARIABLE: <<scores[i] = 5>>", frame, [OutSpec("scores", key_from="i")]
+    )
+    assert variables.root["scores"] == {"alice": 1}
+    assert "i has no value" in outcome.rejected[0].reason
+
+
+@pytest.mark.parametrize(
+    ("out", "reply", "expected"),
+    [
+        (OutSpec("scores", key="alice"), "SET VARIABLE: <<scores.alice = 3>>", {"alice": 3}),
+        (OutSpec("scores", key="alice"), 'SET VARIABLE: <<scores["alice"] = 3>>', {"alice": 3}),
+        (OutSpec("scores", key="bob"), "SET VARIABLE: <<scores[bob] = 3>>", {"alice": 1, "bob": 3}),
+        (OutSpec("scores", key=3), 'SET VARIABLE: <<scores["3"] = 3>>', {"alice": 1, 3: 3}),
+        (OutSpec("scores", key="3"), "SET VARIABLE: <<scores[3] = 3>>", {"alice": 1, "3": 3}),
+        (OutSpec('scores["k"]'), "SET VARIABLE: <<scores.k = 3>>", {"alice": 1, "k": 3}),
+    ],
+)
+def test_literal_key_out_writes_its_own_key(out: OutSpec, reply: str, expected: dict) -> None:
+    """The entry is the out's key (its type included), however the model spells it."""
+    variables = fresh()
+    outcome = apply_signals(reply, variables.root, [out])
+    assert not outcome.rejected
+    assert variables.root["scores"] == expected
+
+
+def test_without_outs_a_signal_key_is_data() -> None:
+    """No ``out:``: ``scores[i]`` is the string key ``"i"`` (§10.3: never looked up)."""
+    variables, frame = looped(2)
+    apply_signals("SET VARIABLE: <<scores[i] = 6>>", frame, None)
+    assert variables.root["scores"] == {"alice": 1, "i": 6}
+
+
+def test_outspec_keys_labels_and_shown_names() -> None:
+    variables, frame = looped(2)
+    assert OutSpec("d[3]").key == 3 and OutSpec('d["3"]').key == "3"
+    assert OutSpec("scores", key=2, key_from="i").label == "scores[i]"
+    assert OutSpec("scores", key=2, key_from="i").shown(frame) == "scores[2]"
+    assert OutSpec("votes.@voter").shown(frame) == "votes.@Bob"
+    assert OutSpec("votes.@voter").shown(None) == "votes.@voter"
+    assert OutSpec("scores", key="alice").label == "scores[alice]"
+    assert OutSpec("x", caption="how many").label == "x"
+
+
+def test_apply_values_with_a_variable_key_label() -> None:
+    """A person's answer keyed by the out's label (``d[i]``) goes to ``d[<i now>]``."""
+    variables, frame = looped(2)
+    outs = [OutSpec("scores", key=2, key_from="i", type="int")]
+    outcome = apply_values({"scores[i]": "7"}, frame, outs)
+    assert not outcome.rejected and variables.root["scores"] == {"alice": 1, 2: 7}
+    assert outcome.applied[0].key == 2
