@@ -517,6 +517,14 @@ class Checker:
             return
         if target.key_kind == "index":
             self.check_index_key(target, names, out=out)
+        if target.key_kind == "name" and target.key in names:
+            self.warning(
+                f"'{target.written}' writes the key '{target.key}' (a name after '.' is the key "
+                f"itself), not the value of the variable {target.key}",
+                target.span,
+                f"write {target.name}[{target.key}] for the entry at {target.key}'s value, or "
+                f'{target.name}["{target.key}"] to keep the string key',
+            )
         if target.key_kind == "actor" and target.key is not None:
             self.check_name(target.key, target.span, names)
             if target.name in STATIC_ATTRIBUTES:
@@ -549,6 +557,14 @@ class Checker:
         if word is not None:
             if word not in names and word not in self.broken:
                 self.string_keys.add(target.span)
+                near = suggest(word, {n for n in names if not n.startswith("@")})
+                if near is not None:
+                    self.warning(
+                        f"'{word}' is not a variable here, so the key of "
+                        f"'{target.written}' is the string '{word}'",
+                        expr.span,
+                        f'{near} (write {target.name}["{word}"] for the string itself)',
+                    )
             return
         if out and expr.reads:
             self.error(

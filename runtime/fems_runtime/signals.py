@@ -91,6 +91,13 @@ class OutSpec:
             key = frame.get(self.key_from)
             if key is None:
                 raise SignalError(f"'{self.label}': {self.key_from} has no value to use as a key")
+            try:
+                hash(key)
+            except TypeError:
+                raise SignalError(
+                    f"'{self.label}': {self.key_from} is {format_value(key)}, which cannot be a "
+                    "dict key"
+                ) from None
             return frame.entry_key(key)
         return frame.entry_key(self.key)
 
@@ -389,8 +396,8 @@ class SignalOutcome:
         """Non-optional outs no accepted signal set (a failed validation when strict, §10.6)."""
         if not self.outs:
             return []
-        set_outs = {a.out for a in self.applied}
-        return [o for o in self.outs if not o.optional and o not in set_outs]
+        set_outs = {id(a.out) for a in self.applied}  # by identity: choices may hold lists
+        return [o for o in self.outs if not o.optional and id(o) not in set_outs]
 
     def rollback(self) -> None:
         """Undo the accepted assignments, newest first."""

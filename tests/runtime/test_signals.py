@@ -482,3 +482,16 @@ def test_apply_values_with_a_variable_key_label() -> None:
     outcome = apply_values({"scores[i]": "7"}, frame, outs)
     assert not outcome.rejected and variables.root["scores"] == {"alice": 1, 2: 7}
     assert outcome.applied[0].key == 2
+
+
+def test_a_list_valued_key_is_rejected_and_unset_needs_no_hashing() -> None:
+    """A variable key holding a list cannot name an entry: the signal is rejected with the
+    reason, not a TypeError; ``unset`` works with outs whose choices hold lists."""
+    variables = fresh()
+    outs = [
+        OutSpec("votes", key_from="alive"),
+        OutSpec("choice", type="dropdown", choices=(["@Eve", "@Bob"],)),
+    ]
+    outcome = apply_signals("SET VARIABLE: <<votes[alive] = 1>>", variables.root, outs)
+    assert "alive is [@Eve, @Bob], which cannot be a dict key" in outcome.rejected[0].reason
+    assert [o.target for o in outcome.unset] == ["votes", "choice"]
