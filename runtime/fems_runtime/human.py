@@ -105,9 +105,9 @@ class TerminalHuman:
                 if matches:
                     return matches[0]
                 self._print(f"please enter a number from 1 to {len(choices)}")
-        kind = f" ({out.type})" if out.type else ""
+        typed = out_name(out, request.frame, out.type)
         while True:
-            answer = self._read(f"{name}{kind}: ", request).strip()
+            answer = self._read(f"{typed}: ", request).strip()
             if not answer and out.optional:
                 return _SKIP
             # read like a signal value (§10.3): `3` is an int, `[@a]` a list; text stays text
@@ -137,11 +137,14 @@ class TerminalHuman:
 _SKIP: Any = object()
 
 
-def out_name(out: OutSpec, frame: Frame | None) -> str:
+def out_name(out: OutSpec, frame: Frame | None, kind: str | None = None) -> str:
     """How an out is named to a person (§10.8): the author's caption, then the target with its
-    key in the current binding: ``tonight's victim (wolf_pick.@you)``, or ``d[2]`` alone."""
+    key in the current binding (and the type, if given): ``tonight's victim (wolf_pick.@you)``,
+    ``your vote (@VOTE, actor)``, ``d[2] (int)``, ``note``."""
     shown = out.shown(frame)
-    return f"{out.caption} ({shown})" if out.caption else shown
+    if out.caption:
+        return f"{out.caption} ({shown}, {kind})" if kind else f"{out.caption} ({shown})"
+    return f"{shown} ({kind})" if kind else shown
 
 
 class AnswersFileHuman:

@@ -206,3 +206,13 @@ def test_answers_file_labels_still_name_outs() -> None:
     assert variables.root["votes"] == {"@Bob": "@Eve"} and variables.root["d"] == {1: 3}
     outcome = apply_values({"votes.@Bob": "@Bob"}, f, outs)
     assert not outcome.rejected and variables.root["votes"] == {"@Bob": "@Bob"}
+
+
+def test_typed_out_prompt_with_a_caption() -> None:
+    read, asked = scripted(["", "@Eve", ""])
+    outs = (OutSpec("vote", type="actor", caption="your vote"), OutSpec("note", optional=True))
+    answer = TerminalHuman(read, io.StringIO()).ask_sync(
+        HumanRequest("vote", "@player", "?", outs=outs, frame=frame())
+    )
+    assert asked[1:] == ["your vote (vote, actor): ", "note: "]
+    assert answer.vars == {"vote": "@Eve"}
