@@ -86,7 +86,14 @@ class OutSpec:
         return f"{self.target}[{format_value(self.key)}]"
 
     def entry(self, frame: Frame) -> Any:
-        """The dict key this out writes, in ``frame``'s current bindings (§10.4)."""
+        """The dict key this out writes, in ``frame``'s current bindings (§10.4); raise
+        :class:`SignalError` when it has none (an unbound ``@x``, a key variable that is None)."""
+        try:
+            return self._entry(frame)
+        except RunError as error:
+            raise SignalError(f"'{self.label}': {error.message}") from None
+
+    def _entry(self, frame: Frame) -> Any:
         if self.key_from is not None:
             key = frame.get(self.key_from)
             if key is None:

@@ -495,3 +495,15 @@ def test_a_list_valued_key_is_rejected_and_unset_needs_no_hashing() -> None:
     outcome = apply_signals("SET VARIABLE: <<votes[alive] = 1>>", variables.root, outs)
     assert "alive is [@Eve, @Bob], which cannot be a dict key" in outcome.rejected[0].reason
     assert [o.target for o in outcome.unset] == ["votes", "choice"]
+
+
+def test_an_unbound_actor_key_rejects_the_answer_instead_of_failing() -> None:
+    variables = fresh()
+    variables.root.assign("@voter", "=", "")
+    outs = [OutSpec("votes.@voter")]
+    for outcome in (
+        apply_values({"votes.@voter": "@Eve"}, variables.root, outs),
+        apply_signals("SET VARIABLE: <<votes.@voter = @Eve>>", variables.root, outs),
+    ):
+        assert len(outcome.rejected) == 1 and "votes.@voter" in outcome.rejected[0].reason
+    assert variables.root["votes"] == {}
