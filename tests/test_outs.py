@@ -8,6 +8,7 @@ import json
 import textwrap
 from pathlib import Path
 
+import fems_runtime as fr
 import pytest
 from fems_helpers import build_script, load, run_script
 
@@ -148,3 +149,20 @@ def test_human_answers_file_keyed_by_out_label(tmp_path: Path) -> None:
     result, _ = run_script(tmp_path, HUMAN, human=str(answers))
     assert result.variables["wolf_pick"] == {"@you": "@Bob"}
     assert result.variables["d"] == {"7": 9}
+
+
+def test_a_func_out_whose_key_variable_is_null_is_a_located_run_error(tmp_path: Path) -> None:
+    """``out: e[k]`` with ``k = null`` would otherwise replace the whole dict ``e``."""
+    source = """
+    vars:
+        e = {"keep": 1}
+        k = null
+    code:
+        g = file:"g.py"
+    action fk @func(g.one):
+        out: e[k]
+    mainflow:
+        [START] -> fk -> [END]
+    """
+    with pytest.raises(fr.RunError, match=r"t\.fems:7: error: out e\[k\]: k has no value"):
+        run_script(tmp_path, source, FILES)

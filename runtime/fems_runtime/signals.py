@@ -72,6 +72,12 @@ class OutSpec:
             object.__setattr__(self, "key", _key_value(key))
         if self.type is not None and self.type not in OUT_TYPES:
             raise ValueError(f"unknown out type {self.type!r}; expected one of {OUT_TYPES}")
+        if self.key_from is not None:
+            # the value when the action starts: None or a list names no entry, and an @func
+            # out with key None would overwrite the whole dict
+            problem = _key_problem(self.key_from, self.key)
+            if problem is not None:
+                raise RunError(f"out {self.label}: {problem}")
 
     @property
     def label(self) -> str:
@@ -96,15 +102,9 @@ class OutSpec:
     def _entry(self, frame: Frame) -> Any:
         if self.key_from is not None:
             key = frame.get(self.key_from)
-            if key is None:
-                raise SignalError(f"'{self.label}': {self.key_from} has no value to use as a key")
-            try:
-                hash(key)
-            except TypeError:
-                raise SignalError(
-                    f"'{self.label}': {self.key_from} is {format_value(key)}, which cannot be a "
-                    "dict key"
-                ) from None
+            problem = _key_problem(self.key_from, key)
+            if problem is not None:
+                raise SignalError(f"'{self.label}': {problem}")
             return frame.entry_key(key)
         return frame.entry_key(self.key)
 
@@ -446,6 +446,17 @@ def _same_entry(out: OutSpec, key: str, frame: Frame) -> bool:
     except (RunError, SignalError):
         return False
     return wanted == given or format_value(wanted) == format_value(given)
+
+
+def _key_problem(name: str, key: Any) -> str | None:
+    """Why the value of key variable ``name`` cannot name a dict entry, or None."""
+    if key is None:
+        return f"{name} has no value to use as a key"
+    try:
+        hash(key)
+    except TypeError:
+        return f"{name} is {format_value(key)}, which cannot be a dict key"
+    return None
 
 
 def _written(target: str, key: str | None) -> str:

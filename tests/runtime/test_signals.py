@@ -4,6 +4,7 @@ SET_VARIABLE and rollback."""
 from __future__ import annotations
 
 import asyncio
+import re
 
 import pytest
 from fems_runtime.records import RunError
@@ -432,7 +433,7 @@ def test_variable_key_is_read_when_the_signal_is_applied() -> None:
 def test_variable_key_without_a_value_is_rejected() -> None:
     variables, frame = looped(None)
     outcome = apply_signals(
-        "SET VARIABLE: <<scores[i] = 5>>", frame, [OutSpec("scores", key_from="i")]
+        "SET VARIABLE: <<scores[i] = 5>>", frame, [OutSpec("scores", key=0, key_from="i")]
     )
     assert variables.root["scores"] == {"alice": 1}
     assert "i has no value" in outcome.rejected[0].reason
@@ -489,7 +490,7 @@ def test_a_list_valued_key_is_rejected_and_unset_needs_no_hashing() -> None:
     reason, not a TypeError; ``unset`` works with outs whose choices hold lists."""
     variables = fresh()
     outs = [
-        OutSpec("votes", key_from="alive"),
+        OutSpec("votes", key="@Eve", key_from="alive"),
         OutSpec("choice", type="dropdown", choices=(["@Eve", "@Bob"],)),
     ]
     outcome = apply_signals("SET VARIABLE: <<votes[alive] = 1>>", variables.root, outs)
@@ -507,3 +508,12 @@ def test_an_unbound_actor_key_rejects_the_answer_instead_of_failing() -> None:
     ):
         assert len(outcome.rejected) == 1 and "votes.@voter" in outcome.rejected[0].reason
     assert variables.root["votes"] == {}
+
+
+@pytest.mark.parametrize(("key", "problem"), [(None, "i has no value"), ([1], "i is [1]")])
+def test_a_variable_key_without_an_entry_fails_when_the_action_starts(key, problem) -> None:
+    """Generated code builds ``OutSpec("d", key=ctx["i"], key_from="i")`` as the action starts:
+    a None or list key is a run error there (an ``@func`` out would otherwise overwrite the
+    whole dict)."""
+    with pytest.raises(RunError, match=rf"out d\[i\]: {re.escape(problem)}"):
+        OutSpec("d", key=key, key_from="i")
