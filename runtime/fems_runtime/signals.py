@@ -45,7 +45,8 @@ class OutSpec:
     entry's key itself (``"alice"`` for ``scores.alice``, ``3`` for ``d[3]``).
     ``key_from`` names the variable of a ``dict[i]`` out (a loop variable or a declared one):
     the entry is ``dict[<value of i>]``, read again in the frame when a signal or answer is
-    applied; ``key`` then holds its value when the spec was built (what ``@func`` outs use).
+    applied; ``key`` then holds its value when the spec was built (what ``@func`` outs use),
+    which must name an entry (None or a list is a run error as the action starts).
     ``type`` is one of ``int float bool string actor enum dropdown`` (None: untyped);
     ``choices`` holds the already-evaluated values of ``enum``/``dropdown``. ``caption`` is the
     author's label (``name(type, "标签")``, ``label="投票"``) shown to a person (§10.8).
