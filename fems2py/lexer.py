@@ -103,7 +103,13 @@ def opens_quote(text: str, index: int) -> bool:
 
 
 def _quote_end(text: str, start: int) -> int:
-    """Index just past the quoted string opening at ``start`` (or ``len(text)`` if unclosed)."""
+    """Like :func:`quote_end`, with an unclosed string running to the end of ``text``."""
+    end = quote_end(text, start)
+    return len(text) if end is None else end
+
+
+def quote_end(text: str, start: int) -> int | None:
+    """Index just past the quoted string opening at ``start``, or None when it is not closed."""
     opener = text[start]
     closers = {_OPEN_QUOTES[opener], '"'} if opener == "“" else {_OPEN_QUOTES[opener]}
     if opener == '"':
@@ -116,7 +122,7 @@ def _quote_end(text: str, start: int) -> int:
         if text[i] in closers:
             return i + 1
         i += 1
-    return len(text)
+    return None
 
 
 _COMMENT_OR_QUOTE = re.compile("[#/\"'“]")

@@ -24,6 +24,7 @@ from fems2py.lexer import (
     Token,
     block_text,
     comment_start,
+    quote_end,
     split_lines,
     text_indent,
     tokenize,
@@ -644,11 +645,11 @@ class Parser:
                 f'write file:"{path}" to read the file',
             )
         if text[0] in "\"'“":
-            quote_end = _quoted_length(text)
-            if quote_end == len(text):
+            closed_at = quote_end(text, 0)
+            if closed_at == len(text):
                 value = StringValue(unquote(text), "quoted", span)
                 return value, lambda offset: (line.number, start + 2 + offset)
-            if quote_end < 0:
+            if closed_at is None:
                 self.fail("unterminated string", span, "close the quote")
         value = StringValue(text, "bare", span)
         return value, lambda offset: (line.number, start + 1 + offset)
@@ -658,8 +659,8 @@ class Parser:
     ) -> tuple[StringValue, Callable[[int], tuple[int, int]]]:
         quoted = text[quote_at:]
         span = self.span(number, start, start + len(text))
-        length = _quoted_length(quoted)
-        if length < 0:
+        length = quote_end(quoted, 0)
+        if length is None:
             self.fail("unterminated string", span, "close the quote of the path")
         if length != len(quoted):
             rest = quoted[length:]
@@ -1248,7 +1249,7 @@ class Parser:
         """An unterminated quote swallows the rest of its line: say so before anything else
         (otherwise the error is about a bracket or an arrow the string swallowed)."""
         for token in tokens:
-            if token.kind == "string" and _quoted_length(token.text) != len(token.text):
+            if token.kind == "string" and quote_end(token.text, 0) != len(token.text):
                 self.fail("unterminated string", self.tok_span(token), "close the quote")
 
     def parse_field_scope(self, index: int, col: int, end: int, kind: str) -> dict[str, object]:
@@ -2303,21 +2304,6 @@ def _describe(tokens: list[Token], pos: int) -> str:
     if token.text == "]" and pos >= 1:
         return f"[{tokens[pos - 1].text}]"
     return f"'{token.text}'"
-
-
-def _quoted_length(text: str) -> int:
-    """Length of the quoted string at the start of ``text``, or -1 when it is not closed."""
-    opener = text[0]
-    closers = {"“": '”"', '"': '"”', "'": "'"}[opener]
-    i = 1
-    while i < len(text):
-        if text[i] == "\\":
-            i += 2
-            continue
-        if text[i] in closers:
-            return i + 1
-        i += 1
-    return -1
 
 
 def _depth(tokens: list[Token]) -> int:
