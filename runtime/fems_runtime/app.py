@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from fems_runtime import funcs
 from fems_runtime.flow import Context, FlowFunction, FuncSpec, MethodSpec, failed_node
-from fems_runtime.records import RunError, StepCounter, TraceWriter, write_result
+from fems_runtime.records import RunError, StepCounter, TraceWriter, TurnLog, write_result
 from fems_runtime.transcript import Transcript
 from fems_runtime.variables import ActorSpec, BlueprintSpec, Variables
 from fems_runtime.version import __version__
@@ -75,6 +75,7 @@ class RunResult:
     steps: int
     variables: dict[str, Any]
     model_calls: int = 0
+    replayed: int = 0  # turns a resumed run took from the session's records (§16.4)
 
 
 class _Services:
@@ -109,7 +110,12 @@ class _Services:
         """Call ``alias.fn`` in a worker thread and write its return value to the outs (§9.7);
         ``system.spawn`` makes actors from blueprints (§9.8)."""
         name = f"action {spec.action} ({spec.code}.{spec.function})"
+        log = self._turns.log
+        key = log.key(ctx.path, ctx.node, spec.action, f"{spec.code}.{spec.function}")
+        record = log.recorded(key)
         try:
+            if record is not None:  # a resumed run replays the recorded result (§16.4)
+                return self._replay_func(ctx, spec, record["result"])
             if spec.code == "system" and spec.function == "spawn":
                 inputs = dict(spec.inputs or {})
                 if "spawn_requests" not in inputs and ctx.frame.declared("spawn_requests"):
@@ -128,9 +134,32 @@ class _Services:
                     inputs = funcs.auto_inputs(function, ctx.frame, name=name)
                 self.trace.write("func", node=ctx.node, action=spec.action, inputs=inputs)
                 result = await funcs.call_function(function, inputs, name=name)
-            funcs.assign_returns(ctx.frame, result, spec.outs or (), name=name)
+            pairs = funcs.assign_returns(ctx.frame, result, spec.outs or (), name=name)
+            done: dict[str, Any] = {"outs": [value for _, value in pairs]}
+            if spec.code == "system" and spec.function == "spawn":
+                done["actors"] = result
+            await self._turns.store.asave_checkpoint(
+                self._turns.session,
+                step=ctx.steps.total,
+                node=ctx.node,
+                state=TurnLog.entry("func", key, None, done),
+            )
         except RunError as error:
             raise error.located(self.file, spec.line) from error.__cause__
+        return result
+
+    def _replay_func(self, ctx: Context, spec: FuncSpec, done: Mapping[str, Any]) -> Any:
+        """A recorded function result: write its out values again (a spawn registers its
+        actors again) without calling the function."""
+        self.trace.write("replay", node=ctx.node, action=spec.action)
+        result = None
+        if "actors" in done:
+            result = funcs.respawn(
+                self.variables, done["actors"], self._turns.store, self._turns.session
+            )
+        outs = spec.outs or ()
+        values = [self.variables.adopt(value) for value in done.get("outs", ())]
+        funcs.assign_values(ctx.frame, list(zip(outs, values, strict=False)))
         return result
 
 
@@ -178,7 +207,10 @@ class Program:
         """Run the main flow; raise :class:`RunError` (located in the ``.fems`` file) when the
         script fails. ``result`` writes the ``--result`` file in both cases; ``transcript``
         prints the dialog as it is stored (True: to stdout); ``souls`` loads personas and user
-        profiles (a YAML/JSON file or a mapping, see :meth:`Store.seed`) before the first turn."""
+        profiles (a YAML/JSON file or a mapping, see :meth:`Store.seed`) before the first turn.
+        ``resume`` continues an interrupted or failed session (``session`` N, else the newest
+        session of this script) from its turn records (§16.4, see :mod:`fems_runtime.records`):
+        a completed session or one run from a different script is refused."""
         variables = Variables(self.variables, self.actors, self.blueprints)
         steps = StepCounter(int(self.script.meta.get("max_steps", DEFAULT_MAX_STEPS)), "the run")
         code = funcs.CodeFiles(self.script.code, Path(self.module_file).resolve().parent)
@@ -188,8 +220,6 @@ class Program:
             turns: TurnServices | None = None
             ctx: Context | None = None
             try:  # a failure from here on, even before the first step, is a failed run
-                if resume:
-                    raise RunError("--resume is not yet supported by this runtime")
                 turns = TurnServices.open(
                     self,
                     variables,
@@ -201,6 +231,7 @@ class Program:
                     human=human,
                     seed=seed,
                     code=code.module,
+                    resume=bool(resume),
                 )
                 if transcript:
                     turns.transcript = (
@@ -242,7 +273,12 @@ class Program:
             turns.finish("completed")
             session_id = turns.session
         outcome = RunResult(
-            session_id, "completed", steps.count, variables.snapshot(), turns.model_calls
+            session_id,
+            "completed",
+            steps.count,
+            variables.snapshot(),
+            turns.model_calls,
+            turns.log.replayed,
         )
         if result is not None:
             write_result(
@@ -269,6 +305,8 @@ class Program:
         parser = _argument_parser(self.script)
         try:
             args = parser.parse_args(argv)
+            if args.resume and str(args.session or "").strip().lower() == "new":
+                parser.error("--resume continues a session: give --session N (or leave it out)")
         except SystemExit as exit_:
             return int(exit_.code or 0)
         options = {k: v for k, v in vars(args).items() if v is not None}
@@ -293,9 +331,10 @@ class Program:
                 {name: outcome.variables.get(name, "(not a variable)") for name in shown},
             )
             return EXIT_OK
+        resumed = f", {outcome.replayed} turns replayed" if options.get("resume") else ""
         print(
             f"{self.script.file}: completed in {outcome.steps} steps, "
-            f"{outcome.model_calls} model calls (session {outcome.session})",
+            f"{outcome.model_calls} model calls (session {outcome.session}{resumed})",
             file=sys.stderr,
         )
         for name in shown:
@@ -373,7 +412,8 @@ def _argument_parser(script: ScriptInfo) -> argparse.ArgumentParser:
         "--resume",
         action="store_true",
         default=None,
-        help="continue an interrupted session (not yet supported)",
+        help="continue an interrupted or failed session from its last checkpoint (with "
+        "--session N, else the newest session of this script), replaying recorded turns",
     )
     return parser
 
@@ -383,6 +423,7 @@ class TurnRunner(Protocol):
 
     session: int
     store: Store
+    log: TurnLog
 
     async def run(self, ctx: Context, spec: TurnSpec) -> TurnResult: ...
 

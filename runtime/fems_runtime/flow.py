@@ -159,6 +159,8 @@ class Context:
         call: _CallState | None = None,
         node: str | None = None,
         line: int | None = None,
+        path: str = "",
+        forks: dict[tuple[str, str], int] | None = None,
     ) -> None:
         self.services = services
         self.frame = frame
@@ -169,6 +171,16 @@ class Context:
         self.line = line
         self._race: _Race | None = None
         self._lineage: tuple[asyncio.Task[None], ...] = ()  # the branch tasks this one runs in
+        # the concurrent branches this context runs in, for turn keys (records.TurnLog, §16.4)
+        self.path = path
+        self._forks = {} if forks is None else forks  # per (path, fork): how many so far
+
+    def _branch_path(self, label: str) -> str:
+        """The path of the branches of a fork or ``par`` starting now at ``label``: forks
+        in one path run one after another, so their count is the same in every run."""
+        count = self._forks.get((self.path, label), 0)
+        self._forks[(self.path, label)] = count + 1
+        return f"{self.path}/{label}#{count}"
 
     def _derive(self, frame: Frame) -> Context:
         derived = Context(
@@ -179,6 +191,8 @@ class Context:
             call=self._call,
             node=self.node,
             line=self.line,
+            path=self.path,
+            forks=self._forks,
         )
         derived._race, derived._lineage = self._race, self._lineage
         return derived
@@ -297,6 +311,7 @@ class Context:
         trace.write("fork", node=node, line=self.line, targets=list(targets), merge=merge)
         inner_stop = (*stop, merge) if merge is not None else stop
         frames = [self.frame.branch(f"{node}->{target}") for target in targets]
+        path = self._branch_path(node)
         results: list[str | None] = [None] * len(targets)
         tasks: list[asyncio.Task[None]] = []
         race = self._race if self._race is not None and self._race.merge == merge else None
@@ -310,6 +325,7 @@ class Context:
             task = asyncio.current_task()
             assert task is not None
             ctx._race, ctx._lineage = race, (*self._lineage, task)
+            ctx.path = f"{path}>{targets[index]}"
             result = await _enter(flow, ctx, targets[index], inner_stop)
             frames[index].finish()
             results[index] = result
@@ -354,9 +370,12 @@ class Context:
         trace = self.services.trace
         trace.write("fork", node=self.node, line=line, var=var, items=snapshot)
         frames = [self.frame.branch(f"par {var}={format_value(item)}") for item in snapshot]
+        path = self._branch_path(f"{self.node or 'par'} {var}")
 
         async def iteration(index: int) -> None:
-            await _enter(body, self._derive(frames[index].loop({var: snapshot[index]})), None)
+            ctx = self._derive(frames[index].loop({var: snapshot[index]}))
+            ctx.path = f"{path}[{index}]"
+            await _enter(body, ctx, None)
             frames[index].finish()
 
         await _run_all([iteration(i) for i in range(len(snapshot))], [])
@@ -380,7 +399,9 @@ class Context:
             int(max_steps) if max_steps is not None else None, f"module {spec.name}"
         )
         methods = {**self.methods, **{m.name: m for m in spec.methods}}
-        inner = Context(self.services, frame, steps, methods=methods)
+        inner = Context(
+            self.services, frame, steps, methods=methods, path=self.path, forks=self._forks
+        )
         result = await _enter(flow, inner, None)
         exits = inner._call.exits | ({result} if result in TERMINALS else set())
         return "OUT" if "OUT" in exits else "BREAK"

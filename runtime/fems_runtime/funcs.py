@@ -150,12 +150,18 @@ def assign_returns(
 ) -> list[tuple[OutSpec, Any]]:
     """:func:`map_returns`, then write each value to its out (``dict.@x`` into that entry)."""
     pairs = map_returns(value, outs, name=name)
+    assign_values(frame, pairs)
+    return pairs
+
+
+def assign_values(frame: Frame, pairs: Sequence[tuple[OutSpec, Any]]) -> None:
+    """Write each value to its out (``dict.@x`` into that entry); a resumed run replays a
+    recorded function result this way (§16.4)."""
     for out, item in pairs:
         if out.key is None:
             frame.assign(out.target, "=", item)
         else:
             frame.assign(out.target, "=", item, out.key)
-    return pairs
 
 
 def _names(outs: Sequence[OutSpec]) -> str:
@@ -221,4 +227,26 @@ def spawn(
                     source=spec.source,
                     blueprint=spec.blueprint,
                 )
+    return made
+
+
+def respawn(variables: Variables, names: Sequence[str], store: Store, session: int) -> list[Actor]:
+    """Replay a recorded ``system.spawn`` (§16.4): register the actors it made again, as the
+    session recorded them, instead of making new ones."""
+    rows = {str(row["name"]): row for row in store.session_actors(session)}
+    made: list[Actor] = []
+    for name in names:
+        row = rows.get(str(name))
+        if row is None:
+            raise RunError(f"system.spawn: the session has no record of actor {name} to resume")
+        blueprint = variables.blueprints.get(str(row["blueprint"]))
+        spec = ActorSpec(
+            str(name),
+            type=row["type"],
+            soul=row["soul_id"],
+            source=row["source"],
+            tools=blueprint.tools if blueprint is not None else (),
+            blueprint=row["blueprint"],
+        )
+        made.append(variables.add_actor(spec))
     return made

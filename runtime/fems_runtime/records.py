@@ -1,8 +1,46 @@
-"""What a run leaves behind and how it fails: run errors, JSONL traces, result files, step limits.
+"""What a run leaves behind and how it fails: run errors, JSONL traces, result files, step limits,
+and the turn log that makes ``--resume`` possible.
 
 Every failure that is the script's fault is a :class:`RunError` carrying the ``.fems`` location,
 so the generated module prints ``script.fems:LINE: error: …`` instead of a Python traceback
 (§16.2, §16.3).
+
+Checkpoints and ``--resume`` (§16.4)
+-----------------------------------
+A generated flow is plain Python with concurrent branches, so there is no "position" to save.
+Instead every completed model call, human answer and ``@func`` result is recorded in the store
+as a *turn record* (a ``fems_checkpoints`` row), in the same transaction as the messages the
+turn stores. A record holds the turn's key, its turn id and its result (the reply text and what
+memory/context methods wrote; the person's text and out values; the values the function wrote
+to its outs, or the actors ``system.spawn`` made), as JSON with actors as ``"@name"`` (so a
+value that JSON cannot hold comes back as text). A key names a turn without a position::
+
+    [branch path, node, action, actor (or code.function), occurrence]  + the attempt number
+
+The branch path names the concurrent branches the turn runs in (``/Vote#0>Wolves``: the first
+fork at ``[Vote]`` in this path, its branch to ``Wolves``; ``/par@9:4 @voter#0[2]``: the third
+iteration of the first ``par @voter`` there; modules and ``for`` loops keep their caller's); within one path turns run one after another, so the occurrence
+(how often this key came before in this run) is the same in every run that takes the same way.
+Each run starts with a ``run`` record holding the session's turn counter at its start.
+
+``--resume`` re-runs the main flow from the start with the records of the session's last run
+as a replay log. A turn whose key has a record takes the recorded result instead of calling the
+model, the person or the function, and stores no messages (they are stored already); pure steps
+(assignments, conditions, loops) simply run again, so they take the same way. The first turn
+without a record goes live and from then on the run is an ordinary one. Replayed turns keep
+their turn ids; live turns take the lowest ids above the run's start that no record holds, i.e.
+the ids an uninterrupted run would have used (``fems/mock`` replies depend on them; ids are
+handed out in the order turns ask for them, so concurrent branches get the same ids in every
+run). Replayed ``fems/script`` replies and answers-file answers are consumed as the
+interrupted run consumed them, so resuming with the same (extended) files continues where
+they left off.
+
+Which session: ``--session N`` (or a numbered ``meta.session``), else the newest session run
+from this script's file name. A completed session is refused, and so is one whose recorded
+script sha256 differs from the module's (its records would not match the flow).
+
+Limits: a function that ran but whose result was not yet recorded when the process died runs
+again (at-least-once); which branches win a ``join(n)`` race is decided again on resume.
 """
 
 from __future__ import annotations
@@ -10,7 +48,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -116,6 +154,52 @@ def write_result(
     Path(path).write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
 
 
+class TurnLog:
+    """The turn keys of one run and, on ``--resume``, the records to replay (see above).
+
+    ``records`` are the states of the session's last run (``kind`` ``ai``/``human``/``func``,
+    ``key``, ``attempt``, ``turn``, ``result``); keys are handed out on the event loop's thread.
+    """
+
+    def __init__(self, records: Iterable[Mapping[str, Any]] = (), *, resumed: bool = False) -> None:
+        self.resumed = resumed
+        self.replayed = 0
+        self._counts: dict[tuple[str, ...], int] = {}
+        self._records: dict[tuple[Any, ...], Mapping[str, Any]] = {}
+        self.turns: set[int] = set()
+        for record in records:
+            self._records[(*record["key"], record.get("attempt", 0))] = record
+            if record.get("turn") is not None:
+                self.turns.add(int(record["turn"]))
+
+    def key(self, path: str, node: str | None, action: str, who: str) -> list[Any]:
+        """The key of a turn that starts now (counts its occurrence)."""
+        base = (path, node or "", action, who)
+        occurrence = self._counts.get(base, 0)
+        self._counts[base] = occurrence + 1
+        return [*base, occurrence]
+
+    def recorded(self, key: Sequence[Any], attempt: int = 0) -> Mapping[str, Any] | None:
+        """The record of ``key`` (and ``attempt``) to replay, or None: the turn goes live."""
+        record = self._records.get((*key, attempt))
+        if record is not None:
+            self.replayed += 1
+        return record
+
+    @staticmethod
+    def entry(
+        kind: str, key: Sequence[Any], turn: int | None, result: Mapping[str, Any], attempt: int = 0
+    ) -> dict[str, Any]:
+        """The JSON state of one turn record."""
+        return {
+            "kind": kind,
+            "key": list(key),
+            "attempt": attempt,
+            "turn": turn,
+            "result": to_json(dict(result)),
+        }
+
+
 class StepCounter:
     """Counts node executions against ``max_steps`` (§3, §11.6, §12.10).
 
@@ -139,6 +223,11 @@ class StepCounter:
         self._root = root
         self._last: deque[str] = deque(maxlen=self.KEEP)
         self._lock = threading.Lock()
+
+    @property
+    def total(self) -> int:
+        """The steps of the whole run (a module's counter counts only its own)."""
+        return (self._root or self).count
 
     @property
     def last_nodes(self) -> list[str]:

@@ -76,6 +76,15 @@ class NewMessage:
     cost: float | None = None
 
 
+@dataclass(frozen=True)
+class Checkpoint:
+    """A checkpoint row to save with messages: JSON-ready ``state``, run step and node."""
+
+    state: Mapping[str, Any]
+    step: int = 0
+    node: str | None = None
+
+
 ContextLine = tuple[str, str | None, str | None, str]
 """``(kind, speaker_name, speaker_soul, content)``: the part of a visible message the built-in
 context text is made of (§13.2); plain rows, because a context reads tens of thousands."""
@@ -466,14 +475,23 @@ class Store:
         """Store one message with its scope tags; ``fields`` are those of :class:`NewMessage`."""
         return self.add_messages(session, [NewMessage(kind, content, **fields)])[0]
 
-    def add_messages(self, session: int, new: Iterable[NewMessage]) -> list[Message]:
+    def add_messages(
+        self, session: int, new: Iterable[NewMessage], checkpoint: Checkpoint | None = None
+    ) -> list[Message]:
         """Store messages in order, in one transaction, each with the next sequence number and
-        its scope tags (the souls and users that may see it)."""
+        its scope tags (the souls and users that may see it); ``checkpoint`` (a turn record,
+        §16.4) is saved in the same transaction, its state noting ``before``: the last sequence
+        number before these messages."""
         stored = []
         with self._write() as db:
             for message in new:
                 seq = self._bump_in(db, session, "last_seq")
                 stored.append(self._insert_message(db, session, seq, message))
+            if checkpoint is not None:
+                state = dict(checkpoint.state)
+                if stored:
+                    state["before"] = stored[0].seq - 1
+                self._insert_checkpoint(db, session, checkpoint.step, checkpoint.node, state)
         return stored
 
     def _insert_message(self, db: Any, session: int, seq: int, new: NewMessage) -> Message:
@@ -518,16 +536,35 @@ class Store:
         return [Message(*row) for row in self._visible(session, soul, user, narrow=False)]
 
     def visible_lines(
-        self, session: int, soul: str | None = None, user: str | None = None
+        self,
+        session: int,
+        soul: str | None = None,
+        user: str | None = None,
+        *,
+        last: int | None = None,
     ) -> list[ContextLine]:
-        """:meth:`visible_messages` narrowed to what the built-in context text needs."""
-        return self._visible(session, soul, user, narrow=True)
+        """:meth:`visible_messages` narrowed to what the built-in context text needs; ``last``
+        keeps only messages with a sequence number up to it (a resumed turn's context)."""
+        return self._visible(session, soul, user, narrow=True, last=last)
 
-    def _visible(self, session: int, soul: str | None, user: str | None, *, narrow: bool) -> Any:
+    def _visible(
+        self,
+        session: int,
+        soul: str | None,
+        user: str | None,
+        *,
+        narrow: bool,
+        last: int | None = None,
+    ) -> Any:
         if soul is None and user is None:
             return []
-        statement = _visible_statement(soul is not None, user is not None, narrow)
-        params = {"session": session, "soul": _text_or_none(soul), "user": _text_or_none(user)}
+        statement = _visible_statement(soul is not None, user is not None, narrow, last is not None)
+        params = {
+            "session": session,
+            "soul": _text_or_none(soul),
+            "user": _text_or_none(user),
+            "last": last,
+        }
         with self._read() as db:
             return db.execute(statement, params).all()
 
@@ -600,25 +637,88 @@ class Store:
     ) -> int:
         """Save a checkpoint (§16.4): ``state`` is JSON-ready; the session's current sequence
         number is recorded with it so a resume knows which messages it already has."""
-        t, sa = self._t, self._t.sa
-        text = json.dumps(state, ensure_ascii=False, sort_keys=True)
         with self._write() as db:
-            seq = db.execute(
-                sa.select(t.sessions.c.last_seq).where(t.sessions.c.id == session)
-            ).scalar()
-            if seq is None:
-                raise RunError(f"session {session} does not exist")
-            result = db.execute(
-                t.checkpoints.insert().values(
-                    session_id=session,
-                    seq=seq,
-                    step=step,
-                    node=node,
-                    state=text,
-                    created=time.time(),
-                )
+            return self._insert_checkpoint(db, session, step, node, state)
+
+    def _insert_checkpoint(
+        self, db: Any, session: int, step: int, node: str | None, state: Mapping[str, Any]
+    ) -> int:
+        t, sa = self._t, self._t.sa
+        seq = db.execute(
+            sa.select(t.sessions.c.last_seq).where(t.sessions.c.id == session)
+        ).scalar()
+        if seq is None:
+            raise RunError(f"session {session} does not exist")
+        result = db.execute(
+            t.checkpoints.insert().values(
+                session_id=session,
+                seq=seq,
+                step=step,
+                node=node,
+                state=json.dumps(state, ensure_ascii=False, sort_keys=True),
+                created=time.time(),
             )
-            return result.inserted_primary_key[0]
+        )
+        return result.inserted_primary_key[0]
+
+    def start_run(self, session: int) -> None:
+        """Mark the start of a run of the session (§16.4): its turn records follow, and
+        ``--resume`` replays the records after the last mark."""
+        t, sa = self._t, self._t.sa
+        with self._write() as db:
+            row = db.execute(
+                sa.select(t.sessions.c.last_turn, t.sessions.c.last_seq).where(
+                    t.sessions.c.id == session
+                )
+            ).first()
+            if row is None:
+                raise RunError(f"session {session} does not exist")
+            # a resumed run that died lowered the counter: never reuse a stored turn id
+            stored = db.execute(
+                sa.select(sa.func.max(t.messages.c.turn)).where(t.messages.c.session_id == session)
+            ).scalar()
+            turn = max(row.last_turn, stored or 0)
+            if turn != row.last_turn:
+                db.execute(
+                    t.sessions.update().where(t.sessions.c.id == session).values(last_turn=turn)
+                )
+            state = {"kind": "run", "turn": turn, "seq": row.last_seq}
+            self._insert_checkpoint(db, session, 0, None, state)
+
+    def run_records(self, session: int) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+        """The last run's start mark and its turn records in order, or None when no run of the
+        session left a mark (it ran before this runtime recorded turns)."""
+        t, sa = self._t, self._t.sa
+        with self._read() as db:
+            rows = db.execute(
+                sa.select(t.checkpoints.c.state)
+                .where(t.checkpoints.c.session_id == session)
+                .order_by(t.checkpoints.c.id)
+            ).scalars()
+            states = [json.loads(text) for text in rows]
+        starts = [i for i, s in enumerate(states) if isinstance(s, dict) and s.get("kind") == "run"]
+        if not starts:
+            return None
+        start = starts[-1]
+        records = [s for s in states[start + 1 :] if isinstance(s, dict) and "key" in s]
+        return states[start], records
+
+    def latest_session(self, script: str) -> int | None:
+        """The newest session run from the script named ``script``."""
+        t, sa = self._t, self._t.sa
+        with self._read() as db:
+            return db.execute(
+                sa.select(sa.func.max(t.sessions.c.id)).where(t.sessions.c.script == script)
+            ).scalar()
+
+    def set_last_turn(self, session: int, value: int, *, at_least: bool = False) -> None:
+        """Set the session's turn counter (``at_least``: only raise it) for a resumed run."""
+        t = self._t
+        where = t.sessions.c.id == session
+        if at_least:
+            where = where & (t.sessions.c.last_turn < value)
+        with self._write() as db:
+            db.execute(t.sessions.update().where(where).values(last_turn=value))
 
     def last_checkpoint(self, session: int) -> dict[str, Any] | None:
         """The newest checkpoint: ``{"id", "seq", "step", "node", "state"}`` or None."""
@@ -652,8 +752,10 @@ class Store:
     async def aadd_message(self, session: int, kind: str, content: str, **kwargs: Any) -> Message:
         return await asyncio.to_thread(self.add_message, session, kind, content, **kwargs)
 
-    async def aadd_messages(self, session: int, new: Iterable[NewMessage]) -> list[Message]:
-        return await asyncio.to_thread(self.add_messages, session, list(new))
+    async def aadd_messages(
+        self, session: int, new: Iterable[NewMessage], checkpoint: Checkpoint | None = None
+    ) -> list[Message]:
+        return await asyncio.to_thread(self.add_messages, session, list(new), checkpoint)
 
     async def avisible_messages(
         self, session: int, soul: str | None = None, user: str | None = None
@@ -700,13 +802,14 @@ def _message_columns(messages: Any) -> list[Any]:
 
 
 @functools.cache
-def _visible_statement(by_soul: bool, by_user: bool, narrow: bool) -> Any:
+def _visible_statement(by_soul: bool, by_user: bool, narrow: bool, bounded: bool = False) -> Any:
     """The messages one soul and/or user may see (§13.2), oldest first, built once per shape.
 
     Each scope is a join driven by the tag index ``(session, soul|user, seq)``, so a single
     scope comes back in sequence order without a sort; two scopes are a union ordered by
     ``seq``. ``narrow`` selects the :data:`ContextLine` columns, else the :class:`Message`
-    columns. Parameters: ``session``, ``soul``, ``user``.
+    columns; ``bounded`` keeps sequence numbers up to ``last``. Parameters: ``session``,
+    ``soul``, ``user`` (and ``last``).
     """
     tables = _schema()
     sa, messages = tables.sa, tables.messages
@@ -722,6 +825,7 @@ def _visible_statement(by_soul: bool, by_user: bool, narrow: bool) -> Any:
                 tags.c.session_id == sa.bindparam("session"),
                 tags.c[f"{key}_id"] == sa.bindparam(key),
                 messages.c.kind.in_(VISIBLE_KINDS),
+                *([tags.c.seq <= sa.bindparam("last")] if bounded else []),
             )
         )
 

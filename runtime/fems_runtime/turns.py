@@ -24,6 +24,7 @@ Interface for generated code, ``flow.py`` and ``app.py``::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -35,16 +36,23 @@ from fems_runtime.context import (
     build_messages,
     builtin_context,
     call_method,
+    format_lines,
     method_kwargs,
     method_outputs,
     method_text,
     retry_messages,
 )
-from fems_runtime.human import AnswersFileHuman, HumanProvider, HumanRequest, TerminalHuman
+from fems_runtime.human import (
+    AnswersFileHuman,
+    HumanAnswer,
+    HumanProvider,
+    HumanRequest,
+    TerminalHuman,
+)
 from fems_runtime.llm import CallResult, ModelChoice, ModelClient
 from fems_runtime.offline import OfflineOut, OfflineTurn
 from fems_runtime.prompts import render
-from fems_runtime.records import RunError, TraceWriter
+from fems_runtime.records import RunError, TraceWriter, TurnLog
 from fems_runtime.signals import (
     OutSpec,
     SignalOutcome,
@@ -53,7 +61,7 @@ from fems_runtime.signals import (
     choice_list,
     run_resolve,
 )
-from fems_runtime.store import NewMessage, Store
+from fems_runtime.store import Checkpoint, NewMessage, Store, parse_session_spec
 from fems_runtime.transcript import Transcript
 from fems_runtime.values import ACTOR_NAME, Actor
 
@@ -181,6 +189,8 @@ class TurnServices:
     inputs: HumanInputs = field(default_factory=HumanInputs)
     transcript: Transcript | None = None
     model_calls: int = 0
+    log: TurnLog = field(default_factory=TurnLog)
+    allocating: asyncio.Future[None] | None = None  # the last turn id asked for (_new_turn)
 
     @classmethod
     def open(
@@ -197,12 +207,15 @@ class TurnServices:
         seed: int | None = None,
         code: Callable[[str], Any] | None = None,
         base_dir: str | Path = ".",
+        resume: bool = False,
     ) -> TurnServices:
         """Build the run's services from a generated module's `Program` and the run options.
 
         The model map and `.env` are read next to the generated module and in `base_dir` (the
         working directory), which wins on a conflict (§15.2). A failure here (a session that
         does not exist, a database that cannot be opened) is a run error located in the script.
+        ``resume`` continues the session's last run from its turn records (§16.4): ``session``
+        (or ``meta.session``) names it, else the newest session of this script.
         """
         script = program.script
         meta = dict(script.meta)
@@ -218,7 +231,7 @@ class TurnServices:
                 seed=seed or 0,
                 replies=replies,
             )
-            store, number = _open_store(program, variables, db, session)
+            store, number, log = _open_store(program, variables, db, session, resume)
         except RunError as error:
             raise error.located(script.file, None) from None
         owners = meta.get("owner", ())
@@ -234,6 +247,7 @@ class TurnServices:
             owners=tuple(str(o) for o in owners if o not in (None, "")),
             human=_human_provider(human),
             code=code,
+            log=log,
         )
 
     async def run(self, ctx: Context, spec: TurnSpec) -> TurnResult:
@@ -244,6 +258,8 @@ class TurnServices:
 
     def finish(self, status: str) -> None:
         """Record how the session ended and release the database."""
+        if self.log.turns:  # a resumed run: never hand out a replayed turn id again
+            self.store.set_last_turn(self.session, max(self.log.turns), at_least=True)
         self.store.set_status(self.session, status)
         self.store.close()
 
@@ -271,19 +287,30 @@ def _project_dirs(program: Any, base_dir: str | Path) -> list[Path]:
 
 
 def _open_store(
-    program: Any, variables: Variables, db: str | None, session: str | int | None
-) -> tuple[Store, int]:
-    """Open the database and the session (§3 `database`, `session`), recording the actors."""
+    program: Any,
+    variables: Variables,
+    db: str | None,
+    session: str | int | None,
+    resume: bool = False,
+) -> tuple[Store, int, TurnLog]:
+    """Open the database and the session (§3 `database`, `session`), recording the actors;
+    a new run marks its start, a resumed one loads the records to replay (§16.4)."""
     script = program.script
     meta = script.meta
     store = Store(db or _text(meta.get("database")) or None)
+    spec = meta.get("session") if session is None else session
     try:
-        number = store.open_session(
-            meta.get("session") if session is None else session,
-            title=_text(meta.get("name")) or None,
-            script=script.file,
-            script_hash=script.sha256,
-        )
+        if resume:
+            number, log = _resume_session(store, script, spec)
+        else:
+            number = store.open_session(
+                spec,
+                title=_text(meta.get("name")) or None,
+                script=script.file,
+                script_hash=script.sha256,
+            )
+            store.start_run(number)
+            log = TurnLog()
         for spec in variables.actors.values():
             store.record_actor(
                 number,
@@ -296,7 +323,39 @@ def _open_store(
     except BaseException:
         store.close()
         raise
-    return store, number
+    return store, number, log
+
+
+def _resume_session(store: Store, script: Any, spec: str | int | None) -> tuple[int, TurnLog]:
+    """Check that session ``spec`` (or the newest of this script) can be resumed, then make
+    it ready: status running, turn counter back at its last run's start."""
+    number, _ = parse_session_spec(spec)
+    if number is None:
+        number = store.latest_session(script.file)
+        if number is None:
+            raise RunError(f"--resume: no session of {script.file} in this database to resume")
+    row = store.session(number)
+    if row is None:
+        raise RunError(f"--resume: session {number} does not exist")
+    if row["status"] == "completed":
+        raise RunError(
+            f"--resume: session {number} is completed; there is nothing to resume "
+            "(run without --resume to start a new run)"
+        )
+    if row["script_hash"] != script.sha256:
+        raise RunError(
+            f"--resume: session {number} was run from a different script "
+            f"({row['script'] or 'unknown'}, sha256 {str(row['script_hash'])[:12]}…); "
+            f"this is {script.file}, sha256 {script.sha256[:12]}…: resume with the module "
+            "built from the same source, or start a new session"
+        )
+    found = store.run_records(number)
+    if found is None:
+        raise RunError(f"--resume: session {number} has no checkpoints to resume from")
+    start, records = found
+    store.set_last_turn(number, int(start.get("turn") or 0))
+    store.set_status(number, "running")
+    return number, TurnLog(records, resumed=True)
 
 
 def _human_provider(human: str | Mapping[str, Any] | None) -> HumanProvider:
@@ -433,8 +492,10 @@ async def _method_block(
     prompt: str,
     turn: int,
     voice: Actor,
+    outputs: list[tuple[str, Any]] | None = None,
 ) -> str:
-    """Call a memory/context method (§8) and return its block text; outs are assigned."""
+    """Call a memory/context method (§8) and return its block text; outs are assigned (and
+    listed in ``outputs``, for the turn record)."""
     frame = ctx.frame
     kwargs: dict[str, Any] = {}
     for name, compute in method.inputs.items():
@@ -462,17 +523,36 @@ async def _method_block(
     value = await call_method(function, kwargs, name=label)
     for out, out_value in method_outputs(value, method.outputs, name=label).items():
         frame.assign(out, "=", out_value)
+        if outputs is not None:
+            outputs.append((out, out_value))
     return method_text(value)
 
 
 async def _context_block(
-    services: TurnServices, ctx: Context, spec: TurnSpec, room: _Room, prompt: str, turn: int
+    services: TurnServices,
+    ctx: Context,
+    spec: TurnSpec,
+    room: _Room,
+    prompt: str,
+    turn: int,
+    outputs: list[tuple[str, Any]] | None = None,
+    *,
+    last: int | None = None,
 ) -> str:
     method = _method(ctx, "context", spec.context)
     if method is not None:
         return await _method_block(
-            services, ctx, method, prompt=prompt, turn=turn, voice=room.voice
+            services, ctx, method, prompt=prompt, turn=turn, voice=room.voice, outputs=outputs
         )
+    if last is not None:
+        lines = await asyncio.to_thread(
+            services.store.visible_lines,
+            services.session,
+            soul=str(room.voice_spec.soul),
+            user=room.executor_spec.user,
+            last=last,
+        )
+        return format_lines(lines)
     return await asyncio.to_thread(
         builtin_context,
         services.store,
@@ -514,9 +594,15 @@ def _message(
     )
 
 
-async def _save(services: TurnServices, room: _Room, messages: Sequence[NewMessage]) -> None:
-    """Store messages in one transaction and show them in the transcript."""
-    await services.store.aadd_messages(services.session, messages)
+async def _save(
+    services: TurnServices,
+    room: _Room,
+    messages: Sequence[NewMessage],
+    record: Checkpoint | None = None,
+) -> None:
+    """Store messages (and the turn's record) in one transaction and show them in the
+    transcript."""
+    await services.store.aadd_messages(services.session, messages, record)
     if services.transcript is not None:
         for message in messages:
             # feedback is stored without a speaker but is addressed to the executor
@@ -576,56 +662,69 @@ async def _ai_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -> Turn
     room = _Room.of(services, frame, spec)
     texts = _render_texts(frame, spec)
     prompt = texts.prompt
-    turn = await services.store.anew_turn(services.session)
-    context = await _context_block(services, ctx, spec, room, prompt, turn)
-    memory_method = _method(ctx, "memory", spec.memory)
-    memory = ""
-    if memory_method is not None:
-        memory = await _method_block(
-            services, ctx, memory_method, prompt=prompt, turn=turn, voice=room.voice
-        )
-    persona, user_info = await asyncio.gather(
-        services.store.apersona(str(room.voice_spec.soul)),
-        services.store.aprofiles(services.owners),
-    )
-    messages = build_messages(
-        prompt=prompt,
-        safety=services.safety,
-        style=services.style,
-        persona=persona,
-        user_info=user_info,
-        context=context,
-        memory=memory,
-        narration=texts.lead,
-    )
+    key = services.log.key(_path(ctx), ctx.node, spec.action, str(room.executor))
+    first = services.log.recorded(key)
+    outputs: list[tuple[str, Any]] = []  # what memory/context methods wrote (§8.2)
+    messages: list[dict[str, str]] | None = None
+    if first is not None:  # a resumed run replays this turn (§16.4)
+        turn = int(first["turn"])
+        for name, value in first["result"].get("outputs", ()):
+            frame.assign(name, "=", frame.variables.adopt(value))
+    else:
+        turn = await _new_turn(services)
+        messages = await _model_messages(services, ctx, spec, room, texts, turn, outputs)
     choice = services.models.resolve(spec.model, room.executor_spec.source)
     offline_base = _offline_turn(frame, spec, room, turn, texts.shown)
     result = TurnResult()
     unsaved = _opening(spec, ctx, room, turn, texts)
+    retries: list[tuple[str, str]] = []  # (reply, feedback) of the attempts so far
     attempt = 0
     while True:
         offline = replace(offline_base, attempt=attempt)
-        call = await _call(services, spec, room, choice, messages, offline)
-        result.calls += 1
-        reply = INTERRUPTED if call is None else call.text
-        _trace_call(services, ctx, spec, room, choice, messages, reply, call, attempt)
-        unsaved.append(
-            _message(
-                spec,
-                ctx,
-                "reply",
-                reply,
-                turn=turn,
-                room=room,
-                souls=room.souls,
-                users=room.users,
-                call=call,
+        record = first if attempt == 0 else services.log.recorded(key, attempt)
+        if record is not None:
+            reply = str(record["result"]["reply"])
+            call: CallResult | None = None
+            _replayed(services, ctx, spec, room, turn, attempt)
+            _consume_script_reply(services, choice, offline)
+            unsaved = []  # stored by the interrupted run
+            result.calls += 1
+            interrupted = bool(record["result"].get("interrupted"))
+        else:
+            if messages is None:  # earlier attempts were replayed: rebuild what was sent
+                before = first.get("before") if first is not None else None
+                messages = await _model_messages(
+                    services, ctx, spec, room, texts, turn, outputs, last=before
+                )
+                for old_reply, old_note in retries:
+                    messages = retry_messages(messages, old_reply, old_note)
+            call = await _call(services, spec, room, choice, messages, offline)
+            result.calls += 1
+            interrupted = call is None
+            reply = INTERRUPTED if call is None else call.text
+            _trace_call(services, ctx, spec, room, choice, messages, reply, call, attempt)
+            unsaved.append(
+                _message(
+                    spec,
+                    ctx,
+                    "reply",
+                    reply,
+                    turn=turn,
+                    room=room,
+                    souls=room.souls,
+                    users=room.users,
+                    call=call,
+                )
             )
-        )
-        await _save(services, room, unsaved)
-        unsaved = []
+            done = {"reply": reply, "interrupted": interrupted}
+            if attempt == 0 and outputs:
+                done["outputs"] = [list(pair) for pair in outputs]
+            await _save(
+                services, room, unsaved, _record(services, ctx, "ai", key, turn, done, attempt)
+            )
+            unsaved = []
         result.reply = reply
-        if call is None:
+        if interrupted:
             result.interrupted = True
             return result
         outcome = apply_signals(reply, frame, spec.outs)
@@ -658,7 +757,120 @@ async def _ai_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -> Turn
                 speaker=False,
             )
         )
-        messages = retry_messages(messages, reply, note)
+        retries.append((reply, note))
+        if messages is not None:
+            messages = retry_messages(messages, reply, note)
+
+
+async def _model_messages(
+    services: TurnServices,
+    ctx: Context,
+    spec: TurnSpec,
+    room: _Room,
+    texts: _Texts,
+    turn: int,
+    outputs: list[tuple[str, Any]],
+    *,
+    last: int | None = None,
+) -> list[dict[str, str]]:
+    """The messages of the turn's first call (§13.3); ``last`` bounds the built-in context
+    to the messages stored before this turn (a resumed turn whose first attempts replayed)."""
+    prompt = texts.prompt
+    context = await _context_block(services, ctx, spec, room, prompt, turn, outputs, last=last)
+    memory_method = _method(ctx, "memory", spec.memory)
+    memory = ""
+    if memory_method is not None:
+        memory = await _method_block(
+            services,
+            ctx,
+            memory_method,
+            prompt=prompt,
+            turn=turn,
+            voice=room.voice,
+            outputs=outputs,
+        )
+    persona, user_info = await asyncio.gather(
+        services.store.apersona(str(room.voice_spec.soul)),
+        services.store.aprofiles(services.owners),
+    )
+    return build_messages(
+        prompt=prompt,
+        safety=services.safety,
+        style=services.style,
+        persona=persona,
+        user_info=user_info,
+        context=context,
+        memory=memory,
+        narration=texts.lead,
+    )
+
+
+# ---------------------------------------------------------------------- checkpoints (§16.4)
+
+
+def _path(ctx: Context) -> str:
+    return str(getattr(ctx, "path", ""))
+
+
+async def _new_turn(services: TurnServices) -> int:
+    """A live turn's id: the session's next one that no replayed record holds.
+
+    Ids are handed out in the order turns ask for them on the event loop (each waits for the
+    one before), not in the order worker threads happen to reach the database, so concurrent
+    branches get the same ids in every run (``fems/mock`` replies depend on them)."""
+    previous = services.allocating
+    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    services.allocating = done
+    try:
+        if previous is not None:
+            await asyncio.shield(previous)
+        while True:
+            turn = await services.store.anew_turn(services.session)
+            if turn not in services.log.turns:
+                return turn
+    finally:
+        if not done.done():
+            done.set_result(None)
+
+
+def _record(
+    services: TurnServices,
+    ctx: Context,
+    kind: str,
+    key: Sequence[Any],
+    turn: int,
+    result: Mapping[str, Any],
+    attempt: int = 0,
+) -> Checkpoint:
+    """The turn record saved with the turn's messages."""
+    steps = getattr(ctx, "steps", None)
+    return Checkpoint(
+        TurnLog.entry(kind, key, turn, result, attempt),
+        step=steps.total if steps is not None else 0,
+        node=ctx.node,
+    )
+
+
+def _replayed(
+    services: TurnServices, ctx: Context, spec: TurnSpec, room: _Room, turn: int, attempt: int
+) -> None:
+    services.trace.write(
+        "replay",
+        node=ctx.node,
+        action=spec.action,
+        actor=str(room.voice),
+        turn=turn,
+        attempt=attempt,
+    )
+
+
+def _consume_script_reply(services: TurnServices, choice: ModelChoice, turn: OfflineTurn) -> None:
+    """A replayed call takes its ``fems/script`` reply as the first run did, so live calls
+    after it get the replies an uninterrupted run would have given them."""
+    script = getattr(services.models, "script", None)
+    if choice.model == "fems/script" and script is not None:
+        with contextlib.suppress(RunError):  # the recorded reply stands
+            script.reply(turn)
 
 
 @dataclass
@@ -892,29 +1104,50 @@ async def _human_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -> T
         raise RunError("human turns need --human terminal or an answers file")
     texts = _render_texts(frame, spec)
     prompt = texts.prompt
-    turn = await services.store.anew_turn(services.session)
-    context = await _context_block(services, ctx, spec, room, prompt, turn)
-    request = HumanRequest(
-        action=spec.action,
-        actor=str(room.executor),
-        prompt=texts.shown,
-        outs=tuple(spec.outs or ()),
-        context=context,
-        role=str(room.voice) if spec.role else None,
-        frame=frame,
-    )
-    answer = await services.human.ask(request)
-    said = _message(
-        spec,
-        ctx,
-        "human",
-        answer.text,
-        turn=turn,
-        room=room,
-        souls=room.souls,
-        users=room.users,
-    )
-    await _save(services, room, [*_opening(spec, ctx, room, turn, texts), said])
+    key = services.log.key(_path(ctx), ctx.node, spec.action, str(room.executor))
+    record = services.log.recorded(key)
+    if record is not None:  # a resumed run replays this answer (§16.4)
+        turn = int(record["turn"])
+        values = record["result"].get("vars") or {}
+        answer = HumanAnswer(
+            str(record["result"].get("text", "")),
+            {name: frame.variables.adopt(value) for name, value in values.items()},
+        )
+        _replayed(services, ctx, spec, room, turn, 0)
+        next_answer = getattr(services.human, "next_answer", None)
+        if callable(next_answer):  # an answers file: take this answer as the first run did
+            with contextlib.suppress(RunError):
+                next_answer(spec.action, str(room.executor))
+    else:
+        turn = await _new_turn(services)
+        context = await _context_block(services, ctx, spec, room, prompt, turn)
+        request = HumanRequest(
+            action=spec.action,
+            actor=str(room.executor),
+            prompt=texts.shown,
+            outs=tuple(spec.outs or ()),
+            context=context,
+            role=str(room.voice) if spec.role else None,
+            frame=frame,
+        )
+        answer = await services.human.ask(request)
+        said = _message(
+            spec,
+            ctx,
+            "human",
+            answer.text,
+            turn=turn,
+            room=room,
+            souls=room.souls,
+            users=room.users,
+        )
+        done = {"text": answer.text, "vars": answer.vars}
+        await _save(
+            services,
+            room,
+            [*_opening(spec, ctx, room, turn, texts), said],
+            _record(services, ctx, "human", key, turn, done),
+        )
     services.trace.write(
         "human",
         node=ctx.node,
