@@ -983,15 +983,9 @@ class Parser:
             try:
                 self.no_body(item, item_end, "a blueprint line")
                 line_tokens = self.tokens(item)
-                key = line_tokens[0]
-                if key.text not in ("source", "tools") or len(line_tokens) < 2:
-                    self.fail(
-                        f"unknown blueprint line '{key.text}'",
-                        self.tok_span(key),
-                        suggest(key.text, ("source", "tools")) or "use source: and tools:",
-                    )
-                if line_tokens[1].text != ":":
-                    self.fail(f"expected ':' after '{key.text}'", self.tok_span(line_tokens[1]))
+                key = self.keyed_line(
+                    line_tokens, ("source", "tools"), "blueprint line", "use source: and tools:"
+                )
                 if key.text == "source":
                     source = self.prop_text((key, line_tokens[2:]))
                 else:
@@ -1001,6 +995,19 @@ class Parser:
         span = self.tok_span(tokens[0], tokens[1])
         self.unique("blueprint", tokens[1].text, span, defs)
         defs.blueprints.append(Blueprint(tokens[1].text, source, tools, span))
+
+    def keyed_line(
+        self, line_tokens: list[Token], keys: tuple[str, ...], what: str, hint: str
+    ) -> Token:
+        """The key token of a ``key: value`` line in a block that allows only ``keys``."""
+        key = line_tokens[0]
+        if key.text not in keys or len(line_tokens) < 2:
+            self.fail(
+                f"unknown {what} '{key.text}'", self.tok_span(key), suggest(key.text, keys) or hint
+            )
+        if line_tokens[1].text != ":":
+            self.fail(f"expected ':' after '{key.text}'", self.tok_span(line_tokens[1]))
+        return key
 
     # ------------------------------------------------------------------ methods (§8)
 
@@ -1038,15 +1045,9 @@ class Parser:
         for item, item_end in self.items(index + 1, end):
             try:
                 field_tokens = self.tokens(item)
-                key = field_tokens[0]
-                if key.text not in ("in", "out") or len(field_tokens) < 2:
-                    self.fail(
-                        f"unknown {kind} field '{key.text}'",
-                        self.tok_span(key),
-                        suggest(key.text, ("in", "out")) or "fields: in, out",
-                    )
-                if field_tokens[1].text != ":":
-                    self.fail(f"expected ':' after '{key.text}'", self.tok_span(field_tokens[1]))
+                key = self.keyed_line(
+                    field_tokens, ("in", "out"), f"{kind} field", "fields: in, out"
+                )
                 if key.text in seen:
                     self.error(f"field '{key.text}' is given twice", self.tok_span(key))
                 seen.add(key.text)
