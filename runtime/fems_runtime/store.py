@@ -643,21 +643,19 @@ class Store:
     def _insert_checkpoint(
         self, db: Any, session: int, step: int, node: str | None, state: Mapping[str, Any]
     ) -> int:
-        t, sa = self._t, self._t.sa
-        seq = db.execute(
-            sa.select(t.sessions.c.last_seq).where(t.sessions.c.id == session)
-        ).scalar()
+        seq = db.execute(_last_seq_statement(), {"session": session}).scalar()
         if seq is None:
             raise RunError(f"session {session} does not exist")
         result = db.execute(
-            t.checkpoints.insert().values(
-                session_id=session,
-                seq=seq,
-                step=step,
-                node=node,
-                state=json.dumps(state, ensure_ascii=False, sort_keys=True),
-                created=time.time(),
-            )
+            self._t.checkpoints.insert(),
+            {
+                "session_id": session,
+                "seq": seq,
+                "step": step,
+                "node": node,
+                "state": json.dumps(state, ensure_ascii=False, sort_keys=True),
+                "created": time.time(),
+            },
         )
         return result.inserted_primary_key[0]
 
@@ -773,6 +771,16 @@ class Store:
 
     async def aprofiles(self, user_ids: Iterable[str]) -> str:
         return await asyncio.to_thread(self.profiles, list(user_ids))
+
+
+@functools.cache
+def _last_seq_statement() -> Any:
+    """The session's last message sequence number, built once (see :func:`_bump_statement`)."""
+    tables = _schema()
+    sessions = tables.sessions
+    return tables.sa.select(sessions.c.last_seq).where(
+        sessions.c.id == tables.sa.bindparam("session")
+    )
 
 
 @functools.cache
