@@ -1326,6 +1326,13 @@ class Parser:
             "e.g. scope: [@host] + wolves",
         )
 
+    def field_rows(self, index: int, col: int, end: int) -> list[tuple[int, int]]:
+        """(line, start column) of a field's value: the rest of its own line, then every
+        non-blank deeper line (``in:``/``out:`` items may continue on following lines)."""
+        return [(index, col)] + [
+            (sub, 0) for sub in range(index + 1, end) if not self.lines[sub].blank
+        ]
+
     def parse_field_in(self, index: int, col: int, end: int, kind: str) -> dict[str, object]:
         return {"inputs": self.parse_inputs(index, col, end)}
 
@@ -1333,9 +1340,7 @@ class Parser:
         """``in: a, b = expr`` on the line and/or one or more per deeper line."""
         inputs: list[Input] = []
         attempted = False
-        rows = [(index, col)] + [
-            (sub, 0) for sub in range(index + 1, end) if not self.lines[sub].blank
-        ]
+        rows = self.field_rows(index, col, end)
         for row, start in rows:
             tokens = self.tokens(row, start=start)
             for piece in _split(tokens):
@@ -1395,9 +1400,7 @@ class Parser:
         """``out: a, b?, c: int, d(enum([x, y]), "label"), e: dropdown, choices={…}``."""
         outs: list[Out] = []
         attempted = False
-        rows = [(index, col)] + [
-            (sub, 0) for sub in range(index + 1, end) if not self.lines[sub].blank
-        ]
+        rows = self.field_rows(index, col, end)
         for row, start in rows:
             pieces = [piece for piece in _split(self.tokens(row, start=start)) if piece]
             merged: list[list[Token]] = []
@@ -1548,9 +1551,7 @@ class Parser:
     def parse_assignments(self, index: int, col: int, end: int) -> tuple[Assignment, ...]:
         """§9.6: one statement per line; a statement with an open bracket continues."""
         statements: list[list[Token]] = []
-        rows = [(index, col)] + [
-            (sub, 0) for sub in range(index + 1, end) if not self.lines[sub].blank
-        ]
+        rows = self.field_rows(index, col, end)
         for row, start in rows:
             tokens = self.tokens(row, start=start)
             if statements and _depth(statements[-1]) > 0:
