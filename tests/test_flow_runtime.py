@@ -309,6 +309,31 @@ def test_module_call_checks_arity() -> None:
     assert asyncio.run(_context().call(m, [1])) == "OUT"
 
 
+def test_a_module_meta_delay_reaches_the_turns_inside_it_and_nested_calls_keep_the_larger() -> None:
+    """§3: a module's meta accepts delay; its branches inherit it, the larger delay wins."""
+    seen: dict[str, float] = {}
+
+    @module("Inner", line=2, meta={"delay": 1.5})
+    async def inner(ctx: Context, node: str | None = "IN", stop: tuple[str, ...] = ()) -> str:
+        seen["inner"] = ctx.delay
+        return "OUT"
+
+    @module("Outer", line=1, meta={"delay": 4})
+    async def outer(ctx: Context, node: str | None = "IN", stop: tuple[str, ...] = ()) -> str:
+        seen["outer"] = ctx.delay
+        await ctx.loop("par", "i", [1, 2], branch, line=1)
+        await ctx.call(inner, [])
+        return "OUT"
+
+    async def branch(ctx: Context, node: str | None = "H", stop: tuple[str, ...] = ()) -> None:
+        seen[f"branch {ctx['i']}"] = ctx.delay
+
+    ctx = _context()
+    asyncio.run(ctx.call(outer, []))
+    assert ctx.delay == 0
+    assert seen == {"outer": 4, "branch 1": 4, "branch 2": 4, "inner": 4}
+
+
 RECURSIVE = """
 vars:
     depth = 0

@@ -161,6 +161,7 @@ class Context:
         line: int | None = None,
         path: str = "",
         forks: dict[tuple[str, str], int] | None = None,
+        delay: float = 0.0,
     ) -> None:
         self.services = services
         self.frame = frame
@@ -174,6 +175,8 @@ class Context:
         # the concurrent branches this context runs in, for turn keys (records.TurnLog, §16.4)
         self.path = path
         self._forks = {} if forks is None else forks  # per (path, fork): how many so far
+        # a module's meta.delay (§3): spacing of model calls made inside it (0: the run's own)
+        self.delay = delay
 
     def _branch_path(self, label: str) -> str:
         """The path of the branches of a fork or ``par`` starting now at ``label``: forks
@@ -193,6 +196,7 @@ class Context:
             line=self.line,
             path=self.path,
             forks=self._forks,
+            delay=self.delay,
         )
         derived._race, derived._lineage = self._race, self._lineage
         return derived
@@ -400,7 +404,13 @@ class Context:
         )
         methods = {**self.methods, **{m.name: m for m in spec.methods}}
         inner = Context(
-            self.services, frame, steps, methods=methods, path=self.path, forks=self._forks
+            self.services,
+            frame,
+            steps,
+            methods=methods,
+            path=self.path,
+            forks=self._forks,
+            delay=max(self.delay, float(spec.meta.get("delay") or 0)),
         )
         result = await _enter(flow, inner, None)
         exits = inner._call.exits | ({result} if result in TERMINALS else set())

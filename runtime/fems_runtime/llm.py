@@ -243,25 +243,30 @@ class ModelClient:
         return ModelChoice(model, options, rung)
 
     async def complete(
-        self, choice: ModelChoice, messages: list[dict[str, str]], turn: OfflineTurn
+        self,
+        choice: ModelChoice,
+        messages: list[dict[str, str]],
+        turn: OfflineTurn,
+        delay: float = 0.0,
     ) -> CallResult:
-        """One model call: offline models answer directly, real ones go through litellm."""
+        """One model call: offline models answer directly, real ones go through litellm.
+        ``delay`` is a module's meta.delay; the larger of it and the script's applies."""
         if choice.model == "fems/mock":
             return CallResult(self.mock.reply(turn, messages), choice.model)
         if choice.model == "fems/script":
             if self.script is None:
                 raise RunError("model fems/script needs a replies file (--replies FILE)")
             return CallResult(self.script.reply(turn), choice.model)
-        return await self._complete_remote(choice, messages)
+        return await self._complete_remote(choice, messages, delay)
 
     async def _complete_remote(
-        self, choice: ModelChoice, messages: list[dict[str, str]]
+        self, choice: ModelChoice, messages: list[dict[str, str]], delay: float = 0.0
     ) -> CallResult:
         failures = 0
         while True:
             try:
                 async with self._slots:
-                    await self._pace(choice.model)
+                    await self._pace(choice.model, max(self.delay, delay))
                     response = await self._acompletion(choice, messages)
                 return self._result(choice, response, failures + 1)
             except Exception as exc:  # CancelledError is not an Exception: it propagates
@@ -279,14 +284,15 @@ class ModelClient:
                     ) from None
                 await asyncio.sleep(self.retry.pause(failures, self._rng))
 
-    async def _pace(self, model: str) -> None:
-        """Hold the start of a call until `delay` seconds after the previous start (meta.delay)."""
-        if self.delay <= 0:
+    async def _pace(self, model: str, delay: float) -> None:
+        """Hold the start of a call until `delay` seconds after the previous start of a call to
+        the same model (meta.delay, §3)."""
+        if delay <= 0:
             return
         lock, last = self._pacing.setdefault(model, (asyncio.Lock(), [float("-inf")]))
         loop = asyncio.get_running_loop()
         async with lock:
-            wait = last[0] + self.delay - loop.time()
+            wait = last[0] + delay - loop.time()
             if wait > 0:
                 await asyncio.sleep(wait)
             last[0] = loop.time()

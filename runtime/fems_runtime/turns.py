@@ -698,7 +698,7 @@ async def _ai_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -> Turn
                 )
                 for old_reply, old_note in retries:
                     messages = retry_messages(messages, old_reply, old_note)
-            call = await _call(services, spec, room, choice, messages, offline)
+            call = await _call(services, spec, room, choice, messages, offline, ctx.delay)
             result.calls += 1
             interrupted = call is None
             reply = INTERRUPTED if call is None else call.text
@@ -1023,9 +1023,11 @@ async def _call(
     choice: ModelChoice,
     messages: list[dict[str, str]],
     offline: OfflineTurn,
+    delay: float,
 ) -> CallResult | None:
-    """One model call; None when `interrupt:` fired first (the call is cancelled, §10.7)."""
-    request = services.models.complete(choice, messages, offline)
+    """One model call; None when `interrupt:` fired first (the call is cancelled, §10.7).
+    ``delay`` is the meta.delay of the module the turn runs in (§3)."""
+    request = services.models.complete(choice, messages, offline, delay)
     if spec.interrupt is None:
         return await request
     call = asyncio.ensure_future(request)

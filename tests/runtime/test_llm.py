@@ -226,10 +226,44 @@ def test_delay_spaces_starts_per_model(monkeypatch: pytest.MonkeyPatch) -> None:
     async def starts() -> None:
         monkeypatch.setattr(asyncio, "sleep", record)
         for model in ("a", "a", "b", "a"):
-            await client._pace(model)
+            await client._pace(model, client.delay)
 
     asyncio.run(starts())
     assert len(waits) == 2 and all(5 < w <= 10 for w in waits)
+
+
+def test_a_module_delay_larger_than_the_scripts_spaces_the_calls(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """complete(..., delay=) is a module's meta.delay (§3): the larger of it and meta.delay."""
+    waits: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def record(seconds: float) -> None:
+        waits.append(seconds)
+        await real_sleep(0)
+
+    class Reply:
+        choices = [type("Choice", (), {"message": type("Message", (), {"content": "hi"})()})()]
+        usage = None
+
+    async def answer(choice, messages):  # no network: the call itself is not under test
+        return Reply()
+
+    client = ModelClient(environ={}, delay=1)
+    monkeypatch.setattr(client, "_acompletion", answer)
+    monkeypatch.setattr(client, "_result", lambda choice, response, attempts: CallResult("hi", "m"))
+    choice = client.resolve("remote/model")
+
+    async def calls() -> None:
+        monkeypatch.setattr(asyncio, "sleep", record)
+        await client.complete(choice, MESSAGES, TURN, delay=10)
+        await client.complete(choice, MESSAGES, TURN, delay=10)
+        await client.complete(choice, MESSAGES, TURN)
+
+    asyncio.run(calls())
+    assert len(waits) == 2
+    assert 5 < waits[0] <= 10 and 0 < waits[1] <= 1
 
 
 def test_for_project_reads_several_folders_the_later_wins(tmp_path: Path) -> None:

@@ -57,6 +57,7 @@ class Ctx:
     frame: Frame
     methods: Mapping[str, Any] = field(default_factory=dict)
     node: str = "node1"
+    delay: float = 0.0
 
 
 @dataclass
@@ -291,7 +292,11 @@ class FailingModels(ModelClient):
     """A model whose every call fails (what a 500 storm becomes after litellm retries)."""
 
     async def complete(
-        self, choice: ModelChoice, messages: list[dict[str, str]], turn: OfflineTurn
+        self,
+        choice: ModelChoice,
+        messages: list[dict[str, str]],
+        turn: OfflineTurn,
+        delay: float = 0.0,
     ) -> CallResult:
         raise RunError("model openai/test: failed after 5 attempts: status 500")
 
@@ -311,7 +316,11 @@ class HangingModels(ModelClient):
         self.cancelled = 0
 
     async def complete(
-        self, choice: ModelChoice, messages: list[dict[str, str]], turn: OfflineTurn
+        self,
+        choice: ModelChoice,
+        messages: list[dict[str, str]],
+        turn: OfflineTurn,
+        delay: float = 0.0,
     ) -> CallResult:
         try:
             await asyncio.Event().wait()
@@ -506,7 +515,11 @@ class CountingModels(ModelClient):
     """A remote-looking model that reports usage and cost."""
 
     async def complete(
-        self, choice: ModelChoice, messages: list[dict[str, str]], turn: OfflineTurn
+        self,
+        choice: ModelChoice,
+        messages: list[dict[str, str]],
+        turn: OfflineTurn,
+        delay: float = 0.0,
     ) -> CallResult:
         return CallResult("fine", choice.model, prompt_tokens=30, completion_tokens=4, cost=0.002)
 
