@@ -147,24 +147,24 @@ def _schema() -> SimpleNamespace:
         sa.Column("created", sa.Float, nullable=False),
         sa.UniqueConstraint("session_id", "seq", name="fems_messages_session_seq"),
     )
-    message_souls = sa.Table(
-        "fems_message_souls",
-        meta,
-        sa.Column("message_id", sa.Integer, sa.ForeignKey("fems_messages.id"), primary_key=True),
-        sa.Column("soul_id", sa.String(200), primary_key=True),
-        sa.Column("session_id", sa.Integer, nullable=False),
-        sa.Column("seq", sa.Integer, nullable=False),
-        sa.Index("fems_message_souls_scan", "session_id", "soul_id", "seq"),
-    )
-    message_users = sa.Table(
-        "fems_message_users",
-        meta,
-        sa.Column("message_id", sa.Integer, sa.ForeignKey("fems_messages.id"), primary_key=True),
-        sa.Column("user_id", sa.String(200), primary_key=True),
-        sa.Column("session_id", sa.Integer, nullable=False),
-        sa.Column("seq", sa.Integer, nullable=False),
-        sa.Index("fems_message_users_scan", "session_id", "user_id", "seq"),
-    )
+
+    def scope_tags(who: str) -> Any:
+        """Scope tags as rows (§14): message ↔ soul or user, indexed so that "the messages this
+        soul may see in this session" is one index range scan in sequence order."""
+        return sa.Table(
+            f"fems_message_{who}s",
+            meta,
+            sa.Column(
+                "message_id", sa.Integer, sa.ForeignKey("fems_messages.id"), primary_key=True
+            ),
+            sa.Column(f"{who}_id", sa.String(200), primary_key=True),
+            sa.Column("session_id", sa.Integer, nullable=False),
+            sa.Column("seq", sa.Integer, nullable=False),
+            sa.Index(f"fems_message_{who}s_scan", "session_id", f"{who}_id", "seq"),
+        )
+
+    message_souls = scope_tags("soul")
+    message_users = scope_tags("user")
     checkpoints = sa.Table(
         "fems_checkpoints",
         meta,
