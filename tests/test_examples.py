@@ -8,14 +8,13 @@ who was in the tea house's rooms.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from fems_helpers import load
 
 from fems2py.build import build_file
 from fems2py.frontend import analyze
@@ -38,14 +37,6 @@ class Run:
         ]
 
 
-def _load(path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _seen(call: dict[str, Any]) -> str:
     return "\n".join(str(message.get("content", "")) for message in call["messages"])
 
@@ -62,7 +53,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
     for name in ("code_review", "town", "race", "tea_house"):
         root = tmp_path_factory.mktemp(name)
         folder = EXAMPLES / name
-        module = _load(build_file(folder / f"{name}.fems", root / f"{name}.py").output)
+        module = load(build_file(folder / f"{name}.fems", root / f"{name}.py").output)
         trace = root / "trace.jsonl"
         outcome = module.run(
             replies=str(folder / "replies.json"), db=f"sqlite:///{root / 'run.db'}", trace=trace

@@ -8,7 +8,6 @@ talk, and that the seer's answers reached nobody but the seer and the moderator.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
+from fems_helpers import load
 
 from fems2py.build import build_file
 
@@ -48,14 +48,6 @@ class Game:
         return [call for call in self.calls if call["action"] == action]
 
 
-def _load(path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _seen(call: dict[str, Any]) -> str:
     """Everything a model call sent: all message contents, joined."""
     return "\n".join(str(message.get("content", "")) for message in call["messages"])
@@ -64,7 +56,7 @@ def _seen(call: dict[str, Any]) -> str:
 @pytest.fixture(scope="module")
 def werewolf(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
     root = tmp_path_factory.mktemp("build")
-    return _load(build_file(EXAMPLE / "werewolf.fems", root / "werewolf.py").output)
+    return load(build_file(EXAMPLE / "werewolf.fems", root / "werewolf.py").output)
 
 
 @pytest.fixture(scope="module")
@@ -302,7 +294,7 @@ def test_a_silent_table_still_ends(werewolf: ModuleType, tmp_path: Path) -> None
 
 
 def _rules() -> ModuleType:
-    return _load(EXAMPLE / "game.py")
+    return load(EXAMPLE / "game.py")
 
 
 ROLES = {"@w1": "wolf", "@w2": "wolf", "@s": "seer", "@v1": "villager", "@v2": "villager"}
