@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import json
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 from types import ModuleType
@@ -46,6 +48,18 @@ def run_script(
     result = module.run(trace=str(trace), **options)
     events = [json.loads(line) for line in trace.read_text(encoding="utf-8").splitlines()]
     return result, events
+
+
+def run_program(module_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run the generated module as a program, in its own folder; capture its output."""
+    return subprocess.run(
+        [sys.executable, str(module_path), *args],
+        capture_output=True,
+        text=True,
+        cwd=module_path.parent,
+        check=False,
+        timeout=120,
+    )
 
 
 def steps_of(events: list[dict[str, Any]], node: str) -> int:

@@ -4,11 +4,9 @@ ran out continues, with a longer replies file, from its last checkpoint; exit st
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-from fems_helpers import build_script
+from fems_helpers import build_script, run_program
 from fems_runtime.store import Store
 
 SCRIPT = """
@@ -63,17 +61,6 @@ SPEAK = [f'Round {n}. SET VARIABLE: <<said = "line {n}">>' for n in range(3)]
 ANSWER = [f"Answer {n}." for n in range(3)]
 
 
-def _run(module: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(module), *args],
-        capture_output=True,
-        text=True,
-        cwd=module.parent,
-        check=False,
-        timeout=120,
-    )
-
-
 def _replies(path: Path, speak: list[str], answer: list[str]) -> str:
     path.write_text(json.dumps({"speak": speak, "answer": answer}), encoding="utf-8")
     return str(path)
@@ -82,14 +69,14 @@ def _replies(path: Path, speak: list[str], answer: list[str]) -> str:
 def test_resume_continues_a_session_whose_replies_ran_out(tmp_path: Path) -> None:
     module = build_script(tmp_path, SCRIPT, {"side.py": SIDE})
     short = _replies(tmp_path / "short.json", SPEAK[:2], ANSWER[:1])
-    failed = _run(module, "--db", "d.db", "--replies", short, "--result", "r1.json")
+    failed = run_program(module, "--db", "d.db", "--replies", short, "--result", "r1.json")
     assert failed.returncode == 1
     assert "fems/script has no reply left for action answer" in failed.stderr
     assert json.loads((tmp_path / "r1.json").read_text())["status"] == "failed"
 
     full = _replies(tmp_path / "full.json", SPEAK, ANSWER)
     args = ("--db", "d.db", "--replies", full, "--resume", "--session", "1")
-    resumed = _run(module, *args, "--result", "r2.json", "--show", "notes,said")
+    resumed = run_program(module, *args, "--result", "r2.json", "--show", "notes,said")
     assert resumed.returncode == 0, resumed.stderr
     assert "(session 1, 4 turns replayed)" in resumed.stderr
     result = json.loads((tmp_path / "r2.json").read_text())
@@ -111,7 +98,7 @@ def test_resume_continues_a_session_whose_replies_ran_out(tmp_path: Path) -> Non
     side = (tmp_path / "side.log").read_text(encoding="utf-8").splitlines()
     assert side == ["line 0", "line 1", "line 2"]  # the func ran once per round
 
-    again = _run(module, *args)
+    again = run_program(module, *args)
     assert again.returncode == 1
     assert "session 1 is completed; there is nothing to resume" in again.stderr
     assert "Traceback" not in again.stderr
@@ -120,10 +107,10 @@ def test_resume_continues_a_session_whose_replies_ran_out(tmp_path: Path) -> Non
 def test_resume_exit_statuses(tmp_path: Path) -> None:
     module = build_script(tmp_path, SCRIPT, {"side.py": SIDE})
     full = _replies(tmp_path / "full.json", SPEAK, ANSWER)
-    usage = _run(module, "--db", "d.db", "--replies", full, "--resume", "--session", "new")
+    usage = run_program(module, "--db", "d.db", "--replies", full, "--resume", "--session", "new")
     assert usage.returncode == 2 and "--resume continues a session" in usage.stderr
-    missing = _run(module, "--db", "d.db", "--replies", full, "--resume")
+    missing = run_program(module, "--db", "d.db", "--replies", full, "--resume")
     assert missing.returncode == 1
     assert "t.fems: error: --resume: no session of t.fems in this database" in missing.stderr
-    absent = _run(module, "--db", "d.db", "--replies", full, "--resume", "--session", "9")
+    absent = run_program(module, "--db", "d.db", "--replies", full, "--resume", "--session", "9")
     assert absent.returncode == 1 and "session 9 does not exist" in absent.stderr

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import fems_runtime as fr
 import pytest
-from fems_helpers import build_script, load, run_script, steps_of
+from fems_helpers import build_script, load, run_program, run_script, steps_of
 
 from fems2py import build
 from fems2py.build import BuildRefused, build_cached, build_file, build_source
@@ -158,20 +158,9 @@ mainflow:
 """
 
 
-def _run(module: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(module), *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        check=False,
-        timeout=120,
-    )
-
-
 def test_cli_reports_a_stuck_flow_at_the_fems_line_and_exits_1(tmp_path: Path) -> None:
     module = build_script(tmp_path, STUCK)
-    completed = _run(module, "--db", ":memory:", "--result", "result.json", cwd=tmp_path)
+    completed = run_program(module, "--db", ":memory:", "--result", "result.json")
     assert completed.returncode == 1
     assert "t.fems:6: error: flow stuck after [A]" in completed.stderr
     assert "where x = 1" in completed.stderr and "where name = 'ok'" in completed.stderr
@@ -191,7 +180,7 @@ def test_cli_reports_a_stuck_flow_at_the_fems_line_and_exits_1(tmp_path: Path) -
 )
 def test_cli_exit_codes(tmp_path: Path, args: list[str], code: int) -> None:
     module = build_script(tmp_path, "mainflow:\n    [START] -> [END]\n")
-    assert _run(module, *args, cwd=tmp_path).returncode == code
+    assert run_program(module, *args).returncode == code
 
 
 TYPE_ERROR = """
@@ -206,7 +195,7 @@ mainflow:
 
 def test_a_failing_assignment_points_at_its_own_line(tmp_path: Path) -> None:
     module = build_script(tmp_path, TYPE_ERROR)
-    completed = _run(module, "--db", ":memory:", cwd=tmp_path)
+    completed = run_program(module, "--db", ":memory:")
     assert completed.returncode == 1
     assert completed.stderr.startswith("t.fems:4: error:")
     assert "Traceback" not in completed.stderr
@@ -217,7 +206,7 @@ def test_fems_traceback_maps_generated_frames_to_fems_lines(
 ) -> None:
     monkeypatch.setenv("FEMS_TRACEBACK", "1")
     module = build_script(tmp_path, TYPE_ERROR)
-    completed = _run(module, "--db", ":memory:", cwd=tmp_path)
+    completed = run_program(module, "--db", ":memory:")
     assert completed.returncode == 1
     assert "Traceback (most recent call last):" in completed.stderr
     assert "    ^ t.fems:4\n" in completed.stderr  # the failing statement
