@@ -698,7 +698,7 @@ async def _ai_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -> Turn
                 )
                 for old_reply, old_note in retries:
                     messages = retry_messages(messages, old_reply, old_note)
-            call = await _call(services, spec, room, choice, messages, offline, ctx.delay)
+            call = await _call(services, spec, choice, messages, offline, ctx.delay)
             result.calls += 1
             interrupted = call is None
             reply = INTERRUPTED if call is None else call.text
@@ -719,9 +719,7 @@ async def _ai_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -> Turn
             done = {"reply": reply, "interrupted": interrupted}
             if attempt == 0 and outputs:
                 done["outputs"] = [list(pair) for pair in outputs]
-            await _save(
-                services, room, unsaved, _record(services, ctx, "ai", key, turn, done, attempt)
-            )
+            await _save(services, room, unsaved, _record(ctx, "ai", key, turn, done, attempt))
             unsaved = []
         result.reply = reply
         if interrupted:
@@ -834,7 +832,6 @@ async def _new_turn(services: TurnServices) -> int:
 
 
 def _record(
-    services: TurnServices,
     ctx: Context,
     kind: str,
     key: Sequence[Any],
@@ -1019,7 +1016,6 @@ def _offline_turn(frame: Frame, spec: TurnSpec, room: _Room, turn: int, text: st
 async def _call(
     services: TurnServices,
     spec: TurnSpec,
-    room: _Room,
     choice: ModelChoice,
     messages: list[dict[str, str]],
     offline: OfflineTurn,
@@ -1031,7 +1027,7 @@ async def _call(
     if spec.interrupt is None:
         return await request
     call = asyncio.ensure_future(request)
-    watch = asyncio.ensure_future(_interrupt_fired(services, spec.interrupt, room))
+    watch = asyncio.ensure_future(_interrupt_fired(services, spec.interrupt))
     try:
         await asyncio.wait({call, watch}, return_when=asyncio.FIRST_COMPLETED)
         if call.done():
@@ -1043,7 +1039,7 @@ async def _call(
         await asyncio.gather(call, watch, return_exceptions=True)
 
 
-async def _interrupt_fired(services: TurnServices, interrupt: InterruptSpec, room: _Room) -> None:
+async def _interrupt_fired(services: TurnServices, interrupt: InterruptSpec) -> None:
     if interrupt.kind in ("human", "human_except"):
         await services.inputs.wait(interrupt.actors)
         return
@@ -1148,7 +1144,7 @@ async def _human_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -> T
             services,
             room,
             [*_opening(spec, ctx, room, turn, texts), said],
-            _record(services, ctx, "human", key, turn, done),
+            _record(ctx, "human", key, turn, done),
         )
     services.trace.write(
         "human",
