@@ -424,7 +424,7 @@ class CodeGenerator:
         marker = self.marker(action.span.line)
         if action.kind == "assign":
             statements = tuple(
-                StatementView(self.marker(a.span.line), _with_noqa(self.assign_code(scope, a)))
+                StatementView(self.marker(a.span.line), _with_noqa(self.assign_code(a)))
                 for a in action.assignments
             )
             return ActionView(
@@ -531,7 +531,7 @@ class CodeGenerator:
             return f"lambda: ctx.call({self.call_args_code(scope, fallback)})"
         return f"lambda: {scope.actions.get(fallback, python_name(fallback))}(ctx)"
 
-    def assign_code(self, scope: Scope, assignment: Any) -> str:
+    def assign_code(self, assignment: Any) -> str:
         target: Target = assignment.target
         args = [py(target.name), py(assignment.op), assignment.value.python]
         if target.key is not None:

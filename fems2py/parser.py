@@ -873,13 +873,13 @@ class Parser:
                     self.parse_blueprint(item, item_end, tokens, defs)
                     continue
                 self.no_body(item, item_end, "an actor definition")
-                defs.actors.append(self.parse_actor(item, tokens))
+                defs.actors.append(self.parse_actor(tokens))
             except _Abort:
                 tokens = self.tokens(item)
                 if len(tokens) > 1:
                     self.note_broken(tokens[1], actor=True)
 
-    def parse_actor(self, index: int, tokens: list[Token]) -> ActorDef:
+    def parse_actor(self, tokens: list[Token]) -> ActorDef:
         kind = tokens[0]
         if kind.text not in ("ai", "human"):
             self.fail(
@@ -1282,7 +1282,7 @@ class Parser:
                         f"close it with '{_CLOSERS[opener.text]}'",
                     )
                 for piece in _split(tokens[pos + 1 : close]):
-                    items.append(self.scope_item(piece, token, in_brackets=True))
+                    items.append(self.scope_item(piece, token))
                 pos = close + 1
             else:
                 stop = pos + 1
@@ -1290,14 +1290,14 @@ class Parser:
                     stop = _match(tokens, pos) + 1
                     if stop <= 0:
                         self.fail("'{' is never closed", self.tok_span(token))
-                items.append(self.scope_item(tokens[pos:stop], token, in_brackets=False))
+                items.append(self.scope_item(tokens[pos:stop], token))
                 pos = stop
             expect_item = False
         if expect_item:
             self.fail("expected a scope item", self.tok_span(tokens[-1]))
         return Scope(tuple(items), self.tok_span(tokens[0], tokens[-1]))
 
-    def scope_item(self, piece: list[Token], near: Token, in_brackets: bool) -> ScopeItem:
+    def scope_item(self, piece: list[Token], near: Token) -> ScopeItem:
         if not piece:
             self.fail("empty scope item", self.tok_span(near))
         span = self.tok_span(piece[0], piece[-1])
@@ -2134,7 +2134,7 @@ class Parser:
             pending = self.parse_flow_lines(index + 1, end, graph, start_from=source, loop=loop)
             self.drop_pending(pending, loop)
             return None
-        return self.parse_loop(tokens, pos, index, end, graph, source, condition, loop)
+        return self.parse_loop(tokens, pos, index, end, graph, source, condition)
 
     def parse_loop(
         self,
@@ -2145,7 +2145,6 @@ class Parser:
         graph: _GraphBuilder,
         source: str,
         condition: Expr | None,
-        outer: _LoopBody | None,
     ) -> _Pending:
         head = tokens[pos]
         var = tokens[pos + 1]
