@@ -46,8 +46,12 @@ def run_script(
     trace = directory / "trace.jsonl"
     options.setdefault("db", ":memory:")
     result = module.run(trace=str(trace), **options)
-    events = [json.loads(line) for line in trace.read_text(encoding="utf-8").splitlines()]
-    return result, events
+    return result, read_trace(trace)
+
+
+def read_trace(trace: Path) -> list[dict[str, Any]]:
+    """The events of a JSON-lines trace file, in order."""
+    return [json.loads(line) for line in trace.read_text(encoding="utf-8").splitlines()]
 
 
 def run_program(module_path: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -8,13 +8,12 @@ who was in the tea house's rooms.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fems_helpers import load
+from fems_helpers import load, read_trace
 
 from fems2py.build import build_file
 from fems2py.frontend import analyze
@@ -59,7 +58,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
             replies=str(folder / "replies.json"), db=f"sqlite:///{root / 'run.db'}", trace=trace
         )
         assert outcome.status == "completed"
-        events = [json.loads(line) for line in trace.read_text(encoding="utf-8").splitlines()]
+        events = read_trace(trace)
         calls = [event for event in events if event["event"] == "llm_call"]
         done[name] = Run(outcome.variables, calls)
     return done

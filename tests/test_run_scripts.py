@@ -13,7 +13,7 @@ from pathlib import Path
 
 import fems_runtime as fr
 import pytest
-from fems_helpers import build_script, load, run_program, run_script, steps_of
+from fems_helpers import build_script, load, read_trace, run_program, run_script, steps_of
 
 from fems2py import build
 from fems2py.build import BuildRefused, build_cached, build_file, build_source
@@ -378,5 +378,5 @@ def test_a_run_that_fails_before_its_first_step_still_writes_result_and_trace(
     assert set(result) == {"session", "status", "steps", "vars", "error"}
     assert (result["status"], result["steps"], result["session"]) == ("failed", 0, None)
     assert message in result["error"]
-    events = [json.loads(line) for line in trace_file.read_text(encoding="utf-8").splitlines()]
+    events = read_trace(trace_file)
     assert [(e["event"], e["node"]) for e in events] == [("error", None)]

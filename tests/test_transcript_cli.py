@@ -1,8 +1,8 @@
 """A generated module's --transcript and --show options, end to end on a tiny script."""
 
-import json
 from pathlib import Path
 
+from fems_helpers import read_trace
 from fems_runtime.app import Program
 
 from fems2py.build import build_file
@@ -73,7 +73,7 @@ def test_souls_file_gives_the_actor_its_persona(tmp_path, capsys):
         str(trace),
     ]
     assert program.main(argv) == 0
-    events = [json.loads(line) for line in trace.read_text().splitlines()]
+    events = read_trace(trace)
     call = next(e for e in events if e["event"] == "llm_call")
     assert call["messages"][0] == {"role": "system", "content": "A stern but fair judge."}
 

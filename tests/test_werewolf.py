@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
-from fems_helpers import load
+from fems_helpers import load, read_trace
 
 from fems2py.build import build_file
 
@@ -73,7 +73,7 @@ def games(werewolf: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> dic
             trace=trace,
         )
         assert outcome.status == "completed"
-        events = [json.loads(line) for line in trace.read_text(encoding="utf-8").splitlines()]
+        events = read_trace(trace)
         played[seed] = Game(seed, outcome.variables, events)
     return played
 
@@ -231,7 +231,7 @@ def test_a_human_can_take_a_seat(
         db=f"sqlite:///{tmp_path / 'game.db'}",
         trace=trace,
     )
-    events = [json.loads(line) for line in trace.read_text(encoding="utf-8").splitlines()]
+    events = read_trace(trace)
     assert outcome.variables["players"][-1] == "@you"
     assert outcome.variables["winner"] in ("villagers", "werewolves")
     assert outcome.variables["revealed"]["@you"] is True

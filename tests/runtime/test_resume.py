@@ -17,7 +17,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from fems_helpers import build_script, load
+from fems_helpers import build_script, load, read_trace
 from fems_runtime.llm import ModelClient
 from fems_runtime.records import RunError
 from fems_runtime.store import Store
@@ -191,7 +191,7 @@ def test_a_run_interrupted_after_any_model_call_resumes_like_an_uninterrupted_on
     trace = tmp_path / "resume.jsonl"
     resumed = game.run(**_options(tmp_path, resume=True, trace=trace))
     _assert_same_run(reference, tmp_path, resumed)
-    events = [json.loads(line) for line in trace.read_text(encoding="utf-8").splitlines()]
+    events = read_trace(trace)
     replayed = [
         e for e in events if e["event"] == "replay" and e.get("actor") in ("@a", "@b", "@c")
     ]
@@ -458,7 +458,7 @@ def test_a_turn_interrupted_between_retries_resumes_at_the_next_attempt(tmp_path
         ("feedback", "choose", 2),
         ("reply", "choose", 2),
     ]
-    events = [json.loads(line) for line in trace.read_text(encoding="utf-8").splitlines()]
+    events = read_trace(trace)
     (call,) = [e for e in events if e["event"] == "llm_call"]
     sent = [m["content"] for m in call["messages"]]
     assert call["attempt"] == 1 and sent[-2] == bad and "could not be accepted" in sent[-1]

@@ -4,12 +4,11 @@ sentence (§3, §9, §10, §13, §16.3)."""
 from __future__ import annotations
 
 import io
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fems_helpers import build_script, load, run_script
+from fems_helpers import build_script, load, read_trace, run_script
 from fems_runtime import funcs
 from fems_runtime.records import RunError
 from fems_runtime.transcript import Transcript
@@ -195,7 +194,7 @@ def test_trace_file_holds_only_this_runs_events(tmp_path: Path) -> None:
     trace = tmp_path / "trace.jsonl"
     for _ in range(2):
         module.run(model="fems/mock", db=":memory:", trace=str(trace))
-    events = [json.loads(line) for line in trace.read_text(encoding="utf-8").splitlines()]
+    events = read_trace(trace)
     assert len(calls(events)) == 1
 
 
@@ -871,7 +870,7 @@ def test_spawned_actors_are_fresh_in_a_continued_session(
     second = module.run(model="fems/mock", db="s.db", trace=str(trace))
     assert first.variables["coders"] == ["@coder_1"]
     assert second.variables["coders"] == ["@coder_2"]
-    events = [json.loads(line) for line in trace.read_text(encoding="utf-8").splitlines()]
+    events = read_trace(trace)
     assert user_text(calls(events)[0]) == "Work."
 
 
