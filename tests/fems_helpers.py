@@ -66,5 +66,10 @@ def run_program(module_path: Path, *args: str) -> subprocess.CompletedProcess[st
     )
 
 
+def sent_text(call: dict[str, Any]) -> str:
+    """Everything an ``llm_call`` event sent: all message contents, joined."""
+    return "\n".join(str(message.get("content", "")) for message in call["messages"])
+
+
 def steps_of(events: list[dict[str, Any]], node: str) -> int:
     return sum(1 for e in events if e["event"] == "step" and e["node"] == node)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fems_helpers import load, read_trace
+from fems_helpers import load, read_trace, sent_text
 
 from fems2py.build import build_file
 from fems2py.frontend import analyze
@@ -34,10 +34,6 @@ class Run:
             for call in self.calls
             if call["action"] == action and (actor is None or call["actor"] == actor)
         ]
-
-
-def _seen(call: dict[str, Any]) -> str:
-    return "\n".join(str(message.get("content", "")) for message in call["messages"])
 
 
 @pytest.mark.parametrize("script", sorted(EXAMPLES.glob("*/*.fems")), ids=lambda p: p.stem)
@@ -94,7 +90,7 @@ def test_code_review_retries_an_invalid_verdict_with_feedback(runs: dict[str, Ru
     reviews = runs["code_review"].calls_of("review", "@Linus")
     assert len(reviews) == 4  # maybe (rejected) → discuss, revise, goodjob
     retry = reviews[1]
-    assert "maybe" in _seen(retry)
+    assert "maybe" in sent_text(retry)
     assert [m["role"] for m in retry["messages"]][-2:] == ["assistant", "user"]
 
 
@@ -123,7 +119,7 @@ def test_town_secret_is_heard_only_in_the_library(
 ) -> None:
     calls = [call for call in runs["town"].calls if call["actor"] == actor]
     assert calls
-    assert any("oak stone" in _seen(call) for call in calls) is heard
+    assert any("oak stone" in sent_text(call) for call in calls) is heard
 
 
 def test_town_lines_are_scoped_to_the_place(runs: dict[str, Run]) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
-from fems_helpers import load, read_trace
+from fems_helpers import load, read_trace, sent_text
 
 from fems2py.build import build_file
 
@@ -46,11 +46,6 @@ class Game:
 
     def calls_of(self, action: str) -> list[dict[str, Any]]:
         return [call for call in self.calls if call["action"] == action]
-
-
-def _seen(call: dict[str, Any]) -> str:
-    """Everything a model call sent: all message contents, joined."""
-    return "\n".join(str(message.get("content", "")) for message in call["messages"])
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +124,7 @@ def test_the_den_talk_never_reaches_the_village(games: dict[int, Game], seed: in
     outsiders = [call for call in game.calls if call["actor"] not in game.wolves | {MODERATOR}]
     assert outsiders
     for call in outsiders:
-        seen = _seen(call)
+        seen = sent_text(call)
         assert "wolf_pick" not in seen, (call["action"], call["actor"])
         for talk in den_talk:
             assert talk not in seen, (call["action"], call["actor"])
@@ -158,7 +153,7 @@ def test_no_prompt_reaches_another_turn(games: dict[int, Game], seed: int) -> No
     """Nobody's prompt text is in any other action's model call, whoever the actor."""
     assert sum(map(len, PROMPT_FRAGMENTS.values())) >= 10
     for call in games[seed].calls:
-        seen = _seen(call)
+        seen = sent_text(call)
         for action, fragments in PROMPT_FRAGMENTS.items():
             for fragment in fragments:
                 # its own call carries it (so the check is not vacuous); no other call does
@@ -177,9 +172,11 @@ def test_the_seer_alone_learns_the_answers(games: dict[int, Game], seed: int) ->
     answers = game.variables["seer_log"]
     for call in game.calls:
         if call["actor"] not in (seer, MODERATOR):
-            assert "Seer check" not in _seen(call), (call["action"], call["actor"])
+            assert "Seer check" not in sent_text(call), (call["action"], call["actor"])
     if answers:
-        told = [call for call in game.calls if call["actor"] == seer and answers[0] in _seen(call)]
+        told = [
+            call for call in game.calls if call["actor"] == seer and answers[0] in sent_text(call)
+        ]
         assert told, "the seer never heard the first answer"
 
 
