@@ -378,10 +378,14 @@ async def run_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -> Turn
 
 async def run_mind_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -> TurnResult:
     """`@mind(@x)`: an AI turn or a human turn by the executor's `type` (§9.1)."""
+    return await _at_action(services, spec, _mind_turn(services, ctx, spec))
+
+
+async def _mind_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -> TurnResult:
     room = _Room.of(services, ctx.frame, spec)
     if room.executor_spec.type == "human":
-        return await run_human_turn(services, ctx, spec)
-    return await run_ai_turn(services, ctx, spec)
+        return await _human_turn(services, ctx, spec)
+    return await _ai_turn(services, ctx, spec)
 
 
 # ---------------------------------------------------------------------- the room
@@ -401,14 +405,11 @@ class _Room:
 
     @classmethod
     def of(cls, services: TurnServices, frame: Frame, spec: TurnSpec) -> _Room:
-        try:
-            executor = frame.resolve_actor(spec.executor, "the executor")
-            voice = executor
-            if spec.role:
-                voice = frame.resolve_actor(spec.role, "the role (as)")
-            actors = _scope_actors(frame, spec)
-        except RunError as error:
-            raise _in_action(services, spec, error) from None
+        executor = frame.resolve_actor(spec.executor, "the executor")
+        voice = executor
+        if spec.role:
+            voice = frame.resolve_actor(spec.role, "the role (as)")
+        actors = _scope_actors(frame, spec)
         registry = frame.variables.actors
         for who in (executor, voice):
             if who not in actors:
@@ -646,15 +647,22 @@ def _in_action(services: TurnServices, spec: TurnSpec, error: RunError) -> RunEr
     )
 
 
+async def _at_action(
+    services: TurnServices, spec: TurnSpec, turn: Awaitable[TurnResult]
+) -> TurnResult:
+    """Await ``turn`` with its run errors located at the action (:func:`_in_action`)."""
+    try:
+        return await turn
+    except RunError as error:
+        raise _in_action(services, spec, error) from None
+
+
 # ---------------------------------------------------------------------- AI turns
 
 
 async def run_ai_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -> TurnResult:
     """An `@ai` turn: prompt, context, model call, signals, validation loop (§9, §10, §13)."""
-    try:
-        return await _ai_turn(services, ctx, spec)
-    except RunError as error:
-        raise _in_action(services, spec, error) from None
+    return await _at_action(services, spec, _ai_turn(services, ctx, spec))
 
 
 async def _ai_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -> TurnResult:
@@ -1089,10 +1097,7 @@ def _trace_call(
 
 async def run_human_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -> TurnResult:
     """A `@human` turn: show prompt and context, read text and out values (§10.8)."""
-    try:
-        return await _human_turn(services, ctx, spec)
-    except RunError as error:
-        raise _in_action(services, spec, error) from None
+    return await _at_action(services, spec, _human_turn(services, ctx, spec))
 
 
 async def _human_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -> TurnResult:
