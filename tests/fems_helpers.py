@@ -66,6 +66,13 @@ def run_program(module_path: Path, *args: str) -> subprocess.CompletedProcess[st
     )
 
 
+def llm_calls(events: list[dict[str, Any]], action: str | None = None) -> list[dict[str, Any]]:
+    """The llm_call events (of one action)."""
+    return [
+        e for e in events if e["event"] == "llm_call" and (action is None or e["action"] == action)
+    ]
+
+
 def sent_text(call: dict[str, Any]) -> str:
     """Everything an ``llm_call`` event sent: all message contents, joined."""
     return "\n".join(str(message.get("content", "")) for message in call["messages"])

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fems_helpers import load, read_trace, sent_text
+from fems_helpers import llm_calls, load, read_trace, sent_text
 
 from fems2py.build import build_file
 from fems2py.frontend import analyze
@@ -55,7 +55,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
         )
         assert outcome.status == "completed"
         events = read_trace(trace)
-        calls = [event for event in events if event["event"] == "llm_call"]
+        calls = llm_calls(events)
         done[name] = Run(outcome.variables, calls)
     return done
 

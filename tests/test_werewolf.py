@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
-from fems_helpers import load, read_trace, sent_text
+from fems_helpers import llm_calls, load, read_trace, sent_text
 
 from fems2py.build import build_file
 
@@ -38,7 +38,7 @@ class Game:
 
     @property
     def calls(self) -> list[dict[str, Any]]:
-        return [event for event in self.events if event["event"] == "llm_call"]
+        return llm_calls(self.events)
 
     @property
     def wolves(self) -> set[str]:

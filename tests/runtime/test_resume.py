@@ -17,7 +17,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from fems_helpers import build_script, load, read_trace
+from fems_helpers import build_script, llm_calls, load, read_trace
 from fems_runtime.llm import ModelClient
 from fems_runtime.records import RunError
 from fems_runtime.store import Store
@@ -195,7 +195,7 @@ def test_a_run_interrupted_after_any_model_call_resumes_like_an_uninterrupted_on
     replayed = [
         e for e in events if e["event"] == "replay" and e.get("actor") in ("@a", "@b", "@c")
     ]
-    calls_made = [e for e in events if e["event"] == "llm_call"]
+    calls_made = llm_calls(events)
     assert len(calls_made) == resumed.model_calls
     assert len(replayed) + resumed.model_calls == MODEL_CALLS  # no recorded call made again
 
@@ -459,7 +459,7 @@ def test_a_turn_interrupted_between_retries_resumes_at_the_next_attempt(tmp_path
         ("reply", "choose", 2),
     ]
     events = read_trace(trace)
-    (call,) = [e for e in events if e["event"] == "llm_call"]
+    (call,) = llm_calls(events)
     sent = [m["content"] for m in call["messages"]]
     assert call["attempt"] == 1 and sent[-2] == bad and "could not be accepted" in sent[-1]
     context = sent[0]

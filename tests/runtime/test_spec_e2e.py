@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fems_helpers import build_script, load, read_trace, run_script
+from fems_helpers import build_script, llm_calls, load, read_trace, run_script
 from fems_runtime import funcs
 from fems_runtime.records import RunError
 from fems_runtime.transcript import Transcript
@@ -16,13 +16,6 @@ from fems_runtime.transcript import Transcript
 from fems2py.build import build_cached
 
 from .fake_openai import Behaviour, fake_openai
-
-
-def calls(events: list[dict[str, Any]], action: str | None = None) -> list[dict[str, Any]]:
-    """The llm_call events (of one action)."""
-    return [
-        e for e in events if e["event"] == "llm_call" and (action is None or e["action"] == action)
-    ]
 
 
 def user_text(call: dict[str, Any]) -> str:
@@ -83,7 +76,7 @@ def test_model_call_messages_follow_the_spec_exactly(tmp_path: Path) -> None:
         human={"say": [{"text": "hello from ann"}]},
         souls=SOULS,
     )
-    intro, check, talk1, talk2 = calls(events)
+    intro, check, talk1, talk2 = llm_calls(events)
     assert intro["messages"] == [
         {"role": "system", "content": "Be safe.\n\nBe brief.\n\nYou are god.\n\nThe owner."},
         {"role": "user", "content": "Night falls.\n\nOpen the game."},
@@ -121,7 +114,7 @@ def test_showprompt_without_prompt_is_narration_for_the_whole_scope(tmp_path: Pa
         """,
         replies={"tell": ["Look up."], "hear": ["ok"]},
     )
-    tell, hear = calls(events)
+    tell, hear = llm_calls(events)
     assert user_text(tell) == "The moon is red."
     assert user_text(hear) == (
         "[narrator]: The moon is red.\n\n[@a]: Look up.\n\nWhat did you hear?"
@@ -149,7 +142,7 @@ def test_scope_all_is_the_variable_when_one_is_declared(tmp_path: Path) -> None:
         """,
         replies={"*": ["ok"]},
     )
-    assert calls(events)[0]["scope"] == ["@a", "@god"]
+    assert llm_calls(events)[0]["scope"] == ["@a", "@god"]
 
 
 # ---------------------------------------------------------------------- §10.1 signals
@@ -195,7 +188,7 @@ def test_trace_file_holds_only_this_runs_events(tmp_path: Path) -> None:
     for _ in range(2):
         module.run(model="fems/mock", db=":memory:", trace=str(trace))
     events = read_trace(trace)
-    assert len(calls(events)) == 1
+    assert len(llm_calls(events)) == 1
 
 
 def test_session_that_does_not_exist_is_a_located_error(
@@ -242,8 +235,8 @@ def test_model_map_next_to_the_script_is_used(
         replies={"s": ["scripted"]},
         model="openai/never-called",  # ranks below the actor's source (§15.2)
     )
-    assert calls(events)[0]["model"] == "fems/script"
-    assert calls(events)[0]["reply"] == "scripted"
+    assert llm_calls(events)[0]["model"] == "fems/script"
+    assert llm_calls(events)[0]["reply"] == "scripted"
 
 
 # ---------------------------------------------------------------------- §10.6 transcript
@@ -366,12 +359,12 @@ def test_feedback_reaches_only_the_executor_and_mind_follows_the_type(tmp_path: 
         human={"vote@you": [{"text": "I vote a", "vars": {"votes.@voter": "@a"}}]},
     )
     assert result.variables["votes"] == {"@a": "@b", "@you": "@a", "@b": "@a"}
-    retry = calls(events, "vote")[1]
+    retry = llm_calls(events, "vote")[1]
     assert retry["messages"][-1]["content"].startswith(
         "Your previous reply could not be accepted:\n- rejected signal "
         "'SET VARIABLE: <<votes.@a = @nobody>>': @nobody is not a defined actor"
     )
-    seen = user_text(calls(events, "after")[0])
+    seen = user_text(llm_calls(events, "after")[0])
     assert "[@you]: I vote a" in seen and "[@a]: SET VARIABLE: <<votes.@a = @b>>" in seen
     assert "feedback" not in seen and "Your previous reply" not in seen
 
@@ -412,7 +405,7 @@ SCOPES = """
 )
 def test_scope_forms(tmp_path: Path, scope: str, names: list[str]) -> None:
     _, events = run_script(tmp_path, SCOPES.replace("SCOPE", scope), model="fems/mock")
-    assert calls(events)[0]["scope"] == names
+    assert llm_calls(events)[0]["scope"] == names
 
 
 @pytest.mark.parametrize(
@@ -460,7 +453,7 @@ def test_prompt_rendering(tmp_path: Path) -> None:
         """,
         model="fems/mock",
     )
-    p1, p2 = calls(events)
+    p1, p2 = llm_calls(events)
     assert user_text(p1) == (
         "[@a, @b] {@a: write tests, @b: fix bugs} {x: true, y: false} 3 |||ai\n"
         '{literal} {"a": 1} { } write tests true'
@@ -649,15 +642,15 @@ def test_strict_retries_resolve_rollback_and_fallbacks(tmp_path: Path) -> None:
             "lenient": ["bad SET VARIABLE: <<m = 3>>"],
         },
     )
-    assert [c["attempt"] for c in calls(events)] == [0, 1, 2, 0, 1, 0, 0, 0]
-    s1_last = calls(events, "s1")[2]["messages"]
+    assert [c["attempt"] for c in llm_calls(events)] == [0, 1, 2, 0, 1, 0, 0, 0]
+    s1_last = llm_calls(events, "s1")[2]["messages"]
     assert [m["role"] for m in s1_last] == ["user", "assistant", "user", "assistant", "user"]
     assert s1_last[2]["content"].splitlines()[1] == "- out 'n' was not set"
     assert s1_last[4]["content"].splitlines()[1:3] == [
         "- rejected signal 'SET VARIABLE: <<n = abc>>': 'abc' is not an integer",
         "- out 'n' was not set",
     ]
-    assert calls(events, "s2")[1]["messages"][-1]["content"].splitlines()[1] == (
+    assert llm_calls(events, "s2")[1]["messages"][-1]["content"].splitlines()[1] == (
         "- chk.even rejected the reply: n must be even"
     )
     # s3: the resolve rejected 7, so n and m were rolled back before the fallback action
@@ -778,7 +771,7 @@ def test_offline_notice_only_when_no_model_is_configured(
             [START] -> t -> s -> s -> [END]
     """
     _, events = run_script(tmp_path, source)
-    assert [c["model"] for c in calls(events)] == ["fems/mock"] * 3
+    assert [c["model"] for c in llm_calls(events)] == ["fems/mock"] * 3
     assert capsys.readouterr().err.count("no model configured; using the offline model") == 1
     run_script(tmp_path, source, model="fems/mock")
     assert "no model configured" not in capsys.readouterr().err
@@ -825,7 +818,7 @@ def test_human_input_interrupts_a_slow_model_call(
             {"later.py": "import time\n\ndef pause():\n    time.sleep(0.3)\n"},
             human={"ask": ["I interrupt"]},
         )
-    (call,) = calls(events)
+    (call,) = llm_calls(events)
     assert call["interrupted"] is interrupted
     assert call["reply"] == ("[Interrupted]" if interrupted else "slow answer")
 
@@ -871,7 +864,7 @@ def test_spawned_actors_are_fresh_in_a_continued_session(
     assert first.variables["coders"] == ["@coder_1"]
     assert second.variables["coders"] == ["@coder_2"]
     events = read_trace(trace)
-    assert user_text(calls(events)[0]) == "Work."
+    assert user_text(llm_calls(events)[0]) == "Work."
 
 
 def test_model_map_next_to_the_script_is_used_by_cached_builds(
