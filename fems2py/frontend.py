@@ -65,11 +65,17 @@ def analyze_source(
 
 def analyze(path: Path) -> tuple[CheckedScript, list[Diagnostic]]:
     """Parse and check the file at ``path``; raise :class:`CompileError` if it has errors."""
+    _, checked, diagnostics = analyze_file(path)
+    return checked, diagnostics
+
+
+def analyze_file(path: Path) -> tuple[str, CheckedScript, list[Diagnostic]]:
+    """:func:`analyze` that also returns the source it read (the build hashes it)."""
     source = read_source(path)
     checked, diagnostics = analyze_source(source, str(path), path.parent)
     if any(d.severity == "error" for d in diagnostics):
         raise CompileError(diagnostics)
-    return checked, diagnostics
+    return source, checked, diagnostics
 
 
 def _position(diagnostic: Diagnostic) -> tuple[int, int]:
