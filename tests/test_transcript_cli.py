@@ -2,10 +2,8 @@
 
 from pathlib import Path
 
-from fems_helpers import read_trace
+from fems_helpers import build_script, load, read_trace
 from fems_runtime.app import Program
-
-from fems2py.build import build_file
 
 SCRIPT = """\
 vars:
@@ -24,12 +22,7 @@ mainflow:
 
 
 def _program(tmp_path: Path) -> Program:
-    script = tmp_path / "court.fems"
-    script.write_text(SCRIPT, encoding="utf-8")
-    build_file(script, tmp_path / "court.py")
-    namespace: dict = {"__file__": str(tmp_path / "court.py"), "__name__": "court"}
-    exec(compile((tmp_path / "court.py").read_text(), "court.py", "exec"), namespace)
-    return namespace["PROGRAM"]
+    return load(build_script(tmp_path, SCRIPT, name="court.fems")).PROGRAM
 
 
 def test_transcript_prints_narration_reply_and_summary(tmp_path, capsys):
