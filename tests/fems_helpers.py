@@ -66,6 +66,13 @@ def run_program(module_path: Path, *args: str) -> subprocess.CompletedProcess[st
     )
 
 
+def python_output(code: str) -> str:
+    """Run ``code`` in a fresh interpreter (it must succeed); return what it printed."""
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+
+
 def llm_calls(events: list[dict[str, Any]], action: str | None = None) -> list[dict[str, Any]]:
     """The llm_call events (of one action)."""
     return [

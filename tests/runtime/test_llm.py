@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from fems_helpers import python_output
 from fems_runtime.llm import CallResult, ModelClient, RetryPolicy, load_dotenv, load_model_map
 from fems_runtime.offline import OfflineTurn
 from fems_runtime.records import RunError
@@ -136,9 +135,7 @@ def test_offline_run_never_imports_litellm() -> None:
         "assert r.text, r\n"
         "print('litellm' in sys.modules)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    ).stdout
+    out = python_output(code)
     assert out.strip() == "False"
 
 

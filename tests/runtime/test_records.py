@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
 import pytest
+from fems_helpers import python_output
 from fems_runtime.records import RunError, StepCounter, TraceWriter, write_result
 from fems_runtime.values import Actor
 
@@ -129,11 +128,11 @@ def test_import_is_light() -> None:
         "heavy = [m for m in ('litellm', 'fems2py', 'sqlalchemy', 'yaml') if m in sys.modules]\n"
         "print(heavy)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    out = python_output(code)
+    assert out.strip() == "[]"
 
 
 def test_package_import_does_not_import_litellm() -> None:
     code = "import sys, fems_runtime; print('litellm' in sys.modules, 'fems2py' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False False"
+    out = python_output(code)
+    assert out.strip() == "False False"
