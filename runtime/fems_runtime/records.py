@@ -229,10 +229,6 @@ class StepCounter:
         """The steps of the whole run (a module's counter counts only its own)."""
         return (self._root or self).count
 
-    @property
-    def last_nodes(self) -> list[str]:
-        return list(self._last)
-
     def child(self, max_steps: int | None, label: str) -> StepCounter:
         """A counter for one module call (``max_steps`` None: only the run's limit applies)."""
         return StepCounter(max_steps, label, root=self._root or self)
