@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
 from fems2py.diagnostics import Diagnostic, Diagnostics, suggest
 from fems2py.expressions import compile_expression, compile_value
@@ -143,6 +143,7 @@ _INT = re.compile(r"^-?\d+$")
 _NOT_NAME = re.compile(r"[^\w@]+")
 _FLOAT = re.compile(r"^-?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?$")
 _CLOSERS = {"[": "]", "(": ")", "{": "}"}
+_Item = TypeVar("_Item")
 
 
 class _Abort(Exception):
@@ -1326,6 +1327,30 @@ class Parser:
             "e.g. scope: [@host] + wolves",
         )
 
+    def field_items(
+        self,
+        index: int,
+        col: int,
+        end: int,
+        pieces_of: Callable[[list[Token]], list[list[Token]]],
+        parse_item: Callable[[list[Token]], _Item],
+        missing: str,
+    ) -> tuple[_Item, ...]:
+        """The items of a comma-separated field value, row by row (:meth:`field_rows`): a broken
+        item is noted and skipped, a value without any item is the error ``missing``."""
+        items: list[_Item] = []
+        attempted = False
+        for row, start in self.field_rows(index, col, end):
+            for piece in pieces_of(self.tokens(row, start=start)):
+                attempted = True
+                try:
+                    items.append(parse_item(piece))
+                except _Abort:
+                    self.note_broken(piece[0])
+        if not attempted:
+            self.fail(missing, self.eol_span(index))
+        return tuple(items)
+
     def field_rows(self, index: int, col: int, end: int) -> list[tuple[int, int]]:
         """(line, start column) of a field's value: the rest of its own line, then every
         non-blank deeper line (``in:``/``out:`` items may continue on following lines)."""
@@ -1338,22 +1363,14 @@ class Parser:
 
     def parse_inputs(self, index: int, col: int, end: int) -> tuple[Input, ...]:
         """``in: a, b = expr`` on the line and/or one or more per deeper line."""
-        inputs: list[Input] = []
-        attempted = False
-        rows = self.field_rows(index, col, end)
-        for row, start in rows:
-            tokens = self.tokens(row, start=start)
-            for piece in _split(tokens):
-                if not piece:
-                    continue
-                attempted = True
-                try:
-                    inputs.append(self.parse_input(piece))
-                except _Abort:
-                    self.note_broken(piece[0])
-        if not attempted:
-            self.fail("expected at least one name after 'in:'", self.eol_span(index))
-        return tuple(inputs)
+        return self.field_items(
+            index,
+            col,
+            end,
+            lambda tokens: [piece for piece in _split(tokens) if piece],
+            self.parse_input,
+            "expected at least one name after 'in:'",
+        )
 
     def parse_input(self, piece: list[Token]) -> Input:
         name = piece[0]
@@ -1398,30 +1415,14 @@ class Parser:
 
     def parse_outs(self, index: int, col: int, end: int) -> tuple[Out, ...]:
         """``out: a, b?, c: int, d(enum([x, y]), "label"), e: dropdown, choices={…}``."""
-        outs: list[Out] = []
-        attempted = False
-        rows = self.field_rows(index, col, end)
-        for row, start in rows:
-            pieces = [piece for piece in _split(self.tokens(row, start=start)) if piece]
-            merged: list[list[Token]] = []
-            for piece in pieces:
-                attaches = (len(piece) > 1 and piece[0].text in ("choices", "label")) or (
-                    piece[0].kind == "string"
-                )
-                if merged and attaches:
-                    comma = Token("op", ",", piece[0].line, piece[0].col, piece[0].col)
-                    merged[-1] = [*merged[-1], comma, *piece]
-                else:
-                    merged.append(piece)
-            for piece in merged:
-                attempted = True
-                try:
-                    outs.append(self.parse_out(piece))
-                except _Abort:
-                    self.note_broken(piece[0])
-        if not attempted:
-            self.fail("expected at least one output after 'out:'", self.eol_span(index))
-        return tuple(outs)
+        return self.field_items(
+            index,
+            col,
+            end,
+            _out_pieces,
+            self.parse_out,
+            "expected at least one output after 'out:'",
+        )
 
     def parse_out(self, piece: list[Token]) -> Out:
         pos = 0
@@ -2328,6 +2329,24 @@ def _match(tokens: list[Token], pos: int) -> int:
             if depth == 0:
                 return i
     return -1
+
+
+def _out_pieces(tokens: list[Token]) -> list[list[Token]]:
+    """The outputs of one ``out:`` row: a ``choices=…``/``label=…`` or a string piece belongs
+    to the output before it (the comma between them is kept)."""
+    merged: list[list[Token]] = []
+    for piece in _split(tokens):
+        if not piece:
+            continue
+        attaches = (len(piece) > 1 and piece[0].text in ("choices", "label")) or (
+            piece[0].kind == "string"
+        )
+        if merged and attaches:
+            comma = Token("op", ",", piece[0].line, piece[0].col, piece[0].col)
+            merged[-1] = [*merged[-1], comma, *piece]
+        else:
+            merged.append(piece)
+    return merged
 
 
 def _split(tokens: list[Token]) -> list[list[Token]]:
