@@ -42,10 +42,16 @@ def _speaker(kind: str, name: str | None, soul: str | None) -> str:
 
 
 def builtin_context(
-    store: Store, session: int, *, soul: str | None, user: str | None = None
+    store: Store,
+    session: int,
+    *,
+    soul: str | None,
+    user: str | None = None,
+    last: int | None = None,
 ) -> str:
-    """The built-in scope context (§13.2) for the actor with ``soul`` (and ``user``)."""
-    return format_lines(store.visible_lines(session, soul=soul, user=user))
+    """The built-in scope context (§13.2) for the actor with ``soul`` (and ``user``); ``last``
+    keeps only messages with a sequence number up to it (a resumed turn's context)."""
+    return format_lines(store.visible_lines(session, soul=soul, user=user, last=last))
 
 
 async def abuiltin_context(

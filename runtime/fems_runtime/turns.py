@@ -36,7 +36,6 @@ from fems_runtime.context import (
     build_messages,
     builtin_context,
     call_method,
-    format_lines,
     method_kwargs,
     method_outputs,
     method_text,
@@ -545,21 +544,13 @@ async def _context_block(
         return await _method_block(
             services, ctx, method, prompt=prompt, turn=turn, voice=room.voice, outputs=outputs
         )
-    if last is not None:
-        lines = await asyncio.to_thread(
-            services.store.visible_lines,
-            services.session,
-            soul=str(room.voice_spec.soul),
-            user=room.executor_spec.user,
-            last=last,
-        )
-        return format_lines(lines)
     return await asyncio.to_thread(
         builtin_context,
         services.store,
         services.session,
         soul=str(room.voice_spec.soul),
         user=room.executor_spec.user,
+        last=last,
     )
 
 
