@@ -313,6 +313,7 @@ class CodeGenerator:
         self.code_paths = dict(code_paths or {})
         self.checked = checked
         self.script = checked.script
+        self.actor_names = frozenset(actor.name for actor in self.script.actors)
         self.file = file
         self.sha256 = sha256
         self.namer = Namer()
@@ -663,9 +664,8 @@ class CodeGenerator:
             )
         edge_views = tuple(self.edge_view(edge) for edge in edges)
         conditional = [(edge.condition, edge.span.line) for edge in edges if edge.condition]
-        actors = frozenset(actor.name for actor in self.script.actors)
         conditions = tuple(
-            (condition.text, _reads(condition, actors)) for condition, _ in conditional
+            (condition.text, _reads(condition, self.actor_names)) for condition, _ in conditional
         )
         merge = self.merge_node(scope.key, node.name)
         fork_args = [
