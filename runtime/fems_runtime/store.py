@@ -647,7 +647,7 @@ class Store:
         if seq is None:
             raise RunError(f"session {session} does not exist")
         result = db.execute(
-            self._t.checkpoints.insert(),
+            _insert_statement("checkpoints"),
             {
                 "session_id": session,
                 "seq": seq,
