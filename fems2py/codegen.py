@@ -1,6 +1,6 @@
 """Checked syntax tree → view models → Python source, through one Jinja template per construct.
 
-The templates never see the parse tree: :func:`generate` first turns a
+The templates never see the parse tree: :func:`generate_parts` first turns a
 :class:`~fems2py.checker.CheckedScript` into plain view models (``*View`` dataclasses) whose
 fields are either data, rendered by the ``py`` filter through :func:`repr`, or code fragments
 (``*_code`` fields) that this module assembled from ``repr()`` literals and the ``Expr.python``
@@ -918,13 +918,6 @@ def generate_parts(
     tail = env.get_template("module_tail.py.jinja").render(script=view)
     parts.extend(split_parts(tail))  # PROGRAM, run, run_async, the __main__ guard
     return parts
-
-
-def generate(
-    checked: CheckedLike, file: str, sha256: str, code_paths: Mapping[str, str] | None = None
-) -> str:
-    """The (unformatted) Python module for a checked script (see :func:`generate_parts`)."""
-    return PART_SEPARATOR.join(generate_parts(checked, file, sha256, code_paths))
 
 
 # Top-level parts are separated by two blank lines, as black puts them around functions.
