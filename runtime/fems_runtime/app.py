@@ -113,10 +113,11 @@ class _Services:
         log = self._turns.log
         key = log.key(ctx.path, ctx.node, spec.action, f"{spec.code}.{spec.function}")
         record = log.recorded(key)
+        spawn = spec.code == "system" and spec.function == "spawn"  # built in (§9.8)
         try:
             if record is not None:  # a resumed run replays the recorded result (§16.4)
                 return self._replay_func(ctx, spec, record["result"])
-            if spec.code == "system" and spec.function == "spawn":
+            if spawn:
                 inputs = dict(spec.inputs or {})
                 if "spawn_requests" not in inputs and ctx.frame.declared("spawn_requests"):
                     inputs["spawn_requests"] = ctx["spawn_requests"]
@@ -136,7 +137,7 @@ class _Services:
                 result = await funcs.call_function(function, inputs, name=name)
             pairs = funcs.assign_returns(ctx.frame, result, spec.outs or (), name=name)
             done: dict[str, Any] = {"outs": [value for _, value in pairs]}
-            if spec.code == "system" and spec.function == "spawn":
+            if spawn:
                 done["actors"] = result
             await self._turns.store.asave_checkpoint(
                 self._turns.session,
