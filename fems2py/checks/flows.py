@@ -142,6 +142,8 @@ class FlowChecker:
         self.module_flows(checker.script.modules)
         self.effects_cache: dict[int, Effects] = {}
         self.module_in_progress: set[int] = set()
+        #: :func:`split_parts` of each loop body whose effects were asked for, by ``id``.
+        self.body_parts: dict[int, list[Part]] = {}
 
     def module_flows(self, modules: Iterable[Module]) -> None:
         for module in modules:
@@ -626,7 +628,10 @@ class FlowChecker:
             return inner | Effects(reads=frozenset(reads))
         if isinstance(binding, Loop):
             effects = Effects(reads=_read_names(binding.iterable.reads))
-            for body in split_parts(binding.body):
+            parts = self.body_parts.get(id(binding.body))
+            if parts is None:
+                parts = self.body_parts[id(binding.body)] = split_parts(binding.body)
+            for body in parts:
                 for name in body.names:
                     effects |= self.node_effects(body, name, namespace)
             return Effects(effects.writes - {binding.var}, effects.reads - {binding.var})
