@@ -103,6 +103,10 @@ class Diagnostics:
     def has_errors(self) -> bool:
         return any(item.severity == "error" for item in self._items)
 
+    @property
+    def error_count(self) -> int:
+        return sum(1 for item in self._items if item.severity == "error")
+
     def __iter__(self) -> Iterator[Diagnostic]:
         return iter(sorted(self._items, key=lambda d: (d.span.line, d.span.col)))
 

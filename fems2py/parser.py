@@ -242,9 +242,6 @@ class Parser:
     def warning(self, message: str, span: Span, hint: str | None = None) -> None:
         self.diagnostics.warning(message, span, hint)
 
-    def error_count(self) -> int:
-        return sum(1 for item in self.diagnostics if item.severity == "error")
-
     def fail(self, message: str, span: Span, hint: str | None = None) -> NoReturn:
         """Report a syntax error and abandon the current line."""
         self.error(message, span, hint)
@@ -1746,7 +1743,7 @@ class Parser:
 
     def parse_flow_block(self, index: int, end: int, defs: _Definitions) -> None:
         graph = _GraphBuilder(self)
-        errors = self.error_count()
+        errors = self.diagnostics.error_count
         has_lines = any(not self.lines[sub].blank for sub in range(index + 1, end))
         if not has_lines:
             self.empty_flow(index, end)
@@ -1755,7 +1752,9 @@ class Parser:
         last = max(index, end - 1)
         span = Span(self.path, index + 1, 1, last + 1, len(self.lines[last].raw) + 1)
         if defs.flow is None:  # a second flow was reported by once(); the first one counts
-            defs.flow = graph.build(span, complete=has_lines and self.error_count() == errors)
+            defs.flow = graph.build(
+                span, complete=has_lines and self.diagnostics.error_count == errors
+            )
 
     def empty_flow(self, index: int, end: int) -> None:
         """A flow header with nothing under it; unindented flow lines after it get their own
@@ -2175,10 +2174,10 @@ class Parser:
             self.fail(
                 f"{head.text} has no body", self.tok_span(head), "indent '-> …' lines under it"
             )
-        errors = self.error_count()
+        errors = self.diagnostics.error_count
         pending = self.parse_flow_lines(index + 1, end, body, start_from=name, loop=body_loop)
         self.drop_pending(pending, body_loop)
-        if self.error_count() == errors and not any(e.source == name for e in body.edges):
+        if self.diagnostics.error_count == errors and not any(e.source == name for e in body.edges):
             first = next(sub for sub in range(index + 1, end) if not self.lines[sub].blank)
             self.error(
                 f"the {head.text} body has no line starting with '->'",
