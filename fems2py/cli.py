@@ -149,9 +149,12 @@ def _graph(args: argparse.Namespace) -> int:
 
 
 def _source_or_none(path: Path) -> str | None:
+    """The script's text for excerpts, read like the compiler reads it (None if unreadable)."""
+    from fems2py.frontend import read_source
+
     try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
+        return read_source(path)
+    except CompileError:
         return None
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from fems2py.nodes import FlowNode, Graph, Join, Loop, Module, ModuleCall, Script
+from fems2py.nodes import Edge, FlowNode, Graph, Join, Loop, Module, ModuleCall, Script
 
 
 def to_mermaid(script: Script) -> str:
@@ -39,10 +39,7 @@ def _emit_graph(lines: list[str], key: str, title: str, graph: Graph, depth: int
         if isinstance(node.binding, Loop):
             _emit_loop(lines, key, node, node.binding, depth + 1)
     for edge in graph.edges:
-        arrow = f"-->|{_label(edge.condition.text)}|" if edge.condition is not None else "-->"
-        lines.append(
-            f"{indent}    {_node_id(key, edge.source)} {arrow} {_node_id(key, edge.target)}"
-        )
+        lines.append(f"{indent}    {_edge(key, edge.source, edge)}")
     lines.append(f"{indent}end")
 
 
@@ -56,14 +53,19 @@ def _emit_loop(lines: list[str], key: str, node: FlowNode, loop: Loop, depth: in
             lines.append(f"{indent}    {_node_id(key, body_node.name)}{_shape(body_node)}")
     for edge in loop.body.edges:
         source = node.name if edge.source == loop.head else edge.source
-        arrow = f"-->|{_label(edge.condition.text)}|" if edge.condition is not None else "-->"
-        lines.append(f"{indent}    {_node_id(key, source)} {arrow} {_node_id(key, edge.target)}")
+        lines.append(f"{indent}    {_edge(key, source, edge)}")
     for body_node in loop.body.nodes:
         if isinstance(body_node.binding, Loop):
             _emit_loop(lines, key, body_node, body_node.binding, depth + 1)
     for end in loop.ends:
         lines.append(f"{indent}    {_node_id(key, end)} -.->|next| {_node_id(key, node.name)}")
     lines.append(f"{indent}end")
+
+
+def _edge(flow_key: str, source: str, edge: Edge) -> str:
+    """``source --> target``, labelled with the condition when the edge has one."""
+    arrow = f"-->|{_label(edge.condition.text)}|" if edge.condition is not None else "-->"
+    return f"{_node_id(flow_key, source)} {arrow} {_node_id(flow_key, edge.target)}"
 
 
 def _shape(node: FlowNode) -> str:
