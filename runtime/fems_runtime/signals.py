@@ -17,7 +17,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fems_runtime.records import RunError
-from fems_runtime.values import ACTOR_NAME, Actor, LiteralError, format_value, parse_literal
+from fems_runtime.values import (
+    ACTOR_NAME,
+    QUOTES,
+    Actor,
+    LiteralError,
+    format_value,
+    parse_literal,
+)
 
 if TYPE_CHECKING:
     from fems_runtime.variables import Frame, Undo
@@ -27,7 +34,6 @@ OUT_TYPES = ("int", "float", "bool", "string", "actor", "enum", "dropdown")
 _PREFIX = re.compile(r"(?:SET[\s_]*VARIABLE|设定变量|设置变量)\s*[:：]", re.IGNORECASE)
 _OPENERS = ("<<", "《《", "《", "〈")
 _CLOSERS = (">>", "》》", "》", "〉")
-_QUOTES = {'"': '"', "'": "'", "“": "”"}
 _VALUE_STARTS = "=([{,:，："
 _TARGET = re.compile(
     r"(?P<a>@?\w+)(?:\.(?P<b>@?\w+))?(?:\s*\[\s*(?P<k>[^\[\]]+?)\s*\])?", re.UNICODE
@@ -217,8 +223,8 @@ def _find_close(text: str, start: int) -> tuple[int, int] | None:
                 continue
             if ch == quote:
                 quote = None
-        elif ch in _QUOTES and previous in _VALUE_STARTS:
-            quote = _QUOTES[ch]
+        elif ch in QUOTES and previous in _VALUE_STARTS:
+            quote = QUOTES[ch]
         elif _PREFIX.match(text, i):
             return None
         else:
@@ -271,8 +277,8 @@ def _first_op(body: str) -> int | None:
     i = 0
     while i < len(body):
         ch = body[i]
-        if ch in _QUOTES:
-            end = body.find(_QUOTES[ch], i + 1)
+        if ch in QUOTES:
+            end = body.find(QUOTES[ch], i + 1)
             i = len(body) if end < 0 else end + 1
             continue
         if ch == "[":

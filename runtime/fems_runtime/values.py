@@ -16,7 +16,7 @@ ACTOR_NAME = re.compile(r"@\w+")
 _INT = re.compile(r"[+-]?(?:0|[1-9]\d*)")
 _FLOAT = re.compile(r"[+-]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?")
 _BARE_KEY = re.compile(r"\w+")
-_QUOTES = {'"': '"', "'": "'", "“": "”"}
+QUOTES = {'"': '"', "'": "'", "“": "”"}  # opener -> closer (§4.2); signals scan with it too
 _ESCAPES = {'"': '"', "'": "'", "\\": "\\", "n": "\n", "t": "\t", "”": "”"}
 _OPEN = {"[": "]", "{": "}", "【": "】"}  # 【 】 are [ ] (§1.4), as models writing Chinese use them
 _SEPARATORS = (",", "，")
@@ -131,7 +131,7 @@ class _Reader:
         text = self.text
         if not text:
             return ""
-        if text[0] in _QUOTES:
+        if text[0] in QUOTES:
             value, end = self.quoted(0)
             if end == len(text):
                 return value
@@ -165,7 +165,7 @@ class _Reader:
 
     def quoted(self, start: int) -> tuple[str, int]:
         """Read a quoted string starting at ``start``; return it and the index after it."""
-        close = _QUOTES[self.text[start]]
+        close = QUOTES[self.text[start]]
         out: list[str] = []
         i = start + 1
         while i < len(self.text):
@@ -189,7 +189,7 @@ class _Reader:
         depth = 0
         while i < len(self.text):
             ch = self.text[i]
-            if ch in _QUOTES:
+            if ch in QUOTES:
                 _, i = self.quoted(i)
                 continue
             if ch in _OPEN:
@@ -229,7 +229,7 @@ class _Reader:
         i = 0
         while i < len(part):
             ch = part[i]
-            if ch in _QUOTES:
+            if ch in QUOTES:
                 _, i = _Reader(part, self.actors, self.make_actor).quoted(i)
                 continue
             if ch in ":：":
@@ -242,7 +242,7 @@ class _Reader:
     def key(self, text: str) -> Any:
         if not text:
             raise _NotLiteral
-        if text[0] in _QUOTES:
+        if text[0] in QUOTES:
             value, end = _Reader(text, self.actors, self.make_actor).quoted(0)
             if end != len(text):
                 raise _NotLiteral
