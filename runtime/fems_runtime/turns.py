@@ -383,8 +383,8 @@ async def run_mind_turn(services: TurnServices, ctx: Context, spec: TurnSpec) ->
 async def _mind_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -> TurnResult:
     room = _Room.of(services, ctx.frame, spec)
     if room.executor_spec.type == "human":
-        return await _human_turn(services, ctx, spec)
-    return await _ai_turn(services, ctx, spec)
+        return await _human_turn(services, ctx, spec, room)
+    return await _ai_turn(services, ctx, spec, room)
 
 
 # ---------------------------------------------------------------------- the room
@@ -656,9 +656,12 @@ async def run_ai_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -> T
     return await _at_action(services, spec, _ai_turn(services, ctx, spec))
 
 
-async def _ai_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -> TurnResult:
+async def _ai_turn(
+    services: TurnServices, ctx: Context, spec: TurnSpec, room: _Room | None = None
+) -> TurnResult:
+    """``room``: the turn's room when the caller has built it already (a mind turn)."""
     frame = ctx.frame
-    room = _Room.of(services, frame, spec)
+    room = room or _Room.of(services, frame, spec)
     texts = _render_texts(frame, spec)
     prompt = texts.prompt
     key = services.log.key(_path(ctx), ctx.node, spec.action, str(room.executor))
@@ -1091,9 +1094,12 @@ async def run_human_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -
     return await _at_action(services, spec, _human_turn(services, ctx, spec))
 
 
-async def _human_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -> TurnResult:
+async def _human_turn(
+    services: TurnServices, ctx: Context, spec: TurnSpec, room: _Room | None = None
+) -> TurnResult:
+    """``room``: the turn's room when the caller has built it already (a mind turn)."""
     frame = ctx.frame
-    room = _Room.of(services, frame, spec)
+    room = room or _Room.of(services, frame, spec)
     if services.human is None:
         raise RunError("human turns need --human terminal or an answers file")
     texts = _render_texts(frame, spec)
