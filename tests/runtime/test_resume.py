@@ -9,9 +9,12 @@ the side effects of an ``@func`` (a line appended to a file per call).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
+import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -137,12 +140,22 @@ def _by_turn(messages: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
 class _FailingModel:
     """Makes every model call after the first ``calls`` fail (the provider went down)."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, calls: int) -> None:
+    def __init__(
+        self,
+        monkeypatch: pytest.MonkeyPatch,
+        calls: int,
+        fail_once: Callable[[], bool] | None = None,
+    ) -> None:
+        """``fail_once``: a failing call first waits (up to 10 s) until it holds, so a test can
+        pin down what concurrent turns stored before the provider went down."""
         self.left = calls
         original = ModelClient.complete
 
         async def complete(client: ModelClient, *args: Any, **kwargs: Any) -> Any:
             if self.left <= 0:
+                deadline = time.monotonic() + 10
+                while fail_once is not None and not fail_once() and time.monotonic() < deadline:
+                    await asyncio.sleep(0.01)
                 raise RunError("the model provider is down")
             self.left -= 1
             return await original(client, *args, **kwargs)
@@ -204,12 +217,18 @@ def test_a_par_vote_interrupted_midway_records_every_vote_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     game = _game(tmp_path)
-    failing = _FailingModel(monkeypatch, 2)  # the opening and one vote, then the provider fails
+
+    def stored_votes() -> list[Any]:
+        with Store(f"sqlite:///{tmp_path / 'dialog.db'}") as store:
+            return [m for m in store.messages(1) if m.kind == "reply" and m.action == "vote"]
+
+    # the opening and one vote, then the provider fails (once that vote is stored: otherwise
+    # the failure may cancel it first, and nothing would be interrupted "midway")
+    failing = _FailingModel(monkeypatch, 2, fail_once=lambda: len(stored_votes()) >= 1)
     with pytest.raises(RunError):
         game.run(**_options(tmp_path))
     failing.recover()
-    with Store(f"sqlite:///{tmp_path / 'dialog.db'}") as store:
-        before = [m for m in store.messages(1) if m.kind == "reply" and m.action == "vote"]
+    before = stored_votes()
     assert len(before) >= 1
     resumed = game.run(**_options(tmp_path, resume=True))
     assert resumed.status == "completed" and resumed.session == 1
