@@ -39,7 +39,8 @@ ALLOWED_CALLS = frozenset(
         "round",
     ]
 )
-_CONSTANTS = {"true": "True", "false": "False", "null": "None"}
+_BOOLEANS = {"true": "True", "false": "False"}
+_CONSTANTS = {**_BOOLEANS, "null": "None"}
 _TYPE_WORDS = frozenset({"ai", "human"})
 _ALLOWED_KEYWORDS = frozenset(
     {"in", "not", "and", "or", "is", "if", "else", "True", "False", "None"}
@@ -218,7 +219,10 @@ class _Compiler:
             "\n" in self.text
             or not name.isidentifier()
             or keyword.iskeyword(name)
-            or (name == stripped and (name in _CONSTANTS or name in _TYPE_WORDS))
+            or (
+                name == stripped
+                and (name in _CONSTANTS or name.lower() in _BOOLEANS or name in _TYPE_WORDS)
+            )
         ):
             return None
         lead = len(self.text) - len(self.text.lstrip())
@@ -284,6 +288,8 @@ class _Compiler:
             name = self._fem_name(leaf)
             self.reads.append(PathRef(name, self._leaf_span(leaf)))
             return f"ctx[{name!r}]"
+        if leaf.value.lower() in _BOOLEANS:  # any case, as in vars: (§12.2)
+            return _BOOLEANS[leaf.value.lower()]
         if leaf.value in _CONSTANTS:
             return _CONSTANTS[leaf.value]
         if leaf.value in _TYPE_WORDS:
@@ -365,7 +371,7 @@ class _Compiler:
                 first_op in ("in", "not in")
                 and second_op in ("==", "!=", "is", "is not")
                 and last.type in ("name", "keyword")
-                and last.value in ("true", "false", "True", "False")
+                and last.value.lower() in _BOOLEANS
             ):
                 self.diagnostics.warning(
                     f"'{first_op}' chained with '{second_op}' is read as "

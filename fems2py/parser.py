@@ -166,6 +166,7 @@ class _Definitions:
     sketch: list[tuple[str, str]] = field(default_factory=list)
     seen_blocks: dict[str, int] = field(default_factory=dict)
     seen_names: dict[tuple[str, str], int] = field(default_factory=dict)
+    module: bool = False
 
 
 @dataclass
@@ -175,6 +176,15 @@ class _Pending:
     node: str
     span: Span
     loop_exit: bool = False
+
+
+@dataclass(frozen=True)
+class _Declaration:
+    """A binding line ``[X]: target`` (or ``[X]:``) standing alone: it names what ``[X]`` runs
+    wherever the flow uses it, and creates no edge (§12.1)."""
+
+    binding: str | ModuleCall | None
+    span: Span
 
 
 @dataclass
@@ -233,6 +243,7 @@ class Parser:
         self.broken_names: set[str] = set()
         self.claimed: set[int] = set()
         self.wide_space_reported = False
+        self.declarations: dict[str, _Declaration] = {}
 
     # ------------------------------------------------------------------ errors and spans
 
@@ -806,10 +817,8 @@ class Parser:
             if token.text == "@":
                 self.fail("expected an actor name after '@'", span)
             return ActorValue(token.text, span)
-        if token.text in ("true", "True"):
-            return BoolValue(True, span)
-        if token.text in ("false", "False"):
-            return BoolValue(False, span)
+        if token.text.lower() in ("true", "false"):  # any case: TRUE, False (§4.2, §12.2)
+            return BoolValue(token.text.lower() == "true", span)
         if token.text in ("null", "None"):
             return NullValue(span)
         return StringValue(token.text, "bare", span)
@@ -1713,7 +1722,7 @@ class Parser:
         self.expect_header(tokens, pos)
         span = self.tok_span(tokens[0], name)
         self.unique("module", name.text, span, defs)
-        inner = _Definitions()
+        inner = _Definitions(module=True)
         self.parse_definitions(index + 1, end, inner, module=True)
         defs.modules.append(
             Module(
@@ -1746,29 +1755,125 @@ class Parser:
         errors = self.diagnostics.error_count
         has_lines = any(not self.lines[sub].blank for sub in range(index + 1, end))
         if not has_lines:
-            self.empty_flow(index, end)
-        pending = self.parse_flow_lines(index + 1, end, graph, start_from=None, loop=None)
-        self.drop_pending(pending, None)
-        last = max(index, end - 1)
-        span = Span(self.path, index + 1, 1, last + 1, len(self.lines[last].raw) + 1)
-        if defs.flow is None:  # a second flow was reported by once(); the first one counts
-            defs.flow = graph.build(
-                span, complete=has_lines and self.diagnostics.error_count == errors
-            )
+            self.empty_flow(index, end, defs.module)
+        outer_declarations, self.declarations = self.declarations, {}
+        try:
+            pending = self.parse_flow_lines(index + 1, end, graph, start_from=None, loop=None)
+            self.drop_pending(pending, None)
+            last = max(index, end - 1)
+            span = Span(self.path, index + 1, 1, last + 1, len(self.lines[last].raw) + 1)
+            if defs.flow is None:  # a second flow was reported by once(); the first one counts
+                # A module's empty flow is a stub (§12.11): complete, no nodes; the checker
+                # warns about it and a call runs nothing.
+                complete = (has_lines or defs.module) and self.diagnostics.error_count == errors
+                defs.flow = self.apply_declarations(graph.build(span, complete))
+        finally:
+            self.declarations = outer_declarations
 
-    def empty_flow(self, index: int, end: int) -> None:
+    def empty_flow(self, index: int, end: int, module: bool) -> None:
         """A flow header with nothing under it; unindented flow lines after it get their own
-        error (parse_block), which says what to do."""
+        error (parse_block), which says what to do. In a module it is a stub, which the checker
+        reports as a warning."""
         after = next(
             (sub for sub in range(end, len(self.lines)) if not self.lines[sub].blank), None
         )
-        if after is None or not _is_flow_line(self.tokens(after)):
+        if not module and (after is None or not _is_flow_line(self.tokens(after))):
             header = self.tokens(index)[0]
             self.error(
                 f"'{header.text}:' has no lines",
                 self.tok_span(header),
                 "indent the flow under it, e.g. [START] -> first_action -> [END]",
             )
+
+    @staticmethod
+    def is_declaration(tokens: list[Token]) -> bool:
+        """``[X]: target`` or ``[X]:`` alone on its line (§12.1)."""
+        return (
+            len(tokens) >= 4
+            and tokens[0].text == "["
+            and tokens[1].kind == "name"
+            and tokens[2].text == "]"
+            and tokens[3].text == ":"
+            and all(token.text != "->" for token in tokens[4:])
+        )
+
+    def declare(self, tokens: list[Token], index: int, end: int) -> None:
+        """Record a binding line; :meth:`apply_declarations` binds the node where it is used."""
+        self.no_body(
+            index,
+            end,
+            "a binding line",
+            "'[X]: target' only says what [X] runs; connect [X] on lines like '[X] -> …'",
+        )
+        name = tokens[1].text
+        binding: str | ModuleCall | None = None
+        if len(tokens) > 4:
+            binding, pos = self.parse_binding(tokens, 4)
+            if pos < len(tokens):
+                self.fail(
+                    f"unexpected '{tokens[pos].text}' after '[{name}]: {tokens[4].text}'",
+                    self.tok_span(tokens[pos]),
+                    "a binding line is '[X]: action' or '[X]: &Module(args)'; "
+                    "chain nodes with '->'",
+                )
+        span = self.tok_span(tokens[0], tokens[-1])
+        earlier = self.declarations.get(name)
+        if earlier is None or earlier.binding is None:
+            self.declarations[name] = _Declaration(binding, span)
+        elif binding is not None and _binding_key(binding) != _binding_key(earlier.binding):
+            self.error(
+                f"node [{name}] is bound twice",
+                span,
+                f"it is already bound at line {earlier.span.line}; a node holds one binding",
+            )
+
+    def apply_declarations(self, graph: Graph) -> Graph:
+        """Bind the declared nodes wherever the flow uses them, loop bodies included; a
+        declared node the flow never uses stays in it as a node of its own."""
+        used: set[str] = set()
+        graph = self.bind_declared(graph, used)
+        nodes = list(graph.nodes)
+        for name, declaration in self.declarations.items():
+            if name not in used:  # kept in order of appearance, like every node
+                where = (declaration.span.line, declaration.span.col)
+                at = next(
+                    (i for i, n in enumerate(nodes) if (n.span.line, n.span.col) > where),
+                    len(nodes),
+                )
+                nodes.insert(at, FlowNode(name, declaration.binding, False, declaration.span))
+        return dataclasses.replace(graph, nodes=tuple(nodes))
+
+    def bind_declared(self, graph: Graph, used: set[str]) -> Graph:
+        nodes = []
+        for node in graph.nodes:
+            if isinstance(node.binding, Loop):
+                body = self.bind_declared(node.binding.body, used)
+                node = dataclasses.replace(
+                    node, binding=dataclasses.replace(node.binding, body=body)
+                )
+            elif not node.anonymous and node.name in self.declarations:
+                used.add(node.name)
+                node = self.bind_node(node, self.declarations[node.name])
+            nodes.append(node)
+        return dataclasses.replace(graph, nodes=tuple(nodes))
+
+    def bind_node(self, node: FlowNode, declaration: _Declaration) -> FlowNode:
+        """The node's binding from its declaration; the declaration's line is where it is
+        defined, so diagnostics about what it runs point there."""
+        if declaration.binding is None:
+            return node
+        if node.binding is None:
+            return dataclasses.replace(node, binding=declaration.binding, span=declaration.span)
+        if _binding_key(node.binding) != _binding_key(declaration.binding):
+            first, second = sorted(
+                (node.span, declaration.span), key=lambda span: (span.line, span.col)
+            )
+            self.error(
+                f"node [{node.name}] is bound twice",
+                second,
+                f"it is already bound at line {first.line}; a node holds one binding",
+            )
+        return node
 
     def drop_pending(self, pending: _Pending | None, loop: _LoopBody | None) -> None:
         """A trailing ``->`` nothing continued: an iteration end in a loop body, else an error."""
@@ -1815,6 +1920,9 @@ class Parser:
             after_error = False
             try:
                 self.closed_strings(tokens)
+                if self.is_declaration(tokens):  # declares a node, creates no edge (§12.1)
+                    self.declare(tokens, index, end)
+                    continue
                 if join_node is not None:
                     node, join_token = join_node
                     join_node = None
@@ -2027,12 +2135,10 @@ class Parser:
             pos += 3
             binding: str | ModuleCall | None = None
             if pos < len(tokens) and tokens[pos].text == ":":
-                if pos + 1 >= len(tokens):
-                    self.fail(
-                        f"expected an action or &Module after '[{name}]:'",
-                        self.tok_span(tokens[pos]),
-                    )
-                binding, pos = self.parse_binding(tokens, pos + 1)
+                if pos + 1 >= len(tokens) or tokens[pos + 1].text == "->":
+                    pos += 1  # '[B1]:' as the original editor writes it: unbound (§12.1)
+                else:
+                    binding, pos = self.parse_binding(tokens, pos + 1)
                 span = self.tok_span(token, tokens[pos - 1])  # what it runs is part of it
             return graph.add(name, span, binding), pos
         if token.text == "fork":  # a construct whose ':' (or VAR in EXPR:) is missing

@@ -199,6 +199,13 @@ class FlowChecker:
                         "add flow: with [IN] -> … -> [OUT]",
                     )
                 continue
+            if module is not None and graph.complete and not graph.nodes:
+                checker.warning(
+                    f"module '{module.name}' has an empty flow: calling it does nothing",
+                    module.span,
+                    "a stub is fine while the script grows; fill it with [IN] -> … -> [OUT]",
+                )
+                continue
             self.check_flow(key, graph, namespace)
 
     def check_flow(self, key: str, graph: Graph, namespace: Namespace) -> None:

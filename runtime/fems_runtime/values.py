@@ -151,10 +151,8 @@ class _Reader:
             value = float(token)
             if math.isfinite(value):
                 return value
-        if token in ("true", "True"):
-            return True
-        if token in ("false", "False"):
-            return False
+        if token.lower() in ("true", "false"):  # any case, as in vars: (§4.2)
+            return token.lower() == "true"
         if token in ("null", "None"):
             return None
         if ACTOR_NAME.fullmatch(token):
