@@ -67,12 +67,17 @@ def build_source(
     return _compile(Path(path), Path(output) if output else None, bundle=bundle).source
 
 
-def build_file(path: str | Path, output: str | Path, bundle: bool = False) -> BuildResult:
+def build_file(
+    path: str | Path, output: str | Path, bundle: bool = False, strict: bool = False
+) -> BuildResult:
     """Build ``path`` into ``output`` (atomically); with ``bundle``, copy the ``code:`` files
-    next to it. Refuses to overwrite a file that lacks the generated header."""
+    next to it; ``strict`` refuses to build on a warning. Refuses to overwrite a file that
+    lacks the generated header."""
     path, output = Path(path), Path(output)
     _check_overwrite(output)
-    compiled = _compile(path, output, bundle=bundle, cache_formatting=True)
+    compiled = _compile(
+        path, output, bundle=bundle, cache_formatting=True, analyzed=_analyze(path, strict)
+    )
     copied: list[Path] = []
     if bundle:
         for source in compiled.code_files.values():
@@ -121,9 +126,9 @@ def run_module(module_path: str | Path, args: Sequence[str]) -> int:
 # ------------------------------------------------------------------------------ internals
 
 
-def _analyze(path: Path) -> tuple[Any, str, tuple[Diagnostic, ...], str]:
+def _analyze(path: Path, strict: bool = False) -> tuple[Any, str, tuple[Diagnostic, ...], str]:
     """Parse and check; return (checked, cache key, warnings, source sha256)."""
-    source, checked, diagnostics = analyze_file(path)
+    source, checked, diagnostics = analyze_file(path, strict)
     sha = hashlib.sha256(source.encode("utf-8")).hexdigest()
     key = hashlib.sha256()
     key.update(f"fems2py {compiler_fingerprint()} black {black.__version__}\n".encode())

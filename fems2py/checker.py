@@ -21,9 +21,11 @@ from typing import Any, Protocol
 
 from fems2py.checks.codefiles import CodeFileError, FuncSignature, Param, read_signatures
 from fems2py.checks.flows import FlowChecker, Use
+from fems2py.checks.usage import excuse_unused, holder, unused_actions, without_unused
 from fems2py.diagnostics import Diagnostic, suggest
 from fems2py.nodes import (
     Action,
+    ActionBlock,
     ActorDef,
     ActorValue,
     DictValue,
@@ -101,6 +103,9 @@ class CheckedScript:
     #: Spans of ``dict[word]`` targets whose bare word is no variable where the action runs,
     #: so the key is the string itself (§4.2; see :class:`~fems2py.nodes.Target`).
     string_keys: frozenset[Span] = frozenset()
+    #: Actions no flow uses (§12.11): left out of ``script``; the problems inside them are
+    #: warnings (see :func:`fems2py.checks.usage.excuse_unused` for the parser's).
+    unused_actions: tuple[ActionBlock, ...] = ()
 
     @property
     def has_errors(self) -> bool:
@@ -111,9 +116,11 @@ def check(script: Script, base_dir: Path) -> CheckedScript:
     """Check ``script`` (whose relative paths start at ``base_dir``) and compute merge nodes."""
     checker = Checker(script, base_dir)
     checker.run()
+    unused = checker.unused_actions
     return CheckedScript(
-        script=script,
-        diagnostics=checker.sorted_diagnostics(),
+        script=without_unused(script, unused),
+        diagnostics=tuple(excuse_unused(checker.sorted_diagnostics(), unused)),
+        unused_actions=unused,
         merge_nodes=checker.merge_nodes,
         code_signatures=checker.signatures,
         code_files=checker.code_files,
@@ -168,7 +175,7 @@ class Checker:
         self.script = script
         self.base_dir = base_dir
         self.items: list[Diagnostic] = []
-        self.later_uses: dict[str, list[Span]] = {}
+        self.later_uses: dict[tuple[str, ActionBlock | None], list[Span]] = {}
         graphs = [script.flow, *(module.flow for module in _all_modules(script.modules))]
         self.loop_variables = {var for graph in graphs for var in _loop_variables(graph)}
         self.merge_nodes: dict[tuple[str, str], str | None] = {}
@@ -186,6 +193,7 @@ class Checker:
         self.action_extra: dict[int, set[str]] = {}
         self.caller_loop_vars: dict[int, set[str]] = {}
         self.string_keys: set[Span] = set()
+        self.unused_actions: tuple[ActionBlock, ...] = ()
 
     # ------------------------------------------------------------------ reporting
 
@@ -196,25 +204,46 @@ class Checker:
         self.items.append(Diagnostic("warning", message, span, hint))
 
     def declare_hint(self, name: str) -> str:
-        """How to fix an undeclared name: a loop variable used outside its loop, or vars:."""
+        """How to fix an undeclared name: a loop variable used outside its loop, a module's
+        local read elsewhere, or vars:."""
+        local = self.module_local_hint(name)
+        if local is not None:
+            return local
         if name in self.loop_variables:
             return f"'{name}' is bound only inside the body of its for/par loop (§12.7)"
         return f"every variable is declared in vars: first (§4.1), e.g. {name} = 0"
 
+    def module_local_hint(self, name: str) -> str | None:
+        """§12.11: a name declared only in a module's vars: is that module's (§11.2); say
+        where it is declared and how to share it."""
+        for module in _all_modules(self.script.modules):
+            decl = next((v for v in module.variables if v.name == name), None)
+            if decl is not None:
+                return (
+                    f"'{name}' is a local of module {module.name} (line {decl.span.line}); "
+                    "declare it in the top-level vars: to share it between modules"
+                )
+        return None
+
     def undefined(self, message: str, span: Span, hint: str | None) -> None:
         """An unknown name is reported at its first use only; the other uses are listed in
-        that report's hint (one mistake, one diagnostic)."""
-        later = self.later_uses.get(message)
+        that report's hint (one mistake, one diagnostic). Uses inside an unused action are
+        reported apart: they become warnings, the others must stay errors."""
+        key = self.undefined_key(message, span)
+        later = self.later_uses.get(key)
         if later is None:
-            self.later_uses[message] = []
+            self.later_uses[key] = []
             self.error(message, span, hint)
         else:
             later.append(span)
 
+    def undefined_key(self, message: str, span: Span) -> tuple[str, ActionBlock | None]:
+        return message, holder(self.unused_actions, Diagnostic("error", message, span))
+
     def sorted_diagnostics(self) -> tuple[Diagnostic, ...]:
         items = []
         for item in self.items:
-            later = self.later_uses.get(item.message)
+            later = self.later_uses.get(self.undefined_key(item.message, item.span))
             if later and item.severity == "error":
                 first, *others = sorted([item.span, *later], key=lambda s: (s.line, s.col))
                 lines = sorted({span.line for span in others} - {first.line})
@@ -241,6 +270,7 @@ class Checker:
             self.build_module(module, self.root)
         flows = FlowChecker(self)
         flows.collect_uses()
+        self.unused_actions = unused_actions(self.script, self.root, self.namespaces)
         self.propagate_names()
         for namespace in [self.root, *self.namespaces.values()]:
             self.check_variable_values(namespace)
@@ -479,7 +509,9 @@ class Checker:
             return False
         if name in names:
             return True
-        hint = suggest(name, {n for n in names if not n.startswith("@")})
+        hint = self.module_local_hint(name) or suggest(
+            name, {n for n in names if not n.startswith("@")}
+        )
         if hint is None and string_hint and name.isidentifier():
             hint = f"did you mean the string '{name}'? Otherwise declare it in vars:"
         self.undefined(f"undeclared variable '{name}'", span, hint or self.declare_hint(name))
@@ -544,7 +576,8 @@ class Checker:
             return
         if target.name in names:
             return
-        hint = suggest(target.name, names) or self.declare_hint(target.name)
+        hint = self.module_local_hint(target.name) or suggest(target.name, names)
+        hint = hint or self.declare_hint(target.name)
         self.undefined(f"undeclared variable '{target.name}'", target.span, hint)
 
     def check_index_key(self, target: Target, names: set[str], *, out: bool) -> None:
@@ -753,6 +786,8 @@ class Checker:
             known = ref.name in names or ref.name in self.actors or ref.name in self.broken
             if not in_names and not known and not ref.name.startswith("@"):
                 hint = suggest(ref.name, {n for n in names if not n.startswith("@")})
+                if self.module_local_hint(ref.name) is not None:
+                    hint = None  # where it is declared says more than a look-alike name
                 literal = f"write {{{{{placeholder.path}}}}} for literal braces"
                 self.undefined(
                     f"undeclared variable '{ref.name}'",

@@ -16,6 +16,10 @@ from fems2py import __version__
 from fems2py.diagnostics import CompileError, Diagnostic
 
 EXIT_OK, EXIT_ERRORS, EXIT_USAGE = 0, 1, 2
+STRICT_HELP = (
+    "treat every warning as an error (unreachable nodes, stub modules, problems inside "
+    "actions no flow uses, …); exit 1 if there is any"
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -43,6 +47,7 @@ def _argument_parser() -> argparse.ArgumentParser:
         "check", help="report every error and warning of .fems files, build nothing"
     )
     check.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    check.add_argument("--strict", action="store_true", help=STRICT_HELP)
     check.set_defaults(handler=_check)
 
     build = commands.add_parser("build", help="compile a .fems file to one Python module")
@@ -55,6 +60,7 @@ def _argument_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="copy the script's code: files next to the output, so the module is self-contained",
     )
+    build.add_argument("--strict", action="store_true", help=STRICT_HELP)
     build.set_defaults(handler=_build)
 
     run = commands.add_parser(
@@ -77,7 +83,7 @@ def _argument_parser() -> argparse.ArgumentParser:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from fems2py.frontend import analyze_source, read_source
+    from fems2py.frontend import analyze_source, as_errors, read_source
 
     failed = False
     for path in args.files:
@@ -88,6 +94,8 @@ def _check(args: argparse.Namespace) -> int:
             failed = True
             continue
         _, diagnostics = analyze_source(source, str(path), path.parent)
+        if args.strict:
+            diagnostics = as_errors(diagnostics)
         _print_diagnostics(diagnostics, path, source)
         failed = failed or any(d.severity == "error" for d in diagnostics)
         if not diagnostics:
@@ -100,7 +108,7 @@ def _build(args: argparse.Namespace) -> int:
 
     output = args.output or args.file.with_suffix(".py")
     try:
-        result = build_file(args.file, output, bundle=args.bundle)
+        result = build_file(args.file, output, bundle=args.bundle, strict=args.strict)
     except CompileError as error:
         _print_compile_error(error, args.file)
         return EXIT_ERRORS

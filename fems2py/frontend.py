@@ -6,9 +6,11 @@ the same diagnostics for the same file.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from fems2py.checker import CheckedScript, check
+from fems2py.checks.usage import excuse_unused
 from fems2py.diagnostics import CompileError, Diagnostic
 from fems2py.nodes import Span
 from fems2py.parser import parse
@@ -60,7 +62,8 @@ def analyze_source(
     """
     script, diagnostics = parse(source, path, base_dir)
     checked = check(script, base_dir)
-    return checked, sorted([*diagnostics, *checked.diagnostics], key=_position)
+    excused = excuse_unused(diagnostics, checked.unused_actions)
+    return checked, sorted([*excused, *checked.diagnostics], key=_position)
 
 
 def analyze(path: Path) -> tuple[CheckedScript, list[Diagnostic]]:
@@ -69,13 +72,21 @@ def analyze(path: Path) -> tuple[CheckedScript, list[Diagnostic]]:
     return checked, diagnostics
 
 
-def analyze_file(path: Path) -> tuple[str, CheckedScript, list[Diagnostic]]:
-    """:func:`analyze` that also returns the source it read (the build hashes it)."""
+def analyze_file(path: Path, strict: bool = False) -> tuple[str, CheckedScript, list[Diagnostic]]:
+    """:func:`analyze` that also returns the source it read (the build hashes it); ``strict``
+    makes every warning an error (``--strict``)."""
     source = read_source(path)
     checked, diagnostics = analyze_source(source, str(path), path.parent)
+    if strict:
+        diagnostics = as_errors(diagnostics)
     if any(d.severity == "error" for d in diagnostics):
         raise CompileError(diagnostics)
     return source, checked, diagnostics
+
+
+def as_errors(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
+    """``--strict`` (§12.11): every warning is an error."""
+    return [dataclasses.replace(d, severity="error") for d in diagnostics]
 
 
 def _position(diagnostic: Diagnostic) -> tuple[int, int]:

@@ -372,6 +372,21 @@ class ModuleCall:
 
 
 @dataclass(frozen=True)
+class ActionBlock:
+    """Where an action definition sits: its header line through its last field line, and the
+    namespace it is defined in (``"main"``, ``"module:Name"``, ``"module:Outer/Inner"``).
+    Recorded even when the definition is broken, so that the problems inside an action no flow
+    uses can be told apart (§12.11)."""
+
+    name: str
+    namespace: str
+    span: Span
+
+    def holds(self, span: Span) -> bool:
+        return span.file == self.span.file and self.span.line <= span.line <= self.span.end_line
+
+
+@dataclass(frozen=True)
 class Action:
     """``action NAME @KIND(EXECUTOR) [as (@role)]:`` and its fields (§9).
 
@@ -518,3 +533,4 @@ class Script:
     flow: Graph | None = None
     sketch: tuple[tuple[str, str], ...] = field(default=())
     broken_names: frozenset[str] = frozenset()
+    action_blocks: tuple[ActionBlock, ...] = ()

@@ -32,6 +32,7 @@ from fems2py.lexer import (
 )
 from fems2py.nodes import (
     Action,
+    ActionBlock,
     ActorDef,
     ActorValue,
     Assignment,
@@ -244,6 +245,8 @@ class Parser:
         self.claimed: set[int] = set()
         self.wide_space_reported = False
         self.declarations: dict[str, _Declaration] = {}
+        self.namespace = "main"  # the checker's key of the script or module being parsed
+        self.action_blocks: list[ActionBlock] = []
 
     # ------------------------------------------------------------------ errors and spans
 
@@ -356,6 +359,7 @@ class Parser:
             flow=defs.flow,
             sketch=tuple(defs.sketch),
             broken_names=frozenset(self.broken_names),
+            action_blocks=tuple(self.action_blocks),
         )
 
     def _find_code_aliases(self) -> set[str]:
@@ -446,6 +450,15 @@ class Parser:
             "action": self.parse_action,
             "module": self.parse_module,
         }
+        if word == "action" and len(tokens) > 1 and tokens[1].kind == "name":
+            last = self.lines[end - 1]
+            self.action_blocks.append(
+                ActionBlock(
+                    tokens[1].text,
+                    self.namespace,
+                    Span(self.path, index + 1, 1, last.number, len(last.raw) + 1),
+                )
+            )
         if word in definitions:
             try:
                 definitions[word](index, end, tokens, defs)
@@ -1723,7 +1736,12 @@ class Parser:
         span = self.tok_span(tokens[0], name)
         self.unique("module", name.text, span, defs)
         inner = _Definitions(module=True)
-        self.parse_definitions(index + 1, end, inner, module=True)
+        outer = self.namespace
+        self.namespace = f"module:{name.text}" if outer == "main" else f"{outer}/{name.text}"
+        try:
+            self.parse_definitions(index + 1, end, inner, module=True)
+        finally:
+            self.namespace = outer
         defs.modules.append(
             Module(
                 name=name.text,

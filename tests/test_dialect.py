@@ -211,3 +211,109 @@ def test_a_misspelled_boolean_is_still_an_undeclared_name(tmp_path, capsys):
     status, err = check(write(tmp_path, BOOLEANS.replace("if (FALSE)", "if (FALS)")), capsys)
     assert status == 1
     assert "undeclared variable 'FALS'" in err
+
+
+# --------------------------------------------------------------------- 5. unused actions (§12.11)
+
+UNUSED = (
+    """
+vars:
+    n = 0
+"""
+    + ACTORS
+    + """
+action hello @ai(@a):
+    prompt: Hello {n}.
+    fallback: rescue
+action rescue @assign:
+    out: n += 1
+action draft @ai(@speaker):
+    prompt: Say {mood}.
+    scope: [@a, @nobody]
+    bogus: 1
+module Later:
+    action plan @assign:
+        out: n = remove(
+    flow:
+        [IN] -> [OUT]
+mainflow:
+    [START] -> hello -> &Later -> [END]
+"""
+)
+
+
+def test_problems_inside_unused_actions_are_warnings_and_the_actions_are_left_out(tmp_path, capsys):
+    path = write(tmp_path, UNUSED)
+    status, err = check(path, capsys)
+    assert status == 0
+    assert "t.fems:13:18: warning: action draft is never used: unknown actor '@speaker'" in err
+    assert "t.fems:14:17: warning: action draft is never used: undeclared variable 'mood'" in err
+    assert "t.fems:16:5: warning: action draft is never used: unknown action field 'bogus'" in err
+    assert "t.fems:19:25: warning: action plan is never used: invalid expression" in err
+    assert "0 errors, 5 warnings" in err
+    result, _events = build_and_run(path, capsys)
+    assert result.status == "completed"
+    module = path.with_suffix(".py").read_text(encoding="utf-8")
+    assert "async def rescue(" in module  # the fallback of a used action is used
+    assert "draft" not in module and "async def plan" not in module
+
+
+def test_strict_makes_every_warning_an_error(tmp_path, capsys):
+    path = write(tmp_path, UNUSED)
+    status, err = check(path, capsys, "--strict")
+    assert status == 1 and "5 errors, 0 warnings" in err
+    assert "error: action draft is never used: unknown actor '@speaker'" in err
+    assert main(["build", "--strict", str(path), "-o", str(tmp_path / "t.py")]) == 1
+    assert not (tmp_path / "t.py").exists()
+    assert "5 errors" in capsys.readouterr().err
+
+
+def test_the_same_mistake_in_a_used_action_stays_an_error(tmp_path, capsys):
+    source = UNUSED.replace("prompt: Hello {n}.", "prompt: Hello {mood}.")
+    status, err = check(write(tmp_path, source), capsys)
+    assert status == 1
+    assert "t.fems:9:19: error: undeclared variable 'mood'" in err
+    assert "warning: action draft is never used: undeclared variable 'mood'" in err
+
+
+# --------------------------------------------------------------------- 6. module locals (§12.11)
+
+MODULE_LOCAL = (
+    """
+vars:
+    day = 1
+"""
+    + ACTORS
+    + """
+module NightPhase:
+    vars:
+        dead_tonight = ""
+    action kill @assign:
+        out: dead_tonight = "@b"
+    flow:
+        [IN] -> kill -> [OUT]
+action announce @ai(@a):
+    prompt: Last night {dead_tonight} died.
+mainflow:
+    [START] -> &NightPhase -> announce -> [END]
+"""
+)
+
+
+def test_a_module_local_read_elsewhere_says_where_it_is_declared(tmp_path, capsys):
+    status, err = check(write(tmp_path, MODULE_LOCAL), capsys)
+    assert status == 1
+    assert "t.fems:16:24: error: undeclared variable 'dead_tonight'" in err
+    assert (
+        "hint: 'dead_tonight' is a local of module NightPhase (line 10); declare it in the "
+        "top-level vars: to share it between modules"
+    ) in err
+
+
+def test_a_shared_variable_declared_at_the_top_level_passes(tmp_path, capsys):
+    source = MODULE_LOCAL.replace("    day = 1\n", '    day = 1\n    dead_tonight = ""\n')
+    source = source.replace('    vars:\n        dead_tonight = ""\n', "")
+    path = write(tmp_path, source)
+    assert check(path, capsys) == (0, f"{path}: ok\n")
+    result, _events = build_and_run(path, capsys)
+    assert result.status == "completed" and result.variables["dead_tonight"] == "@b"

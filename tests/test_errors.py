@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from fems2py.checker import check
+from fems2py.checks.usage import excuse_unused
 from fems2py.diagnostics import Diagnostic
 from fems2py.parser import parse
 
@@ -74,7 +75,7 @@ def diagnose(path: Path) -> list[Diagnostic]:
     source = path.read_text(encoding="utf-8")
     script, parse_diagnostics = parse(source, path.name, path.parent)
     checked = check(script, path.parent)
-    return [*parse_diagnostics, *checked.diagnostics]
+    return [*excuse_unused(parse_diagnostics, checked.unused_actions), *checked.diagnostics]
 
 
 def _show(diagnostic: Diagnostic) -> str:

@@ -1,0 +1,119 @@
+"""Which actions no flow uses (§12.11 Decision).
+
+Real scripts carry half-finished actions that no flow runs yet. The problems inside such an
+action are warnings ("action X is never used: …") and the action is left out of the generated
+module; an action counts as used when a node of some flow runs it, or when it is the
+``fallback:`` of a used action. Names resolve like everywhere else: a module's own actions
+shadow the outer ones (§11.4).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
+
+from fems2py.diagnostics import Diagnostic
+from fems2py.nodes import ActionBlock, Graph, Loop, Module, Script
+
+if TYPE_CHECKING:
+    from fems2py.checker import Namespace
+
+_Key = tuple[str, str]  # (namespace key, action name)
+
+
+def unused_actions(
+    script: Script, root: Namespace, modules: dict[int, Namespace]
+) -> tuple[ActionBlock, ...]:
+    """The action definitions (broken ones included) that no flow uses. Nothing is reported
+    while a flow is missing or has a syntax error: its uses are not all known."""
+    flows = [(root, script.flow)] + [
+        (modules[id(m)], m.flow) for m in _all_modules(script) if id(m) in modules
+    ]
+    if any(graph is None or not graph.complete for _, graph in flows):
+        return ()
+    defined = {(block.namespace, block.name) for block in script.action_blocks}
+
+    def resolve(name: str, namespace: Namespace) -> _Key | None:
+        for level in namespace.chain():
+            if (level.key, name) in defined:
+                return level.key, name
+        return None
+
+    fallbacks: dict[_Key, _Key | None] = {}
+    for namespace in (root, *modules.values()):
+        for action in namespace.actions.values():
+            if isinstance(action.fallback, str):
+                fallbacks[(namespace.key, action.name)] = resolve(action.fallback, namespace)
+    used: set[_Key] = set()
+    pending = [
+        resolve(binding, namespace)
+        for namespace, graph in flows
+        for binding in _action_bindings(graph)  # type: ignore[arg-type]
+    ]
+    while pending:
+        key = pending.pop()
+        if key is not None and key not in used:
+            used.add(key)
+            pending.append(fallbacks.get(key))
+    return tuple(b for b in script.action_blocks if (b.namespace, b.name) not in used)
+
+
+def excuse_unused(
+    diagnostics: Iterable[Diagnostic], unused: tuple[ActionBlock, ...]
+) -> list[Diagnostic]:
+    """Each problem inside an unused action, as a warning that says so."""
+    excused = []
+    for diagnostic in diagnostics:
+        owner = holder(unused, diagnostic)
+        if owner is not None:
+            diagnostic = dataclasses.replace(
+                diagnostic,
+                severity="warning",
+                message=f"action {owner.name} is never used: {diagnostic.message}",
+            )
+        excused.append(diagnostic)
+    return excused
+
+
+def holder(blocks: tuple[ActionBlock, ...], diagnostic: Diagnostic) -> ActionBlock | None:
+    """The block the diagnostic points into, if any."""
+    return next((block for block in blocks if block.holds(diagnostic.span)), None)
+
+
+def without_unused(script: Script, unused: tuple[ActionBlock, ...]) -> Script:
+    """The script minus the unused actions: what code generation sees."""
+    if not unused:
+        return script
+    keys = {(block.namespace, block.name) for block in unused}
+
+    def keep(namespace: str, module: Module) -> Module:
+        key = f"module:{module.name}" if namespace == "main" else f"{namespace}/{module.name}"
+        return dataclasses.replace(
+            module,
+            actions=tuple(a for a in module.actions if (key, a.name) not in keys),
+            modules=tuple(keep(key, inner) for inner in module.modules),
+        )
+
+    return dataclasses.replace(
+        script,
+        actions=tuple(a for a in script.actions if ("main", a.name) not in keys),
+        modules=tuple(keep("main", module) for module in script.modules),
+    )
+
+
+def _action_bindings(graph: Graph) -> Iterator[str]:
+    for node in graph.nodes:
+        if isinstance(node.binding, Loop):
+            yield from _action_bindings(node.binding.body)
+        elif isinstance(node.binding, str):
+            yield node.binding
+
+
+def _all_modules(script: Script) -> list[Module]:
+    def walk(modules: Iterable[Module]) -> Iterator[Module]:
+        for module in modules:
+            yield module
+            yield from walk(module.modules)
+
+    return list(walk(script.modules))
