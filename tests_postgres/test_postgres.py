@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -120,6 +121,31 @@ def test_two_hundred_concurrent_writers_from_two_engines(url: str) -> None:
     assert len(stores[1].visible_messages(session, soul="0")) == 40
     for store in stores:
         store.close()
+
+
+def test_two_hundred_concurrent_first_starts_on_a_new_database(url: str) -> None:
+    """200 starts at once on a database without tables: the schema is created once (under an
+    advisory lock) and every start gets its own session."""
+    starts = 200
+    ready = threading.Barrier(starts)
+    failures: list[str] = []
+
+    def first_start() -> None:
+        ready.wait()
+        try:
+            with Store(url) as store:
+                store.open_session("new")
+        except RunError as error:
+            failures.append(error.message)
+
+    threads = [threading.Thread(target=first_start) for _ in range(starts)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    with Store(url) as store:
+        assert store.session(starts) is not None and store.session(starts + 1) is None
 
 
 def test_a_whole_werewolf_game_on_postgres_leaks_nothing(url: str, tmp_path: Path) -> None:

@@ -27,6 +27,8 @@ from fems_runtime.records import RunError
 
 DEFAULT_DATABASE = "./dialog.db"
 BUSY_TIMEOUT_MS = 30_000
+# PostgreSQL advisory lock keys: creating the tables, numbering a new session
+_SCHEMA_LOCK, _SESSION_LOCK = 0x66656D73, 0x66656D74
 
 
 @dataclass(frozen=True)
@@ -260,13 +262,24 @@ class Store:
             self.engine = sa.create_engine(self.url, **options)
             if sqlite:
                 sa.event.listen(self.engine, "connect", _sqlite_pragmas)
-            with self._lock:
-                schema.meta.create_all(self.engine)
+            self._create_schema()
         except (sa.exc.SQLAlchemyError, ImportError) as error:
             reason = getattr(error, "orig", None) or error
             raise RunError(
                 f"cannot open database {database or DEFAULT_DATABASE}: {reason}"
             ) from None
+
+    def _create_schema(self) -> None:
+        """Create the missing tables, safely when many processes open a new database at once.
+
+        ``create_all`` checks, then creates, so two first starts can both decide to create a
+        table. The check and the creation run in one transaction that holds the database's
+        write lock (:func:`_serialize`; PostgreSQL's DDL is transactional), so a second process
+        sees the tables the first made.
+        """
+        with self._write() as db:
+            _serialize(db, _SCHEMA_LOCK)
+            self._t.meta.create_all(db)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -319,12 +332,12 @@ class Store:
         while True:
             try:
                 return self._open_session(number, create, info)
-            except self._t.sa.exc.IntegrityError:
-                # another process created the same number first (not possible on one SQLite
-                # file, whose write transactions start immediate): take the next one
+            except self._t.sa.exc.IntegrityError as error:
+                # another process created the same number first (not on SQLite or PostgreSQL,
+                # where numbering is serialized): take the next one, or continue ``N``
                 retries -= 1
-                if number is not None or retries == 0:
-                    raise
+                if retries == 0:
+                    raise RunError(f"cannot open a session: {error.orig}") from None
 
     def _open_session(self, number: int | None, create: bool, info: dict[str, Any]) -> int:
         t, sa = self._t, self._t.sa
@@ -345,6 +358,7 @@ class Store:
                         f"session {number} does not exist (use 'new' or '{number} / new')"
                     )
             else:
+                _serialize(db, _SESSION_LOCK)
                 number = (db.execute(sa.select(sa.func.max(t.sessions.c.id))).scalar() or 0) + 1
             db.execute(
                 t.sessions.insert().values(
@@ -872,6 +886,14 @@ def _profiles_statement() -> Any:
 
 def _text_or_none(value: Any) -> str | None:
     return None if value is None else str(value)
+
+
+def _serialize(db: Any, key: int) -> None:
+    """Hold the lock ``key`` until ``db``'s transaction ends, so that concurrent check-then-write
+    steps (create missing tables, take the next session number) run one at a time. SQLite
+    needs nothing: its write transactions start with ``BEGIN IMMEDIATE``."""
+    if db.dialect.name == "postgresql":
+        db.exec_driver_sql(f"SELECT pg_advisory_xact_lock({key})")
 
 
 def _sqlite_pragmas(connection: Any, _record: Any) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+import threading
 from pathlib import Path
 
 import pytest
@@ -215,6 +216,31 @@ def test_two_hundred_concurrent_writers(tmp_path: Path) -> None:
     assert len(stores[1].visible_messages(session, soul="0")) == 40
     for s in stores:
         s.close()
+
+
+def test_two_hundred_concurrent_first_starts_on_a_new_file(tmp_path: Path) -> None:
+    """Each start opens its own engine on a file nobody created yet, all at once (§14): the
+    schema is created once and no start fails with "table … already exists"."""
+    path, starts = tmp_path / "new.db", 200
+    ready = threading.Barrier(starts)
+    failures: list[str] = []
+
+    def first_start() -> None:
+        ready.wait()
+        try:
+            with Store(path) as store:
+                store.open_session("new")
+        except RunError as error:
+            failures.append(error.message)
+
+    threads = [threading.Thread(target=first_start) for _ in range(starts)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    with Store(path) as store:
+        assert store.session(starts) is not None and store.session(starts + 1) is None
 
 
 def test_seed_from_python_yaml_and_json(store: Store, tmp_path: Path) -> None:
