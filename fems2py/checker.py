@@ -23,16 +23,15 @@ from fems2py.checks.codefiles import CodeFileError, FuncSignature, Param, read_s
 from fems2py.checks.flows import FlowChecker, Use
 from fems2py.checks.usage import excuse_unused, holder, unused_actions, without_unused
 from fems2py.diagnostics import Diagnostic, suggest
+from fems2py.kinds import ACTION_KINDS
 from fems2py.nodes import (
     Action,
     ActionBlock,
     ActorDef,
     ActorValue,
-    DictValue,
     Expr,
     FuncRef,
     Graph,
-    ListValue,
     Loop,
     MetaEntry,
     Method,
@@ -49,6 +48,7 @@ from fems2py.nodes import (
     Value,
     VarDecl,
 )
+from fems2py.visitor import BindingVisitor, NodeVisitor, walk
 
 __all__ = ["CheckedScript", "FuncSignature", "Param", "check"]
 
@@ -61,7 +61,6 @@ RESOLVE_INPUTS = frozenset({"SET_VARIABLE", "prompt", "llm_output"})
 #: §9.8: the built-in ``system.spawn``.
 SPAWN = FuncSignature("spawn", (Param("spawn_requests", False),), False, 0)
 
-_PROMPT_KINDS = frozenset({"ai", "human", "mind"})
 #: §3: the keys of a script's ``meta:``, and the few a module's ``meta:`` accepts.
 META_KEYS = (
     *("name", "version", "id", "owner", "database", "session", "system_safety"),
@@ -701,7 +700,7 @@ class Checker:
     def check_action(self, action: Action, namespace: Namespace) -> None:
         names = self.action_names(action, namespace)
         spans = dict(action.field_spans)
-        if action.kind in _PROMPT_KINDS and action.executor is not None:
+        if ACTION_KINDS[action.kind].has_executor and action.executor is not None:
             self.check_name(action.executor, spans.get("executor", action.span), names)
         if action.role is not None:
             self.check_name(action.role, spans.get("role", action.span), names)
@@ -839,16 +838,7 @@ class Checker:
                 self.error(f"'{name}' is a {method.kind} method, not a {kind} method", span)
 
     def check_fallback(self, action: Action, namespace: Namespace, names: set[str]) -> None:
-        fallback = action.fallback
-        span = dict(action.field_spans).get("fallback", action.span)
-        if isinstance(fallback, ModuleCall):
-            self.check_module_call(fallback, namespace, names)
-        elif isinstance(fallback, str) and fallback not in self.broken:
-            if namespace.find_action(fallback) is None:
-                hint = suggest(fallback, namespace.visible("actions"))
-                self.error(f"undefined fallback action '{fallback}'", span, hint)
-            elif fallback == action.name:
-                self.error(f"action '{action.name}' cannot be its own fallback", span)
+        _CheckFallback(self).visit(action.fallback, action, namespace, names)
 
     # ------------------------------------------------------------------ methods (§8)
 
@@ -884,15 +874,45 @@ class Checker:
         )
 
 
+class _CheckFallback(BindingVisitor[None]):
+    """``fallback:`` names an action or calls a module, bound like a flow node (§10.6)."""
+
+    def __init__(self, checker: Checker) -> None:
+        self.checker = checker
+
+    def visit_ModuleCall(
+        self, call: ModuleCall, action: Action, namespace: Namespace, names: set[str]
+    ) -> None:
+        self.checker.check_module_call(call, namespace, names)
+
+    def visit_ActionName(
+        self, name: str, action: Action, namespace: Namespace, names: set[str]
+    ) -> None:
+        if name in self.checker.broken:
+            return
+        span = dict(action.field_spans).get("fallback", action.span)
+        if namespace.find_action(name) is None:
+            hint = suggest(name, namespace.visible("actions"))
+            self.checker.error(f"undefined fallback action '{name}'", span, hint)
+        elif name == action.name:
+            self.checker.error(f"action '{action.name}' cannot be its own fallback", span)
+
+
+class _ActorRefs(NodeVisitor[None]):
+    """Collects every ``@name`` inside a literal, list items and dict keys and values included."""
+
+    def __init__(self) -> None:
+        self.found: list[ActorValue] = []
+
+    def visit_ActorValue(self, value: ActorValue) -> None:
+        self.found.append(value)
+
+
 def _actor_refs(value: Value) -> list[ActorValue]:
     """Every ``@name`` inside a literal, list items and dict keys and values included."""
-    if isinstance(value, ActorValue):
-        return [value]
-    if isinstance(value, ListValue):
-        return [ref for item in value.items for ref in _actor_refs(item)]
-    if isinstance(value, DictValue):
-        return [ref for pair in value.items for item in pair for ref in _actor_refs(item)]
-    return []
+    refs = _ActorRefs()
+    refs.visit(value)
+    return refs.found
 
 
 def _all_modules(modules: Iterable[Module]) -> list[Module]:
@@ -901,12 +921,7 @@ def _all_modules(modules: Iterable[Module]) -> list[Module]:
 
 def _loop_variables(graph: Graph | None) -> set[str]:
     """The variables every ``for``/``par`` of a flow binds, nested bodies included."""
-    found: set[str] = set()
-    for node in graph.nodes if graph is not None else ():
-        if isinstance(node.binding, Loop):
-            found.add(node.binding.var)
-            found |= _loop_variables(node.binding.body)
-    return found
+    return {node.var for node in walk(graph) if isinstance(node, Loop)}
 
 
 def _whole_number(value: object, minimum: int) -> bool:

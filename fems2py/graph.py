@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from fems2py.nodes import Edge, FlowNode, Graph, Join, Loop, Module, ModuleCall, Script
+from fems2py.visitor import BindingVisitor
 
 
 def to_mermaid(script: Script) -> str:
@@ -69,20 +70,30 @@ def _edge(flow_key: str, source: str, edge: Edge) -> str:
 
 
 def _shape(node: FlowNode) -> str:
-    binding = node.binding
-    if binding is None:
+    shape = _Shape().visit(node.binding, node)
+    assert shape is not None, f"unexpected node binding {node.binding!r}"
+    return shape
+
+
+class _Shape(BindingVisitor[str]):
+    """A node's Mermaid shape and label, by what it runs."""
+
+    def visit_PassThrough(self, binding: None, node: FlowNode) -> str:
         return f"(({_label(node.name)}))" if node.name.isupper() else f"([{_label(node.name)}])"
-    if isinstance(binding, str):
-        text = binding if node.anonymous else f"{node.name}: {binding}"
+
+    def visit_ActionName(self, action: str, node: FlowNode) -> str:
+        text = action if node.anonymous else f"{node.name}: {action}"
         return f"[{_label(text)}]"
-    if isinstance(binding, ModuleCall):
-        return f"[[{_label('&' + binding.module)}]]"
-    if isinstance(binding, Loop):
-        return f"{{{{{_label(f'{binding.kind} {binding.var} in {binding.iterable.text}')}}}}}"
-    if isinstance(binding, Join):
-        count = "all" if binding.count is None else str(binding.count)
+
+    def visit_ModuleCall(self, call: ModuleCall, node: FlowNode) -> str:
+        return f"[[{_label('&' + call.module)}]]"
+
+    def visit_Loop(self, loop: Loop, node: FlowNode) -> str:
+        return f"{{{{{_label(f'{loop.kind} {loop.var} in {loop.iterable.text}')}}}}}"
+
+    def visit_Join(self, join: Join, node: FlowNode) -> str:
+        count = "all" if join.count is None else str(join.count)
         return f"[/{_label(f'join({count})')}\\]"
-    raise TypeError(f"unexpected node binding {binding!r}")
 
 
 def _node_id(flow_key: str, name: str) -> str:

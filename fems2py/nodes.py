@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from fems2py.kinds import ActionKindName
+
 
 @dataclass(frozen=True, order=True)
 class Span:
@@ -397,7 +399,7 @@ class Action:
     """
 
     name: str
-    kind: Literal["ai", "human", "mind", "assign", "func"]
+    kind: ActionKindName
     span: Span
     executor: str | None = None
     role: str | None = None
@@ -457,6 +459,10 @@ class Join:
     span: Span
 
 
+Binding = str | ModuleCall | Loop | Join | None
+"""What a flow node runs: an action (by name), a module call, a loop, a join, or nothing."""
+
+
 @dataclass(frozen=True)
 class FlowNode:
     """A node of a flow graph.
@@ -467,7 +473,7 @@ class FlowNode:
     """
 
     name: str
-    binding: str | ModuleCall | Loop | Join | None
+    binding: Binding
     anonymous: bool
     span: Span
 

@@ -19,6 +19,7 @@ from typing import NoReturn, TypeVar
 
 from fems2py.diagnostics import Diagnostic, Diagnostics, suggest
 from fems2py.expressions import compile_expression, compile_value
+from fems2py.kinds import ACTION_KINDS, FIELD_KINDS, TEXT_FIELDS
 from fems2py.lexer import (
     SourceLine,
     Token,
@@ -119,22 +120,6 @@ RESERVED = frozenset(
 DEFINITIONS = frozenset({"action", "module", "memory", "context", "blueprint"})
 RESERVED_NODE_NAMES = frozenset({"START", "END", "IN", "OUT", "BREAK"})
 TEXT_META_KEYS = frozenset({"name", "version", "id", "system_safety", "output_style"})
-ACTION_KINDS = ("ai", "human", "mind", "assign", "func")
-FIELDS: dict[str, frozenset[str]] = {
-    "prompt": frozenset({"ai", "human", "mind"}),
-    "showprompt": frozenset({"ai", "human", "mind"}),
-    "scope": frozenset({"ai", "human", "mind"}),
-    "in": frozenset({"ai", "human", "mind", "func"}),
-    "out": frozenset(ACTION_KINDS),
-    "resolve": frozenset({"ai", "human", "mind"}),
-    "max_retries": frozenset({"ai", "mind"}),
-    "fallback": frozenset({"ai", "mind"}),
-    "memory": frozenset({"ai", "mind"}),
-    "context": frozenset({"ai", "human", "mind"}),
-    "interrupt": frozenset({"ai", "mind"}),
-    "model": frozenset({"ai", "mind"}),
-}
-TEXT_FIELDS = frozenset({"prompt", "showprompt", "model"})
 OUT_TYPES = ("int", "float", "bool", "string", "actor", "enum", "dropdown")
 ACTOR_PROPS = ("soul", "source", "tools")
 _PATH = re.compile(r"^\s*(@?[^\W\d]\w*)(?:\.(@?[^\W\d]\w*))?(?:\[([^\[\]]+)\])?\s*$")
@@ -414,7 +399,12 @@ class Parser:
                     self.tok_span(head),
                     f"indent the flow's lines under '{flow}:'",
                 )
-            if head.kind == "name" and word in FIELDS and len(tokens) > 1 and tokens[1].text == ":":
+            if (
+                head.kind == "name"
+                and word in FIELD_KINDS
+                and len(tokens) > 1
+                and tokens[1].text == ":"
+            ):
                 self.fail(
                     f"'{word}:' is an action field, found {where}",
                     self.tok_span(head),
@@ -638,7 +628,9 @@ class Parser:
         if has_body:
             deeper = next(sub for sub in range(index + 1, end) if not self.lines[sub].blank)
             words = self.tokens(deeper)
-            looks_like_field = len(words) > 1 and words[0].text in FIELDS and words[1].text == ":"
+            looks_like_field = (
+                len(words) > 1 and words[0].text in FIELD_KINDS and words[1].text == ":"
+            )
             self.error(
                 f"unexpected indented line under '{what}'",
                 self.line_span(deeper),
@@ -1102,7 +1094,7 @@ class Parser:
             self.fail(
                 f"expected the action kind after 'action {name.text}'",
                 self.tok_span(at),
-                "kinds: @ai(@x), @human(@x), @mind(@x), @assign, @func(alias.fn)",
+                "kinds: " + ", ".join(kind.written for kind in ACTION_KINDS.values()),
             )
         kind_token = tokens[2]
         kind = kind_token.text[1:]
@@ -1110,7 +1102,7 @@ class Parser:
             self.fail(
                 f"unknown action kind '{kind_token.text}'",
                 self.tok_span(kind_token),
-                suggest(kind, ACTION_KINDS) or "kinds: @ai, @human, @mind, @assign, @func",
+                suggest(kind, ACTION_KINDS) or "kinds: " + ", ".join("@" + k for k in ACTION_KINDS),
             )
         pos = 3
         executor: str | None = None
@@ -1118,7 +1110,8 @@ class Parser:
         func: FuncRef | None = None
         # Where the executor and the role were written, for the checker's messages about them.
         header_spans: list[tuple[str, Span]] = []
-        if kind in ("ai", "human", "mind"):
+        header = ACTION_KINDS[kind].header
+        if header == "executor":
             executor, pos = self.parse_executor(tokens, pos, kind_token)
             header_spans.append(("executor", self.tok_span(tokens[pos - 2])))
             if pos < len(tokens) and tokens[pos].text == "as":
@@ -1126,7 +1119,7 @@ class Parser:
                 role, pos = self.parse_role(tokens, pos)
                 role_token = next(t for t in tokens[start:pos] if t.kind == "actor")
                 header_spans.append(("role", self.tok_span(role_token)))
-        elif kind == "func":
+        elif header == "func":
             if pos >= len(tokens) or tokens[pos].text != "(":
                 self.fail("expected '(alias.function)' after @func", self.tok_span(tokens[pos - 1]))
             func, pos = self.parse_func_ref(tokens, pos + 1)
@@ -1209,22 +1202,23 @@ class Parser:
             try:
                 tokens = self.tokens(item)
                 key = tokens[0]
-                if key.kind != "name" or key.text not in FIELDS:
+                if key.kind != "name" or key.text not in FIELD_KINDS:
                     self.fail(
                         f"unknown action field '{key.text}'",
                         self.tok_span(key),
-                        suggest(key.text, FIELDS) or "fields: " + ", ".join(FIELDS),
+                        suggest(key.text, FIELD_KINDS) or "fields: " + ", ".join(FIELD_KINDS),
                     )
                 if len(tokens) < 2 or tokens[1].text != ":":
                     at = tokens[1] if len(tokens) > 1 else key
                     self.fail(f"expected ':' after '{key.text}'", self.tok_span(at))
                 if any(name == key.text for name, _ in spans):
                     self.fail(f"field '{key.text}' is given twice", self.tok_span(key))
-                if kind not in FIELDS[key.text]:
+                if kind not in FIELD_KINDS[key.text]:
                     self.fail(
                         f"'{key.text}:' does not apply to @{kind} actions",
                         self.tok_span(key),
-                        "it is used by " + ", ".join(f"@{k}" for k in sorted(FIELDS[key.text])),
+                        "it is used by "
+                        + ", ".join(f"@{k}" for k in sorted(FIELD_KINDS[key.text])),
                     )
                 spans.append((key.text, self.tok_span(key)))
                 col = tokens[1].end

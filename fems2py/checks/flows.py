@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING
 
 from fems2py.checks.graphs import EXIT, dominators, immediate_post_dominators, reachable
 from fems2py.diagnostics import suggest
+from fems2py.kinds import ACTION_KINDS
 from fems2py.nodes import (
     Action,
+    Binding,
     Edge,
     Expr,
     FlowNode,
@@ -29,6 +31,7 @@ from fems2py.nodes import (
     Span,
     Text,
 )
+from fems2py.visitor import BindingVisitor
 
 if TYPE_CHECKING:
     from fems2py.checker import Checker, Namespace
@@ -119,16 +122,23 @@ def describe(name: str, node: FlowNode | None) -> str:
     """How a node is named in a message: ``[A]`` or, for an anonymous node, what it runs."""
     if node is None or not node.anonymous:
         return f"[{name}]"
-    binding = node.binding
-    if isinstance(binding, str):
-        return f"'{binding}'"
-    if isinstance(binding, ModuleCall):
-        return f"'&{binding.module}'"
-    if isinstance(binding, Loop):
-        return f"'{binding.kind} {binding.var}'"
-    if isinstance(binding, Join):
-        return "join(" + ("all" if binding.count is None else str(binding.count)) + ")"
-    return f"[{name}]"
+    return _Describe().visit(node.binding) or f"[{name}]"
+
+
+class _Describe(BindingVisitor[str]):
+    """What an anonymous node runs, as a message names it."""
+
+    def visit_ActionName(self, action: str) -> str:
+        return f"'{action}'"
+
+    def visit_ModuleCall(self, call: ModuleCall) -> str:
+        return f"'&{call.module}'"
+
+    def visit_Loop(self, loop: Loop) -> str:
+        return f"'{loop.kind} {loop.var}'"
+
+    def visit_Join(self, join: Join) -> str:
+        return "join(" + ("all" if join.count is None else str(join.count)) + ")"
 
 
 class FlowChecker:
@@ -168,16 +178,8 @@ class FlowChecker:
                 via = Use(namespace, frozenset(), id(action))
                 self.record_use(action.fallback, namespace, via)
 
-    def record_use(self, binding: object, namespace: Namespace, use: Use) -> None:
-        checker = self.checker
-        if isinstance(binding, str):
-            action = namespace.find_action(binding)
-            if action is not None:
-                checker.action_uses.setdefault(id(action), []).append(use)
-        elif isinstance(binding, ModuleCall):
-            module = namespace.find_module(binding.module)
-            if module is not None:
-                checker.module_uses.setdefault(id(module), []).append(use)
+    def record_use(self, binding: Binding, namespace: Namespace, use: Use) -> None:
+        _RecordUse(self.checker).visit(binding, namespace, use)
 
     # ------------------------------------------------------------------ checks
 
@@ -312,32 +314,14 @@ class FlowChecker:
     def check_binding(
         self, node: FlowNode, part: Part, namespace: Namespace, names: set[str]
     ) -> None:
-        checker = self.checker
-        binding = node.binding
-        if isinstance(binding, str):
-            action = namespace.find_action(binding)
-            if action is None and binding in checker.broken:
-                return
-            if action is None:
-                hint = suggest(binding, namespace.visible("actions"))
-                if hint is None and namespace.find_module(binding) is not None:
-                    hint = f"'{binding}' is a module: call it as &{binding}"
-                checker.undefined(f"undefined action '{binding}'", node.span, hint)
-            else:
-                self.check_loop_executor(node, action, part, namespace)
-        elif isinstance(binding, ModuleCall):
-            checker.check_module_call(binding, namespace, names)
-        elif isinstance(binding, Loop):
-            checker.check_expr(binding.iterable, names, string_hint=True)
-        elif isinstance(binding, Join) and binding.count is not None and binding.count < 1:
-            checker.error("join(n) needs n ≥ 1", node.span)
+        _CheckBinding(self).visit(node.binding, node, part, namespace, names)
 
     def check_loop_executor(
         self, node: FlowNode, action: Action, part: Part, namespace: Namespace
     ) -> None:
         """§9.5: inside a loop binding @v, an action may not run as another unbound variable."""
         executor = action.executor
-        if action.kind not in ("ai", "human", "mind") or executor is None:
+        if not ACTION_KINDS[action.kind].has_executor or executor is None:
             return
         if executor in part.loop_vars:
             return
@@ -624,25 +608,8 @@ class FlowChecker:
             return effects
         return effects | self.binding_effects(node.binding, namespace)
 
-    def binding_effects(self, binding: object, namespace: Namespace) -> Effects:
-        if isinstance(binding, str):
-            action = namespace.find_action(binding)
-            return self.action_effects(action) if action is not None else Effects()
-        if isinstance(binding, ModuleCall):
-            reads = {name for arg in binding.args for name in _read_names(arg.reads)}
-            module = namespace.find_module(binding.module)
-            inner = self.module_effects(module) if module is not None else Effects()
-            return inner | Effects(reads=frozenset(reads))
-        if isinstance(binding, Loop):
-            effects = Effects(reads=_read_names(binding.iterable.reads))
-            parts = self.body_parts.get(id(binding.body))
-            if parts is None:
-                parts = self.body_parts[id(binding.body)] = split_parts(binding.body)
-            for body in parts:
-                for name in body.names:
-                    effects |= self.node_effects(body, name, namespace)
-            return Effects(effects.writes - {binding.var}, effects.reads - {binding.var})
-        return Effects()
+    def binding_effects(self, binding: Binding, namespace: Namespace) -> Effects:
+        return _BindingEffects(self).visit(binding, namespace) or Effects()
 
     def module_effects(self, module: Module) -> Effects:
         if id(module) in self.effects_cache:
@@ -684,6 +651,90 @@ class FlowChecker:
         if action.interrupt is not None and action.interrupt.condition is not None:
             reads |= _read_names(action.interrupt.condition.reads)
         return Effects(frozenset(writes), frozenset(reads))
+
+
+class _RecordUse(BindingVisitor[None]):
+    """Records where an action or a module is used (:meth:`FlowChecker.collect_uses`)."""
+
+    def __init__(self, checker: Checker) -> None:
+        self.checker = checker
+
+    def visit_ActionName(self, name: str, namespace: Namespace, use: Use) -> None:
+        action = namespace.find_action(name)
+        if action is not None:
+            self.checker.action_uses.setdefault(id(action), []).append(use)
+
+    def visit_ModuleCall(self, call: ModuleCall, namespace: Namespace, use: Use) -> None:
+        module = namespace.find_module(call.module)
+        if module is not None:
+            self.checker.module_uses.setdefault(id(module), []).append(use)
+
+
+class _CheckBinding(BindingVisitor[None]):
+    """What a node runs exists and fits where it runs (:meth:`FlowChecker.check_binding`)."""
+
+    def __init__(self, flows: FlowChecker) -> None:
+        self.flows = flows
+        self.checker = flows.checker
+
+    def visit_ActionName(
+        self, name: str, node: FlowNode, part: Part, namespace: Namespace, names: set[str]
+    ) -> None:
+        checker = self.checker
+        action = namespace.find_action(name)
+        if action is None and name in checker.broken:
+            return
+        if action is None:
+            hint = suggest(name, namespace.visible("actions"))
+            if hint is None and namespace.find_module(name) is not None:
+                hint = f"'{name}' is a module: call it as &{name}"
+            checker.undefined(f"undefined action '{name}'", node.span, hint)
+        else:
+            self.flows.check_loop_executor(node, action, part, namespace)
+
+    def visit_ModuleCall(
+        self, call: ModuleCall, node: FlowNode, part: Part, namespace: Namespace, names: set[str]
+    ) -> None:
+        self.checker.check_module_call(call, namespace, names)
+
+    def visit_Loop(
+        self, loop: Loop, node: FlowNode, part: Part, namespace: Namespace, names: set[str]
+    ) -> None:
+        self.checker.check_expr(loop.iterable, names, string_hint=True)
+
+    def visit_Join(
+        self, join: Join, node: FlowNode, part: Part, namespace: Namespace, names: set[str]
+    ) -> None:
+        if join.count is not None and join.count < 1:
+            self.checker.error("join(n) needs n ≥ 1", node.span)
+
+
+class _BindingEffects(BindingVisitor[Effects]):
+    """What a node's binding may write and read (:meth:`FlowChecker.node_effects`)."""
+
+    def __init__(self, flows: FlowChecker) -> None:
+        self.flows = flows
+
+    def visit_ActionName(self, name: str, namespace: Namespace) -> Effects:
+        action = namespace.find_action(name)
+        return self.flows.action_effects(action) if action is not None else Effects()
+
+    def visit_ModuleCall(self, call: ModuleCall, namespace: Namespace) -> Effects:
+        reads = {name for arg in call.args for name in _read_names(arg.reads)}
+        module = namespace.find_module(call.module)
+        inner = self.flows.module_effects(module) if module is not None else Effects()
+        return inner | Effects(reads=frozenset(reads))
+
+    def visit_Loop(self, loop: Loop, namespace: Namespace) -> Effects:
+        flows = self.flows
+        effects = Effects(reads=_read_names(loop.iterable.reads))
+        parts = flows.body_parts.get(id(loop.body))
+        if parts is None:
+            parts = flows.body_parts[id(loop.body)] = split_parts(loop.body)
+        for body in parts:
+            for name in body.names:
+                effects |= flows.node_effects(body, name, namespace)
+        return Effects(effects.writes - {loop.var}, effects.reads - {loop.var})
 
 
 def _read_names(reads: Iterable[PathRef]) -> frozenset[str]:

@@ -30,7 +30,7 @@ import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from fems_runtime.context import (
     build_messages,
@@ -69,6 +69,10 @@ if TYPE_CHECKING:
     from fems_runtime.variables import ActorSpec, Frame, Variables
 
 INTERRUPTED = "[Interrupted]"
+TurnKind = Literal["ai", "human", "mind"]
+#: The action kinds that run as their executor's turn (§9.1), each through the ``Context``
+#: method of its name; the compiler's table of action kinds agrees (tests/test_kinds.py).
+TURN_KINDS: tuple[TurnKind, ...] = get_args(TurnKind)
 _SPEAKERS = {"narration": "narrator"}
 
 
@@ -108,7 +112,7 @@ class TurnSpec:
 
     action: str
     line: int
-    kind: Literal["ai", "human", "mind"]
+    kind: TurnKind
     executor: str
     role: str | None = None
     prompt: str | None = None
