@@ -242,10 +242,15 @@ def _hashable(value: Any) -> Any:
 
 
 def comment_text(text: str) -> str:
-    """Text safe inside a ``#`` comment: no line breaks or other control characters."""
+    """Text safe inside a ``#`` comment: control, format and line/paragraph separator characters
+    (U+2028 and U+2029 end a line for editors and ``str.splitlines``) are written as escapes."""
     return "".join(
-        repr(ch)[1:-1] if unicodedata.category(ch).startswith("C") else ch for ch in text
+        repr(ch)[1:-1] if unicodedata.category(ch) in _UNSAFE_IN_COMMENTS else ch for ch in text
     )
+
+
+# control, format, surrogate, private-use, unassigned; line and paragraph separators
+_UNSAFE_IN_COMMENTS = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 
 
 # ------------------------------------------------------------------------------ names
