@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from fems_helpers import load, read_trace
+from fems_runtime.records import RunError
 
 from fems2py.cli import main
 
@@ -317,3 +318,53 @@ def test_a_shared_variable_declared_at_the_top_level_passes(tmp_path, capsys):
     assert check(path, capsys) == (0, f"{path}: ok\n")
     result, _events = build_and_run(path, capsys)
     assert result.status == "completed" and result.variables["dead_tonight"] == "@b"
+
+
+# --------------------------------------------------------------------- 7. one out, dict return (§9.7)
+
+DICT_RETURN = (
+    """
+vars:
+    hp = {}
+    party = [@a, @b]
+code:
+    rules = file:"rules.py"
+"""
+    + ACTORS
+    + """
+action heal @func(rules.heal):
+    in: party
+    out: hp
+action split @func(rules.split):
+    in: party
+    out: hp, party
+mainflow:
+    [START] -> heal -> [END]
+"""
+)
+RULES = """
+def heal(party):
+    return {name: 80 + 5 * i for i, name in enumerate(party)}
+
+
+def split(party):
+    return {"hp": {}, "party": party, "extra": 1}
+"""
+
+
+def test_one_out_takes_a_dict_whose_keys_are_not_its_name(tmp_path, capsys):
+    (tmp_path / "rules.py").write_text(RULES, encoding="utf-8")
+    path = write(tmp_path, DICT_RETURN)
+    assert check(path, capsys) == (0, f"{path}: ok\n")
+    result, _events = build_and_run(path, capsys)
+    assert result.status == "completed"
+    assert result.variables["hp"] == {"@a": 80, "@b": 85}
+
+
+def test_several_outs_still_need_matching_keys(tmp_path, capsys):
+    (tmp_path / "rules.py").write_text(RULES, encoding="utf-8")
+    path = write(tmp_path, DICT_RETURN.replace("-> heal ->", "-> split ->"))
+    output = path.with_suffix(".py")
+    assert main(["build", str(path), "-o", str(output)]) == 0
+    with pytest.raises(RunError, match="returned a dict whose keys do not match its outs"):
+        load(output).run(db=":memory:", model="fems/mock")

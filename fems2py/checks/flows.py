@@ -761,6 +761,17 @@ def _exclusive(first: Expr | None, second: Expr | None) -> bool:
         b = ast.parse(second.python, mode="eval").body
     except SyntaxError:
         return False
+    # ``A and x.type == "ai"`` / ``A and x.type == "human"``: one pair of conjuncts suffices
+    return any(_exclusive_terms(x, y) for x in _conjuncts(a) for y in _conjuncts(b))
+
+
+def _conjuncts(node: ast.expr) -> list[ast.expr]:
+    if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And):
+        return list(node.values)
+    return [node]
+
+
+def _exclusive_terms(a: ast.expr, b: ast.expr) -> bool:
     for x, y in ((a, b), (b, a)):
         negation = isinstance(x, ast.UnaryOp) and isinstance(x.op, ast.Not)
         if negation and ast.dump(x.operand) == ast.dump(y):  # type: ignore[attr-defined]

@@ -108,15 +108,17 @@ async def call_function(
 def map_returns(
     value: Any, outs: Sequence[OutSpec], *, name: str = "function"
 ) -> list[tuple[OutSpec, Any]]:
-    """Pair a return value with the outs (§9.7): a dict by out name (keys must match exactly),
-    a tuple by position, anything else to the single out; ``None`` only if every out is optional."""
+    """Pair a return value with the outs (§9.7): a dict whose keys are exactly the out names
+    key by key, any other dict to the single out (``out: hp`` with ``return {"@knight": 80}``),
+    a tuple by position, anything else to the single out; ``None`` only if every out is
+    optional."""
     if not outs:
         return []
     if value is None:
         if all(o.optional for o in outs):
             return []
         raise RunError(f"{name} returned None but outs {_names(outs)} expect values")
-    if isinstance(value, Mapping):
+    if isinstance(value, Mapping) and not (len(outs) == 1 and set(value) != {outs[0].label}):
         labels = [o.label for o in outs]
         extra = [k for k in value if k not in labels]
         missing = [k for k in labels if k not in value]
