@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fems_helpers import load, read_trace
+from fems_helpers import load, read_trace, run_program
 from fems_runtime.records import RunError
 
 from fems2py.cli import main
@@ -368,3 +368,120 @@ def test_several_outs_still_need_matching_keys(tmp_path, capsys):
     assert main(["build", str(path), "-o", str(output)]) == 0
     with pytest.raises(RunError, match="returned a dict whose keys do not match its outs"):
         load(output).run(db=":memory:", model="fems/mock")
+
+
+# --------------------------------------------------------------------- 8. offline play (§15.3)
+
+NIGHT = (
+    """
+meta:
+    max_steps = 40
+vars:
+    alive = [@a, @b]
+    votes = {}
+    tries = 0
+    @KILL = ""
+    @voter = ""
+"""
+    + ACTORS
+    + """
+    human @me = soul:9, source:0
+action wolf @ai(@a):
+    prompt: Living players: {alive}. SET VARIABLE: <<@KILL = @name>>
+    out: @KILL(string, "victim")
+action ballot @human(@voter):
+    prompt: Vote among {alive}.
+    out: votes.@voter(string, "ballot")
+action count @assign:
+    out: tries += 1
+mainflow:
+    [Night]: wolf
+    [START] -> [Night] -> count -> [Check]
+    [Check] -> if (@KILL == "" and tries < 5) -> [Night]
+    [Check] -> if (@KILL != "" or tries >= 5) -> par @voter in [@me]:
+        -> ballot ->
+    -> [END]
+"""
+)
+
+
+def test_mock_gives_an_actor_variable_out_an_actor_whatever_type_it_declares(tmp_path, capsys):
+    path = write(tmp_path, NIGHT)
+    assert check(path, capsys) == (0, f"{path}: ok\n")
+    result, events = build_and_run(path, capsys, human="fems/mock", seed=4)
+    assert result.status == "completed"
+    assert result.variables["tries"] == 1  # the first night already has a victim
+    assert result.variables["@KILL"] in ("@a", "@b")
+    assert result.variables["votes"]["@me"] in ("@a", "@b")
+    assert not [e for e in events if e["event"] == "rejected"]
+
+
+def test_a_string_out_naming_an_actor_sets_an_actor_variable_and_a_word_does_not(tmp_path, capsys):
+    path = write(tmp_path, NIGHT)
+    output = path.with_suffix(".py")
+    assert main(["build", str(path), "-o", str(output)]) == 0
+    module = load(output)
+    answers = {"*": [{"text": "ok", "vars": {"votes.@voter": "@b"}}]}
+    named = module.run(
+        db=":memory:", replies={"*": ["SET VARIABLE: <<@KILL = @b>>"]}, human=answers
+    )
+    assert named.variables["@KILL"] == "@b" and named.variables["tries"] == 1
+    word = module.run(
+        db=":memory:", replies={"*": ["SET VARIABLE: <<@KILL = nobody>>"]}, human=answers
+    )
+    assert word.variables["@KILL"] == "" and word.variables["tries"] == 5
+
+
+def test_human_mock_answers_choices_first_and_runs_unattended(tmp_path, capsys):
+    source = NIGHT.replace(
+        'out: votes.@voter(string, "ballot")',
+        'out: votes.@voter(dropdown, choices={alive}, label="ballot")',
+    )
+    path = write(tmp_path, source)
+    trace = tmp_path / "run.jsonl"
+    args = ["--model", "fems/mock", "--human", "fems/mock", "--seed", "2", "--db", ":memory:"]
+    assert main(["run", str(path), *args, "--trace", str(trace)]) == 0
+    humans = [e for e in read_trace(trace) if e["event"] == "human"]
+    assert [h["actor"] for h in humans] == ["@me"]
+    assert humans[0]["vars"]["votes.@voter"] in ("@a", "@b") and humans[0]["text"]
+    output = tmp_path / "game.py"
+    assert main(["build", str(path), "-o", str(output)]) == 0
+    again = run_program(output, *args, "--trace", str(tmp_path / "again.jsonl"))
+    assert again.returncode == 0, again.stderr
+    repeated = [e for e in read_trace(tmp_path / "again.jsonl") if e["event"] == "human"]
+    assert repeated == humans  # deterministic for a seed
+
+
+REPEATING = """
+meta:
+    max_steps = 100
+vars:
+    n = 0
+    rounds = 0
+actors:
+    ai @a = soul:1
+action guess @ai(@a):
+    prompt: Pick a number.
+    out: n(int, "number")
+action more @assign:
+    out: rounds += 1
+mainflow:
+    [G]: guess
+    [START] -> [G] -> more -> [C]
+    [C] -> if (rounds < 7) -> [G]
+    [C] -> if (rounds >= 7) -> [END]
+"""
+
+
+def test_a_repeated_run_warning_is_printed_once_with_a_count(tmp_path, capsys):
+    path = write(tmp_path, REPEATING)
+    replies = tmp_path / "replies.json"
+    replies.write_text('{"*": ["SET VARIABLE: <<n = lots>>"]}', encoding="utf-8")
+    trace = tmp_path / "trace.jsonl"
+    argv = ["run", str(path), "--replies", str(replies), "--db", ":memory:", "--trace", str(trace)]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    warning = "t.fems:8: warning: action guess: rejected signal 'SET VARIABLE: <<n = lots>>'"
+    first, summary = [line for line in err.splitlines() if warning in line]
+    assert "repeated" not in first and summary.endswith("(repeated 7 times)")
+    assert len([e for e in read_trace(trace) if e["event"] == "rejected"]) == 7

@@ -389,7 +389,11 @@ def _argument_parser(script: ScriptInfo) -> argparse.ArgumentParser:
     )
     parser.add_argument("--db", help="database path or SQLAlchemy URL (default: meta.database)")
     parser.add_argument("--session", help="new, N or 'N / new' (default: meta.session)")
-    parser.add_argument("--human", help="'terminal' or a JSON answers file for human turns")
+    parser.add_argument(
+        "--human",
+        help="'terminal', 'fems/mock' (deterministic answers, for unattended runs) or a JSON "
+        "answers file for human turns",
+    )
     parser.add_argument("--seed", type=int, help="seed for fems/mock")
     parser.add_argument("--trace", help="write a JSONL event trace to this file")
     parser.add_argument("--result", help="write the final result JSON to this file")

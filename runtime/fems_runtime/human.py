@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import sys
 import threading
 from collections.abc import Callable, Mapping
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
+from fems_runtime.offline import mock_value, named_actors, offline_out
 from fems_runtime.records import RunError
 from fems_runtime.signals import OutSpec, SignalError, choice_list, convert_value
 from fems_runtime.values import format_value, parse_literal
@@ -189,6 +191,44 @@ class AnswersFileHuman:
                 if key == "*":
                     return _answer(answers[-1], key, self.origin)
         raise RunError(f"{self.origin} has no answer left for {action} by {actor}")
+
+
+_MOCK_LINES = (
+    "{me}: I have listened to everyone, and I made my choice.",
+    "{me}: I am not sure yet, but I will go along.",
+    "{me}: fine by me.",
+)
+
+
+class MockHuman:
+    """``--human fems/mock`` (§15.3): deterministic answers so any script runs unattended — a
+    short line, and for each out a valid value (its choices first, an actor where only an actor
+    fits, else a small value of its type), like `fems/mock` for AI turns."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = seed
+        self._asked: dict[tuple[str, str], int] = {}
+        self._lock = threading.Lock()
+
+    async def ask(self, request: HumanRequest) -> HumanAnswer:
+        with self._lock:
+            key = (request.action, request.actor)
+            count = self._asked[key] = self._asked.get(key, -1) + 1
+        rng = random.Random(f"{self.seed}|human|{request.action}|{request.actor}|{count}")
+        text = rng.choice(_MOCK_LINES).format(me=request.actor)
+        frame = request.frame
+        if frame is None or not request.outs:
+            return HumanAnswer(text)
+        others = [name for name in frame.variables.actors if name != request.actor]
+        candidates = named_actors(request.prompt, frame) or others or [request.actor]
+        values: dict[str, Any] = {}
+        for out in request.outs:
+            seen = offline_out(out, frame)
+            value = mock_value(seen, candidates, rng)
+            if isinstance(value, list) and isinstance(seen.current, list):
+                value = [*seen.current, *(v for v in value if v not in seen.current)]  # add()
+            values[out.label] = value
+        return HumanAnswer(text, values)
 
 
 def _answer(item: Any, key: str, origin: str) -> HumanAnswer:

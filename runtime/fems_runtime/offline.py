@@ -7,9 +7,14 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fems_runtime.records import RunError
+from fems_runtime.signals import OutSpec, choice_list
+from fems_runtime.values import ACTOR_NAME, Actor
+
+if TYPE_CHECKING:
+    from fems_runtime.variables import Frame
 
 OFFLINE_MODELS = frozenset({"fems/mock", "fems/script"})
 
@@ -25,12 +30,17 @@ _WORDS = ("yes", "maybe", "later", "agreed", "onward")
 
 @dataclass(frozen=True)
 class OfflineOut:
-    """One `out` as the mock sees it: the signal target text, its type, choices, current value."""
+    """One `out` as the mock sees it: the signal target text, its type, choices, current value.
+
+    ``holds_actor`` marks an out that only an actor fits: an actor variable (``@KILL``) or an
+    untyped or string entry keyed by an actor (``votes.@x``), whatever type it declares (§15.3).
+    """
 
     target: str
     type: str | None = None
     choices: tuple[Any, ...] = ()
     current: Any = None
+    holds_actor: bool = False
 
 
 @dataclass(frozen=True)
@@ -43,6 +53,30 @@ class OfflineTurn:
     attempt: int = 0
     outs: tuple[OfflineOut, ...] = ()
     candidates: tuple[str, ...] = field(default_factory=tuple)
+
+
+def offline_out(out: OutSpec, frame: Frame) -> OfflineOut:
+    """What an offline answerer knows of one out: its label as a model names the entry, type,
+    choices, current value, and whether only an actor fits it."""
+    label, current = out.label, None
+    holds_actor = out.target.startswith("@")  # an actor variable takes only an actor
+    try:
+        current = frame.get(out.target)
+        if out.key is not None:
+            key = frame.entry_key(out.key)
+            current = current.get(key) if isinstance(current, dict) else None
+            if isinstance(key, Actor):
+                label = f"{out.target}.{key}"  # the entry as a model would name it
+                holds_actor = out.type in (None, "string", "actor")  # votes.@x (§15.3)
+    except RunError:
+        pass  # an unreadable target: the out as declared
+    return OfflineOut(label, out.type, tuple(choice_list(out)), current, holds_actor)
+
+
+def named_actors(text: str, frame: Frame) -> list[str]:
+    """The defined actors ``text`` names, in order, once each: what a mock chooses among."""
+    variables = frame.variables
+    return list(dict.fromkeys(m for m in ACTOR_NAME.findall(text) if variables.is_actor(m)))
 
 
 def _literal(value: Any) -> str:
@@ -70,42 +104,59 @@ class MockModel:
         rng = random.Random(f"{self.seed}|{turn.action}|{turn.actor}|{turn.turn}|{turn.attempt}")
         lines = [rng.choice(_LINES).format(me=turn.actor)]
         for out in turn.outs:
-            op, value = self._value(out, turn, rng)
-            lines.append(f"SET VARIABLE: <<{out.target} {op} {value}>>")
+            value = mock_value(out, turn.candidates or (turn.actor,), rng)
+            if isinstance(value, list) and isinstance(out.current, list) and len(value) == 1:
+                op, text = "=", f"add({_literal(value[0])})"  # a list grows, as a model writes it
+            else:
+                op, text = "=", _literal_value(value)
+            lines.append(f"SET VARIABLE: <<{out.target} {op} {text}>>")
         return "\n".join(lines)
 
-    def _value(self, out: OfflineOut, turn: OfflineTurn, rng: random.Random) -> tuple[str, str]:
-        kind = (out.type or "").lower()
-        actors = turn.candidates or (turn.actor,)
-        if out.choices:
-            return "=", _literal(rng.choice(out.choices))
-        if kind == "actor":
-            return "=", rng.choice(actors)
-        if kind == "bool":
-            return "=", _literal(rng.random() < 0.5)
-        if kind == "int":
-            return "=", str(rng.randint(0, 3))
-        if kind == "float":
-            return "=", repr(rng.randint(0, 10) / 2)
-        if kind == "string":
-            return "=", _literal(rng.choice(_WORDS))
-        return self._untyped(out.current, actors, rng)
 
-    def _untyped(self, current: Any, actors: Sequence[str], rng: random.Random) -> tuple[str, str]:
-        """An untyped out takes a value shaped like the variable's current value."""
-        if isinstance(current, bool):
-            return "=", _literal(rng.random() < 0.5)
-        if isinstance(current, int):
-            return "=", str(rng.randint(0, 3))
-        if isinstance(current, float):
-            return "=", repr(rng.randint(0, 10) / 2)
-        if isinstance(current, list):
-            return "=", f"add({rng.choice(actors)})"
-        if isinstance(current, dict):
-            return "=", "{" + f"{rng.choice(actors)}: {rng.randint(0, 3)}" + "}"
-        if isinstance(current, str) and (current == "" or current.startswith("@")):
-            return "=", rng.choice(actors)
-        return "=", _literal(rng.choice(_WORDS))
+def mock_value(out: OfflineOut, actors: Sequence[str], rng: random.Random) -> Any:
+    """A valid value for one out (§15.3), actors as ``"@name"``: a choice if it has choices, an
+    actor where only an actor fits, else a small value of its type (untyped: shaped like the
+    variable's current value). Shared by `fems/mock` and the mock human."""
+    kind = (out.type or "").lower()
+    if out.choices:
+        return rng.choice(out.choices)
+    if out.holds_actor or kind == "actor":
+        return rng.choice(actors)
+    if kind == "bool":
+        return rng.random() < 0.5
+    if kind == "int":
+        return rng.randint(0, 3)
+    if kind == "float":
+        return rng.randint(0, 10) / 2
+    if kind == "string":
+        return rng.choice(_WORDS)
+    return _untyped(out.current, actors, rng)
+
+
+def _untyped(current: Any, actors: Sequence[str], rng: random.Random) -> Any:
+    """An untyped out takes a value shaped like the variable's current value."""
+    if isinstance(current, bool):
+        return rng.random() < 0.5
+    if isinstance(current, int):
+        return rng.randint(0, 3)
+    if isinstance(current, float):
+        return rng.randint(0, 10) / 2
+    if isinstance(current, list):
+        return [rng.choice(actors)]
+    if isinstance(current, dict):
+        return {rng.choice(actors): rng.randint(0, 3)}
+    if isinstance(current, str) and (current == "" or current.startswith("@")):
+        return rng.choice(actors)
+    return rng.choice(_WORDS)
+
+
+def _literal_value(value: Any) -> str:
+    """:func:`_literal` for the containers :func:`mock_value` makes too."""
+    if isinstance(value, list):
+        return "[" + ", ".join(_literal(item) for item in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_literal(k)}: {_literal(v)}" for k, v in value.items()) + "}"
+    return _literal(value)
 
 
 class ScriptModel:

@@ -501,10 +501,13 @@ def assign_out(
 
     ``key`` is the entry's key (None: the whole variable); an ``"@x"`` key resolves to its
     current binding. An actor variable (``@v``) set with ``=`` only takes a defined actor or
-    ``""`` (§4.3).
+    ``""`` (§4.3); a ``string`` out's text that names one is that actor (real scripts declare
+    ``@KILL(string, "目标")``).
     """
     converted = convert_value(out, value, frame)
     actor_variable = key is None and op == "=" and target.startswith("@")
+    if actor_variable and isinstance(converted, str) and frame.variables.is_actor(converted):
+        converted = frame.variables.actor(converted)
     if (
         actor_variable
         and converted not in ("", None)

@@ -30,7 +30,7 @@ import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import IO, TYPE_CHECKING, Any, Literal, get_args
 
 from fems_runtime.context import (
     build_messages,
@@ -46,10 +46,11 @@ from fems_runtime.human import (
     HumanAnswer,
     HumanProvider,
     HumanRequest,
+    MockHuman,
     TerminalHuman,
 )
 from fems_runtime.llm import CallResult, ModelChoice, ModelClient
-from fems_runtime.offline import OfflineOut, OfflineTurn
+from fems_runtime.offline import OfflineTurn, named_actors, offline_out
 from fems_runtime.prompts import render
 from fems_runtime.records import RunError, TraceWriter, TurnLog
 from fems_runtime.signals import (
@@ -57,7 +58,6 @@ from fems_runtime.signals import (
     SignalOutcome,
     apply_signals,
     apply_values,
-    choice_list,
     run_resolve,
 )
 from fems_runtime.store import Checkpoint, NewMessage, Store, parse_session_spec
@@ -169,8 +169,26 @@ class HumanInputs:
             self._waiters.remove(entry)
 
 
-def _stderr_warning(text: str) -> None:
-    print(text, file=sys.stderr)
+class RunWarnings:
+    """Run warnings on stderr, each distinct text once: the first time it happens, and if it
+    comes back, once more at the end of the run with its count ("… (repeated 412 times)"), so a
+    loop that repeats a problem does not bury the output. The trace keeps every event."""
+
+    def __init__(self, stream: IO[str] | None = None) -> None:
+        self.stream = stream
+        self.counts: dict[str, int] = {}
+
+    def __call__(self, text: str) -> None:
+        self.counts[text] = self.counts.get(text, 0) + 1
+        if self.counts[text] == 1:
+            print(text, file=self.stream or sys.stderr)
+
+    def flush(self) -> None:
+        """At the end of the run: each warning that repeated, with how often it happened."""
+        for text, count in self.counts.items():
+            if count > 1:
+                print(f"{text} (repeated {count} times)", file=self.stream or sys.stderr)
+        self.counts.clear()
 
 
 @dataclass
@@ -187,7 +205,7 @@ class TurnServices:
     owners: tuple[str, ...] = ()
     human: HumanProvider | None = None
     code: Callable[[str], Any] | None = None
-    warn: Callable[[str], None] = _stderr_warning
+    warn: Callable[[str], None] = field(default_factory=RunWarnings)
     poll: float = 0.05
     inputs: HumanInputs = field(default_factory=HumanInputs)
     transcript: Transcript | None = None
@@ -248,7 +266,7 @@ class TurnServices:
             safety=_text(meta.get("system_safety")),
             style=_text(meta.get("output_style")),
             owners=tuple(str(o) for o in owners if o not in (None, "")),
-            human=_human_provider(human),
+            human=_human_provider(human, seed or 0),
             code=code,
             log=log,
         )
@@ -260,7 +278,9 @@ class TurnServices:
         return await run_turn(self, ctx, spec)
 
     def finish(self, status: str) -> None:
-        """Record how the session ended and release the database."""
+        """Record how the session ended, report repeated warnings, release the database."""
+        if isinstance(self.warn, RunWarnings):
+            self.warn.flush()
         if self.log.turns:  # a resumed run: never hand out a replayed turn id again
             self.store.set_last_turn(self.session, max(self.log.turns), at_least=True)
         self.store.set_status(self.session, status)
@@ -361,9 +381,11 @@ def _resume_session(store: Store, script: Any, spec: str | int | None) -> tuple[
     return number, TurnLog(records, resumed=True)
 
 
-def _human_provider(human: str | Mapping[str, Any] | None) -> HumanProvider:
+def _human_provider(human: str | Mapping[str, Any] | None, seed: int) -> HumanProvider:
     if human is None or human == "terminal":
         return TerminalHuman()
+    if human == "fems/mock":
+        return MockHuman(seed)
     return AnswersFileHuman(human)
 
 
@@ -999,24 +1021,10 @@ def _offline_turn(frame: Frame, spec: TurnSpec, room: _Room, turn: int, text: st
 
     Candidates are the actors the rendered prompt names, else the others in scope (§15.3).
     """
-    variables = frame.variables
-    named = [m for m in ACTOR_NAME.findall(text) if variables.is_actor(m)]
     others = [str(a) for a in room.actors if a != room.voice]
-    candidates = list(dict.fromkeys(named)) or others or [str(room.voice)]
-    outs = []
-    for out in spec.outs or ():
-        label, current = out.label, None
-        try:
-            current = frame.get(out.target)
-            if out.key is not None:
-                key = frame.entry_key(out.key)
-                current = current.get(key) if isinstance(current, dict) else None
-                if isinstance(key, Actor):
-                    label = f"{out.target}.{key}"  # the entry as a model would name it
-        except RunError:
-            pass  # an unreadable target: the mock writes the out as declared
-        outs.append(OfflineOut(label, out.type, tuple(choice_list(out)), current))
-    return OfflineTurn(spec.action, str(room.voice), turn, 0, tuple(outs), tuple(candidates))
+    candidates = named_actors(text, frame) or others or [str(room.voice)]
+    outs = tuple(offline_out(out, frame) for out in spec.outs or ())
+    return OfflineTurn(spec.action, str(room.voice), turn, 0, outs, tuple(candidates))
 
 
 async def _call(
