@@ -103,22 +103,24 @@ def test_sessions_messages_and_scopes(url: str) -> None:
 
 
 def test_two_hundred_concurrent_writers_from_two_engines(url: str) -> None:
+    """Two runs (two engines) write their own sessions of one database at the same time."""
     stores = [Store(url), Store(url)]
-    session = stores[0].open_session()
+    sessions = [store.open_session() for store in stores]
 
     async def write_all() -> None:
         await asyncio.gather(
             *(
-                stores[i % 2].aadd_message(session, "reply", f"m{i}", souls=[str(i % 5)])
+                stores[i % 2].aadd_message(sessions[i % 2], "reply", f"m{i}", souls=[str(i % 5)])
                 for i in range(200)
             )
         )
 
     asyncio.run(write_all())
-    messages = stores[0].messages(session)
-    assert sorted(m.content for m in messages) == sorted(f"m{i}" for i in range(200))
-    assert [m.seq for m in messages] == list(range(1, 201))
-    assert len(stores[1].visible_messages(session, soul="0")) == 40
+    for run, session in enumerate(sessions):
+        messages = stores[0].messages(session)
+        assert [m.content for m in messages] == [f"m{i}" for i in range(run, 200, 2)]
+        assert [m.seq for m in messages] == list(range(1, 101))
+        assert len(stores[1].visible_messages(session, soul=str(run))) == 20
     for store in stores:
         store.close()
 
@@ -146,6 +148,18 @@ def test_two_hundred_concurrent_first_starts_on_a_new_database(url: str) -> None
     assert failures == []
     with Store(url) as store:
         assert store.session(starts) is not None and store.session(starts + 1) is None
+
+
+def test_a_session_written_by_two_runs_at_once_fails_loudly(url: str) -> None:
+    first, second = Store(url), Store(url)
+    session = first.open_session()
+    first.add_message(session, "reply", "one", souls=["1"])
+    second.add_message(session, "reply", "two", souls=["1"])
+    with pytest.raises(RunError, match="written by another run at the same time"):
+        first.add_message(session, "reply", "three", souls=["1"])
+    assert [m.content for m in second.messages(session)] == ["one", "two"]
+    second.close()
+    first.engine.dispose()
 
 
 def test_a_whole_werewolf_game_on_postgres_leaks_nothing(url: str, tmp_path: Path) -> None:

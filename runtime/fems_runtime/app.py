@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from fems_runtime import funcs
 from fems_runtime.flow import Context, FlowFunction, FuncSpec, MethodSpec, failed_node
 from fems_runtime.records import RunError, StepCounter, TraceWriter, TurnLog, write_result
+from fems_runtime.store import Checkpoint
 from fems_runtime.transcript import Transcript
 from fems_runtime.variables import ActorSpec, BlueprintSpec, Variables
 from fems_runtime.version import __version__
@@ -139,11 +140,10 @@ class _Services:
             done: dict[str, Any] = {"outs": [value for _, value in pairs]}
             if spawn:
                 done["actors"] = result
-            await self._turns.store.asave_checkpoint(
+            self._turns.store.submit(
                 self._turns.session,
-                step=ctx.steps.total,
-                node=ctx.node,
-                state=TurnLog.entry("func", key, None, done),
+                (),
+                Checkpoint(TurnLog.entry("func", key, None, done), ctx.steps.total, ctx.node),
             )
         except RunError as error:
             raise error.located(self.file, spec.line) from error.__cause__

@@ -54,6 +54,31 @@ def builtin_context(
     return format_lines(store.visible_lines(session, soul=soul, user=user, last=last))
 
 
+class ContextCache:
+    """Each actor's built-in context kept between its turns (§13.2): a turn formats only the
+    messages new to the actor since its last one, so the cost follows what is new, not the
+    size of the session."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._kept: dict[tuple[int, str | None, str | None], tuple[str, int]] = {}
+
+    def text(
+        self, session: int, *, soul: str | None, user: str | None = None, last: int | None = None
+    ) -> str:
+        """:func:`builtin_context`, from the text kept for this actor and what is new."""
+        if last is not None:  # a resumed turn's bounded context: rare, built whole
+            return builtin_context(self.store, session, soul=soul, user=user, last=last)
+        key = (session, soul, user)
+        text, seen = self._kept.get(key, ("", 0))
+        new = self.store.visible_since(session, soul, user, after=seen)
+        if new:
+            added = format_lines(line for _, line in new)
+            text = f"{text}\n\n{added}" if text else added
+            self._kept[key] = (text, new[-1][0])
+        return text
+
+
 async def abuiltin_context(
     store: Store, session: int, *, soul: str | None, user: str | None = None
 ) -> str:

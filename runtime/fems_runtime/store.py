@@ -3,22 +3,32 @@
 SQLAlchemy Core over any URL; a plain path (the default ``./dialog.db``) is a SQLite file in WAL
 mode with a busy timeout. Scopes are rows (message ↔ soul, message ↔ user) indexed by
 ``(session, soul, seq)``, so the messages one soul may see in one session are an index range
-scan. Writes from one process are serialized by a lock and each message takes the session's
-next sequence number in the same transaction, so sequence numbers are strictly increasing.
-SQLAlchemy is imported when the first store is opened, not when this module is imported.
+scan. SQLAlchemy is imported when the first store is opened, not when this module is imported.
+
+A run writes its session alone, and fast: the store hands out sequence numbers and turn ids
+from counters it keeps (:class:`_SessionLog`), and :meth:`Store.submit` queues a turn's messages
+for the store's one writer (:class:`_Writer`), which commits every batch waiting in one
+transaction (group commit). A turn never waits for the database and never hops threads. Reads
+write what is pending first, so they see it. The writer advances the session's counter with a
+compare-and-set, so a second process writing the same session at the same time fails loudly
+instead of interleaving sequence numbers. The lines each soul and user may see of the messages
+submitted are kept in memory too, so a context reads only what is new (§13.2).
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import dataclasses
 import functools
+import heapq
+import itertools
 import json
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -29,6 +39,7 @@ DEFAULT_DATABASE = "./dialog.db"
 BUSY_TIMEOUT_MS = 30_000
 # PostgreSQL advisory lock keys: creating the tables, numbering a new session
 _SCHEMA_LOCK, _SESSION_LOCK = 0x66656D73, 0x66656D74
+GROUP_COMMIT_S = 0.05  # how long a submitted turn may wait to be written with the next ones
 
 
 @dataclass(frozen=True)
@@ -55,6 +66,7 @@ class Message:
 
 _MESSAGE_FIELDS = tuple(field.name for field in dataclasses.fields(Message))
 _ASSIGNED_FIELDS = ("id", "session", "seq", "created")  # given by the store, not the caller
+_GIVEN_FIELDS = tuple(name for name in _MESSAGE_FIELDS if name not in _ASSIGNED_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -91,9 +103,133 @@ ContextLine = tuple[str, str | None, str | None, str]
 """``(kind, speaker_name, speaker_soul, content)``: the part of a visible message the built-in
 context text is made of (§13.2); plain rows, because a context reads tens of thousands."""
 CONTEXT_COLUMNS = ("kind", "speaker_name", "speaker_soul", "content")
+_SeqLine = tuple[int, ContextLine]  # a visible line with its sequence number
 
+ACTOR_FIELDS = ("type", "soul_id", "source", "blueprint")  # of a session's actor row
 MESSAGE_KINDS = ("prompt", "narration", "reply", "human", "feedback")
 VISIBLE_KINDS = ("narration", "reply", "human", "feedback")
+_NO_LIMIT = 2**31 - 1  # above every sequence number (the column is a 32-bit integer on PostgreSQL)
+
+
+@dataclass
+class _SessionLog:
+    """What a store knows of a session it writes: the counters it hands out without a database
+    round trip, and the visible lines of the messages it submitted, by soul and by user.
+
+    ``base`` is the session's last sequence number in the database when the log was loaded:
+    lines up to it are read from the database, lines after it from here.
+    """
+
+    base: int
+    last_seq: int
+    last_turn: int
+    saved_turn: int  # the turn counter as the session row will hold it once submitted
+    souls: dict[str, list[_SeqLine]] = field(default_factory=dict)
+    users: dict[str, list[_SeqLine]] = field(default_factory=dict)
+
+    def index(self, seq: int, new: NewMessage) -> None:
+        """Remember a visible message's line under every soul and user of its scope."""
+        if new.kind not in VISIBLE_KINDS:
+            return
+        entry = (seq, (new.kind, new.speaker_name, new.speaker_soul, new.content))
+        for key, table in ((new.souls, self.souls), (new.users, self.users)):
+            for who in {str(i) for i in key}:
+                table.setdefault(who, []).append(entry)
+
+    def visible(self, soul: str | None, user: str | None, after: int, last: int) -> list[_SeqLine]:
+        """The lines ``soul`` or ``user`` may see with a sequence number in (after, last]."""
+        parts = [
+            _between(table.get(str(who), []), after, last)
+            for who, table in ((soul, self.souls), (user, self.users))
+            if who is not None
+        ]
+        if len(parts) == 1:
+            return parts[0]
+        merged = heapq.merge(*parts, key=_seq_of)
+        # a message both the soul and the user may see comes twice: keep it once
+        return [next(group) for _, group in itertools.groupby(merged, key=_seq_of)]
+
+
+def _seq_of(entry: _SeqLine) -> int:
+    return entry[0]
+
+
+def _between(entries: list[_SeqLine], after: int, last: int) -> list[_SeqLine]:
+    """The entries (in sequence order) with a sequence number in (after, last]."""
+    start = bisect.bisect_right(entries, after, key=_seq_of)
+    if last >= _NO_LIMIT:
+        return entries[start:]
+    return entries[start : bisect.bisect_right(entries, last, key=_seq_of)]
+
+
+@dataclass
+class _Batch:
+    """One submission for the writer: a session's messages (sequence numbers already given),
+    its counters before and after, and a checkpoint; the writer fills ``ids``."""
+
+    session: int
+    seq_from: int
+    seq_to: int
+    last_turn: int
+    messages: list[tuple[int, NewMessage, float]]
+    checkpoint: dict[str, Any] | None = None
+    ids: list[int] = field(default_factory=list)
+
+    def stored(self) -> list[Message]:
+        """The messages as written (once the writer has given them their ids)."""
+        return [
+            Message(id=i, session=self.session, seq=seq, created=created, **_fields(message))
+            for i, (seq, message, created) in zip(self.ids, self.messages, strict=True)
+        ]
+
+
+class _Writer:
+    """The store's one writer: batches wait in memory and are written together, in one
+    transaction, at most ``GROUP_COMMIT_S`` after the first of them (group commit) or when the
+    store is read, flushed or closed. Inside an event loop the write runs as a callback on
+    it, so a turn never waits for the database and no thread fights the loop for the GIL.
+
+    A failed write fails every later submit and flush with the same error (the batches after
+    it would leave gaps), so the run stops at its next store operation with the reason.
+    """
+
+    def __init__(self, commit: Callable[[list[_Batch]], None]) -> None:
+        self._commit = commit
+        self._pending: list[_Batch] = []
+        self._timer: asyncio.TimerHandle | None = None
+        self.error: BaseException | None = None
+
+    def submit(self, batch: _Batch) -> None:
+        self._check()
+        self._pending.append(batch)
+        if self._timer is None:
+            with contextlib.suppress(RuntimeError):  # no running loop: the caller flushes
+                loop = asyncio.get_running_loop()
+                self._timer = loop.call_later(GROUP_COMMIT_S, self._write_quietly)
+
+    def flush(self) -> None:
+        """Write every pending batch now."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._check()
+        if self._pending:
+            batches, self._pending = self._pending, []
+            try:
+                self._commit(batches)
+            except BaseException as error:
+                self.error = error
+                raise
+
+    def _write_quietly(self) -> None:
+        """The timer's write: a failure is kept for the run's next store operation."""
+        self._timer = None
+        with contextlib.suppress(Exception):
+            self.flush()
+
+    def _check(self) -> None:
+        if self.error is not None:
+            raise self.error
 
 
 @functools.cache
@@ -236,8 +372,8 @@ def parse_session_spec(spec: str | int | None) -> tuple[int | None, bool]:
 
 
 class Store:
-    """One database of dialogs. Methods are synchronous; ``a``-prefixed ones run them in a
-    worker thread for async callers."""
+    """One database of dialogs. Methods are synchronous and called from one thread at a time
+    (a run's event loop); ``a``-prefixed ones do their waiting in a worker thread."""
 
     def __init__(self, database: str | Path | None = None) -> None:
         schema = _schema()
@@ -245,6 +381,10 @@ class Store:
         self.url = database_url(database)
         self._t = schema
         self._lock = threading.RLock()
+        self._writer = _Writer(self._commit)
+        self._logs: dict[int, _SessionLog] = {}
+        self._personas: dict[str, str] = {}
+        self._profiles: dict[tuple[str, ...], str] = {}
         options: dict[str, Any] = {}
         self._shared = False
         sqlite = self._sqlite = self.url.startswith("sqlite")
@@ -282,12 +422,27 @@ class Store:
             self._t.meta.create_all(db)
 
     def close(self) -> None:
-        self.engine.dispose()
+        """Write what was submitted, then release the database."""
+        try:
+            self.flush()
+        finally:
+            self.engine.dispose()
+
+    def flush(self) -> None:
+        """Wait until every submitted message, counter and checkpoint is written; a failed
+        write is raised here (and by every later store operation)."""
+        for session, log in self._logs.items():
+            if log.last_turn != log.saved_turn:
+                self._submit(session, log, [], None)
+        self._writer.flush()
 
     @contextlib.contextmanager
-    def _read(self) -> Iterator[Any]:
-        """A read-only connection; an in-memory database has a single shared connection, so
+    def _read(self, *, wait: bool = True) -> Iterator[Any]:
+        """A read-only connection that sees every submitted write (``wait`` False: for tables
+        the writer does not write); an in-memory database has a single shared connection, so
         its reads take the write lock too."""
+        if wait:
+            self.flush()
         if self._shared:
             with self._lock, self.engine.connect() as db:
                 yield db
@@ -297,6 +452,15 @@ class Store:
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[Any]:
+        """One write transaction after the submitted ones; it changes what the session logs
+        counted, so they are loaded again when next needed."""
+        self.flush()
+        with self._transaction() as db:
+            yield db
+        self._logs.clear()
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[Any]:
         """One write transaction. On SQLite it starts with ``BEGIN IMMEDIATE`` so that two
         processes never both read and then fail to upgrade to a write lock."""
         with self._lock, self.engine.connect() as db:
@@ -388,19 +552,29 @@ class Store:
             db.execute(t.sessions.update().where(t.sessions.c.id == session).values(status=status))
 
     def new_turn(self, session: int) -> int:
-        """The next turn id of the session (one per model, human or mind turn)."""
-        return self._bump(session, "last_turn")
+        """The next turn id of the session (one per model, human or mind turn); the session
+        row learns it with the next write."""
+        log = self._log(session)
+        log.last_turn += 1
+        return log.last_turn
 
-    def _bump(self, session: int, column: str) -> int:
-        with self._write() as db:
-            return self._bump_in(db, session, column)
-
-    def _bump_in(self, db: Any, session: int, column: str) -> int:
-        """Increment a session counter and return its new value, in one statement."""
-        value = db.execute(_bump_statement(column), {"session": session}).scalar()
-        if value is None:
-            raise RunError(f"session {session} does not exist")
-        return value
+    def _log(self, session: int) -> _SessionLog:
+        """The session's log, loaded from its row on first use."""
+        log = self._logs.get(session)
+        if log is None:
+            t = self._t
+            with self._read() as db:
+                row = db.execute(
+                    t.sa.select(t.sessions.c.last_seq, t.sessions.c.last_turn).where(
+                        t.sessions.c.id == session
+                    )
+                ).first()
+            if row is None:
+                raise RunError(f"session {session} does not exist")
+            log = self._logs[session] = _SessionLog(
+                row.last_seq, row.last_seq, row.last_turn, row.last_turn
+            )
+        return log
 
     # ------------------------------------------------------------------ souls and users
 
@@ -415,6 +589,8 @@ class Store:
     def _upsert(self, table: Any, key: str, value: str, **fields: Any) -> None:
         sa = self._t.sa
         fields = {k: v for k, v in fields.items() if v is not None}
+        self._personas.clear()
+        self._profiles.clear()
         with self._write() as db:
             exists = db.execute(sa.select(table.c[key]).where(table.c[key] == value)).first()
             if exists is None:
@@ -436,19 +612,34 @@ class Store:
         return dict(row) if row is not None else None
 
     def persona(self, soul_id: str) -> str:
-        """The soul's persona text, ``""`` if unknown."""
-        with self._read() as db:
-            persona = db.execute(_persona_statement(), {"soul": str(soul_id)}).scalar()
-        return persona or ""
+        """The soul's persona text, ``""`` if unknown (read once: souls are seeded before a
+        run, and writing one through this store forgets what was read)."""
+        soul_id = str(soul_id)
+        if soul_id not in self._personas:
+            self.load_personas([soul_id])
+        return self._personas[soul_id]
+
+    def load_personas(self, soul_ids: Iterable[str]) -> None:
+        """Read the personas of many souls (a run's actors) with a query per thousand."""
+        missing = sorted({str(i) for i in soul_ids} - self._personas.keys())
+        for start in range(0, len(missing), 1000):
+            chunk = missing[start : start + 1000]
+            with self._read(wait=False) as db:  # the writer never writes souls
+                found = dict(db.execute(_personas_statement(), {"souls": chunk}).all())
+            self._personas.update((soul, found.get(soul) or "") for soul in chunk)
 
     def profiles(self, user_ids: Iterable[str]) -> str:
-        """The owners' profiles joined by blank lines, in the order given (``user_info``)."""
-        ids = [str(u) for u in user_ids]
+        """The owners' profiles joined by blank lines, in the order given (``user_info``);
+        read once per list, like :meth:`persona`."""
+        ids = tuple(str(u) for u in user_ids)
         if not ids:
             return ""
-        with self._read() as db:
-            found = dict(db.execute(_profiles_statement(), {"users": ids}).all())
-        return "\n\n".join(found[u] for u in ids if found.get(u))
+        text = self._profiles.get(ids)
+        if text is None:
+            with self._read(wait=False) as db:
+                found = dict(db.execute(_profiles_statement(), {"users": list(ids)}).all())
+            text = self._profiles[ids] = "\n\n".join(found[u] for u in ids if found.get(u))
+        return text
 
     def seed(self, data: Mapping[str, Any]) -> None:
         """Load souls and users from Python data::
@@ -492,45 +683,115 @@ class Store:
     def add_messages(
         self, session: int, new: Iterable[NewMessage], checkpoint: Checkpoint | None = None
     ) -> list[Message]:
-        """Store messages in order, in one transaction, each with the next sequence number and
-        its scope tags (the souls and users that may see it); ``checkpoint`` (a turn record,
-        §16.4) is saved in the same transaction, its state noting ``before``: the last sequence
-        number before these messages."""
-        stored = []
-        with self._write() as db:
-            for message in new:
-                seq = self._bump_in(db, session, "last_seq")
-                stored.append(self._insert_message(db, session, seq, message))
-            if checkpoint is not None:
-                state = dict(checkpoint.state)
-                if stored:
-                    state["before"] = stored[0].seq - 1
-                self._insert_checkpoint(db, session, checkpoint.step, checkpoint.node, state)
-        return stored
+        """:meth:`submit`, then wait for the write: the stored messages with their ids."""
+        batch = self.submit(session, new, checkpoint)
+        self.flush()
+        return batch.stored()
 
-    def _insert_message(self, db: Any, session: int, seq: int, new: NewMessage) -> Message:
-        if new.kind not in MESSAGE_KINDS:
-            raise ValueError(f"message kind must be one of {MESSAGE_KINDS}, not {new.kind!r}")
-        fields = {
-            name: getattr(new, name) for name in _MESSAGE_FIELDS if name not in _ASSIGNED_FIELDS
-        }
-        fields["created"] = time.time()
-        row = {"session_id": session, "seq": seq, **fields}
-        message_id = db.execute(_insert_statement("messages"), row).inserted_primary_key[0]
-        for table, key, ids in (
-            ("message_souls", "soul_id", new.souls),
-            ("message_users", "user_id", new.users),
-        ):
-            tags = sorted({str(i) for i in ids})
-            if tags:
-                db.execute(
-                    _insert_statement(table),
-                    [
-                        {"message_id": message_id, key: i, "session_id": session, "seq": seq}
-                        for i in tags
-                    ],
+    def submit(
+        self, session: int, new: Iterable[NewMessage], checkpoint: Checkpoint | None = None
+    ) -> _Batch:
+        """Queue messages for the writer, in order, each with the session's next sequence
+        number and its scope tags (the souls and users that may see it); they are written in
+        one transaction, with ``checkpoint`` (a turn record, §16.4) whose state notes
+        ``before``: the last sequence number before these messages. Returns at once."""
+        new = list(new)
+        for message in new:
+            if message.kind not in MESSAGE_KINDS:
+                raise ValueError(
+                    f"message kind must be one of {MESSAGE_KINDS}, not {message.kind!r}"
                 )
-        return Message(id=message_id, session=session, seq=seq, **fields)
+        log = self._log(session)
+        return self._submit(session, log, new, checkpoint)
+
+    def _submit(
+        self,
+        session: int,
+        log: _SessionLog,
+        new: list[NewMessage],
+        checkpoint: Checkpoint | None,
+    ) -> _Batch:
+        now = time.time()
+        batch = _Batch(session, log.last_seq, log.last_seq + len(new), log.last_turn, [])
+        for seq, message in enumerate(new, start=log.last_seq + 1):
+            batch.messages.append((seq, message, now))
+            log.index(seq, message)
+        if checkpoint is not None:
+            state = dict(checkpoint.state)
+            if new:
+                state["before"] = batch.seq_from
+            batch.checkpoint = _checkpoint_row(
+                session, batch.seq_to, replace(checkpoint, state=state), now
+            )
+        log.last_seq, log.saved_turn = batch.seq_to, log.last_turn
+        self._writer.submit(batch)
+        return batch
+
+    def _commit(self, batches: Sequence[_Batch]) -> None:
+        """The writer's transaction for ``batches``: per session one compare-and-set of its
+        counters, then every message, scope tag and checkpoint in one statement each."""
+        sa = self._t.sa
+        try:
+            with self._transaction() as db:
+                self._commit_in(db, batches)
+        except RunError:
+            raise
+        except sa.exc.SQLAlchemyError as error:
+            reason = getattr(error, "orig", None) or error
+            raise RunError(f"cannot write to the database: {reason}") from None
+
+    def _commit_in(self, db: Any, batches: Sequence[_Batch]) -> None:
+        counters: dict[int, list[int]] = {}  # session → [seq before, seq after, last turn]
+        for batch in batches:
+            counter = counters.setdefault(batch.session, [batch.seq_from, 0, 0])
+            counter[1:] = [batch.seq_to, batch.last_turn]
+        for session, (seq_from, seq_to, turn) in counters.items():
+            params = {"session": session, "seq_from": seq_from, "seq_to": seq_to, "turn": turn}
+            if db.execute(_advance_statement(), params).rowcount != 1:
+                raise RunError(
+                    f"session {session} was written by another run at the same time: a session "
+                    "is run by one process at a time (start a new session, or let the other "
+                    "run finish)"
+                )
+        rows = [
+            {"session_id": batch.session, "seq": seq, "created": created, **_fields(message)}
+            for batch in batches
+            for seq, message, created in batch.messages
+        ]
+        if rows:
+            _bulk_insert(db, "messages", rows)
+            ids = {  # the new messages' ids, by (session, seq)
+                (session, seq): message_id
+                for session, (seq_from, seq_to, _) in counters.items()
+                for message_id, seq in db.execute(
+                    _message_ids_statement(),
+                    {"session": session, "seq_from": seq_from, "seq_to": seq_to},
+                )
+            }
+            tags: dict[str, list[dict[str, Any]]] = {"message_souls": [], "message_users": []}
+            for batch in batches:
+                for seq, message, _ in batch.messages:
+                    message_id = ids[batch.session, seq]
+                    batch.ids.append(message_id)
+                    for table, key, who in (
+                        ("message_souls", "soul_id", message.souls),
+                        ("message_users", "user_id", message.users),
+                    ):
+                        tags[table] += (
+                            {
+                                "message_id": message_id,
+                                key: i,
+                                "session_id": batch.session,
+                                "seq": seq,
+                            }
+                            for i in sorted({str(i) for i in who})
+                        )
+            for table, tag_rows in tags.items():
+                if tag_rows:
+                    _bulk_insert(db, table, tag_rows)
+        checkpoints = [batch.checkpoint for batch in batches if batch.checkpoint is not None]
+        if checkpoints:
+            _bulk_insert(db, "checkpoints", checkpoints)
 
     def messages(self, session: int) -> list[Message]:
         """Every message of the session, in sequence order."""
@@ -559,7 +820,35 @@ class Store:
     ) -> list[ContextLine]:
         """:meth:`visible_messages` narrowed to what the built-in context text needs; ``last``
         keeps only messages with a sequence number up to it (a resumed turn's context)."""
-        return self._visible(session, soul, user, narrow=True, last=last)
+        return [line for _, line in self.visible_since(session, soul, user, last=last)]
+
+    def visible_since(
+        self,
+        session: int,
+        soul: str | None = None,
+        user: str | None = None,
+        *,
+        after: int = 0,
+        last: int | None = None,
+    ) -> list[tuple[int, ContextLine]]:
+        """The lines of :meth:`visible_lines` with a sequence number above ``after`` (and up to
+        ``last``), each with its sequence number: what a context kept since ``after`` lacks.
+
+        Lines of the messages this store submitted come from its session log; older ones from
+        one range scan of the tag index, so the cost is that of the new lines (§13.2).
+        """
+        if soul is None and user is None:
+            return []
+        log = self._logs.get(session)
+        base = _NO_LIMIT if log is None else log.base
+        top = _NO_LIMIT if last is None else last
+        lines: list[tuple[int, ContextLine]] = []
+        if after < min(base, top):
+            rows = self._visible(session, soul, user, narrow=True, after=after, last=min(base, top))
+            lines = [(row[0], tuple(row[1:])) for row in rows]
+        if log is not None and top > base:
+            lines += log.visible(soul, user, max(after, base), top)
+        return lines
 
     def _visible(
         self,
@@ -568,15 +857,17 @@ class Store:
         user: str | None,
         *,
         narrow: bool,
-        last: int | None = None,
+        after: int = 0,
+        last: int = _NO_LIMIT,
     ) -> Any:
         if soul is None and user is None:
             return []
-        statement = _visible_statement(soul is not None, user is not None, narrow, last is not None)
+        statement = _visible_statement(soul is not None, user is not None, narrow)
         params = {
             "session": session,
             "soul": _text_or_none(soul),
             "user": _text_or_none(user),
+            "after": after,
             "last": last,
         }
         with self._read() as db:
@@ -622,19 +913,45 @@ class Store:
     ) -> None:
         """Record an actor of the session (spawned actors, §9.8); recording it again (a
         continued session) updates the row."""
+        actor = {"type": type, "soul_id": soul, "source": source, "blueprint": blueprint}
+        self.record_actors(session, {name: actor})
+
+    def record_actors(self, session: int, actors: Mapping[str, Mapping[str, Any]]) -> None:
+        """:meth:`record_actor` for many actors (name → type, soul_id, source, blueprint), in
+        one transaction: a script may declare thousands."""
         t, sa = self._t, self._t.sa
         table = t.session_actors
-        fields = {"type": type, "soul_id": soul, "source": source, "blueprint": blueprint}
-        where = sa.and_(table.c.session_id == session, table.c.name == name)
         with self._write() as db:
-            if db.execute(sa.select(table.c.name).where(where)).first() is None:
+            known = set(
                 db.execute(
-                    table.insert().values(
-                        session_id=session, name=name, created=time.time(), **fields
-                    )
+                    sa.select(table.c.name).where(
+                        table.c.session_id == session,
+                        table.c.name.in_(sa.bindparam("names", expanding=True)),
+                    ),
+                    {"names": list(actors)},
+                ).scalars()
+            )
+            now = time.time()
+            added = [
+                {"session_id": session, "name": name, "created": now, **actors[name]}
+                for name in actors
+                if name not in known
+            ]
+            if added:
+                db.execute(table.insert(), added)
+            changed = [
+                {"session": session, "actor": name, **{k: actors[name][k] for k in ACTOR_FIELDS}}
+                for name in actors
+                if name in known
+            ]
+            if changed:  # the columns to set are the parameters' other keys
+                db.execute(
+                    table.update().where(
+                        table.c.session_id == sa.bindparam("session"),
+                        table.c.name == sa.bindparam("actor"),
+                    ),
+                    changed,
                 )
-            else:
-                db.execute(table.update().where(where).values(fields))
 
     def session_actors(self, session: int) -> list[dict[str, Any]]:
         t, sa = self._t, self._t.sa
@@ -649,29 +966,11 @@ class Store:
     def save_checkpoint(
         self, session: int, *, step: int, state: Mapping[str, Any], node: str | None = None
     ) -> int:
-        """Save a checkpoint (§16.4): ``state`` is JSON-ready; the session's current sequence
-        number is recorded with it so a resume knows which messages it already has."""
-        with self._write() as db:
-            return self._insert_checkpoint(db, session, step, node, state)
-
-    def _insert_checkpoint(
-        self, db: Any, session: int, step: int, node: str | None, state: Mapping[str, Any]
-    ) -> int:
-        seq = db.execute(_last_seq_statement(), {"session": session}).scalar()
-        if seq is None:
-            raise RunError(f"session {session} does not exist")
-        result = db.execute(
-            _insert_statement("checkpoints"),
-            {
-                "session_id": session,
-                "seq": seq,
-                "step": step,
-                "node": node,
-                "state": json.dumps(state, ensure_ascii=False, sort_keys=True),
-                "created": time.time(),
-            },
-        )
-        return result.inserted_primary_key[0]
+        """Save a checkpoint (§16.4) and wait for it: ``state`` is JSON-ready; the session's
+        current sequence number is recorded with it so a resume knows which messages it
+        already has. Returns its id. Turns :meth:`submit` theirs with their messages."""
+        self.submit(session, (), Checkpoint(state, step, node))
+        return self.last_checkpoint(session)["id"]  # type: ignore[index]
 
     def start_run(self, session: int) -> None:
         """Mark the start of a run of the session (§16.4): its turn records follow, and
@@ -695,7 +994,10 @@ class Store:
                     t.sessions.update().where(t.sessions.c.id == session).values(last_turn=turn)
                 )
             state = {"kind": "run", "turn": turn, "seq": row.last_seq}
-            self._insert_checkpoint(db, session, 0, None, state)
+            db.execute(
+                _insert_statement("checkpoints"),
+                _checkpoint_row(session, row.last_seq, Checkpoint(state), time.time()),
+            )
 
     def run_records(self, session: int) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
         """The last run's start mark and its turn records in order, or None when no run of the
@@ -762,54 +1064,40 @@ class Store:
         return await asyncio.to_thread(self.open_session, spec, **kwargs)
 
     async def aadd_message(self, session: int, kind: str, content: str, **kwargs: Any) -> Message:
-        return await asyncio.to_thread(self.add_message, session, kind, content, **kwargs)
+        return (await self.aadd_messages(session, [NewMessage(kind, content, **kwargs)]))[0]
 
     async def aadd_messages(
         self, session: int, new: Iterable[NewMessage], checkpoint: Checkpoint | None = None
     ) -> list[Message]:
-        return await asyncio.to_thread(self.add_messages, session, list(new), checkpoint)
+        """:meth:`add_messages` for async callers (the write itself is short)."""
+        batch = self.submit(session, new, checkpoint)
+        self.flush()
+        return batch.stored()
 
     async def avisible_messages(
         self, session: int, soul: str | None = None, user: str | None = None
     ) -> list[Message]:
         return await asyncio.to_thread(self.visible_messages, session, soul, user)
 
-    async def anew_turn(self, session: int) -> int:
-        return await asyncio.to_thread(self.new_turn, session)
-
     async def asave_checkpoint(self, session: int, **kwargs: Any) -> int:
         return await asyncio.to_thread(self.save_checkpoint, session, **kwargs)
 
-    async def apersona(self, soul_id: str) -> str:
-        return await asyncio.to_thread(self.persona, soul_id)
-
-    async def aprofiles(self, user_ids: Iterable[str]) -> str:
-        return await asyncio.to_thread(self.profiles, list(user_ids))
-
 
 @functools.cache
-def _last_seq_statement() -> Any:
-    """The session's last message sequence number, built once (see :func:`_bump_statement`)."""
-    tables = _schema()
-    sessions = tables.sessions
-    return tables.sa.select(sessions.c.last_seq).where(
-        sessions.c.id == tables.sa.bindparam("session")
-    )
-
-
-@functools.cache
-def _bump_statement(column: str) -> Any:
-    """``UPDATE … SET column = column + 1 … RETURNING column``, built once per counter (SQLite
-    ≥ 3.35 and PostgreSQL both return the new value; building statements per call was a large
-    share of a model turn's cost)."""
+def _advance_statement() -> Any:
+    """Move a session's counters from what this store last wrote to its new values, only if
+    nobody else moved them (a compare-and-set; parameters ``session``, ``seq_from``,
+    ``seq_to``, ``turn``). Built once: building statements per call was a large share of a
+    model turn's cost."""
     tables = _schema()
     sa, sessions = tables.sa, tables.sessions
-    counter = sessions.c[column]
     return (
         sessions.update()
-        .where(sessions.c.id == sa.bindparam("session"))
-        .values({column: counter + 1})
-        .returning(counter)
+        .where(
+            sessions.c.id == sa.bindparam("session"),
+            sessions.c.last_seq == sa.bindparam("seq_from"),
+        )
+        .values(last_seq=sa.bindparam("seq_to"), last_turn=sa.bindparam("turn"))
     )
 
 
@@ -824,40 +1112,39 @@ def _message_columns(messages: Any) -> list[Any]:
 
 
 @functools.cache
-def _visible_statement(by_soul: bool, by_user: bool, narrow: bool, bounded: bool = False) -> Any:
+def _visible_statement(by_soul: bool, by_user: bool, narrow: bool) -> Any:
     """The messages one soul and/or user may see (§13.2), oldest first, built once per shape.
 
     Each scope is a join driven by the tag index ``(session, soul|user, seq)``, so a single
     scope comes back in sequence order without a sort; two scopes are a union ordered by
-    ``seq``. ``narrow`` selects the :data:`ContextLine` columns, else the :class:`Message`
-    columns; ``bounded`` keeps sequence numbers up to ``last``. Parameters: ``session``,
-    ``soul``, ``user`` (and ``last``).
+    ``seq``. ``narrow`` selects ``seq`` and the :data:`ContextLine` columns, else the
+    :class:`Message` columns. Parameters: ``session``, ``soul``, ``user``, and the sequence
+    numbers kept: above ``after``, up to ``last``.
     """
     tables = _schema()
     sa, messages = tables.sa, tables.messages
-    names = CONTEXT_COLUMNS if narrow else _MESSAGE_COLUMN_NAMES
+    names = ("seq", *CONTEXT_COLUMNS) if narrow else _MESSAGE_COLUMN_NAMES
     scopes = [(tables.message_souls, "soul")] if by_soul else []
     scopes += [(tables.message_users, "user")] if by_user else []
 
-    def select_scope(tags: Any, key: str, *extra: Any) -> Any:
+    def select_scope(tags: Any, key: str) -> Any:
         return (
-            sa.select(*extra, *(messages.c[name] for name in names))
+            sa.select(*(messages.c[name] for name in names))
             .join_from(tags, messages, messages.c.id == tags.c.message_id)
             .where(
                 tags.c.session_id == sa.bindparam("session"),
                 tags.c[f"{key}_id"] == sa.bindparam(key),
+                tags.c.seq > sa.bindparam("after"),
+                tags.c.seq <= sa.bindparam("last"),
                 messages.c.kind.in_(VISIBLE_KINDS),
-                *([tags.c.seq <= sa.bindparam("last")] if bounded else []),
             )
         )
 
     if len(scopes) == 1:
         tags, key = scopes[0]
         return select_scope(tags, key).order_by(tags.c.seq)
-    either = sa.union(
-        *(select_scope(tags, key, tags.c.seq.label("position")) for tags, key in scopes)
-    ).subquery()
-    return sa.select(*(either.c[name] for name in names)).order_by(either.c.position)
+    either = sa.union(*(select_scope(tags, key) for tags, key in scopes)).subquery()
+    return sa.select(*(either.c[name] for name in names)).order_by(either.c.seq)
 
 
 @functools.cache
@@ -866,12 +1153,45 @@ def _insert_statement(table: str) -> Any:
     return getattr(_schema(), table).insert()
 
 
+def _bulk_insert(db: Any, table: str, rows: list[dict[str, Any]]) -> None:
+    """Insert rows (all with the same keys) with one ``executemany`` straight to the driver:
+    SQLAlchemy's own per-row work was ten times the driver's, and most of a batch's cost."""
+    sql, names = _driver_insert(table, db.dialect, tuple(rows[0]))
+    if names is None:
+        db.exec_driver_sql(sql, rows)
+    else:
+        db.exec_driver_sql(sql, [tuple(row[name] for name in names) for row in rows])
+
+
+@functools.lru_cache
+def _driver_insert(table: str, dialect: Any, keys: tuple[str, ...]) -> tuple[str, Any]:
+    """The driver's SQL of :func:`_insert_statement` for ``keys``, and the order of the
+    parameters when the driver's are positional (else None: it takes the rows as they are)."""
+    compiled = _insert_statement(table).compile(dialect=dialect, column_keys=list(keys))
+    return compiled.string, tuple(compiled.positiontup) if compiled.positional else None
+
+
 @functools.cache
-def _persona_statement() -> Any:
-    """A soul's persona; parameter ``soul``."""
+def _message_ids_statement() -> Any:
+    """``(id, seq)`` of a session's messages in a range of sequence numbers; parameters
+    ``session``, ``seq_from`` (excluded), ``seq_to``."""
     tables = _schema()
-    souls = tables.souls
-    return tables.sa.select(souls.c.persona).where(souls.c.soul_id == tables.sa.bindparam("soul"))
+    sa, messages = tables.sa, tables.messages
+    return sa.select(messages.c.id, messages.c.seq).where(
+        messages.c.session_id == sa.bindparam("session"),
+        messages.c.seq > sa.bindparam("seq_from"),
+        messages.c.seq <= sa.bindparam("seq_to"),
+    )
+
+
+@functools.cache
+def _personas_statement() -> Any:
+    """``(soul id, persona)`` of the listed souls; parameter ``souls`` (a list)."""
+    tables = _schema()
+    sa, souls = tables.sa, tables.souls
+    return sa.select(souls.c.soul_id, souls.c.persona).where(
+        souls.c.soul_id.in_(sa.bindparam("souls", expanding=True))
+    )
 
 
 @functools.cache
@@ -882,6 +1202,23 @@ def _profiles_statement() -> Any:
     return sa.select(users.c.user_id, users.c.profile).where(
         users.c.user_id.in_(sa.bindparam("users", expanding=True))
     )
+
+
+def _fields(new: NewMessage) -> dict[str, Any]:
+    """The message columns a caller gives (all but id, session, seq and created)."""
+    return {name: getattr(new, name) for name in _GIVEN_FIELDS}
+
+
+def _checkpoint_row(session: int, seq: int, checkpoint: Checkpoint, created: float) -> dict:
+    """A checkpoint row; ``seq`` is the session's last sequence number when it was taken."""
+    return {
+        "session_id": session,
+        "seq": seq,
+        "step": checkpoint.step,
+        "node": checkpoint.node,
+        "state": json.dumps(checkpoint.state, ensure_ascii=False, sort_keys=True),
+        "created": created,
+    }
 
 
 def _text_or_none(value: Any) -> str | None:

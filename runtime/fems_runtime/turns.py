@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal, get_args
 
 from fems_runtime.context import (
+    ContextCache,
     build_messages,
-    builtin_context,
     call_method,
     method_kwargs,
     method_outputs,
@@ -211,7 +211,11 @@ class TurnServices:
     transcript: Transcript | None = None
     model_calls: int = 0
     log: TurnLog = field(default_factory=TurnLog)
-    allocating: asyncio.Future[None] | None = None  # the last turn id asked for (_new_turn)
+    contexts: ContextCache | None = None  # the actors' built-in contexts (made from `store`)
+
+    def __post_init__(self) -> None:
+        if self.contexts is None:
+            self.contexts = ContextCache(self.store)
 
     @classmethod
     def open(
@@ -334,15 +338,19 @@ def _open_store(
             )
             store.start_run(number)
             log = TurnLog()
-        for spec in variables.actors.values():
-            store.record_actor(
-                number,
-                spec.name,
-                type=spec.type,
-                soul=str(spec.soul),
-                source=spec.source,
-                blueprint=spec.blueprint,
-            )
+        store.record_actors(
+            number,
+            {
+                spec.name: {
+                    "type": spec.type,
+                    "soul_id": str(spec.soul),
+                    "source": spec.source,
+                    "blueprint": spec.blueprint,
+                }
+                for spec in variables.actors.values()
+            },
+        )
+        store.load_personas(str(spec.soul) for spec in variables.actors.values())
     except BaseException:
         store.close()
         raise
@@ -570,13 +578,9 @@ async def _context_block(
         return await _method_block(
             services, ctx, method, prompt=prompt, turn=turn, voice=room.voice, outputs=outputs
         )
-    return await asyncio.to_thread(
-        builtin_context,
-        services.store,
-        services.session,
-        soul=str(room.voice_spec.soul),
-        user=room.executor_spec.user,
-        last=last,
+    assert services.contexts is not None
+    return services.contexts.text(
+        services.session, soul=str(room.voice_spec.soul), user=room.executor_spec.user, last=last
     )
 
 
@@ -612,15 +616,15 @@ def _message(
     )
 
 
-async def _save(
+def _save(
     services: TurnServices,
     room: _Room,
     messages: Sequence[NewMessage],
     record: Checkpoint | None = None,
 ) -> None:
-    """Store messages (and the turn's record) in one transaction and show them in the
-    transcript."""
-    await services.store.aadd_messages(services.session, messages, record)
+    """Store messages (and the turn's record) in one transaction, written by the store's
+    writer without waiting for it, and show them in the transcript."""
+    services.store.submit(services.session, messages, record)
     if services.transcript is not None:
         for message in messages:
             # feedback is stored without a speaker but is addressed to the executor
@@ -699,7 +703,7 @@ async def _ai_turn(
         for name, value in first["result"].get("outputs", ()):
             frame.assign(name, "=", frame.variables.adopt(value))
     else:
-        turn = await _new_turn(services)
+        turn = _new_turn(services)
         messages = await _model_messages(services, ctx, spec, room, texts, turn, outputs)
     choice = services.models.resolve(spec.model, room.executor_spec.source)
     offline_base = _offline_turn(frame, spec, room, turn, texts.shown)
@@ -747,7 +751,7 @@ async def _ai_turn(
             done = {"reply": reply, "interrupted": interrupted}
             if attempt == 0 and outputs:
                 done["outputs"] = [list(pair) for pair in outputs]
-            await _save(services, room, unsaved, _record(ctx, "ai", key, turn, done, attempt))
+            _save(services, room, unsaved, _record(ctx, "ai", key, turn, done, attempt))
             unsaved = []
         result.reply = reply
         if interrupted:
@@ -815,16 +819,12 @@ async def _model_messages(
             voice=room.voice,
             outputs=outputs,
         )
-    persona, user_info = await asyncio.gather(
-        services.store.apersona(str(room.voice_spec.soul)),
-        services.store.aprofiles(services.owners),
-    )
     return build_messages(
         prompt=prompt,
         safety=services.safety,
         style=services.style,
-        persona=persona,
-        user_info=user_info,
+        persona=services.store.persona(str(room.voice_spec.soul)),
+        user_info=services.store.profiles(services.owners),
         context=context,
         memory=memory,
         narration=texts.lead,
@@ -838,25 +838,14 @@ def _path(ctx: Context) -> str:
     return str(getattr(ctx, "path", ""))
 
 
-async def _new_turn(services: TurnServices) -> int:
-    """A live turn's id: the session's next one that no replayed record holds.
-
-    Ids are handed out in the order turns ask for them on the event loop (each waits for the
-    one before), not in the order worker threads happen to reach the database, so concurrent
-    branches get the same ids in every run (``fems/mock`` replies depend on them)."""
-    previous = services.allocating
-    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    services.allocating = done
-    try:
-        if previous is not None:
-            await asyncio.shield(previous)
-        while True:
-            turn = await services.store.anew_turn(services.session)
-            if turn not in services.log.turns:
-                return turn
-    finally:
-        if not done.done():
-            done.set_result(None)
+def _new_turn(services: TurnServices) -> int:
+    """A live turn's id: the session's next one that no replayed record holds. Ids are handed
+    out in the order turns ask for them, so concurrent branches get the same ids in every run
+    (``fems/mock`` replies depend on them)."""
+    while True:
+        turn = services.store.new_turn(services.session)
+        if turn not in services.log.turns:
+            return turn
 
 
 def _record(
@@ -1131,7 +1120,7 @@ async def _human_turn(
             with contextlib.suppress(RunError):
                 next_answer(spec.action, str(room.executor))
     else:
-        turn = await _new_turn(services)
+        turn = _new_turn(services)
         context = await _context_block(services, ctx, spec, room, prompt, turn)
         request = HumanRequest(
             action=spec.action,
@@ -1154,7 +1143,7 @@ async def _human_turn(
             users=room.users,
         )
         done = {"text": answer.text, "vars": answer.vars}
-        await _save(
+        _save(
             services,
             room,
             [*_opening(spec, ctx, room, turn, texts), said],

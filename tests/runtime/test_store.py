@@ -157,7 +157,9 @@ def test_context_query_scans_the_index_in_order(store: Store) -> None:
     """The built-in context's statement is an index range scan with no sort (§14)."""
     session = store.open_session()
     store.add_message(session, "reply", "x", souls=["1"])
-    statement = _visible_statement(True, False, True).params(session=session, soul="1")
+    statement = _visible_statement(True, False, True).params(
+        session=session, soul="1", after=0, last=10
+    )
     sql = str(statement.compile(store.engine, compile_kwargs={"literal_binds": True}))
     with store.engine.connect() as conn:
         plan = " ".join(str(r) for r in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}"))
@@ -192,28 +194,29 @@ def test_turns(store: Store) -> None:
 
 
 def test_two_hundred_concurrent_writers(tmp_path: Path) -> None:
+    """Two runs (two engines) write their own sessions of one SQLite file at the same time."""
     path = tmp_path / "busy.db"
-    stores = [Store(path), Store(path)]  # two engines on one file, as two runs would have
-    session = stores[0].open_session()
+    stores = [Store(path), Store(path)]
+    sessions = [store.open_session() for store in stores]
 
     async def main() -> None:
         await asyncio.gather(
             *(
                 stores[i % 2].aadd_message(
-                    session, "reply", f"m{i}", souls=[str(i % 5)], users=["u"]
+                    sessions[i % 2], "reply", f"m{i}", souls=[str(i % 5)], users=["u"]
                 )
                 for i in range(200)
             )
         )
 
     asyncio.run(main())
-    messages = stores[0].messages(session)
-    assert sorted(m.content for m in messages) == sorted(f"m{i}" for i in range(200))
-    seqs = [m.seq for m in messages]
-    assert seqs == list(range(1, 201))
-    by_id = sorted(messages, key=lambda m: m.id)
-    assert all(a.seq < b.seq for a, b in zip(by_id, by_id[1:], strict=False))
-    assert len(stores[1].visible_messages(session, soul="0")) == 40
+    for run, session in enumerate(sessions):
+        messages = stores[0].messages(session)
+        assert [m.content for m in messages] == [f"m{i}" for i in range(run, 200, 2)]
+        assert [m.seq for m in messages] == list(range(1, 101))
+        by_id = sorted(messages, key=lambda m: m.id)
+        assert all(a.seq < b.seq for a, b in zip(by_id, by_id[1:], strict=False))
+        assert len(stores[1].visible_messages(session, soul=str(run))) == 20
     for s in stores:
         s.close()
 
@@ -241,6 +244,54 @@ def test_two_hundred_concurrent_first_starts_on_a_new_file(tmp_path: Path) -> No
     assert failures == []
     with Store(path) as store:
         assert store.session(starts) is not None and store.session(starts + 1) is None
+
+
+def test_a_session_written_by_two_runs_at_once_fails_loudly(tmp_path: Path) -> None:
+    """Sequence numbers are the store's own counter: a second writer of the same session is
+    caught by the compare-and-set, never interleaved."""
+    path = tmp_path / "shared.db"
+    first, second = Store(path), Store(path)
+    session = first.open_session()
+    first.add_message(session, "reply", "one", souls=["1"])
+    second.add_message(session, "reply", "two", souls=["1"])
+    with pytest.raises(RunError, match="written by another run at the same time"):
+        first.add_message(session, "reply", "three", souls=["1"])
+    with pytest.raises(RunError, match="written by another run"):  # and stays failed
+        first.flush()
+    assert [m.content for m in second.messages(session)] == ["one", "two"]
+    second.close()
+    first.engine.dispose()
+
+
+def test_the_writer_batches_and_reads_see_submitted_writes(store: Store) -> None:
+    session = store.open_session()
+    batches = [
+        store.submit(session, [NewMessage("reply", f"m{i}", souls=["1"])]) for i in range(50)
+    ]
+    assert [m.content for m in store.messages(session)] == [f"m{i}" for i in range(50)]
+    assert [b.stored()[0].seq for b in batches] == list(range(1, 51))
+    assert store.session(session)["last_seq"] == 50
+
+
+def test_turn_ids_and_contexts_need_no_database_round_trip(store: Store) -> None:
+    """Turn ids come from the session log; the lines of submitted messages are kept by soul
+    and by user, and older ones come from the tag index (a store opened later)."""
+    session = store.open_session()
+    store.submit(session, [NewMessage("narration", "night", souls=["1", "2"], users=["7"])])
+    store.submit(session, [NewMessage("prompt", "secret", souls=["1"])])
+    store.submit(session, [NewMessage("reply", "howl", souls=["1"], speaker_name="@wolf")])
+    assert store.new_turn(session) == 1 and store.new_turn(session) == 2
+    since = store.visible_since(session, soul="1", after=1)
+    assert since == [(3, ("reply", "@wolf", None, "howl"))]
+    both = store.visible_since(session, soul="2", user="7")
+    assert both == [(1, ("narration", None, None, "night"))]
+    store.close()
+    with Store(store.url.removeprefix("sqlite:///")) as later:
+        assert later.session(session)["last_turn"] == 2
+        assert later.visible_since(session, soul="1", after=1) == since
+        later.submit(session, [NewMessage("reply", "dawn", souls=["1"])])
+        assert [seq for seq, _ in later.visible_since(session, soul="1")] == [1, 3, 4]
+        assert later.visible_lines(session, soul="1", last=3)[-1][3] == "howl"
 
 
 def test_seed_from_python_yaml_and_json(store: Store, tmp_path: Path) -> None:
@@ -297,7 +348,7 @@ def test_async_wrappers(store: Store) -> None:
     async def main() -> tuple:
         session = await store.aopen_session("new")
         await store.aadd_message(session, "reply", "x", souls=["1"])
-        turn = await store.anew_turn(session)
+        turn = store.new_turn(session)  # a counter in memory: nothing to wait for
         await store.asave_checkpoint(session, step=1, state={})
         return session, turn, await store.avisible_messages(session, soul="1")
 
