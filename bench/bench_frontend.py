@@ -1,4 +1,5 @@
-"""Parse + check throughput of a generated 10,000-line script (lines per second)."""
+"""Parse + check throughput of a generated 10,000-line script (lines per second), and the
+time per node of four flow shapes at 1,000 and 10,000 nodes (linear: a ratio near 1)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.shapes import per_node_times, print_table
 from fems2py.frontend import analyze_source
 
 TARGET_LINES = 10_000
+SIZES = (1_000, 10_000)
 
 
 def synthetic_script(target_lines: int = TARGET_LINES) -> str:
@@ -70,6 +73,14 @@ def main() -> None:
     best, median = min(timings), statistics.median(timings)
     print(f"   {lines} lines; best {best * 1000:.0f} ms, median {median * 1000:.0f} ms")
     print(f"   throughput: {lines / median:,.0f} lines/s (median of 5)")
+    with tempfile.TemporaryDirectory() as folder:
+
+        def check(source: str) -> None:
+            _, found = analyze_source(source, "shape.fems", Path(folder))
+            if any(d.severity == "error" for d in found):
+                raise SystemExit(f"a generated shape has errors: {found[0].format(source)}")
+
+        print_table("check", per_node_times(check, SIZES), SIZES)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from parso.python.tree import Leaf, Name
 from parso.tree import BaseNode, NodeOrLeaf
 
 from fems2py.diagnostics import Diagnostics, suggest
-from fems2py.nodes import Expr, PathRef, Span
+from fems2py.nodes import MAX_DEPTH, Expr, PathRef, Span
 
 ALLOWED_CALLS = frozenset(
     [
@@ -68,6 +68,19 @@ def _load_grammar() -> parso.Grammar:
     if _grammar is None:
         _grammar = parso.load_grammar()
     return _grammar
+
+
+def _too_deep(masked: str) -> int | None:
+    """The offset of the first bracket opened deeper than MAX_DEPTH (strings masked), if any."""
+    depth = 0
+    for offset, char in enumerate(masked):
+        if char in "([{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return offset
+        elif char in ")]}":
+            depth -= 1
+    return None
 
 
 def _mask_strings(text: str) -> str:
@@ -140,6 +153,15 @@ class _Compiler:
 
     def _pretokenize(self) -> str | None:
         masked = _mask_strings(self.text)
+        too_deep = _too_deep(masked)
+        if too_deep is not None:  # refused before parso recurses into it
+            line, col = self._offset_pos(too_deep)
+            self.error(
+                f"brackets nest more than {MAX_DEPTH} levels deep here",
+                self._at(line, col, line, col + 1),
+                "split the expression, or compute a part of it in a code: function (§5)",
+            )
+            return None
         for match in _BAD_LOGIC.finditer(masked):
             pos = self._offset_pos(match.start())
             self.error(

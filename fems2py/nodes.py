@@ -13,6 +13,7 @@ Conventions:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -35,6 +36,12 @@ class Span:
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}:{self.col}"
+
+
+#: How deeply lines may nest (flows in loops and forks, modules in modules) and how deeply
+#: lists and dicts may nest in a value. The parser reports anything deeper before building
+#: it, so every stage may recurse over a tree without running out of stack.
+MAX_DEPTH = 100
 
 
 # --------------------------------------------------------------------------- values (§4.2)
@@ -493,13 +500,27 @@ class Graph:
     complete: bool = True
 
     def node(self, name: str) -> FlowNode:
-        for node in self.nodes:
-            if node.name == name:
-                return node
-        raise KeyError(name)
+        """The first node named ``name`` (KeyError when there is none)."""
+        return self._nodes_by_name[name]
 
     def out_edges(self, name: str) -> tuple[Edge, ...]:
-        return tuple(edge for edge in self.edges if edge.source == name)
+        """The edges leaving ``name``, in source order."""
+        return self._edges_by_source.get(name, ())
+
+    @functools.cached_property
+    def _nodes_by_name(self) -> dict[str, FlowNode]:
+        found: dict[str, FlowNode] = {}
+        for node in self.nodes:
+            found.setdefault(node.name, node)
+        return found
+
+    @functools.cached_property
+    def _edges_by_source(self) -> dict[str, tuple[Edge, ...]]:
+        """Built once, so that asking for every node's edges is linear, not quadratic."""
+        found: dict[str, list[Edge]] = {}
+        for edge in self.edges:
+            found.setdefault(edge.source, []).append(edge)
+        return {source: tuple(edges) for source, edges in found.items()}
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from fems2py.lexer import (
     unquote,
 )
 from fems2py.nodes import (
+    MAX_DEPTH,
     Action,
     ActionBlock,
     ActorDef,
@@ -224,10 +225,15 @@ class Parser:
         self.path = path
         self.base_dir = base_dir if base_dir is not None else Path(path).parent
         self.lines: list[SourceLine] = split_lines(source)
+        #: How many lines own each line (its nesting level; 0 for a top-level line).
+        self.levels = _nesting_levels(self.lines)
         self.diagnostics = Diagnostics()
         self.code_aliases: set[str] = self._find_code_aliases()
         self.broken_names: set[str] = set()
         self.claimed: set[int] = set()
+        self.token_cache: dict[tuple[int, bool, int], list[Token]] = {}
+        #: Top-level blocks (by line index) with a line nested too deeply, reported once.
+        self.too_deep_blocks: set[int] = set()
         self.wide_space_reported = False
         self.declarations: dict[str, _Declaration] = {}
         self.namespace = "main"  # the checker's key of the script or module being parsed
@@ -292,6 +298,11 @@ class Parser:
             if line.blank or index in self.claimed:
                 index += 1
                 continue
+            if self.levels[index] > MAX_DEPTH:
+                # Refused before its lines are parsed, so that no stage recurses that deep.
+                self.too_deep(index)
+                index = self.body_end(index, stop)
+                continue
             if line.uses_wide_spaces and not self.wide_space_reported:
                 self.wide_space_reported = True
                 self.warning(
@@ -315,8 +326,26 @@ class Parser:
             index = end
 
     def tokens(self, index: int, flow: bool = False, start: int = 0) -> list[Token]:
-        line = self.lines[index]
-        return tokenize(line.code(flow), line.number, start)
+        """The tokens of line ``index`` from column ``start`` (a new list: callers may change
+        it). Each line is tokenized once however often a block asks for it."""
+        key = (index, flow, start)
+        tokens = self.token_cache.get(key)
+        if tokens is None:
+            line = self.lines[index]
+            tokens = self.token_cache[key] = tokenize(line.code(flow), line.number, start)
+        return list(tokens)
+
+    def too_deep(self, index: int) -> None:
+        """Report line ``index`` as nested too deeply, once per top-level block."""
+        top = next(sub for sub in range(index, -1, -1) if self.levels[sub] == 0)
+        if top in self.too_deep_blocks:
+            return
+        self.too_deep_blocks.add(top)
+        self.error(
+            f"this line is nested {self.levels[index]} levels deep; at most {MAX_DEPTH} are allowed",
+            self.line_span(index),
+            "move the inner part into a module (§11) or a code: function",
+        )
 
     def no_body(self, index: int, end: int, what: str, hint: str | None = None) -> None:
         """Report lines indented under a line that owns none."""
@@ -776,7 +805,7 @@ class Parser:
         rest = line.code()[col:].strip()
         if rest in ("|",) or rest.startswith("file") or not rest:
             return self.parse_text_value(index, col, end, what)
-        tokens = tokenize(line.code(), line.number, col)
+        tokens = self.tokens(index, start=col)
         sub = index + 1
         while _depth(tokens) > 0 and sub < end:
             if not self.lines[sub].blank:
@@ -790,6 +819,13 @@ class Parser:
         """A whole value from its tokens; anything that is not a literal is bare text."""
         if not tokens:
             raise _Abort
+        deepest, opener = _max_depth(tokens)
+        if deepest > MAX_DEPTH and opener is not None:
+            self.fail(
+                f"lists and dicts nest {deepest} levels deep here; at most {MAX_DEPTH} are allowed",
+                self.tok_span(opener),
+                "flatten the value, or build it in a code: function (§5)",
+            )
         if tokens[0].text in ("[", "{"):
             close = _match(tokens, 0)
             if close < 0:
@@ -1242,7 +1278,7 @@ class Parser:
     def field_tokens(self, index: int, col: int, end: int, what: str) -> list[Token]:
         """The tokens of a field value: on the field's line, continued on deeper lines while a
         bracket is open; or, when the line holds nothing, the deeper lines."""
-        tokens = tokenize(self.lines[index].code(), self.lines[index].number, col)
+        tokens = self.tokens(index, start=col)
         sub = index + 1
         if not tokens:
             for sub in range(index + 1, end):
@@ -2423,6 +2459,34 @@ def _describe(tokens: list[Token], pos: int) -> str:
     if token.text == "]" and pos >= 1:
         return f"[{tokens[pos - 1].text}]"
     return f"'{token.text}'"
+
+
+def _nesting_levels(lines: list[SourceLine]) -> list[int]:
+    """How many non-blank lines with a smaller indent own each line (§1.2); blanks get 0."""
+    levels = [0] * len(lines)
+    owners: list[int] = []  # the indents of the lines that own the current one
+    for index, line in enumerate(lines):
+        if line.blank:
+            continue
+        while owners and owners[-1] >= line.indent:
+            owners.pop()
+        levels[index] = len(owners)
+        owners.append(line.indent)
+    return levels
+
+
+def _max_depth(tokens: list[Token]) -> tuple[int, Token | None]:
+    """The deepest bracket nesting of ``tokens`` and the first bracket opened that deep."""
+    depth = deepest = 0
+    deepest_at: Token | None = None
+    for token in tokens:
+        if token.text in _CLOSERS:
+            depth += 1
+            if depth > deepest:
+                deepest, deepest_at = depth, token
+        elif token.text in (")", "]", "}"):
+            depth -= 1
+    return deepest, deepest_at
 
 
 def _depth(tokens: list[Token]) -> int:

@@ -21,7 +21,8 @@ A flow node's binding (:data:`~fems2py.nodes.Binding`) is an action name, a modu
 loop, a join or nothing; the two that are no node class are visited as ``visit_ActionName``
 (the ``str``) and ``visit_PassThrough`` (``None``), so one visitor covers every binding.
 
-The tree's depth is bounded by the parser (:data:`MAX_DEPTH`), so visiting recursively is safe.
+The tree's depth is bounded by the parser (:data:`~fems2py.nodes.MAX_DEPTH`), so visiting
+recursively is safe.
 """
 
 from __future__ import annotations
@@ -34,11 +35,6 @@ from typing import Any, Generic, TypeVar
 from fems2py.nodes import Span
 
 _Result = TypeVar("_Result")
-
-#: How deeply values (lists and dicts in ``vars:``) and flows (``for``/``par`` bodies, one
-#: inside another) may nest. The parser reports anything deeper before building it, so that
-#: every later stage may recurse over the tree without running out of stack.
-MAX_DEPTH = 100
 
 #: The visit method of what is no node class: a binding's action name and an empty binding.
 _SPECIAL_NAMES = {str: "ActionName", type(None): "PassThrough"}

@@ -324,6 +324,54 @@ def test_exclusive_conditions_do_not_warn_about_shared_assignments(tmp_path: Pat
     assert errors(checked) == [] and warnings(checked) == []
 
 
+@pytest.mark.parametrize(
+    ("conditions", "warned"),
+    [
+        (["x == 1", "x == 2", "x == 3"], False),  # pairwise exclusive
+        (["x == 1", "x == 2", "x == 1"], True),  # the first and the last may both run
+        (["x == 1", "x != 1"], False),
+        (["x == 1", "x != 1", "x == 2"], True),  # x != 1 and x == 2 may both hold
+        (["x < 2", "x >= 2"], False),
+        (["not (x == 1)", "x == 1"], False),
+        (["x == 1", "len(alive) == 2", "x == 3"], True),
+        (["x == 1", None], True),
+        # pairwise exclusive through different conjuncts
+        (
+            [
+                "x == 1 and len(alive) == 1",
+                "x == 2 and len(alive) == 1",
+                "x == 1 and len(alive) == 2",
+            ],
+            False,
+        ),
+        (["x == 1 and len(alive) == 1", "x == 2", "x == 1 and len(alive) > 1"], True),
+    ],
+)
+def test_branches_clash_unless_their_conditions_exclude_each_other(
+    tmp_path: Path, conditions: list[str | None], warned: bool
+) -> None:
+    edges = "\n".join(
+        f"    [F] -> {f'if ({condition}) -> ' if condition else ''}set{index} -> [M]"
+        for index, condition in enumerate(conditions)
+    )
+    actions = "".join(
+        f'action set{index} @assign:\n    out: answer = "{index}"\n'
+        for index in range(len(conditions))
+    )
+    source = (
+        HEADER
+        + actions
+        + "action report @ai(@a):\n    prompt: {answer}\n"
+        + f"mainflow:\n    [START] -> [F]\n{edges}\n    [M]: report -> [END]\n"
+    )
+    checked = analyze(source, tmp_path)
+    assert errors(checked) == []
+    expected = [
+        "branches of [F] may each assign 'answer' with '=', and it is read after they merge at [M]"
+    ]
+    assert warnings(checked) == (expected if warned else [])
+
+
 def test_implicit_func_inputs_and_code_calls_in_conditions(tmp_path: Path) -> None:
     files = {"game.py": "def over(alive, day=0):\n    return not alive\n"}
     source = HEADER + textwrap.dedent(

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from fems2py.checks.graphs import EXIT, dominators, immediate_post_dominators, reachable
+from fems2py.checks.regions import Regions, topological_order
 from fems2py.diagnostics import suggest
 from fems2py.kinds import ACTION_KINDS
 from fems2py.nodes import (
@@ -64,6 +65,12 @@ class Part:
     out_edges: dict[str, list[Edge]] = field(default_factory=dict)
     bodies: dict[str, Part] = field(default_factory=dict)
     reach: set[str] | None = None
+    #: The immediate post-dominator of each node (None: the virtual exit), once computed.
+    post: dict[str, str | None] | None = None
+    #: :meth:`FlowChecker.node_effects` of each node, once asked for.
+    effects: dict[str, Effects] = field(default_factory=dict)
+    #: :meth:`FlowChecker.continuation_reads`, once asked for.
+    continuation: frozenset[str] | None = None
 
     @property
     def loop_vars(self) -> frozenset[str]:
@@ -434,7 +441,7 @@ class FlowChecker:
             for end in part.loop.ends:
                 successors.setdefault(end, []).append(EXIT)
         terminals = TERMINALS & set(part.names) if part.loop is None else set()
-        post = immediate_post_dominators(part.names, successors, terminals)
+        post = part.post = immediate_post_dominators(part.names, successors, terminals)
         for name in part.names:
             if len(part.out_edges.get(name, ())) >= 2:
                 self.checker.merge_nodes[(key, name)] = post.get(name)
@@ -502,21 +509,17 @@ class FlowChecker:
     # ------------------------------------------------------------------ shared state (§12.5a)
 
     def check_shared_state(self, key: str, part: Part, namespace: Namespace) -> None:
+        regions = self.regions(part, namespace)
         for name in part.names:
             edges = part.out_edges.get(name, ())
             if len(edges) < 2:
                 continue
             merge = self.checker.merge_nodes.get((key, name))
             branch_writes = [
-                self.branch_effects(part, edge.target, stop={name, merge}, namespace=namespace)
+                self.branch_writes(part, edge.target, name, merge, namespace, regions)
                 for edge in edges
             ]
-            clashing: set[str] = set()
-            for i in range(len(edges)):
-                for j in range(i + 1, len(edges)):
-                    if _exclusive(edges[i].condition, edges[j].condition):
-                        continue
-                    clashing |= branch_writes[i] & branch_writes[j]
+            clashing = _clashing([edge.condition for edge in edges], branch_writes)
             clashing -= part.loop_vars
             if not clashing:
                 continue
@@ -524,7 +527,7 @@ class FlowChecker:
             merge_binding = merge_node.binding if merge_node is not None else None
             if isinstance(merge_binding, Join) and merge_binding.count == 1:
                 continue  # a race: the branches that lose are cancelled (§12.6)
-            read_after = self.reads_after(part, merge, name, namespace)
+            read_after = self.reads_after(part, merge, name, namespace, regions)
             shared = sorted(clashing & read_after)
             if not shared:
                 continue
@@ -552,6 +555,38 @@ class FlowChecker:
                     f"use a dict entry such as 'name.{part.loop.var}' or '+='",
                 )
 
+    def regions(self, part: Part, namespace: Namespace) -> tuple[Regions, Regions] | None:
+        """What the nodes of ``part`` write and read, summed over its regions, when ``part``
+        is acyclic (:mod:`fems2py.checks.regions`); None when only a walk can tell."""
+        if part.post is None or any(part.successors.get(name) for name in TERMINALS):
+            return None
+        order = topological_order(part.names, part.successors)
+        if order is None:
+            return None
+        effects = [(name, self.node_effects(part, name, namespace)) for name in order]
+        writes = {name: effect.writes for name, effect in effects}
+        reads = {name: effect.reads for name, effect in effects}
+        return (
+            Regions(order, part.successors, part.post, writes.__getitem__),
+            Regions(order, part.successors, part.post, reads.__getitem__),
+        )
+
+    def branch_writes(
+        self,
+        part: Part,
+        start: str,
+        fork: str,
+        merge: str | None,
+        namespace: Namespace,
+        regions: tuple[Regions, Regions] | None,
+    ) -> set[str]:
+        """What the branch of ``fork`` that starts at ``start`` may assign before ``merge``."""
+        if regions is not None:
+            found = regions[0].chain(start, merge)
+            if found is not None:
+                return set(found)
+        return self.branch_effects(part, start, stop={fork, merge}, namespace=namespace)
+
     def branch_effects(
         self, part: Part, start: str, stop: set[str | None], namespace: Namespace
     ) -> set[str]:
@@ -568,25 +603,35 @@ class FlowChecker:
         return writes
 
     def reads_after(
-        self, part: Part, merge: str | None, fork: str, namespace: Namespace
+        self,
+        part: Part,
+        merge: str | None,
+        fork: str,
+        namespace: Namespace,
+        regions: tuple[Regions, Regions] | None,
     ) -> set[str]:
         """What may be read once the branches of ``fork`` have merged, before ``fork`` runs
         again (a later run of the fork writes afresh)."""
-        if merge is None:
-            if part.loop is None:
-                return set()
-            starts = list(part.names)
+        if merge is None and part.loop is None:
+            return set()
+        if merge is not None and regions is not None:
+            reads = set(regions[1].after[merge])  # acyclic: the fork does not run again
         else:
-            starts = [merge]
-        reads: set[str] = set()
-        for name in reachable(starts, part.successors, avoid=[fork]):
-            reads |= self.node_effects(part, name, namespace).reads
+            starts = list(part.names) if merge is None else [merge]
+            reads = set()
+            for name in reachable(starts, part.successors, avoid=[fork]):
+                reads |= self.node_effects(part, name, namespace).reads
         if part.loop is not None:
             reads |= self.continuation_reads(part, namespace)
         return reads
 
-    def continuation_reads(self, part: Part, namespace: Namespace) -> set[str]:
+    def continuation_reads(self, part: Part, namespace: Namespace) -> frozenset[str]:
         """What may be read after a loop body's loop has finished, up to the flow's end."""
+        if part.continuation is None:
+            part.continuation = frozenset(self.walk_continuation(part, namespace))
+        return part.continuation
+
+    def walk_continuation(self, part: Part, namespace: Namespace) -> set[str]:
         reads: set[str] = set()
         current = part
         while current.parent is not None and current.loop_node is not None:
@@ -599,6 +644,13 @@ class FlowChecker:
         return reads
 
     def node_effects(self, part: Part, name: str, namespace: Namespace) -> Effects:
+        """What node ``name`` of ``part`` may write and read (its out-edges' conditions too)."""
+        known = part.effects.get(name)
+        if known is None:
+            known = part.effects[name] = self.walk_node_effects(part, name, namespace)
+        return known
+
+    def walk_node_effects(self, part: Part, name: str, namespace: Namespace) -> Effects:
         effects = Effects()
         for edge in part.out_edges.get(name, ()):
             if edge.condition is not None:
@@ -752,44 +804,117 @@ def _text_reads(text: Text | None) -> frozenset[str]:
     return _read_names(placeholder.ref for placeholder in text.placeholders)
 
 
-def _exclusive(first: Expr | None, second: Expr | None) -> bool:
-    """Whether two edge conditions can never both hold (a cheap, conservative test)."""
-    if first is None or second is None:
-        return False
+def _clashing(conditions: list[Expr | None], branch_writes: list[set[str]]) -> set[str]:
+    """The variables that two branches which may both run (their conditions are not
+    exclusive) may each assign. Grouped by variable rather than compared by pair, so that a
+    fork of n branches costs n, not n², unless many branches write one variable."""
+    writers: dict[str, list[int]] = {}
+    for index, writes in enumerate(branch_writes):
+        for name in writes:
+            writers.setdefault(name, []).append(index)
+    terms: dict[int, tuple[_Term, ...] | None] = {}
+
+    def conjuncts(index: int) -> tuple[_Term, ...] | None:
+        if index not in terms:
+            terms[index] = _conjuncts(conditions[index])
+        return terms[index]
+
+    return {
+        name
+        for name, branches in writers.items()
+        if len(branches) > 1 and not _all_exclusive([conjuncts(index) for index in branches])
+    }
+
+
+@dataclass(frozen=True)
+class _Term:
+    """One conjunct of an edge condition, reduced to what :func:`_exclusive_terms` compares
+    (``ast.dump`` texts)."""
+
+    whole: str
+    #: ``X`` of ``not X``.
+    negated: str | None
+    #: A comparison with one operator: its left side, operator, right side and, when the
+    #: right side is a constant, that constant (in a 1-tuple, since it may be None).
+    left: str | None = None
+    op: type[ast.cmpop] | None = None
+    right: str | None = None
+    constant: tuple[object] | None = None
+
+    @staticmethod
+    def of(node: ast.expr) -> _Term:
+        negated = None
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            negated = ast.dump(node.operand)
+        if not isinstance(node, ast.Compare) or len(node.ops) != 1:
+            return _Term(ast.dump(node), negated)
+        right = node.comparators[0]
+        constant = (right.value,) if isinstance(right, ast.Constant) else None
+        left, op = ast.dump(node.left), type(node.ops[0])
+        return _Term(ast.dump(node), negated, left, op, ast.dump(right), constant)
+
+
+def _conjuncts(expr: Expr | None) -> tuple[_Term, ...] | None:
+    """The terms of ``A and B and …`` (one term for any other condition); None for no
+    condition or one that does not parse."""
+    if expr is None:
+        return None
     try:
-        a = ast.parse(first.python, mode="eval").body
-        b = ast.parse(second.python, mode="eval").body
+        node = ast.parse(expr.python, mode="eval").body
     except SyntaxError:
-        return False
-    # ``A and x.type == "ai"`` / ``A and x.type == "human"``: one pair of conjuncts suffices
-    return any(_exclusive_terms(x, y) for x in _conjuncts(a) for y in _conjuncts(b))
-
-
-def _conjuncts(node: ast.expr) -> list[ast.expr]:
+        return None
     if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And):
-        return list(node.values)
-    return [node]
+        return tuple(_Term.of(value) for value in node.values)
+    return (_Term.of(node),)
 
 
-def _exclusive_terms(a: ast.expr, b: ast.expr) -> bool:
-    for x, y in ((a, b), (b, a)):
-        negation = isinstance(x, ast.UnaryOp) and isinstance(x.op, ast.Not)
-        if negation and ast.dump(x.operand) == ast.dump(y):  # type: ignore[attr-defined]
-            return True
-    if not (isinstance(a, ast.Compare) and isinstance(b, ast.Compare)):
+def _all_exclusive(conditions: list[tuple[_Term, ...] | None]) -> bool:
+    """Whether no two of ``conditions`` can hold together. The common case, ``x == c1``,
+    ``x == c2``, … (each possibly ``and`` more), is seen in one pass; anything else is
+    compared pair by pair until a pair that may hold together."""
+    if any(condition is None for condition in conditions):
         return False
-    if len(a.ops) != 1 or len(b.ops) != 1 or ast.dump(a.left) != ast.dump(b.left):
-        return False
-    same_right = ast.dump(a.comparators[0]) == ast.dump(b.comparators[0])
-    if same_right and frozenset({type(a.ops[0]), type(b.ops[0])}) in _COMPLEMENTS:
+    present = [condition for condition in conditions if condition is not None]
+    if _distinct_constants(present):
         return True
-    right_a, right_b = a.comparators[0], b.comparators[0]
+    return all(
+        _exclusive(first, second)
+        for index, first in enumerate(present)
+        for second in present[index + 1 :]
+    )
+
+
+def _distinct_constants(conditions: list[tuple[_Term, ...]]) -> bool:
+    """Whether one expression is compared with ``==`` to a different constant in each."""
+    equalities = [
+        {term.left: term.constant[0] for term in terms if term.op is ast.Eq and term.constant}
+        for terms in conditions
+    ]
+    shared = set(equalities[0]).intersection(*equalities[1:])
+    return any(
+        len({equality[left] for equality in equalities}) == len(equalities) for left in shared
+    )
+
+
+def _exclusive(first: tuple[_Term, ...], second: tuple[_Term, ...]) -> bool:
+    """Whether two edge conditions can never both hold (a cheap, conservative test):
+    ``A and x.type == "ai"`` / ``A and x.type == "human"``: one pair of conjuncts suffices."""
+    return any(_exclusive_terms(a, b) for a in first for b in second)
+
+
+def _exclusive_terms(a: _Term, b: _Term) -> bool:
+    if a.negated == b.whole or b.negated == a.whole:
+        return True
+    if a.op is None or b.op is None or a.left != b.left:
+        return False
+    if a.right == b.right and frozenset({a.op, b.op}) in _COMPLEMENTS:
+        return True
     return (
-        isinstance(a.ops[0], ast.Eq)
-        and isinstance(b.ops[0], ast.Eq)
-        and isinstance(right_a, ast.Constant)
-        and isinstance(right_b, ast.Constant)
-        and right_a.value != right_b.value
+        a.op is ast.Eq
+        and b.op is ast.Eq
+        and a.constant is not None
+        and b.constant is not None
+        and a.constant[0] != b.constant[0]
     )
 
 
