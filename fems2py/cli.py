@@ -128,7 +128,7 @@ def _run(args: argparse.Namespace) -> int:
     except CompileError as error:
         _print_compile_error(error, args.file)
         return EXIT_ERRORS
-    return run_module(module_path, args.module_args)
+    return run_module(module_path, args.module_args, project_dir=Path(args.file).parent)
 
 
 def _graph(args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import keyword
+import re
 import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -21,12 +22,13 @@ from typing import Any, Protocol
 
 import jinja2
 
-from fems2py import __version__
+from fems2py import __version__, flowgen
 from fems2py.expressions import ALLOWED_CALLS
 from fems2py.nodes import (
     Action,
     ActorDef,
     ActorValue,
+    Assignment,
     BoolValue,
     DictValue,
     Edge,
@@ -74,6 +76,8 @@ _TAKEN = ALLOWED_CALLS | frozenset(
         "main",
         "PROGRAM",
         "SCRIPT",
+        "LINES",
+        "CONDITIONS",
         "ACTORS",
         "BLUEPRINTS",
         "METHODS",
@@ -95,22 +99,13 @@ class CheckedLike(Protocol):
 
 
 @dataclass(frozen=True)
-class Marker:
-    """A ``# file:LINE`` comment: where the code below comes from in the ``.fems`` file."""
+class SpecArg:
+    """One argument of an action's spec: ``name=code`` (a positional one has no name), with
+    a line marker before it when it is computed as the action runs from a field of its own."""
 
-    file: str
-    line: int
-
-    def __str__(self) -> str:
-        return f"# {comment_text(self.file)}:{self.line}"
-
-
-@dataclass(frozen=True)
-class StatementView:
-    """One generated statement with the ``.fems`` line it stands for."""
-
-    marker: Marker
+    name: str
     code: str
+    marker: str = ""
 
 
 @dataclass(frozen=True)
@@ -118,40 +113,14 @@ class ActionView:
     """One action: an async function taking the run's ``Context``."""
 
     function: str
-    marker: Marker
-    docstring: str
+    marker: str
+    construct: str  # a comment naming the source construct when the code cannot
+    docstring: str | None
     kind: str
-    # ai/human/mind: keyword arguments of ``fr.TurnSpec``; func: of ``fr.FuncSpec``
-    # (keyword, code, noqa comment, marker): a marker precedes an argument computed when the
-    # action runs, so an error in it points at its own field's line (`in:`, `out:` …)
-    spec_args: tuple[tuple[str, str, str, str], ...] = ()
-    statements: tuple[StatementView, ...] = ()
-
-
-@dataclass(frozen=True)
-class EdgeView:
-    marker: Marker
-    target: str
-    condition_code: str | None
-    noqa: str
-
-
-@dataclass(frozen=True)
-class NodeView:
-    """One ``case`` of a flow function's ``match node:``."""
-
-    name: str
-    marker: Marker
-    counts_step: bool
-    binding_code: tuple[str, ...]
-    # how the node ends: "return", "goto", "fork"
-    ending: str
-    result_code: str = "None"
-    edges: tuple[EdgeView, ...] = ()
-    stuck: str = "raise"  # "raise" (flow stuck error) or "skip" (a loop head, §12.7)
-    conditions_code: str = "()"
-    conditions_line: int = 0  # where a "flow stuck" error points: the first condition
-    fork_code: str = ""
+    # ai/human/mind: arguments of ``fr.TurnSpec``; func: of ``fr.FuncSpec``
+    spec_args: tuple[SpecArg, ...] = ()
+    # assign: (marker, statement)
+    statements: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -159,10 +128,13 @@ class FlowView:
     """One flow function: the main flow, a module's flow or a loop body."""
 
     function: str
-    marker: Marker
-    docstring: str
+    marker: str
+    construct: str
+    docstring: str | None
+    # a dispatch (with concurrent branches) is entered at a node: it takes ``node``/``stop``
+    dispatch: bool
     start: str
-    nodes: tuple[NodeView, ...]
+    body: tuple[str, ...]
     decorator_code: str | None = None
 
 
@@ -171,7 +143,6 @@ class ScriptView:
     """The whole module."""
 
     file: str
-    sha256: str
     compiler: str
     docstring: str
     script_info_code: str
@@ -180,6 +151,7 @@ class ScriptView:
     methods_code: tuple[str, ...]
     variables: tuple[tuple[str, str], ...]
     items: tuple[ActionView | FlowView, ...]
+    conditions: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
 
 
 # ------------------------------------------------------------------------------ literals
@@ -319,13 +291,21 @@ class CodeGenerator:
         self.checked = checked
         self.script = checked.script
         self.actor_names = frozenset(actor.name for actor in self.script.actors)
+        self.source_lines = self.script.source.splitlines()
         self.file = file
         self.sha256 = sha256
         self.namer = Namer()
         self.items: list[ActionView | FlowView] = []
+        self.conditions: list[tuple[str, tuple[tuple[str, str], ...]]] = []
 
-    def marker(self, line: int) -> Marker:
-        return Marker(self.file, line)
+    def comments_above(self, line: int) -> list[str]:
+        """The author's ``#`` comment lines directly above ``line`` (1-based), in order."""
+        found: list[str] = []
+        index = line - 2
+        while index >= 0 and self.source_lines[index].lstrip().startswith("#"):
+            found.append(self.source_lines[index].lstrip()[1:].removeprefix(" ").rstrip())
+            index -= 1
+        return found[::-1]
 
     # -------------------------------------------------------------------- whole script
 
@@ -336,15 +316,14 @@ class CodeGenerator:
         for action in script.actions:
             self.items.append(self.action_view(root, action))
         if script.flow is not None:
-            self.items.extend(
-                self.flow_views(root, script.flow, "main_flow", "START", "The main flow.")
+            self.emit_flow(
+                root, script.flow, "main_flow", "START", "mainflow", script.flow.span.line
             )
         self.emit_modules(root, script.modules)
         meta = _meta_dict(script.meta)
         title = meta.get("name")
-        docstring = (
-            f"{title}, compiled from {self.file}." if title else f"Compiled from {self.file}."
-        )
+        source = comment_text(self.file)
+        heading = f"{title}, compiled from {source}." if title else f"Compiled from {source}."
         info_args = [
             ("file", py(self.file)),
             ("sha256", py(self.sha256)),
@@ -364,15 +343,15 @@ class CodeGenerator:
         )
         return ScriptView(
             file=self.file,
-            sha256=self.sha256,
             compiler=__version__,
-            docstring=docstring,
+            docstring=docstring(heading, indent=""),
             script_info_code=_call("fr.ScriptInfo", info_args),
             actors_code=tuple(_actor_code(actor) for actor in script.actors),
             blueprints_code=blueprints,
             methods_code=tuple(_method_code(method) for method in script.methods),
             variables=tuple((decl.name, value_code(decl.value)) for decl in script.variables),
             items=tuple(self.items),
+            conditions=tuple(self.conditions),
         )
 
     def declare(
@@ -397,29 +376,25 @@ class CodeGenerator:
                 self.items.append(self.action_view(scope, action))
             if module.flow is not None:
                 local_vars = _dict_code((v.name, value_code(v.value)) for v in module.variables)
-                methods = "(" + "".join(_method_code(m) + ", " for m in module.methods) + ")"
-                decorator = _call(
-                    "fr.module",
-                    [
-                        ("", py(module.name)),
-                        ("line", py(module.span.line)),
-                        ("params", py(module.params)),
-                        ("variables", local_vars),
-                        ("meta", py(_meta_dict(module.meta))),
-                        ("methods", methods),
-                    ],
-                )
+                methods = _tuple_code(_method_code(m) for m in module.methods)
+                args = [("", py(module.name))]
+                if module.params:
+                    args.append(("params", py(module.params)))
+                if module.variables:
+                    args.append(("variables", local_vars))
+                if module.meta:
+                    args.append(("meta", py(_meta_dict(module.meta))))
+                if module.methods:
+                    args.append(("methods", methods))
                 params = f"({', '.join(module.params)})" if module.params else ""
-                self.items.extend(
-                    self.flow_views(
-                        scope,
-                        module.flow,
-                        function,
-                        "IN",
-                        f"Module {module.name}{params}.",
-                        decorator=decorator,
-                        line=module.span.line,
-                    )
+                self.emit_flow(
+                    scope,
+                    module.flow,
+                    function,
+                    "IN",
+                    f"module {module.name}{params}",
+                    module.span.line,
+                    decorator=_call("fr.module", args),
                 )
             self.emit_modules(scope, module.modules)
 
@@ -427,41 +402,39 @@ class CodeGenerator:
 
     def action_view(self, scope: Scope, action: Action) -> ActionView:
         function = scope.actions[action.name]
-        marker = self.marker(action.span.line)
+        marker = line_marker(action.span.line)
+        where = _in_module(scope)
+        doc = docstring("\n".join(self.comments_above(action.span.line))) or None
         if action.kind == "assign":
             statements = tuple(
-                StatementView(self.marker(a.span.line), _with_noqa(self.assign_code(a)))
-                for a in action.assignments
+                (line_marker(a.span.line), self.assign_code(a)) for a in action.assignments
             )
-            return ActionView(
-                function,
-                marker,
-                f"@assign {action.name}{_in_module(scope)}.",
-                "assign",
-                statements=statements,
-            )
+            construct = _construct(f"action {action.name} @assign{where}", action.name, function)
+            return ActionView(function, marker, construct, doc, "assign", statements=statements)
+        args: list[tuple[str, str]] = []
         if action.kind == "func":
             assert action.func is not None
-            args = [
-                ("action", py(action.name)),
-                ("line", py(action.span.line)),
-                ("code", py(action.func.alias)),
-                ("function", py(action.func.func)),
-            ]
+            args += [("", py(action.func.alias)), ("", py(action.func.func))]
+            head = f"@func({action.func.alias}.{action.func.func})"
+        else:
+            assert action.executor is not None
+            args.append(("", py(action.executor)))
+            head = f"@{action.kind}({action.executor})"
+        if action.name != function:
+            args.append(("action", py(action.name)))
+        if action.kind == "func":
             if action.inputs is not None:
-                args.append(("inputs", _inputs_code(action.inputs)))
+                args.append(("inputs", self.inputs_code(action.inputs)))
             if action.outs is not None:
                 args.append(("outs", self.outs_code(action.outs)))
-            doc = f"@func({action.func.alias}.{action.func.func}) {action.name}{_in_module(scope)}."
-            spec_args = self.spec_args(action, args)
-            return ActionView(function, marker, doc, "func", spec_args=spec_args)
-        assert action.executor is not None
-        args = [
-            ("action", py(action.name)),
-            ("line", py(action.span.line)),
-            ("kind", py(action.kind)),
-            ("executor", py(action.executor)),
-        ]
+        else:
+            args += self.turn_args(scope, action)
+        spec_args = self.spec_args(action, args)
+        construct = _construct(f"action {action.name} {head}{where}", action.name, function)
+        return ActionView(function, marker, construct, doc, action.kind, spec_args=spec_args)
+
+    def turn_args(self, scope: Scope, action: Action) -> list[tuple[str, str]]:
+        args: list[tuple[str, str]] = []
         if action.role is not None:
             args.append(("role", py(action.role)))
         if action.prompt is not None:
@@ -469,30 +442,18 @@ class CodeGenerator:
         if action.showprompt is not None:
             args.append(("showprompt", py(action.showprompt.value.value)))
         if action.scope is not None:
-            items = tuple(
-                _call("fr.ScopeItem", [("", py(item.kind)), ("", py(item.name))])
-                for item in action.scope.items
-            )
-            args.append(("scope", "(" + "".join(f"{item}, " for item in items) + ")"))
+            # as the script writes them: "@god", "wolves", "{alive}", "all"
+            written = {"actor": "{}", "var": "{}", "expand": "{{{}}}", "all": "all"}
+            items = tuple(written[item.kind].format(item.name) for item in action.scope.items)
+            args.append(("scope", py(items)))
         if action.inputs is not None:
-            args.append(("inputs", _inputs_code(action.inputs)))
+            args.append(("inputs", self.inputs_code(action.inputs)))
         if action.outs is not None:
             args.append(("outs", self.outs_code(action.outs)))
         if action.resolve is not None:
             resolve = action.resolve
-            args.append(
-                (
-                    "resolve",
-                    _call(
-                        "fr.ResolveSpec",
-                        [
-                            ("", py(resolve.func.alias)),
-                            ("", py(resolve.func.func)),
-                            ("", py(resolve.args)),
-                        ],
-                    ),
-                )
-            )
+            spec = [("", py(resolve.func.alias)), ("", py(resolve.func.func))]
+            args.append(("resolve", _call("fr.ResolveSpec", [*spec, ("", py(resolve.args))])))
         if action.max_retries is not None:
             args.append(("max_retries", py(action.max_retries)))
         if action.fallback is not None:
@@ -502,18 +463,14 @@ class CodeGenerator:
         if action.context is not None:
             args.append(("context", py(action.context)))
         if action.interrupt is not None:
-            args.append(("interrupt", _interrupt_code(action)))
+            args.append(("interrupt", self.interrupt_code(action)))
         if action.model is not None:
             args.append(("model", py(action.model)))
-        doc = f"@{action.kind}({action.executor}) {action.name}{_in_module(scope)}."
-        spec_args = self.spec_args(action, args)
-        return ActionView(function, marker, doc, action.kind, spec_args=spec_args)
+        return args
 
-    def spec_args(
-        self, action: Action, args: Iterable[tuple[str, str]]
-    ) -> tuple[tuple[str, str, str, str], ...]:
-        """Keyword arguments of the action's spec, each with its ``noqa`` and, when it is
-        computed as the action runs from a field on a line of its own, that line's marker."""
+    def spec_args(self, action: Action, args: Iterable[tuple[str, str]]) -> tuple[SpecArg, ...]:
+        """The spec's arguments, each computed one (``in:``, ``out:`` with a variable key or
+        choices, a condition interrupt) after a marker of its field's line."""
         lines = {name: span.line for name, span in action.field_spans}
         interrupt = action.interrupt
         computed = {
@@ -528,8 +485,8 @@ class CodeGenerator:
         result = []
         for name, code in args:
             line = lines.get(computed.get(name, ""), action.span.line)
-            marker = str(self.marker(line)) if line != action.span.line else ""
-            result.append((name, code, _noqa(code), marker))
+            marker = line_marker(line) if line != action.span.line else ""
+            result.append(SpecArg(name, code, marker))
         return tuple(result)
 
     def fallback_code(self, scope: Scope, fallback: str | ModuleCall) -> str:
@@ -537,9 +494,26 @@ class CodeGenerator:
             return f"lambda: ctx.call({self.call_args_code(scope, fallback)})"
         return f"lambda: {scope.actions.get(fallback, python_name(fallback))}(ctx)"
 
-    def assign_code(self, assignment: Any) -> str:
+    def interrupt_code(self, action: Action) -> str:
+        interrupt = action.interrupt
+        assert interrupt is not None
+        if interrupt.kind == "human":
+            return "fr.InterruptSpec('human')"
+        if interrupt.kind == "human_except":
+            return _call(
+                "fr.InterruptSpec", [("", py("human_except")), ("actors", py(interrupt.actors))]
+            )
+        if interrupt.kind == "condition":
+            assert interrupt.condition is not None
+            check = f"lambda: {python_of(interrupt.condition)}"
+        else:
+            assert interrupt.func is not None
+            check = f"lambda: ctx.code({py(interrupt.func.alias)}).{interrupt.func.func}()"
+        return _call("fr.InterruptSpec", [("", py("check")), ("check", check)])
+
+    def assign_code(self, assignment: Assignment) -> str:
         target: Target = assignment.target
-        args = [py(target.name), py(assignment.op), assignment.value.python]
+        args = [py(target.name), py(assignment.op), python_of(assignment.value)]
         if target.key is not None:
             args.append(f"key={self.key_code(target)}")
         return f"ctx.assign({', '.join(args)})"
@@ -559,7 +533,16 @@ class CodeGenerator:
         try:
             return py(ast.literal_eval(target.key_expr.python))
         except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-            return target.key_expr.python
+            return python_of(target.key_expr)
+
+    def inputs_code(self, inputs: tuple[Input, ...]) -> str:
+        """``in:`` values as a dict literal, evaluated when the action runs (without ``in:``
+        the spec has no ``inputs`` and the runtime passes the variables named like the
+        function's parameters, §9.7)."""
+        return _dict_code(
+            (item.name, python_of(item.expr) if item.expr is not None else _read_code(item.name))
+            for item in inputs
+        )
 
     def outs_code(self, outs: tuple[Out, ...]) -> str:
         """The ``fr.OutSpec`` tuple of an action, built when it runs (§10.4): an ``@x`` key is
@@ -590,163 +573,362 @@ class CodeGenerator:
                 args.append(("optional", "True"))
             if out.caption is not None:
                 args.append(("caption", py(out.caption)))
-            items.append(_call("fr.OutSpec", args))
-        return "(" + "".join(f"{item}, " for item in items) + ")"
+            # a plain out is its name, as the script writes it
+            items.append(args[0][1] if len(args) == 1 else _call("fr.OutSpec", args))
+        return _tuple_code(items)
 
     def call_args_code(self, scope: Scope, call: ModuleCall) -> str:
         function = scope.modules.get(call.module, python_name(call.module))
-        args = "[" + ", ".join(arg.python for arg in call.args) + "]"
+        args = "[" + ", ".join(python_of(arg) for arg in call.args) + "]"
         return f"{function}, {args}"
 
     # -------------------------------------------------------------------- flows
 
-    def flow_views(
+    def emit_flow(
         self,
         scope: Scope,
         graph: Graph,
         function: str,
         start: str,
-        docstring: str,
+        construct: str,
+        line: int,
         decorator: str | None = None,
         loop: Loop | None = None,
-        line: int | None = None,
-    ) -> list[FlowView]:
-        """The flow function, followed by the functions of its loop bodies."""
-        nodes = []
-        bodies: list[FlowView] = []
+        outer_ids: Mapping[str, str] | None = None,
+    ) -> None:
+        """Add the flow function, then the functions of its loop bodies."""
+        ids = _node_ids(graph, outer_ids or {})
+        bodies: dict[str, str] = {}
+        later: list[tuple[FlowNode, str]] = []
         for node in graph.nodes:
-            body_function = None
-            if isinstance(node.binding, Loop):
-                inner = node.binding
-                body_function = self.namer.take(_body_name(self.namer, function, inner))
-                body_scope = scope.nested(scope.key)  # node names are unique per flow
-                body_scope.variables = scope.variables | {inner.var}
-                bodies.extend(
-                    self.flow_views(
-                        body_scope,
-                        inner.body,
-                        body_function,
-                        inner.head,
-                        f"One iteration of `{inner.kind} {inner.var} in {inner.iterable.text}`.",
-                        loop=inner,
-                    )
-                )
-            nodes.append(self.node_view(scope, graph, function, node, loop, body_function))
-        view = FlowView(
-            function=function,
-            marker=self.marker(line or graph.span.line),
-            docstring=docstring,
-            start=start,
-            nodes=tuple(nodes),
-            decorator_code=decorator,
-        )
-        return [view, *bodies]
-
-    def node_view(
-        self,
-        scope: Scope,
-        graph: Graph,
-        function: str,
-        node: FlowNode,
-        loop: Loop | None,
-        body_function: str | None,
-    ) -> NodeView:
-        is_head = loop is not None and node.name == loop.head
-        # a module call, loop or join knows its own line, which may follow the node's first
-        # mention (`[A]: &M(x)` on a line of its own): errors in it point there
-        target = node.binding
-        bound = target.span if isinstance(target, ModuleCall | Loop | Join) else node.span
-        marker = self.marker(bound.line)
-        binding = tuple(_with_noqa(line) for line in self.binding_code(scope, node, body_function))
-        if node.name in TERMINALS and loop is None:
-            return NodeView(node.name, marker, True, binding, "return", result_code=py(node.name))
-        edges = graph.out_edges(node.name)
-        if not edges:  # a dead end, or the end of a loop iteration (§12.7)
-            return NodeView(node.name, marker, not is_head, binding, "return")
-        if len(edges) == 1 and edges[0].condition is None:
-            return NodeView(
-                node.name, marker, not is_head, binding, "goto", result_code=py(edges[0].target)
+            if isinstance(node.binding, Loop) and node.name not in bodies:
+                bodies[node.name] = self.namer.take(_body_name(function, node.binding))
+                later.append((node, bodies[node.name]))
+        flow = _FlowEmitter(self, scope, graph, function, ids, bodies, loop)
+        dispatch, body = flow.emit()
+        doc_lines = self.comments_above(line) if loop is None else []
+        self.items.append(
+            FlowView(
+                function=function,
+                marker=line_marker(line),
+                construct="",
+                docstring=docstring("\n".join(doc_lines)) or None,
+                dispatch=dispatch,
+                start=ids.get(start, start),
+                body=tuple(body),
+                decorator_code=decorator,
             )
-        edge_views = tuple(self.edge_view(edge) for edge in edges)
-        conditional = [(edge.condition, edge.span.line) for edge in edges if edge.condition]
-        conditions = tuple(
-            (condition.text, _reads(condition, self.actor_names)) for condition, _ in conditional
         )
-        merge = self.merge_node(scope.key, node.name)
-        fork_args = [
-            function,
-            py(node.name),
-            "targets",
-            f"merge={py(merge)}",
-        ]
-        join = _join_count(graph, merge)
-        if join is not None:
-            fork_args.append(f"join={py(join)}")
-        fork_args.append("stop=stop")
-        return NodeView(
-            node.name,
-            marker,
-            not is_head,
-            binding,
-            "fork",
-            edges=edge_views,
-            stuck="skip" if is_head else "raise",
-            conditions_code=py(conditions),
-            conditions_line=conditional[0][1] if conditional else node.span.line,
-            fork_code=f"ctx.fork({', '.join(fork_args)})",
-        )
-
-    def edge_view(self, edge: Edge) -> EdgeView:
-        condition = edge.condition
-        return EdgeView(
-            self.marker(edge.span.line),
-            py(edge.target),
-            condition.python if condition is not None else None,
-            _noqa(condition.python) if condition is not None else "",
-        )
+        for node, body_function in later:
+            inner = node.binding
+            assert isinstance(inner, Loop)
+            body_scope = scope.nested(scope.key)  # node names are unique per flow
+            body_scope.variables = scope.variables | {inner.var}
+            self.emit_flow(
+                body_scope,
+                inner.body,
+                body_function,
+                inner.head,
+                f"one iteration of {inner.kind} {inner.var} in {inner.iterable.text.strip()}",
+                inner.span.line,
+                loop=inner,
+                outer_ids={inner.head: ids[node.name]},
+            )
 
     def merge_node(self, flow_key: str, node: str) -> str | None:
         return self.checked.merge_nodes.get((flow_key, node))
 
-    def binding_code(
-        self, scope: Scope, node: FlowNode, body_function: str | None
-    ) -> tuple[str, ...]:
+
+class _FlowEmitter:
+    """The code of one flow function's nodes, for :func:`fems2py.flowgen.emit`."""
+
+    def __init__(
+        self,
+        generator: CodeGenerator,
+        scope: Scope,
+        graph: Graph,
+        function: str,
+        ids: Mapping[str, str],
+        bodies: Mapping[str, str],
+        loop: Loop | None,
+    ) -> None:
+        self.generator = generator
+        self.scope = scope
+        self.graph = graph
+        self.function = function
+        self.ids = ids
+        self.bodies = bodies
+        self.loop = loop
+        self.nodes = {node.name: node for node in graph.nodes}
+        self.commented: set[int] = set()
+        self.stuck_nodes: set[str] = set()
+
+    def emit(self) -> tuple[bool, list[str]]:
+        if not self.nodes and self.loop is None:
+            return False, [
+                '    return "OUT"  # a stub module (empty flow:): calling it does nothing'
+            ]
+        edges: dict[str, list[Edge]] = {}
+        for edge in self.graph.edges:
+            edges.setdefault(edge.source, []).append(edge)
+        entry = (
+            self.loop.head if self.loop is not None else ("IN" if "IN" in self.nodes else "START")
+        )
+        merges = {
+            name: self.generator.merge_node(self.scope.key, name)
+            for name in edges
+            if len(edges[name]) > 1
+        }
+        flow_graph = flowgen.FlowGraph(self.nodes, edges, entry, self.loop is not None, merges)
+        code = flowgen.NodeCode(
+            body=self.node_body,
+            node_id=self.node_id,
+            marker=line_marker,
+            condition=lambda edge: python_of(edge.condition) if edge.condition else "True",
+            fork=self.fork_code,
+            stuck=self.stuck_code,
+            restart=self.restart,
+        )
+        structured, statements = flowgen.emit(flow_graph, code)
+        if structured:
+            statements = flowgen.without_tail_returns(statements)
+        self.record_conditions(edges)
+        lines = flowgen.render(statements)
+        if all(line.lstrip().startswith("#") for line in lines):
+            lines.append("    pass")
+        return not structured, lines
+
+    def node_id(self, name: str) -> str:
+        return self.ids.get(name, name)
+
+    def node_line(self, node: FlowNode) -> int:
+        # a module call, loop or join knows its own line, which may follow the node's first
+        # mention (`[A]: &M(x)` on a line of its own); a named node's binding may too
         binding = node.binding
-        if binding is None or isinstance(binding, Join):
-            return ()
+        if isinstance(binding, ModuleCall | Loop | Join):
+            return binding.span.line
+        return (node.bound_at or node.span).line
+
+    def node_body(self, name: str) -> list[str]:
+        """A node's marker, the author's comments above its line, and its step: the step line
+        names the node and what it runs, so it needs no comment of its own."""
+        node = self.nodes.get(name)
+        if node is None or (self.loop is not None and name == self.loop.head):
+            return []  # a loop body's head is the loop's own node, counted outside (§12.7)
+        line = self.node_line(node)
+        lines = [line_marker(line)]
+        if line not in self.commented:
+            self.commented.add(line)
+            lines += [f"# {comment_text(text)}" for text in self.generator.comments_above(line)]
+        node_id = py(self.node_id(name))
+        binding = node.binding
+        scope = self.scope
         if isinstance(binding, str):
-            return (f"await {scope.actions.get(binding, python_name(binding))}(ctx)",)
+            action = scope.actions.get(binding, python_name(binding))
+            return [*lines, f"await ctx.step({node_id}, {action})"]
+        lines.append(f"await ctx.step({node_id})")
         if isinstance(binding, ModuleCall):
-            return (
-                f'if await ctx.call({self.call_args_code(scope, binding)}) == "BREAK":',
-                "    return None",
+            call = self.generator.call_args_code(scope, binding)
+            return [*lines, f'if await ctx.call({call}) == "BREAK":', "    return None"]
+        if isinstance(binding, Loop):
+            args = [
+                py(binding.kind),
+                py(binding.var),
+                python_of(binding.iterable),
+                self.bodies[name],
+            ]
+            return [*lines, f"await ctx.loop({', '.join(args)})"]
+        return lines
+
+    def fork_code(self, name: str) -> str:
+        merge = self.generator.merge_node(self.scope.key, name)
+        args = [self.function, py(self.node_id(name)), "targets"]
+        args.append(f"merge={py(self.node_id(merge) if merge is not None else None)}")
+        join = _join_count(self.graph, merge)
+        if join is not None:
+            args.append(f"join={py(join)}")
+        args.append("stop=stop")
+        return f"ctx.fork({', '.join(args)})"
+
+    def restart(self) -> None:
+        self.commented.clear()
+        self.stuck_nodes.clear()
+
+    def stuck_code(self, name: str) -> str:
+        self.stuck_nodes.add(name)
+        return f"raise ctx.stuck({py(self.node_id(name))})"
+
+    def record_conditions(self, edges: Mapping[str, list[Edge]]) -> None:
+        """The table a "flow stuck" error reads (§12.3): each condition and what it reads."""
+        rows = []
+        for name, out in edges.items():
+            conditional = [edge.condition for edge in out if edge.condition is not None]
+            if name not in self.stuck_nodes:
+                continue
+            row = tuple(
+                (condition.text, _reads(condition, self.generator.actor_names))
+                for condition in conditional
             )
-        assert isinstance(binding, Loop) and body_function is not None
-        args = [
-            py(binding.kind),
-            py(binding.var),
-            binding.iterable.python,
-            body_function,
-            f"line={py(binding.span.line)}",
-        ]
-        return (f"await ctx.loop({', '.join(args)})",)
+            rows.append((self.node_id(name), py(row)))
+        if rows:
+            self.generator.conditions.append((self.function, tuple(rows)))
 
 
 # ------------------------------------------------------------------------------ helpers
 
 
-def _body_name(namer: Namer, function: str, loop: Loop) -> str:
-    """``main_flow_for_speaker``; a second loop over the same variable says what it iterates
-    (``main_flow_for_speaker_in_players``) when that is a plain name."""
+MARK = "\ue000"  # private use: never in a comment made from user text (see comment_text)
+_NUMBERED_MARKER = re.compile(rf"# {MARK}(\d+)")
+_MARKER_LINE = re.compile(rf"^[ \t]*# {MARK}[ \t]*$")
+LINES_PLACEHOLDER = 'LINES = ""\n'
+
+
+def line_marker(line: int) -> str:
+    """A temporary comment saying the code below comes from ``.fems`` line ``line``; see
+    :class:`Parts` for what becomes of it."""
+    return f"# {MARK}{line}"
+
+
+@dataclass(frozen=True)
+class Parts:
+    """The unformatted module as top-level parts, with its line markers stripped of their
+    numbers (so a part's text, and its formatting, stays the same when lines before it
+    move): ``lines`` holds the ``.fems`` line of each marker, in order. After formatting,
+    :meth:`attach_line_table` turns the markers into the module's line table."""
+
+    texts: list[str]
+    lines: list[int]
+
+    @classmethod
+    def of(cls, texts: Iterable[str]) -> Parts:
+        lines: list[int] = []
+
+        def take(match: re.Match[str]) -> str:
+            lines.append(int(match.group(1)))
+            return f"# {MARK}"
+
+        return cls([_NUMBERED_MARKER.sub(take, text) for text in texts], lines)
+
+    def attach_line_table(self, module: str) -> str:
+        """The formatted ``module`` without its markers and with the table they make
+        (``LINES``, read by :class:`fems_runtime.lines.LineTable`): ``12=5`` says module line
+        12 and the lines after it come from ``.fems`` line 5, until the next entry."""
+        kept: list[str] = []
+        entries: dict[int, int] = {}
+        numbers = iter(self.lines)
+        for text in module.splitlines(keepends=True):
+            if _MARKER_LINE.match(text):
+                entries[len(kept) + 1] = next(numbers)
+            else:
+                kept.append(text)
+        assert next(numbers, None) is None, "formatting lost a line marker"
+        table, previous = [], None
+        for module_line, script_line in sorted(entries.items()):
+            if script_line != previous:
+                table.append(f"{module_line}={script_line}")
+                previous = script_line
+        body = "".join(kept)
+        assert LINES_PLACEHOLDER in body, "the module tail lost its line table"
+        return body.replace(LINES_PLACEHOLDER, f'LINES = "{" ".join(table)}"\n', 1)
+
+
+def docstring(text: str, indent: str = "    ") -> str:
+    """A docstring literal for ``text`` ("" for no text) at ``indent``: triple-quoted when that
+    is safe, else a plain literal."""
+    text = text.strip()
+    if not text:
+        return ""
+    safe = '"""' not in text and not text.endswith(('"', "\\"))
+    printable = all(
+        unicodedata.category(ch) not in _UNSAFE_IN_COMMENTS for ch in text if ch != "\n"
+    )
+    if safe and printable:
+        text = text.replace("\\", "\\\\")
+        if "\n" not in text:
+            return f'"""{text}"""'
+        body = "\n".join(indent + line if line.strip() else "" for line in text.split("\n"))
+        return '"""' + body.removeprefix(indent) + "\n" + indent + '"""'
+    return repr(text)
+
+
+def python_of(expr: Expr) -> str:
+    """The Python of an expression, with ``== True``/``== None`` comparisons written so that
+    linters accept them unchanged: ``is None``/``is not None`` (no FEM value equals None
+    without being it) and ``fr.eq``/``fr.ne`` for booleans, which keep ``==``'s meaning (FEM
+    scripts write ``done == true`` and mean ``==``: ``1 == True`` holds)."""
+    python = expr.python
+    if "True" not in python and "False" not in python and "None" not in python:
+        return python
+    try:
+        tree = ast.parse(python, mode="eval")
+    except SyntaxError:
+        return python
+    changed = _Comparisons()
+    tree = changed.visit(tree)
+    return ast.unparse(tree) if changed.count else python
+
+
+class _Comparisons(ast.NodeTransformer):
+    def __init__(self) -> None:
+        self.count = 0
+
+    def visit_Compare(self, node: ast.Compare) -> ast.expr:
+        self.generic_visit(node)
+        if len(node.ops) != 1 or not isinstance(node.ops[0], ast.Eq | ast.NotEq):
+            return node
+        left, right = node.left, node.comparators[0]
+        for constant, other in ((right, left), (left, right)):
+            if isinstance(constant, ast.Constant) and constant.value is None:
+                self.count += 1
+                op: ast.cmpop = ast.Is() if isinstance(node.ops[0], ast.Eq) else ast.IsNot()
+                return ast.Compare(other, [op], [constant])
+            if isinstance(constant, ast.Constant) and isinstance(constant.value, bool):
+                self.count += 1
+                helper = "eq" if isinstance(node.ops[0], ast.Eq) else "ne"
+                function = ast.Attribute(ast.Name("fr", ast.Load()), helper, ast.Load())
+                return ast.Call(function, [left, right], [])
+        return node
+
+
+def _node_ids(graph: Graph, outer: Mapping[str, str]) -> dict[str, str]:
+    """Stable ids for a flow's nodes: a named node keeps its name; an anonymous one is named
+    after what it runs (``deal``, then ``deal_2``, counted within this flow; a loop
+    ``for_speaker``), never after its position."""
+    ids = dict(outer)
+    used = {node.name for node in graph.nodes if not node.anonymous} | set(ids.values())
+    for node in graph.nodes:
+        if node.name in ids or not node.anonymous:
+            ids.setdefault(node.name, node.name)
+            continue
+        binding = node.binding
+        if isinstance(binding, Loop):
+            base = f"{binding.kind}_{binding.var.lstrip('@')}"
+        else:
+            base = node.name.rsplit("@", 1)[0].lstrip("&")
+        candidate, count = base, 2
+        while candidate in used:
+            candidate, count = f"{base}_{count}", count + 1
+        used.add(candidate)
+        ids[node.name] = candidate
+    return ids
+
+
+def _body_name(function: str, loop: Loop) -> str:
+    """``main_flow_for_speaker_in_alive``: named from its own loop only (the iterable when it
+    is a plain name), so another loop elsewhere never renames it."""
     name = f"{function}_{loop.kind}_{python_name(loop.var)}"
     iterable = loop.iterable.text.strip()
-    if namer.taken(name) and iterable.isidentifier():
-        return f"{name}_in_{iterable}"
-    return name
+    return f"{name}_in_{iterable}" if iterable.isidentifier() else name
+
+
+def _construct(text: str, name: str, function: str) -> str:
+    """The comment naming an action's construct, needed only when its function could not be
+    named after it (a module's action, a name Python reserves): the code names the rest."""
+    return text if name != function else ""
 
 
 def _in_module(scope: Scope) -> str:
-    """`` in module Outer/Inner`` for a module's action (its function's docstring says so)."""
+    """`` in module Outer/Inner`` for a module's action."""
     return f" in module {scope.key.removeprefix('module:')}" if scope.key != "main" else ""
 
 
@@ -759,6 +941,12 @@ def _call(function: str, args: Iterable[tuple[str, str]]) -> str:
     return f"{function}({', '.join(rendered)})"
 
 
+def _tuple_code(items: Iterable[str]) -> str:
+    """A tuple display without a trailing comma black would keep exploded (except ``(x,)``)."""
+    codes = list(items)
+    return f"({codes[0]},)" if len(codes) == 1 else f"({', '.join(codes)})"
+
+
 def _dict_code(items: Iterable[tuple[str, str]]) -> str:
     return "{" + ", ".join(f"{py(name)}: {code}" for name, code in items) + "}"
 
@@ -767,26 +955,18 @@ def _read_code(name: str) -> str:
     return f"ctx[{py(name)}]"
 
 
-def _input_code(item: Input) -> str:
-    return item.expr.python if item.expr is not None else _read_code(item.name)
-
-
 def _actor_code(actor: ActorDef) -> str:
-    return _call(
-        "fr.ActorSpec",
-        [
-            ("", py(actor.name)),
-            ("type", py(actor.kind)),
-            ("soul", py(actor.soul)),
-            ("source", py(actor.source)),
-            ("tools", py(actor.tools)),
-        ],
-    )
+    args = [("", py(actor.name)), ("type", py(actor.kind))]
+    for name in ("soul", "source", "tools"):
+        value = getattr(actor, name)
+        if value:
+            args.append((name, py(value)))
+    return _call("fr.ActorSpec", args)
 
 
 def _method_code(method: Method) -> str:
     inputs = _dict_code(
-        (item.name, f"lambda ctx: {item.expr.python}" if item.expr is not None else "None")
+        (item.name, f"lambda ctx: {python_of(item.expr)}" if item.expr is not None else "None")
         for item in method.inputs
     )
     return _call(
@@ -800,31 +980,6 @@ def _method_code(method: Method) -> str:
             ("outputs", py(method.outputs)),
         ],
     )
-
-
-def _inputs_code(inputs: tuple[Input, ...]) -> str:
-    """``in:`` values as a dict literal, evaluated when the action runs (without ``in:`` the
-    spec has no ``inputs`` and the runtime passes the variables named like the function's
-    parameters, §9.7)."""
-    return _dict_code((item.name, _input_code(item)) for item in inputs)
-
-
-def _interrupt_code(action: Action) -> str:
-    interrupt = action.interrupt
-    assert interrupt is not None
-    if interrupt.kind == "human":
-        return "fr.InterruptSpec('human')"
-    if interrupt.kind == "human_except":
-        return _call(
-            "fr.InterruptSpec", [("", py("human_except")), ("actors", py(interrupt.actors))]
-        )
-    if interrupt.kind == "condition":
-        assert interrupt.condition is not None
-        check = f"lambda: {interrupt.condition.python}"
-    else:
-        assert interrupt.func is not None
-        check = f"lambda: ctx.code({py(interrupt.func.alias)}).{interrupt.func.func}()"
-    return _call("fr.InterruptSpec", [("", py("check")), ("check", check)])
 
 
 def _reads(expr: Expr, actors: frozenset[str]) -> tuple[str, ...]:
@@ -857,34 +1012,6 @@ def _join_count(graph: Graph, merge: str | None) -> int | None:
     return binding.count if isinstance(binding, Join) else None
 
 
-def _with_noqa(line: str) -> str:
-    return line + _noqa(line)
-
-
-def _noqa(python: str) -> str:
-    """A targeted ``noqa`` for comparisons with ``True``/``False``/``None``: FEM scripts write
-    ``finish == true`` and mean exactly ``==`` (``1 == True`` holds, ``1 is True`` does not)."""
-    if "==" not in python and "!=" not in python:
-        return ""
-    codes = set()
-    try:
-        tree = ast.parse(python.strip().removeprefix("if ").rstrip(":"))
-    except SyntaxError:
-        return ""
-    for sub in ast.walk(tree):
-        if isinstance(sub, ast.Compare):
-            operands = [sub.left, *sub.comparators]
-            for op, left, right in zip(sub.ops, operands, operands[1:], strict=False):
-                if not isinstance(op, ast.Eq | ast.NotEq):
-                    continue
-                for side in (left, right):
-                    if isinstance(side, ast.Constant) and side.value is None:
-                        codes.add("E711")
-                    elif isinstance(side, ast.Constant) and isinstance(side.value, bool):
-                        codes.add("E712")
-    return f"  # noqa: {', '.join(sorted(codes))}" if codes else ""
-
-
 # ------------------------------------------------------------------------------ rendering
 
 
@@ -900,20 +1027,21 @@ def environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters["py"] = py
-    env.filters["doc"] = repr  # a docstring must stay a plain string literal
     env.filters["comment"] = comment_text
     return env
 
 
 def generate_parts(
     checked: CheckedLike, file: str, sha256: str, code_paths: Mapping[str, str] | None = None
-) -> list[str]:
+) -> Parts:
     """The (unformatted) top-level parts of the Python module for a checked script: the head
-    (header, imports, ``SCRIPT``: what every edit changes, through the source hash), the data
-    (actors, methods, variables), one part per action and flow function, then ``PROGRAM`` and
-    each entry point. Each ends with a newline and holds no two blank lines in a row, before
-    or after black; :data:`PART_SEPARATOR` joins them into the module. ``code_paths`` gives
-    each ``code:`` alias's file relative to the generated module (default: as written)."""
+    (header, imports, ``SCRIPT``), the data (actors, methods, variables), one part per action
+    and flow function, then the tables (``CONDITIONS``, ``LINES``), ``PROGRAM`` and each entry
+    point. Each ends with a newline and holds no two blank lines in a row, before or after
+    black; :data:`PART_SEPARATOR` joins them into the module, and after formatting
+    :meth:`Parts.attach_line_table` turns their line markers into ``LINES``. ``code_paths``
+    gives each ``code:`` alias's file relative to the generated module (default: as
+    written)."""
     view = CodeGenerator(checked, file, sha256, code_paths).script_view()
     env = environment()
     parts = split_parts(env.get_template("module_head.py.jinja").render(script=view))
@@ -921,8 +1049,8 @@ def generate_parts(
         kind = "flow" if isinstance(item, FlowView) else f"action_{_ACTION_TEMPLATES[item.kind]}"
         parts.append(env.get_template(f"{kind}.py.jinja").render(item=item))
     tail = env.get_template("module_tail.py.jinja").render(script=view)
-    parts.extend(split_parts(tail))  # PROGRAM, run, run_async, the __main__ guard
-    return parts
+    parts.extend(split_parts(tail))
+    return Parts.of(parts)
 
 
 # Top-level parts are separated by two blank lines, as black puts them around functions.

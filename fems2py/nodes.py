@@ -476,13 +476,16 @@ class FlowNode:
 
     ``name`` is ``"START"``/``"A"`` for ``[START]``/``[A]`` (brackets stripped) and a
     generated ``"<action>@LINE:COL"`` for anonymous nodes, so it is unique and stable.
-    ``binding`` is an action name, a module call, a loop, a join or None (empty pass-through).
+    ``binding`` is an action name, a module call, a loop, a join or None (empty pass-through);
+    ``bound_at`` says where it was written.
     """
 
     name: str
     binding: Binding
     anonymous: bool
     span: Span
+    # where the binding was written (``[A]: act`` may follow the first mention of ``[A]``)
+    bound_at: Span | None = None
 
 
 @dataclass(frozen=True)

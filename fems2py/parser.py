@@ -191,11 +191,12 @@ class _GraphBuilder:
 
     def add(self, name: str, span: Span, binding: object = None, anonymous: bool = False) -> str:
         existing = self.nodes.get(name)
+        bound_at = span if binding is not None else None
         if existing is None:
-            self.nodes[name] = FlowNode(name, binding, anonymous, span)  # type: ignore[arg-type]
+            self.nodes[name] = FlowNode(name, binding, anonymous, span, bound_at)  # type: ignore[arg-type]
         elif binding is not None:
             if existing.binding is None:
-                self.nodes[name] = dataclasses.replace(existing, binding=binding)
+                self.nodes[name] = dataclasses.replace(existing, binding=binding, bound_at=span)
             elif _binding_key(existing.binding) != _binding_key(binding):
                 self.parser.error(
                     f"node [{name}] is bound twice",

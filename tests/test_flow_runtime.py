@@ -10,6 +10,7 @@ import pytest
 from fems_helpers import run_script, steps_of
 from fems_runtime import RunError
 from fems_runtime.flow import Context, module
+from fems_runtime.lines import LineTable
 from fems_runtime.records import StepCounter, TraceWriter
 from fems_runtime.variables import Variables
 
@@ -244,12 +245,15 @@ def test_chinese_punctuation_script_runs(tmp_path: Path) -> None:
 
 
 class _Services:
-    """The least a Context needs: a file name and a trace (no models, no code files)."""
+    """The least a Context needs: a file name, a trace and a line table (hand-written flows
+    have no lines), no models, no code files."""
 
     file = "hand.fems"
+    conditions: dict[str, dict[str, tuple[tuple[str, tuple[str, ...]], ...]]] = {}
 
     def __init__(self) -> None:
         self.trace = TraceWriter(None)
+        self.lines = LineTable()
 
 
 def _context(**values: object) -> Context:
@@ -294,13 +298,13 @@ def test_loops_iterate_over_a_snapshot_and_bind_the_variable_per_iteration() -> 
         ctx.assign("items", "add", 99 + ctx["i"])  # growing the list does not add iterations
         ctx.assign("total", "+=", ctx["i"])
 
-    asyncio.run(ctx.loop("for", "i", ctx["items"], body, line=1))
+    asyncio.run(ctx.loop("for", "i", ctx["items"], body))
     assert ctx["total"] == 6
     assert "i" not in ctx.frame
 
 
 def test_module_call_checks_arity() -> None:
-    @module("M", line=1, params=("a",))
+    @module("M", params=("a",))
     async def m(ctx: Context, node: str | None = "IN", stop: tuple[str, ...] = ()) -> str:
         return "OUT"
 
@@ -313,15 +317,15 @@ def test_a_module_meta_delay_reaches_the_turns_inside_it_and_nested_calls_keep_t
     """§3: a module's meta accepts delay; its branches inherit it, the larger delay wins."""
     seen: dict[str, float] = {}
 
-    @module("Inner", line=2, meta={"delay": 1.5})
+    @module("Inner", meta={"delay": 1.5})
     async def inner(ctx: Context, node: str | None = "IN", stop: tuple[str, ...] = ()) -> str:
         seen["inner"] = ctx.delay
         return "OUT"
 
-    @module("Outer", line=1, meta={"delay": 4})
+    @module("Outer", meta={"delay": 4})
     async def outer(ctx: Context, node: str | None = "IN", stop: tuple[str, ...] = ()) -> str:
         seen["outer"] = ctx.delay
-        await ctx.loop("par", "i", [1, 2], branch, line=1)
+        await ctx.loop("par", "i", [1, 2], branch)
         await ctx.call(inner, [])
         return "OUT"
 
@@ -475,7 +479,7 @@ def test_par_is_traced_as_a_fork_and_a_join_at_its_node(tmp_path: Path) -> None:
     result, events = run_script(tmp_path, PAR_EVENTS)
     assert result.variables["n"] == 6
     kinds = [(e["event"], e["node"]) for e in events if e["event"] in ("fork", "join")]
-    assert kinds == [("fork", "par@7:12"), ("join", "par@7:12")]
+    assert kinds == [("fork", "par_i"), ("join", "par_i")]
     fork = next(e for e in events if e["event"] == "fork")
     assert fork["line"] == 7 and fork["var"] == "i" and fork["items"] == [1, 2, 3]
     assert all("event" in e and "node" in e for e in events)
@@ -962,7 +966,7 @@ def test_join_n_counts_arrivals_through_a_nested_fork_and_cancels_the_rest(
     values = result.variables
     assert (values["ta"], values["tb"], values["tc"], values["after"]) == (0.01, 0.02, 0, 1)
     outer_join = [e for e in events if e["event"] == "join"][-1]
-    assert outer_join["node"] == "join@25:5" and outer_join["cancelled"] == ["C"]
+    assert outer_join["node"] == "join" and outer_join["cancelled"] == ["C"]
     assert steps_of(events, "N") == 1
 
 

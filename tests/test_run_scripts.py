@@ -292,7 +292,8 @@ def test_build_cache_reuses_a_build_until_the_source_changes(tmp_path: Path) -> 
     script = tmp_path / "t.fems"
     script.write_text("mainflow:\n    [START] -> [END]\n", encoding="utf-8")
     first = build_cached(script)
-    assert first.parent == tmp_path / ".fems-cache"
+    assert first.is_relative_to(build.cache_root())
+    assert sorted(tmp_path.iterdir()) == [script]  # a build writes nothing beside the script
     assert build_cached(script) == first
     script.write_text("vars:\n    x = 1\nmainflow:\n    [START] -> [END]\n", encoding="utf-8")
     second = build_cached(script)

@@ -5,7 +5,16 @@ call) and never imports the compiler. ``__all__`` is exactly what generated code
 """
 
 from fems_runtime.app import Program, RunResult, ScriptInfo, require_runtime
-from fems_runtime.flow import Context, FuncSpec, MethodSpec, lines, module
+from fems_runtime.flow import (
+    ConditionTable,
+    Context,
+    FuncSpec,
+    MethodSpec,
+    eq,
+    lines,
+    module,
+    ne,
+)
 from fems_runtime.records import RunError
 from fems_runtime.signals import OutSpec
 from fems_runtime.turns import InterruptSpec, ResolveSpec, ScopeItem, TurnSpec
@@ -17,6 +26,7 @@ __all__ = [
     "Actor",
     "ActorSpec",
     "BlueprintSpec",
+    "ConditionTable",
     "Context",
     "FuncSpec",
     "InterruptSpec",
@@ -30,7 +40,9 @@ __all__ = [
     "ScriptInfo",
     "TurnSpec",
     "__version__",
+    "eq",
     "lines",
     "module",
+    "ne",
     "require_runtime",
 ]

@@ -5,26 +5,32 @@ flow functions, and hands them to a :class:`Program`. The program builds the run
 (variables, store, models, trace, the author's ``code:`` modules), runs the main flow, and turns
 every failure into ``script.fems:LINE: error: …``: a :class:`RunError` keeps its location, any
 other exception is located through the traceback's innermost frame in the generated module and
-the ``# script.fems:LINE`` marker above that line (§16.2).
+the module's line table (``LINES``, see :mod:`fems_runtime.lines`, §16.2).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import linecache
 import os
-import re
 import sys
 import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType, TracebackType
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from fems_runtime import funcs
-from fems_runtime.flow import Context, FlowFunction, FuncSpec, MethodSpec, failed_node
+from fems_runtime.flow import (
+    Conditions,
+    Context,
+    FlowFunction,
+    FuncSpec,
+    MethodSpec,
+    failed_node,
+)
+from fems_runtime.lines import LineTable
 from fems_runtime.records import RunError, StepCounter, TraceWriter, TurnLog, write_result
 from fems_runtime.store import Checkpoint
 from fems_runtime.transcript import Transcript
@@ -37,7 +43,6 @@ if TYPE_CHECKING:
 
 EXIT_OK, EXIT_RUN_ERROR, EXIT_USAGE = 0, 1, 2
 DEFAULT_MAX_STEPS = 100_000
-_MARKER = re.compile(r"^\s*# (?P<file>.+):(?P<line>\d+)\s*$")
 
 
 def require_runtime(compiler: str) -> None:
@@ -92,6 +97,8 @@ class _Services:
     ) -> None:
         self.program = program
         self.file = program.script.file
+        self.lines = program.lines
+        self.conditions = program.conditions
         self.variables = variables
         self.trace = trace
         self._turns = turns
@@ -172,11 +179,13 @@ class Program:
         *,
         script: ScriptInfo,
         actors: Sequence[ActorSpec],
-        blueprints: Sequence[BlueprintSpec],
-        methods: Sequence[MethodSpec],
         variables: Mapping[str, Any],
         main: FlowFunction,
+        blueprints: Sequence[BlueprintSpec] = (),
+        methods: Sequence[MethodSpec] = (),
         module_file: str,
+        lines: str = "",
+        conditions: Mapping[str, Mapping[str, Conditions]] | None = None,
     ) -> None:
         self.script = script
         self.actors = tuple(actors)
@@ -185,6 +194,9 @@ class Program:
         self.variables = variables
         self.main_flow = main
         self.module_file = module_file
+        self.project_dir: str | None = None  # set by `fems2py run`: the script's directory
+        self.lines = LineTable(lines, module_file)
+        self.conditions: Mapping[str, Mapping[str, Conditions]] = conditions or {}
 
     def run(self, **options: Any) -> RunResult:
         """Run to the end (see :meth:`run_async` for the options)."""
@@ -292,11 +304,11 @@ class Program:
         return outcome
 
     def locate(self, error: BaseException) -> BaseException:
-        """A :class:`RunError` with the ``.fems`` location of ``error`` (innermost generated
-        line → the nearest ``# file:LINE`` marker above it); other exceptions are wrapped."""
+        """A :class:`RunError` with the ``.fems`` location of ``error`` (its innermost generated
+        line, through the line table); other exceptions are wrapped."""
         if isinstance(error, KeyboardInterrupt | SystemExit | asyncio.CancelledError):
             return error
-        line = _marker_line(error.__traceback__, self.module_file)
+        line = self.lines.in_traceback(error.__traceback__)
         if isinstance(error, RunError):
             return error.located(self.script.file, line)
         return RunError(f"{type(error).__name__}: {error}", self.script.file, line)
@@ -346,35 +358,17 @@ class Program:
         """The Python traceback behind a run error (``FEMS_TRACEBACK=1``), each frame of the
         generated module followed by the ``.fems`` line it comes from."""
         cause = error.__cause__ or error
-        target = str(Path(self.module_file).resolve())
         lines = ["Traceback (most recent call last):\n"]
-        for frame in traceback.extract_tb(cause.__traceback__):
-            lines.extend(traceback.format_list([frame]))
-            if str(Path(frame.filename).resolve()) == target and frame.lineno is not None:
-                line = _nearest_marker(frame.filename, frame.lineno)
-                if line is not None:
-                    lines.append(f"    ^ {self.script.file}:{line}\n")
+        tb = cause.__traceback__
+        while tb is not None:
+            lines.extend(traceback.format_list(traceback.extract_tb(tb, limit=1)))
+            owned = self.lines.owns(tb.tb_frame.f_code)
+            line = self.lines.line(tb.tb_lineno) if owned else None
+            if line is not None:
+                lines.append(f"    ^ {self.script.file}:{line}\n")
+            tb = tb.tb_next
         lines.extend(traceback.format_exception_only(type(cause), cause))
         return "".join(lines)
-
-
-def _marker_line(tb: TracebackType | None, module_file: str) -> int | None:
-    target = str(Path(module_file).resolve())
-    line = None
-    while tb is not None:
-        code = tb.tb_frame.f_code
-        if str(Path(code.co_filename).resolve()) == target:
-            line = _nearest_marker(code.co_filename, tb.tb_lineno)
-        tb = tb.tb_next
-    return line
-
-
-def _nearest_marker(filename: str, lineno: int) -> int | None:
-    for number in range(lineno, 0, -1):
-        match = _MARKER.match(linecache.getline(filename, number))
-        if match:
-            return int(match.group("line"))
-    return None
 
 
 def _argument_parser(script: ScriptInfo) -> argparse.ArgumentParser:

@@ -11,10 +11,13 @@ that cancel the losers (§12.6), ``for``/``par`` loops with branch-local loop va
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
+from fems_runtime.lines import LineTable
 from fems_runtime.records import RunError, StepCounter, TraceWriter
 from fems_runtime.signals import OutSpec
 from fems_runtime.values import format_value
@@ -28,13 +31,43 @@ _MISSING: Any = object()
 
 
 class FlowFunction(Protocol):
-    """A generated flow function: runs from ``node`` until it ends or reaches a ``stop`` node."""
+    """A generated flow function. A structured one takes just the context; one with concurrent
+    branches (a dispatch over its nodes) also runs from ``node`` until it ends or reaches a
+    ``stop`` node, which is how :meth:`Context.fork` starts its branches."""
+
+    __name__: str
+
+    def __call__(self, ctx: Context, /) -> Awaitable[str | None]: ...
+
+
+class DispatchFunction(Protocol):
+    """A flow function that can be entered at any of its nodes (see :class:`FlowFunction`)."""
 
     __name__: str
 
     def __call__(
-        self, ctx: Context, node: str | None = ..., stop: tuple[str, ...] = ...
+        self, ctx: Context, node: str = ..., stop: tuple[str, ...] = ...
     ) -> Awaitable[str | None]: ...
+
+
+ActionFunction = Callable[["Context"], Awaitable[None]]
+_Flow = TypeVar("_Flow", bound=Callable[..., Awaitable[str | None]])
+
+#: What a "flow stuck" error lists for one node: each condition as written and what it reads.
+Conditions = tuple[tuple[str, tuple[str, ...]], ...]
+#: A generated module's ``CONDITIONS``: flow function → node → its conditions.
+ConditionTable = Mapping[str, Mapping[str, Conditions]]
+
+
+def eq(left: object, right: object) -> bool:
+    """``left == right``: how generated code writes a comparison with ``true``/``false``, which
+    FEM means as ``==`` (``1 == True`` holds), in a form linters do not rewrite to ``is``."""
+    return left == right
+
+
+def ne(left: object, right: object) -> bool:
+    """``left != right`` (see :func:`eq`)."""
+    return left != right
 
 
 def lines(*parts: str) -> str:
@@ -47,12 +80,13 @@ class FuncSpec:
     """An ``@func(alias.fn)`` action (§9.7), already compiled; ``code="system"`` with
     ``function="spawn"`` is the built-in ``system.spawn`` (§9.8)."""
 
-    action: str
-    line: int
     code: str
     function: str
     inputs: dict[str, Any] | None = None
     outs: tuple[OutSpec, ...] | None = None
+    # the action's name and its .fems line, filled in by Context.func
+    action: str = ""
+    line: int = 0
 
 
 @dataclass(frozen=True)
@@ -73,7 +107,6 @@ class ModuleSpec:
     """What a module call needs besides its flow function: parameters, fresh locals (§11)."""
 
     name: str
-    line: int
     params: tuple[str, ...] = ()
     variables: Mapping[str, Any] = field(default_factory=dict)
     meta: Mapping[str, Any] = field(default_factory=dict)
@@ -83,17 +116,16 @@ class ModuleSpec:
 def module(
     name: str,
     *,
-    line: int,
     params: tuple[str, ...] = (),
     variables: Mapping[str, Any] | None = None,
     meta: Mapping[str, Any] | None = None,
     methods: tuple[MethodSpec, ...] = (),
-) -> Callable[[FlowFunction], FlowFunction]:
+) -> Callable[[_Flow], _Flow]:
     """Decorator marking a generated flow function as module ``name``; it stays callable as is
     (concurrent branches re-enter it at a node) and carries its :class:`ModuleSpec`."""
-    spec = ModuleSpec(name, line, params, dict(variables or {}), dict(meta or {}), methods)
+    spec = ModuleSpec(name, params, dict(variables or {}), dict(meta or {}), methods)
 
-    def mark(function: FlowFunction) -> FlowFunction:
+    def mark(function: _Flow) -> _Flow:
         function.fems_module = spec  # type: ignore[attr-defined]
         return function
 
@@ -105,6 +137,8 @@ class RunServices(Protocol):
 
     file: str
     trace: TraceWriter
+    lines: LineTable
+    conditions: Mapping[str, Mapping[str, Conditions]]
 
     def code(self, alias: str) -> Any: ...
 
@@ -235,43 +269,74 @@ class Context:
 
     # ------------------------------------------------------------------ actions
 
-    async def ai(self, spec: TurnSpec) -> TurnResult:
-        """An ``@ai`` turn (§9.1)."""
-        return await self.services.turn(self, spec)
+    async def ai(self, executor: str, **fields: Any) -> TurnResult:
+        """An ``@ai`` turn (§9.1); ``fields`` as :class:`~fems_runtime.turns.TurnSpec`'s."""
+        return await self._turn("ai", executor, fields, sys._getframe(1))
 
-    async def human(self, spec: TurnSpec) -> TurnResult:
+    async def human(self, executor: str, **fields: Any) -> TurnResult:
         """A ``@human`` turn (§9.1, §10.8)."""
-        return await self.services.turn(self, spec)
+        return await self._turn("human", executor, fields, sys._getframe(1))
 
-    async def mind(self, spec: TurnSpec) -> TurnResult:
+    async def mind(self, executor: str, **fields: Any) -> TurnResult:
         """A ``@mind`` turn: ``@ai`` or ``@human`` by the executor's type (§9.1)."""
+        return await self._turn("mind", executor, fields, sys._getframe(1))
+
+    async def func(self, code: str, function: str, **fields: Any) -> Any:
+        """An ``@func(code.function)`` action: the author's Python in a worker thread (§9.7,
+        §9.8); ``fields`` as :class:`FuncSpec`'s."""
+        action, line = self._action(fields.pop("action", ""), sys._getframe(1))
+        outs = fields.pop("outs", None)
+        outs = None if outs is None else tuple(OutSpec.of(out) for out in outs)
+        spec = FuncSpec(code, function, action=action, line=line, outs=outs, **fields)
+        return await self.services.func(self, spec)
+
+    async def _turn(
+        self,
+        kind: Literal["ai", "human", "mind"],
+        executor: str,
+        fields: dict[str, Any],
+        caller: FrameType,
+    ) -> TurnResult:
+        from fems_runtime.turns import ScopeItem, TurnSpec  # turns builds on this module
+
+        action, line = self._action(fields.pop("action", ""), caller)
+        scope = tuple(ScopeItem.of(item) for item in fields.pop("scope", ()))
+        if fields.get("outs") is not None:
+            fields["outs"] = tuple(OutSpec.of(out) for out in fields["outs"])
+        spec = TurnSpec(executor, kind=kind, action=action, line=line, scope=scope, **fields)
         return await self.services.turn(self, spec)
 
-    async def func(self, spec: FuncSpec) -> Any:
-        """An ``@func`` action: the author's Python in a worker thread (§9.7, §9.8)."""
-        return await self.services.func(self, spec)
+    def _action(self, action: str, caller: FrameType) -> tuple[str, int]:
+        """An action's name and line: the generated function that runs it is named after the
+        action (else the name is given) and its first line is in the module's line table."""
+        code = caller.f_code
+        return action or code.co_name, self.services.lines.of_function(code) or 0
 
     # ------------------------------------------------------------------ flow
 
-    async def step(self, node: str, line: int) -> None:
-        """Count one execution of ``node`` (§12.10) and remember where this branch is."""
+    async def step(self, node: str, action: ActionFunction | None = None) -> None:
+        """Count one execution of ``node`` (§12.10), remember where this branch is, and run
+        the node's ``action`` if it has one."""
+        line = self.services.lines.at(sys._getframe(1))
         self.node, self.line = node, line
         self.steps.step(node, self.services.file, line)
         self.services.trace.write("step", node=node, line=line)
         await asyncio.sleep(0)  # a point where a cancelled branch (join(n)) stops
+        if action is not None:
+            await action(self)
 
-    def stuck(
-        self, node: str, conditions: Sequence[tuple[str, Sequence[str]]], *, line: int
-    ) -> RunError:
-        """The "flow stuck" error (§12.3) at the ``line`` of the conditions: every condition
-        and the values it read."""
+    def stuck(self, node: str) -> RunError:
+        """The "flow stuck" error (§12.3) at the line of the node's first condition: every
+        condition and the values it read (from the module's ``CONDITIONS`` table)."""
+        caller = sys._getframe(1)
+        conditions = self.services.conditions.get(caller.f_code.co_name, {}).get(node, ())
         parts = []
         for text, reads in conditions:
             values = ", ".join(f"{path} = {self._show(path)}" for path in reads)
             shown = text if text.startswith("(") and text.endswith(")") else f"({text})"
             parts.append(f"  if {shown}" + (f"  where {values}" if values else ""))
         message = f"flow stuck after [{node}]: no out-edge condition holds\n" + "\n".join(parts)
-        return RunError(message, self.services.file, line)
+        return RunError(message, self.services.file, self.services.lines.at(caller))
 
     def _show(self, path: str) -> str:
         try:
@@ -291,7 +356,7 @@ class Context:
 
     async def fork(
         self,
-        flow: FlowFunction,
+        flow: DispatchFunction,
         node: str,
         targets: Sequence[str],
         *,
@@ -354,12 +419,11 @@ class Context:
         var: str,
         items: Iterable[Any],
         body: FlowFunction,
-        *,
-        line: int,
     ) -> None:
         """``for``/``par VAR in items`` (§12.7, §12.8): ``items`` is snapshotted on entry; each
         iteration binds ``var`` in its own frame; ``par`` runs all iterations concurrently as
         branches and writes their own values back when all have finished."""
+        line = self.services.lines.at(sys._getframe(1))
         snapshot = _snapshot(items)
         if snapshot is None:
             raise RunError(
@@ -418,14 +482,17 @@ class Context:
 
 
 async def _enter(
-    flow: FlowFunction, ctx: Context, node: str | None, stop: tuple[str, ...] = ()
+    flow: FlowFunction | DispatchFunction,
+    ctx: Context,
+    node: str | None,
+    stop: tuple[str, ...] = (),
 ) -> str | None:
     """Run ``flow`` from ``node`` (None: its start) in ``ctx``; an error escaping it remembers
     the innermost node it came from, for the run's ``error`` trace event (§16.3)."""
     try:
         if node is None:
             return await flow(ctx)
-        return await flow(ctx, node, stop)
+        return await flow(ctx, node, stop)  # type: ignore[call-arg]
     except Exception as error:
         if failed_node(error) is None:
             error.fems_node = ctx.node  # type: ignore[attr-defined]
@@ -476,12 +543,18 @@ def _first_error(group: BaseExceptionGroup[Any]) -> BaseException:
 
 
 __all__ = [
+    "ActionFunction",
+    "ConditionTable",
+    "Conditions",
     "Context",
+    "DispatchFunction",
     "FlowFunction",
     "FuncSpec",
     "MethodSpec",
     "ModuleSpec",
+    "eq",
     "failed_node",
     "lines",
+    "ne",
     "module",
 ]

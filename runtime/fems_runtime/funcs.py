@@ -57,11 +57,18 @@ def load_code(path: str | Path) -> ModuleType:
 
 
 class CodeFiles:
-    """The ``code:`` aliases of a script: ``alias → path``, paths relative to ``base_dir``."""
+    """The ``code:`` aliases of a script: ``alias → path``, paths relative to ``base_dir`` (the
+    generated module's directory). One rule makes a module movable (§5): a file missing at its
+    recorded path is taken from beside the module, under its own name, so a module copied
+    together with its code files into another project keeps working."""
 
     def __init__(self, files: Mapping[str, str | Path], base_dir: str | Path = ".") -> None:
         self.base_dir = Path(base_dir)
-        self.files = {alias: self.base_dir / path for alias, path in files.items()}
+        self.files = {alias: self._locate(Path(path)) for alias, path in files.items()}
+
+    def _locate(self, path: Path) -> Path:
+        recorded, beside = self.base_dir / path, self.base_dir / path.name
+        return beside if not recorded.is_file() and beside.is_file() else recorded
 
     def module(self, alias: str) -> ModuleType:
         path = self.files.get(alias)

@@ -68,6 +68,11 @@ class OutSpec:
     caption: str | None = None
     key_from: str | None = None
 
+    @classmethod
+    def of(cls, out: OutSpec | str) -> OutSpec:
+        """An out as generated code writes it: a spec, or a plain out's name."""
+        return out if isinstance(out, OutSpec) else cls(out)
+
     def __post_init__(self) -> None:
         if (
             self.key is None

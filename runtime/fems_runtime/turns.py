@@ -2,7 +2,7 @@
 
 Interface for generated code, ``flow.py`` and ``app.py``::
 
-    spec = TurnSpec(action="wolf_kill", line=40, kind="ai", executor="@wolf", prompt="…",
+    spec = TurnSpec("@wolf", kind="ai", action="wolf_kill", line=40, prompt="…",
                     scope=(ScopeItem("actor", "@god"), ScopeItem("var", "wolves")),
                     outs=(OutSpec("kill", type="actor"),))
 
@@ -83,6 +83,20 @@ class ScopeItem:
     kind: Literal["actor", "var", "expand", "all"]
     name: str = ""
 
+    @classmethod
+    def of(cls, item: ScopeItem | str) -> ScopeItem:
+        """An item as generated code writes it, like the script: ``"@god"``, ``"wolves"``,
+        ``"{alive}"`` (expanded), ``"all"``."""
+        if isinstance(item, ScopeItem):
+            return item
+        if item == "all":
+            return cls("all", "all")
+        if item.startswith("@"):
+            return cls("actor", item)
+        if item.startswith("{") and item.endswith("}"):
+            return cls("expand", item[1:-1])
+        return cls("var", item)
+
 
 @dataclass(frozen=True)
 class ResolveSpec:
@@ -110,10 +124,12 @@ class InterruptSpec:
 class TurnSpec:
     """Everything an `@ai` / `@human` / `@mind` action declares, already compiled."""
 
-    action: str
-    line: int
-    kind: TurnKind
     executor: str
+    # set by the Context method that runs the turn (ctx.ai/human/mind): the kind, the action's
+    # name and its .fems line
+    kind: TurnKind = "ai"
+    action: str = ""
+    line: int = 0
     role: str | None = None
     prompt: str | None = None
     showprompt: str | None = None
@@ -295,18 +311,16 @@ def _text(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-BUILD_CACHE = ".fems-cache"
-"""Where ``fems2py run`` writes its builds, next to the script (fems2py's ``build.CACHE_DIR``)."""
-
-
 def _project_dirs(program: Any, base_dir: str | Path) -> list[Path]:
-    """Where `fems.toml` and `.env` are looked for: the script's folder (the generated module's,
-    or the parent of a ``.fems-cache`` build), then `base_dir`."""
+    """Where `fems.toml` and `.env` are looked for: the script's folder (the program's
+    ``project_dir`` when ``fems2py run`` set it, else the generated module's), then
+    `base_dir`."""
     dirs = [Path(base_dir).resolve()]
     module_file = getattr(program, "module_file", None)
-    if module_file:
-        module_dir = Path(module_file).resolve().parent
-        if module_dir.name == BUILD_CACHE:
+    project_dir = getattr(program, "project_dir", None)
+    if project_dir or module_file:
+        module_dir = Path(project_dir or module_file).resolve()
+        if not project_dir:
             module_dir = module_dir.parent
         if module_dir != dirs[0]:
             dirs.insert(0, module_dir)

@@ -13,7 +13,7 @@ from fems_runtime import funcs
 from fems_runtime.records import RunError
 from fems_runtime.transcript import Transcript
 
-from fems2py.build import build_cached
+from fems2py.build import build_cached, cache_root
 
 from .fake_openai import Behaviour, fake_openai
 
@@ -870,8 +870,8 @@ def test_spawned_actors_are_fresh_in_a_continued_session(
 def test_model_map_next_to_the_script_is_used_by_cached_builds(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`fems2py run` builds into .fems-cache/ next to the script; fems.toml beside the script
-    still counts."""
+    """`fems2py run` builds into the user cache directory, nothing beside the script; the
+    fems.toml beside the script still counts (run_module hands the run its directory)."""
     (tmp_path / "fems.toml").write_text('[models]\nfast = "fems/script"\n', encoding="utf-8")
     script = tmp_path / "r.fems"
     script.write_text(
@@ -883,8 +883,12 @@ def test_model_map_next_to_the_script_is_used_by_cached_builds(
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
     module_path = build_cached(script)
-    assert module_path.parent.name == ".fems-cache"
-    result = load(module_path).run(
-        replies={"s": ["scripted"]}, model="openai/never-called", db=":memory:"
-    )
+    assert module_path.is_relative_to(cache_root()) and sorted(tmp_path.iterdir()) == [
+        elsewhere,
+        tmp_path / "fems.toml",
+        script,
+    ]
+    module = load(module_path)
+    module.PROGRAM.project_dir = str(tmp_path)  # what `fems2py run` does (build.run_module)
+    result = module.run(replies={"s": ["scripted"]}, model="openai/never-called", db=":memory:")
     assert result.model_calls == 1

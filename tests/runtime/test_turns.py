@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from fems_runtime.flow import Context
 from fems_runtime.human import AnswersFileHuman
+from fems_runtime.lines import LineTable
 from fems_runtime.llm import CallResult, ModelChoice, ModelClient
 from fems_runtime.offline import OfflineTurn
 from fems_runtime.records import RunError, StepCounter, TraceWriter
@@ -471,10 +472,15 @@ def test_services_open_runs_turns_through_a_flow_context(tmp_path: Path) -> None
         base_dir=tmp_path,
     )
     run_services = SimpleNamespace(
-        file="game.fems", trace=services.trace, code=lambda alias: None, turn=services.run
+        file="game.fems",
+        trace=services.trace,
+        code=lambda alias: None,
+        turn=services.run,
+        lines=LineTable(),
     )
     ctx = Context(run_services, variables.root, StepCounter())
-    result = asyncio.run(ctx.ai(spec(prompt="Count.", outs=(OutSpec("count", type="int"),))))
+    turn = ctx.ai("@eve", action="pick", prompt="Count.", outs=(OutSpec("count", type="int"),))
+    result = asyncio.run(turn)
     assert result.assigned == {"count": 3}
     (event,) = [json.loads(line) for line in trace.getvalue().splitlines()]
     assert event["messages"][0] == {"role": "system", "content": "Be kind."}

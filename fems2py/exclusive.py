@@ -1,0 +1,166 @@
+"""Whether edge conditions provably exclude each other, so that at most one can hold (§12.3).
+
+A node whose out-edge conditions exclude each other never starts concurrent branches, so its
+edges can be generated as ``if``/``elif``. The proof is small and sound: each condition is a
+formula of ``and``/``or``/``not`` over *atoms* (comparisons, names, calls); two atoms may
+contradict (``x == 1`` / ``x == 2``, ``x in y`` / ``x not in y``, ``n > 0`` / ``n == 0``);
+every truth assignment of the atoms that no contradiction forbids is tried, and the conditions
+are exclusive when none makes two of them true. Atoms are otherwise treated as independent,
+which can only miss an exclusion, never invent one. A condition that calls the author's code
+(``ctx.code(…)``) is never called exclusive: ``if``/``elif`` would skip calls the fork
+semantics makes.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import math
+from collections.abc import Sequence
+
+from fems2py.nodes import Expr
+
+_MAX_ATOMS = 12  # 4,096 assignments; more than real conditions use
+
+_COMPLEMENTS = {
+    ast.Eq: ast.NotEq,
+    ast.NotEq: ast.Eq,
+    ast.Lt: ast.GtE,
+    ast.GtE: ast.Lt,
+    ast.Gt: ast.LtE,
+    ast.LtE: ast.Gt,
+    ast.In: ast.NotIn,
+    ast.NotIn: ast.In,
+    ast.Is: ast.IsNot,
+    ast.IsNot: ast.Is,
+}
+
+
+def all_exclusive(conditions: Sequence[Expr]) -> bool:
+    """Whether no two of ``conditions`` can hold at once."""
+    return _check(conditions, exhaustive=False)
+
+
+def exactly_one(conditions: Sequence[Expr]) -> bool:
+    """Whether exactly one of ``conditions`` holds, whatever the values: they exclude each
+    other and between them cover every case (through exact complements: ``==``/``!=``,
+    ``in``/``not in``, ``is``/``is not`` of the same operands, ``x``/``not x``). The last
+    one can then be an ``else``."""
+    return _check(conditions, exhaustive=True)
+
+
+def _check(conditions: Sequence[Expr], *, exhaustive: bool) -> bool:
+    trees = []
+    for condition in conditions:
+        if "ctx.code(" in condition.python:
+            return False
+        try:
+            trees.append(ast.parse(condition.python, mode="eval").body)
+        except SyntaxError:
+            return False
+    atoms: dict[str, ast.expr] = {}
+    for tree in trees:
+        _collect(tree, atoms)
+    if len(atoms) > _MAX_ATOMS:
+        return False
+    keys = list(atoms)
+    conflicts = [
+        (i, j)
+        for i, j in itertools.combinations(range(len(keys)), 2)
+        if _contradict(atoms[keys[i]], atoms[keys[j]])
+    ]
+    complements = [
+        (i, j)
+        for i, j in itertools.combinations(range(len(keys)), 2)
+        if _complement(atoms[keys[i]], atoms[keys[j]])
+    ]
+    for values in itertools.product((False, True), repeat=len(keys)):
+        if any(values[i] and values[j] for i, j in conflicts):
+            continue
+        if any(values[i] == values[j] for i, j in complements):
+            continue
+        truth = dict(zip(keys, values, strict=True))
+        holding = sum(_holds(tree, truth) for tree in trees)
+        if holding > 1 or (exhaustive and holding == 0):
+            return False
+    return True
+
+
+def _collect(tree: ast.expr, atoms: dict[str, ast.expr]) -> None:
+    if isinstance(tree, ast.BoolOp):
+        for value in tree.values:
+            _collect(value, atoms)
+    elif isinstance(tree, ast.UnaryOp) and isinstance(tree.op, ast.Not):
+        _collect(tree.operand, atoms)
+    else:
+        atoms.setdefault(ast.dump(tree), tree)
+
+
+def _holds(tree: ast.expr, truth: dict[str, bool]) -> bool:
+    if isinstance(tree, ast.BoolOp):
+        results = (_holds(value, truth) for value in tree.values)
+        return all(results) if isinstance(tree.op, ast.And) else any(results)
+    if isinstance(tree, ast.UnaryOp) and isinstance(tree.op, ast.Not):
+        return not _holds(tree.operand, truth)
+    return truth[ast.dump(tree)]
+
+
+_EXACT = {ast.Eq: ast.NotEq, ast.NotEq: ast.Eq, ast.In: ast.NotIn, ast.NotIn: ast.In}
+_EXACT.update({ast.Is: ast.IsNot, ast.IsNot: ast.Is})
+
+
+def _complement(a: ast.expr, b: ast.expr) -> bool:
+    """Whether atom ``b`` is exactly ``not a`` (``x == y`` / ``x != y`` …): one of them holds."""
+    if not (isinstance(a, ast.Compare) and isinstance(b, ast.Compare)):
+        return False
+    if len(a.ops) != 1 or len(b.ops) != 1:
+        return False
+    same = ast.dump(a.left) == ast.dump(b.left)
+    same = same and ast.dump(a.comparators[0]) == ast.dump(b.comparators[0])
+    return same and _EXACT.get(type(a.ops[0])) is type(b.ops[0])
+
+
+def _contradict(a: ast.expr, b: ast.expr) -> bool:
+    """Whether atoms ``a`` and ``b`` can never both be true."""
+    if not (isinstance(a, ast.Compare) and isinstance(b, ast.Compare)):
+        return False
+    if len(a.ops) != 1 or len(b.ops) != 1 or ast.dump(a.left) != ast.dump(b.left):
+        return False
+    op_a, op_b = type(a.ops[0]), type(b.ops[0])
+    right_a, right_b = a.comparators[0], b.comparators[0]
+    if ast.dump(right_a) == ast.dump(right_b) and _COMPLEMENTS.get(op_a) is op_b:
+        return True
+    if not (isinstance(right_a, ast.Constant) and isinstance(right_b, ast.Constant)):
+        return False
+    if op_a is ast.Eq and op_b is ast.Eq:
+        return bool(right_a.value != right_b.value)
+    first, second = _interval(op_a, right_a.value), _interval(op_b, right_b.value)
+    return first is not None and second is not None and _disjoint(first, second)
+
+
+# An interval of numbers: (low, low included, high, high included).
+_Interval = tuple[float, bool, float, bool]
+
+
+def _interval(op: type[ast.cmpop], value: object) -> _Interval | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        return None
+    bound = float(value)
+    return {
+        ast.Eq: (bound, True, bound, True),
+        ast.Lt: (-math.inf, False, bound, False),
+        ast.LtE: (-math.inf, False, bound, True),
+        ast.Gt: (bound, False, math.inf, False),
+        ast.GtE: (bound, True, math.inf, False),
+    }.get(op)
+
+
+def _disjoint(a: _Interval, b: _Interval) -> bool:
+    (low_a, in_low_a, high_a, in_high_a), (low_b, in_low_b, high_b, in_high_b) = a, b
+    if high_a < low_b or high_b < low_a:
+        return True
+    if high_a == low_b:
+        return not (in_high_a and in_low_b)
+    if high_b == low_a:
+        return not (in_high_b and in_low_a)
+    return False

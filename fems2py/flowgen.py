@@ -1,0 +1,415 @@
+"""One flow graph → the body of its Python function, as structured code where it can be.
+
+A flow is a graph (§12); the generated function should read like the script. Two shapes:
+
+* **Structured** (no concurrent branches): a chain is a sequence of ``await`` lines, a node
+  whose out-edges provably exclude each other becomes ``if``/``elif`` with the "flow stuck"
+  error as the final ``else``, and the code after it is the nodes' immediate post-dominator
+  (the same node §12.5 merges forks at); an edge back to a label that dominates it is the
+  ``continue`` of a ``while True:`` loop, the loop's one exit its ``break``. This is the
+  dominator-tree structuring of Ramsey's "Beyond Relooper", cut down to what Python says
+  without labelled jumps: a graph it cannot express that way raises :class:`_Unstructured`.
+* **Dispatch** (a node may start several branches, or the graph resisted structuring): a
+  ``while``/``match`` over the flow's *entry* nodes (the start, fork targets and merge nodes,
+  nodes reached from several places), since :meth:`fems_runtime.Context.fork` re-enters the
+  function at a branch's first node. Each case is still structured: a chain, then ``if``\\ s.
+
+The emitter works on the parser's node names and asks its owner for each node's code
+(:class:`NodeCode`); statements come back as a small tree (:class:`If`, :class:`Block`,
+strings) that :func:`render` indents.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from fems2py.checks.graphs import dominators, immediate_post_dominators, reachable
+from fems2py.exclusive import all_exclusive, exactly_one
+from fems2py.nodes import Edge, FlowNode
+
+TERMINALS = frozenset({"END", "OUT", "BREAK"})
+
+
+@dataclass
+class If:
+    """``if``/``elif`` arms (each: lines before it, condition, body) and an optional ``else``."""
+
+    arms: list[tuple[list[str], str, list[Statement]]]
+    orelse: list[Statement] | None = None
+
+
+@dataclass
+class Block:
+    """A compound statement without ``else``: ``while True:``, ``match node:``, a ``case``."""
+
+    header: str
+    body: list[Statement]
+
+
+Statement = str | If | Block
+
+
+@dataclass
+class FlowGraph:
+    """One function's graph: ``entry`` is ``[START]``/``[IN]`` or a loop body's head; in a loop
+    body the terminals are plain nodes (an iteration ends where its branches end)."""
+
+    nodes: Mapping[str, FlowNode]
+    edges: Mapping[str, Sequence[Edge]]
+    entry: str
+    is_body: bool
+    merges: Mapping[str, str | None] = field(default_factory=dict)
+
+    def successors(self) -> dict[str, list[str]]:
+        return {name: [edge.target for edge in edges] for name, edges in self.edges.items()}
+
+
+@dataclass(frozen=True)
+class NodeCode:
+    """What the owner of the emitter says about each node."""
+
+    # the lines that run node `name` (marker, comments, step, binding)
+    body: Callable[[str], list[str]]
+    # the id of a node in the generated code (`"deal_2"`)
+    node_id: Callable[[str], str]
+    # a marker comment for a .fems line
+    marker: Callable[[int], str]
+    # the Python of an edge's condition
+    condition: Callable[[Edge], str]
+    # the fork call for a node with concurrent out-edges (dispatch only)
+    fork: Callable[[str], str]
+    # the statement raising the "flow stuck" error of a node (its data goes to a table)
+    stuck: Callable[[str], str]
+    # forget what a structuring attempt that failed asked for (comments placed, stuck nodes)
+    restart: Callable[[], None]
+
+
+class _Unstructured(Exception):
+    """The graph needs a jump Python cannot write: the emitter falls back to a dispatch."""
+
+
+def emit(graph: FlowGraph, code: NodeCode) -> tuple[bool, list[Statement]]:
+    """The function body: (True, structured statements) or (False, a dispatch loop)."""
+    if not any(_is_fork(graph, name) for name in graph.edges):
+        try:
+            return True, _Structurer(graph, code).run()
+        except _Unstructured:
+            code.restart()
+    return False, _Dispatcher(graph, code).run()
+
+
+def _is_fork(graph: FlowGraph, name: str) -> bool:
+    """Whether several of the node's out-edges may hold at once (§12.3)."""
+    edges = graph.edges.get(name, ())
+    if len(edges) < 2:
+        return False
+    if any(edge.condition is None for edge in edges):
+        return True
+    return not all_exclusive([edge.condition for edge in edges if edge.condition is not None])
+
+
+def _ends(graph: FlowGraph, name: str) -> bool:
+    return not graph.is_body and name in TERMINALS
+
+
+# ------------------------------------------------------------------------------ structured
+
+
+@dataclass(frozen=True)
+class _Loop:
+    header: str
+    nodes: frozenset[str]
+    exit: str | None  # the one exit the loop breaks to
+    # exits whose code never comes back (every path from them ends the flow): written inline
+    final_exits: frozenset[str] = frozenset()
+
+
+class _Structurer:
+    def __init__(self, graph: FlowGraph, code: NodeCode) -> None:
+        self.graph = graph
+        self.code = code
+        successors = graph.successors()
+        self.successors = successors
+        self.reach = reachable([graph.entry], successors)
+        idom = dominators(graph.entry, successors)
+        self.idom = idom
+        self.back_edges: set[tuple[str, str]] = set()
+        for source in self.reach:
+            for target in successors.get(source, ()):
+                if _dominates(target, source, idom):
+                    self.back_edges.add((source, target))
+        self.headers = {target for _, target in self.back_edges}
+        self._check_reducible()
+        terminals = set() if graph.is_body else TERMINALS & self.reach
+        self.post = immediate_post_dominators(sorted(self.reach), successors, terminals)
+        self.emitted: set[str] = set()
+
+    def _check_reducible(self) -> None:
+        """Without its back edges the graph must be acyclic (else a loop has two entries)."""
+        forward = {
+            name: [t for t in self.successors.get(name, ()) if (name, t) not in self.back_edges]
+            for name in self.reach
+        }
+        state: dict[str, int] = {}
+        for root in sorted(self.reach):
+            stack = [(root, iter(forward[root]))]
+            if root in state:
+                continue
+            state[root] = 1
+            while stack:
+                name, children = stack[-1]
+                for child in children:
+                    if state.get(child) == 1:
+                        raise _Unstructured(child)
+                    if child not in state:
+                        state[child] = 1
+                        stack.append((child, iter(forward.get(child, ()))))
+                        break
+                else:
+                    state[name] = 2
+                    stack.pop()
+
+    def run(self) -> list[Statement]:
+        return self.sequence(self.graph.entry, None, ())
+
+    def loop_of(self, header: str) -> _Loop:
+        sources = [s for s, t in self.back_edges if t == header]
+        predecessors: dict[str, list[str]] = {}
+        for name in self.reach:
+            for target in self.successors.get(name, ()):
+                predecessors.setdefault(target, []).append(name)
+        body = reachable(sources, predecessors, avoid=[header]) | {header}
+        exits = {
+            target
+            for name in body
+            for target in self.successors.get(name, ())
+            if target not in body
+        }
+        final = {target for target in exits if self.is_final(target, body)}
+        rest = exits - final
+        if len(rest) > 1:
+            raise _Unstructured(header)
+        return _Loop(header, frozenset(body), next(iter(rest), None), frozenset(final))
+
+    def is_final(self, name: str, loop: set[str]) -> bool:
+        """Whether the flow, once at ``name``, never comes back to ``loop`` or to any loop and
+        reaches nothing that is reached other than through ``name``: its code can sit where
+        the flow leaves for it, and ends the flow there."""
+        entering = sum(
+            target == name for source in self.reach for target in self.successors.get(source, ())
+        )
+        after = reachable([name], self.successors)
+        return (
+            entering == 1
+            and not (after & loop or after & self.headers)
+            and all(_dominates(name, other, self.idom) for other in after)
+        )
+
+    def sequence(self, name: str, stop: str | None, loops: tuple[_Loop, ...]) -> list[Statement]:
+        """Code running the flow from ``name``: it falls through exactly when the flow reaches
+        ``stop``; every other path ends in ``return``/``raise``/``continue``/``break``."""
+        if name == stop:
+            return []
+        if loops:
+            inner = loops[-1]
+            if name == inner.header:
+                return ["continue"]
+            if name == inner.exit:
+                return ["break"]
+            if name in inner.final_exits:
+                return self.sequence(name, None, ())  # ends the flow: no loop to jump in
+            if any(name in (loop.header, loop.exit) for loop in loops[:-1]):
+                raise _Unstructured(name)  # a jump out of two loops at once
+            if name not in inner.nodes:
+                raise _Unstructured(name)
+        if name in self.headers and all(loop.header != name for loop in loops):
+            loop = self.loop_of(name)
+            body = self.node(name, None, (*loops, loop))
+            if body and body[-1] == "continue":
+                body.pop()  # the end of the loop's body goes round again anyway
+            statements: list[Statement] = [Block("while True:", body)]
+            if loop.exit is not None:
+                statements += self.sequence(loop.exit, stop, loops)
+            return statements
+        return self.node(name, stop, loops)
+
+    def node(self, name: str, stop: str | None, loops: tuple[_Loop, ...]) -> list[Statement]:
+        if name in self.emitted:
+            raise _Unstructured(name)  # reached twice: a join no construct owns
+        self.emitted.add(name)
+        graph, code = self.graph, self.code
+        statements: list[Statement] = list(code.body(name))
+        edges = graph.edges.get(name, ())
+        if _ends(graph, name):
+            return [*statements, f"return {name!r}"]
+        if not edges:
+            return [*statements, "return None"]
+        if len(edges) == 1 and edges[0].condition is None:
+            return statements + self.sequence(edges[0].target, stop, loops)
+        join = self.post.get(name)
+        inside = join is not None and (not loops or join in loops[-1].nodes)
+        if join == stop or not inside:
+            arm_stop, after = stop, None
+        else:
+            arm_stop, after = join, join
+        bodies = [self.sequence(edge.target, arm_stop, loops) for edge in edges]
+        statements.append(_branch(graph, name, edges, bodies, code))
+        if after is not None:
+            statements += self.sequence(after, stop, loops)
+        return statements
+
+
+def _branch(
+    graph: FlowGraph,
+    name: str,
+    edges: Sequence[Edge],
+    bodies: Sequence[list[Statement]],
+    code: NodeCode,
+) -> If:
+    """Exclusive out-edges as ``if``/``elif``. When exactly one condition always holds, the
+    last is the ``else``; otherwise, with none holding, a loop body's head skips the
+    iteration (§12.7) and any other node is stuck (§12.3), the error pointing at its first
+    condition."""
+    arms = [
+        ([code.marker(edge.span.line)], code.condition(edge), body)
+        for edge, body in zip(edges, bodies, strict=True)
+    ]
+    conditions = [edge.condition for edge in edges if edge.condition is not None]
+    if len(arms) > 1 and exactly_one(conditions):
+        before, _, body = arms.pop()
+        return If(arms, [*before, *body])
+    if graph.is_body and name == graph.entry:
+        return If(arms, ["return None"])
+    return If(arms, [code.marker(edges[0].span.line), code.stuck(name)])
+
+
+def _dominates(a: str, b: str, idom: Mapping[str, str]) -> bool:
+    current: str | None = b
+    while current is not None:
+        if current == a:
+            return True
+        parent = idom.get(current)
+        current = None if parent == current else parent
+    return False
+
+
+# ------------------------------------------------------------------------------ dispatch
+
+
+class _Dispatcher:
+    def __init__(self, graph: FlowGraph, code: NodeCode) -> None:
+        self.graph = graph
+        self.code = code
+        successors = graph.successors()
+        self.reach = reachable([graph.entry], successors)
+        predecessors: dict[str, list[str]] = {}
+        for name in self.reach:
+            for target in successors.get(name, ()):
+                predecessors.setdefault(target, []).append(name)
+        forks = {name for name in self.reach if _is_fork(graph, name)}
+        merges = {graph.merges.get(name) for name in forks}
+        self.entries = {
+            name
+            for name in self.reach
+            if name == graph.entry
+            or name in merges
+            or len(predecessors.get(name, ())) != 1
+            or predecessors[name][0] in forks
+        }
+
+    def run(self) -> list[Statement]:
+        order = [name for name in self.graph.nodes if name in self.entries]
+        if self.graph.entry not in order:
+            order.insert(0, self.graph.entry)
+        cases: list[Statement] = [
+            Block(f"case {self.code.node_id(name)!r}:", self.block(name)) for name in order
+        ]
+        cases.append(Block("case _:", ["raise ctx.unknown_node(node)"]))
+        loop = Block("while node is not None and node not in stop:", [Block("match node:", cases)])
+        return [loop, "return node"]
+
+    def goto(self, name: str) -> list[Statement]:
+        if name in self.entries:
+            return [f"node = {self.code.node_id(name)!r}"]
+        return self.block(name)
+
+    def block(self, name: str) -> list[Statement]:
+        graph, code = self.graph, self.code
+        statements: list[Statement] = list(code.body(name))
+        edges = graph.edges.get(name, ())
+        if _ends(graph, name):
+            return [*statements, f"return {name!r}"]
+        if not edges:
+            return [*statements, "return None"]
+        if len(edges) == 1 and edges[0].condition is None:
+            return statements + self.goto(edges[0].target)
+        if not _is_fork(graph, name):
+            bodies = [self.goto(edge.target) for edge in edges]
+            return [*statements, _branch(graph, name, edges, bodies, code)]
+        fixed = [code.node_id(edge.target) for edge in edges if edge.condition is None]
+        statements.append(f"targets = {fixed!r}")
+        for edge in edges:
+            if edge.condition is not None:
+                append = f"targets.append({code.node_id(edge.target)!r})"
+                arm = ([code.marker(edge.span.line)], code.condition(edge), [append])
+                statements.append(If([arm]))
+        if not fixed:
+            skip = graph.is_body and name == graph.entry
+            otherwise = (
+                ["return None"] if skip else [code.marker(edges[0].span.line), code.stuck(name)]
+            )
+            statements.append(If([([], "not targets", otherwise)]))
+        statements.append(f"node = await {code.fork(name)}")
+        return statements
+
+
+# ------------------------------------------------------------------------------ rendering
+
+
+def render(statements: Sequence[Statement], depth: int = 1) -> list[str]:
+    """Source lines of ``statements``, indented ``depth`` levels (a function body is 1)."""
+    pad = "    " * depth
+    lines: list[str] = []
+    for statement in statements:
+        if isinstance(statement, str):
+            lines.append(pad + statement)
+        elif isinstance(statement, Block):
+            lines.append(pad + statement.header)
+            lines += _body(statement.body, depth + 1)
+        else:
+            for index, (before, condition, body) in enumerate(statement.arms):
+                lines += [pad + line for line in before]
+                lines.append(f"{pad}{'elif' if index else 'if'} {condition}:")
+                lines += _body(body, depth + 1)
+            if statement.orelse is not None:
+                lines.append(pad + "else:")
+                lines += _body(statement.orelse, depth + 1)
+    return lines
+
+
+def _body(statements: Sequence[Statement], depth: int) -> list[str]:
+    lines = render(statements, depth)
+    if all(line.lstrip().startswith("#") for line in lines):
+        lines.append("    " * depth + "pass")
+    return lines
+
+
+def without_tail_returns(statements: list[Statement]) -> list[Statement]:
+    """``statements`` minus a ``return None`` in tail position (the end of a function body,
+    also at the end of each arm of an ``if`` that ends it): the function returns None there
+    anyway. An ``else`` left with nothing but comments is dropped."""
+    if not statements:
+        return statements
+    *rest, last = statements
+    if last == "return None":
+        return rest
+    if isinstance(last, If):
+        arms = [(before, cond, without_tail_returns(body)) for before, cond, body in last.arms]
+        orelse = last.orelse
+        if orelse is not None:
+            orelse = without_tail_returns(orelse)
+            if all(isinstance(item, str) and item.startswith("#") for item in orelse):
+                orelse = None
+        return [*rest, If(arms, orelse)]
+    return statements
