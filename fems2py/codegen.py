@@ -24,6 +24,7 @@ import jinja2
 
 from fems2py import __version__, flowgen
 from fems2py.expressions import ALLOWED_CALLS
+from fems2py.kinds import ACTION_KINDS
 from fems2py.nodes import (
     Action,
     ActorDef,
@@ -53,6 +54,7 @@ from fems2py.nodes import (
     Target,
     Value,
 )
+from fems2py.visitor import BindingVisitor
 
 TERMINALS = frozenset({"END", "OUT", "BREAK"})
 
@@ -490,9 +492,9 @@ class CodeGenerator:
         return tuple(result)
 
     def fallback_code(self, scope: Scope, fallback: str | ModuleCall) -> str:
-        if isinstance(fallback, ModuleCall):
-            return f"lambda: ctx.call({self.call_args_code(scope, fallback)})"
-        return f"lambda: {scope.actions.get(fallback, python_name(fallback))}(ctx)"
+        call = _Fallback().visit(fallback, self, scope)
+        assert call is not None
+        return f"lambda: {call}"
 
     def interrupt_code(self, action: Action) -> str:
         interrupt = action.interrupt
@@ -599,11 +601,12 @@ class CodeGenerator:
         """Add the flow function, then the functions of its loop bodies."""
         ids = _node_ids(graph, outer_ids or {})
         bodies: dict[str, str] = {}
-        later: list[tuple[FlowNode, str]] = []
+        later: list[tuple[str, Loop, str]] = []
         for node in graph.nodes:
-            if isinstance(node.binding, Loop) and node.name not in bodies:
-                bodies[node.name] = self.namer.take(_body_name(function, node.binding))
-                later.append((node, bodies[node.name]))
+            inner = _LoopOf().visit(node.binding)
+            if inner is not None and node.name not in bodies:
+                bodies[node.name] = self.namer.take(_body_name(function, inner))
+                later.append((node.name, inner, bodies[node.name]))
         flow = _FlowEmitter(self, scope, graph, function, ids, bodies, loop)
         dispatch, body = flow.emit()
         doc_lines = self.comments_above(line) if loop is None else []
@@ -619,9 +622,7 @@ class CodeGenerator:
                 decorator_code=decorator,
             )
         )
-        for node, body_function in later:
-            inner = node.binding
-            assert isinstance(inner, Loop)
+        for node_name, inner, body_function in later:
             body_scope = scope.nested(scope.key)  # node names are unique per flow
             body_scope.variables = scope.variables | {inner.var}
             self.emit_flow(
@@ -632,11 +633,63 @@ class CodeGenerator:
                 f"one iteration of {inner.kind} {inner.var} in {inner.iterable.text.strip()}",
                 inner.span.line,
                 loop=inner,
-                outer_ids={inner.head: ids[node.name]},
+                outer_ids={inner.head: ids[node_name]},
             )
 
     def merge_node(self, flow_key: str, node: str) -> str | None:
         return self.checked.merge_nodes.get((flow_key, node))
+
+
+class _LoopOf(BindingVisitor[Loop]):
+    """A node's loop, if it is bound to one."""
+
+    def visit_Loop(self, loop: Loop) -> Loop:
+        return loop
+
+
+class _JoinOf(BindingVisitor[Join]):
+    """A node's join, if it is bound to one."""
+
+    def visit_Join(self, join: Join) -> Join:
+        return join
+
+
+class _Fallback(BindingVisitor[str]):
+    """The call an action's ``fallback:`` makes: another action or a module (§10.6)."""
+
+    def visit_ActionName(self, action: str, generator: CodeGenerator, scope: Scope) -> str:
+        return f"{scope.actions.get(action, python_name(action))}(ctx)"
+
+    def visit_ModuleCall(self, call: ModuleCall, generator: CodeGenerator, scope: Scope) -> str:
+        return f"ctx.call({generator.call_args_code(scope, call)})"
+
+
+class _BindingCode(BindingVisitor[list[str]]):
+    """The lines that step through a node (``node_id``, as Python) and run its binding."""
+
+    def __init__(self, flow: _FlowEmitter) -> None:
+        self.flow = flow
+
+    def visit_ActionName(self, action: str, node_id: str, name: str) -> list[str]:
+        function = self.flow.scope.actions.get(action, python_name(action))
+        return [f"await ctx.step({node_id}, {function})"]
+
+    def visit_PassThrough(self, binding: None, node_id: str, name: str) -> list[str]:
+        return [f"await ctx.step({node_id})"]
+
+    visit_Join = visit_PassThrough  # the fork before it does the joining (§12.6)
+
+    def visit_ModuleCall(self, call: ModuleCall, node_id: str, name: str) -> list[str]:
+        args = self.flow.generator.call_args_code(self.flow.scope, call)
+        return [
+            f"await ctx.step({node_id})",
+            f'if await ctx.call({args}) == "BREAK":',
+            "    return None",
+        ]
+
+    def visit_Loop(self, loop: Loop, node_id: str, name: str) -> list[str]:
+        args = [py(loop.kind), py(loop.var), python_of(loop.iterable), self.flow.bodies[name]]
+        return [f"await ctx.step({node_id})", f"await ctx.loop({', '.join(args)})"]
 
 
 class _FlowEmitter:
@@ -704,10 +757,8 @@ class _FlowEmitter:
     def node_line(self, node: FlowNode) -> int:
         # a module call, loop or join knows its own line, which may follow the node's first
         # mention (`[A]: &M(x)` on a line of its own); a named node's binding may too
-        binding = node.binding
-        if isinstance(binding, ModuleCall | Loop | Join):
-            return binding.span.line
-        return (node.bound_at or node.span).line
+        span: Span | None = getattr(node.binding, "span", None)
+        return (span or node.bound_at or node.span).line
 
     def node_body(self, name: str) -> list[str]:
         """A node's marker, the author's comments above its line, and its step: the step line
@@ -720,25 +771,7 @@ class _FlowEmitter:
         if line not in self.commented:
             self.commented.add(line)
             lines += [f"# {comment_text(text)}" for text in self.generator.comments_above(line)]
-        node_id = py(self.node_id(name))
-        binding = node.binding
-        scope = self.scope
-        if isinstance(binding, str):
-            action = scope.actions.get(binding, python_name(binding))
-            return [*lines, f"await ctx.step({node_id}, {action})"]
-        lines.append(f"await ctx.step({node_id})")
-        if isinstance(binding, ModuleCall):
-            call = self.generator.call_args_code(scope, binding)
-            return [*lines, f'if await ctx.call({call}) == "BREAK":', "    return None"]
-        if isinstance(binding, Loop):
-            args = [
-                py(binding.kind),
-                py(binding.var),
-                python_of(binding.iterable),
-                self.bodies[name],
-            ]
-            return [*lines, f"await ctx.loop({', '.join(args)})"]
-        return lines
+        return lines + (_BindingCode(self).visit(node.binding, py(self.node_id(name)), name) or [])
 
     def fork_code(self, name: str) -> str:
         merge = self.generator.merge_node(self.scope.key, name)
@@ -900,11 +933,11 @@ def _node_ids(graph: Graph, outer: Mapping[str, str]) -> dict[str, str]:
         if node.name in ids or not node.anonymous:
             ids.setdefault(node.name, node.name)
             continue
-        binding = node.binding
-        if isinstance(binding, Loop):
-            base = f"{binding.kind}_{binding.var.lstrip('@')}"
+        loop = _LoopOf().visit(node.binding)
+        if loop is not None:
+            base = f"{loop.kind}_{loop.var.lstrip('@')}"
         else:
-            base = node.name.rsplit("@", 1)[0].lstrip("&")
+            base = node.name.rsplit("@", 1)[0]  # an action, or &Module as written
         candidate, count = base, 2
         while candidate in used:
             candidate, count = f"{base}_{count}", count + 1
@@ -1006,10 +1039,10 @@ def _join_count(graph: Graph, merge: str | None) -> int | None:
     if merge is None:
         return None
     try:
-        binding = graph.node(merge).binding
+        join = _JoinOf().visit(graph.node(merge).binding)
     except KeyError:
         return None
-    return binding.count if isinstance(binding, Join) else None
+    return join.count if join is not None else None
 
 
 # ------------------------------------------------------------------------------ rendering
@@ -1046,7 +1079,9 @@ def generate_parts(
     env = environment()
     parts = split_parts(env.get_template("module_head.py.jinja").render(script=view))
     for item in view.items:
-        kind = "flow" if isinstance(item, FlowView) else f"action_{_ACTION_TEMPLATES[item.kind]}"
+        kind = (
+            "flow" if isinstance(item, FlowView) else f"action_{ACTION_KINDS[item.kind].template}"
+        )
         parts.append(env.get_template(f"{kind}.py.jinja").render(item=item))
     tail = env.get_template("module_tail.py.jinja").render(script=view)
     parts.extend(split_parts(tail))
@@ -1061,12 +1096,3 @@ def split_parts(text: str) -> list[str]:
     """``text`` cut at the two blank lines between its top-level parts (each keeps its final
     newline): the inverse of joining parts with :data:`PART_SEPARATOR`."""
     return [piece + "\n" for piece in text[:-1].split("\n" + PART_SEPARATOR)]
-
-
-_ACTION_TEMPLATES = {
-    "assign": "assign",
-    "func": "func",
-    "ai": "turn",
-    "human": "turn",
-    "mind": "turn",
-}

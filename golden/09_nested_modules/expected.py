@@ -29,7 +29,7 @@ async def note(ctx: fr.Context) -> None:
 async def main_flow(ctx: fr.Context) -> str | None:
     await ctx.step("START")
     await ctx.step("note", note)
-    await ctx.step("Outer")
+    await ctx.step("&Outer")
     if await ctx.call(Outer, ["outer"]) == "BREAK":
         return None
     await ctx.step("END")
@@ -45,7 +45,7 @@ async def Outer_note(ctx: fr.Context) -> None:
 async def Outer(ctx: fr.Context) -> str | None:
     await ctx.step("IN")
     await ctx.step("note", Outer_note)
-    await ctx.step("Inner")
+    await ctx.step("&Inner")
     if await ctx.call(Outer_Inner, []) == "BREAK":
         return None
     await ctx.step("OUT")
