@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -22,8 +22,12 @@ from fems_runtime.values import (
     QUOTES,
     Actor,
     LiteralError,
+    check_text,
+    check_value,
+    excerpt,
     format_value,
     parse_literal,
+    valid_text,
 )
 
 if TYPE_CHECKING:
@@ -32,12 +36,24 @@ if TYPE_CHECKING:
 OUT_TYPES = ("int", "float", "bool", "string", "actor", "enum", "dropdown")
 
 _PREFIX = re.compile(r"(?:SET[\s_]*VARIABLE|设定变量|设置变量)\s*[:：]", re.IGNORECASE)
-_OPENERS = ("<<", "《《", "《", "〈")
-_CLOSERS = (">>", "》》", "》", "〉")
-_VALUE_STARTS = "=([{,:，："
-_TARGET = re.compile(
-    r"(?P<a>@?\w+)(?:\.(?P<b>@?\w+))?(?:\s*\[\s*(?P<k>[^\[\]]+?)\s*\])?", re.UNICODE
-)
+_OPENER = re.compile(r"[ \t]*(?:<<|《《|《|〈)")
+_CLOSER = re.compile(r">>|》》?|〉")
+_QUOTE_CHARS = "".join(QUOTES)
+# a quote at the start of a body, or after a character where a value can start (= ( [ { , :),
+# opens a quoted value; elsewhere (``it's``) it is just a character
+_LEADING_QUOTE = re.compile(rf"\s*([{_QUOTE_CHARS}])")
+_CLOSE_OR_QUOTE = re.compile(rf"({_CLOSER.pattern})|[=(\[{{,:，：]\s*([{_QUOTE_CHARS}])")
+# the rest of a quoted value up to its closing quote (a backslash escapes the next character)
+_QUOTE_REST = {
+    opener: re.compile(rf"(?:[^\\{close}]++|\\.)*+{close}", re.DOTALL)
+    for opener, close in QUOTES.items()
+}
+_TARGET = re.compile(r"(?P<a>@?\w+)(?:\.(?P<b>@?\w+))?(?:\s*\[(?P<k>[^\[\]]*)\])?", re.UNICODE)
+# a target has at most one [key] and one quoted key: past this many quotes and brackets
+# before the operator, the body cannot be a signal
+_TARGET_MARKS = 8
+_OP_MARK = re.compile(rf"[=\[\]{_QUOTE_CHARS}]")
+LARGE_REPLY = 64 * 1024  # replies longer than this are read in a worker thread
 _CALL = re.compile(r"(?P<fn>add|remove)\s*[(（](?P<arg>.*)[)）]", re.DOTALL)  # （ ） too (§1.4)
 
 
@@ -162,13 +178,15 @@ def split_target(text: str) -> tuple[str, str | None]:
     """``name`` → (name, None); ``dict.@x``/``attr.@x``/``@x.attr`` → (dict, "@x");
     ``dict.key`` → (dict, "key"); ``dict[key]`` → (dict, key text)."""
     match = _TARGET.fullmatch(text.strip())
-    if match is None:
-        raise SignalError(f"'{text.strip()}' is not a variable, dict entry or actor attribute")
+    if match is None or (match["b"] is not None and match["k"] is not None):
+        raise SignalError(
+            f"'{excerpt(text.strip())}' is not a variable, dict entry or actor attribute"
+        )
     a, b, k = match["a"], match["b"], match["k"]
-    if b is not None and k is not None:
-        raise SignalError(f"'{text.strip()}' is not a variable, dict entry or actor attribute")
     if k is not None:
-        return a, k
+        if not k.strip():
+            raise SignalError(f"'{excerpt(text.strip())}' has an empty key")
+        return a, k.strip()
     if b is None:
         return a, None
     if a.startswith("@") and not b.startswith("@"):
@@ -178,80 +196,54 @@ def split_target(text: str) -> tuple[str, str | None]:
 
 def extract_signals(reply: str) -> list[RawSignal]:
     """Every signal in ``reply``, in order. A prefix without a closed bracket pair is returned
-    with ``body=None`` and the rest of its line as ``text`` (it goes to ``SET_VARIABLE``)."""
+    with ``body=None`` and the rest of its line as ``text`` (it goes to ``SET_VARIABLE``).
+
+    Every prefix starts a signal, even inside another signal's quoted value, so a body never
+    reaches past the next prefix: each stretch of the reply is read once, and the time is
+    linear in its length whatever it holds (§10.3).
+    """
     found: list[RawSignal] = []
-    pos = 0
-    while True:
-        match = _PREFIX.search(reply, pos)
-        if match is None:
-            return found
-        i = match.end()
-        while i < len(reply) and reply[i] in " \t":
-            i += 1
-        opener = next((o for o in _OPENERS if reply.startswith(o, i)), None)
-        close = _find_close(reply, i + len(opener)) if opener else None
+    prefixes = [(match.start(), match.end()) for match in _PREFIX.finditer(reply)]
+    for index, (start, after) in enumerate(prefixes):
+        limit = prefixes[index + 1][0] if index + 1 < len(prefixes) else len(reply)
+        opener = _OPENER.match(reply, after, limit)
+        close = _find_close(reply, opener.end(), limit) if opener else None
         if opener is None or close is None:
-            end = _malformed_end(reply, match.end())
-            found.append(RawSignal(reply[match.start() : end].strip(), None, match.start(), end))
-            pos = end
+            line_end = reply.find("\n", after, limit)
+            end = limit if line_end < 0 else line_end
+            found.append(RawSignal(reply[start:end].strip(), None, start, end))
             continue
         body_end, end = close
-        body = reply[i + len(opener) : body_end]
-        found.append(RawSignal(reply[match.start() : end], body.strip(), match.start(), end))
-        pos = end
+        body = reply[opener.end() : body_end]
+        found.append(RawSignal(reply[start:end], body.strip(), start, end))
+    return found
 
 
-def _malformed_end(reply: str, start: int) -> int:
-    """Where a signal without a closed bracket pair ends: at the end of its line or at the next
-    signal's prefix, whichever comes first (so the next signal is still read)."""
-    line_end = reply.find("\n", start)
-    end = len(reply) if line_end < 0 else line_end
-    following = _PREFIX.search(reply, start, end)
-    return following.start() if following is not None else end
+def _find_close(text: str, start: int, limit: int) -> tuple[int, int] | None:
+    """The first closing bracket in ``text[start:limit]`` outside quoted values: (body end,
+    signal end), or None.
 
-
-def _find_close(text: str, start: int) -> tuple[int, int] | None:
-    """The first closing bracket after ``start`` outside quoted values: (body end, signal end).
-
-    A quote only opens a string where a value can start (after ``= ( [ { , :`` or at the start),
-    so apostrophes in bare text (``it's``) are just characters. Another signal's prefix outside
-    quotes means this signal was never closed.
+    A quote only opens a value where one can start (at the start, after ``= ( [ { , :``), so
+    apostrophes in bare text (``it's``) are just characters; a quote that does not close
+    before ``limit`` is a character too, and the first closing bracket at all ends the body.
+    Each step is one regex search, so a stretch is scanned once.
     """
-    i = start
-    quote: str | None = None
-    previous = "="
-    while i < len(text):
-        ch = text[i]
-        if quote is not None:
-            if ch == "\\":
-                i += 2
-                continue
-            if ch == quote:
-                quote = None
-        elif ch in QUOTES and previous in _VALUE_STARTS:
-            quote = QUOTES[ch]
-        elif _PREFIX.match(text, i):
-            return None
-        else:
-            closer = next((c for c in _CLOSERS if text.startswith(c, i)), None)
-            if closer is not None:
-                return i, i + len(closer)
-        if not ch.isspace():
-            previous = ch
-        i += 1
-    if quote is not None:
-        return _find_close_unquoted(text, start)
-    return None
-
-
-def _find_close_unquoted(text: str, start: int) -> tuple[int, int] | None:
-    """Fallback when a quote never closes: the first closing bracket at all."""
-    best: tuple[int, int] | None = None
-    for closer in _CLOSERS:
-        j = text.find(closer, start)
-        if j >= 0 and (best is None or j < best[0]):
-            best = (j, j + len(closer))
-    return best
+    leading = _LEADING_QUOTE.match(text, start, limit)
+    quote = leading.start(1) if leading is not None else None
+    position = start
+    while True:
+        if quote is None:
+            found = _CLOSE_OR_QUOTE.search(text, position, limit)
+            if found is None:
+                return None
+            if found.group(1) is not None:
+                return found.start(), found.end()
+            quote = found.start(2)
+        rest = _QUOTE_REST[text[quote]].match(text, quote + 1, limit)
+        if rest is None:
+            found = _CLOSER.search(text, start, limit)
+            return (found.start(), found.end()) if found is not None else None
+        position, quote = rest.end(), None
 
 
 def parse_signal(body: str) -> Signal:
@@ -277,23 +269,28 @@ def parse_signal(body: str) -> Signal:
 
 def _first_op(body: str) -> int | None:
     """Index of the assignment operator: the first ``=`` outside quotes and brackets
-    (moved back one character for ``+=``/``-=``)."""
+    (moved back one character for ``+=``/``-=``); None when there is none, or when more
+    quotes and brackets come before it than any target has (a bounded search)."""
     depth = 0
     i = 0
-    while i < len(body):
+    for _ in range(_TARGET_MARKS):
+        mark = _OP_MARK.search(body, i)
+        if mark is None:
+            return None
+        i = mark.start()
         ch = body[i]
         if ch in QUOTES:
             end = body.find(QUOTES[ch], i + 1)
-            i = len(body) if end < 0 else end + 1
+            if end < 0:
+                return None
+            i = end + 1
             continue
         if ch == "[":
             depth += 1
         elif ch == "]":
             depth -= 1
-        elif ch == "=" and depth == 0:
-            if i > 0 and body[i - 1] in "+-":
-                return i - 1
-            return i
+        elif depth == 0:
+            return i - 1 if i > 0 and body[i - 1] in "+-" else i
         i += 1
     return None
 
@@ -310,38 +307,42 @@ def convert_value(spec: OutSpec | None, value: Any, frame: Frame) -> Any:
         return _to_int(value)
     if kind == "float":
         if isinstance(value, bool):
-            raise SignalError(f"{format_value(value)} is not a number")
-        if isinstance(value, int | float):
-            return float(value)
+            raise SignalError(f"{excerpt(format_value(value))} is not a number")
         try:
-            return float(str(value).strip())
-        except ValueError:
-            raise SignalError(f"'{format_value(value)}' is not a number") from None
+            number = float(value) if isinstance(value, int | float) else float(str(value).strip())
+            return check_value(number, "number")
+        except (ValueError, OverflowError):  # LiteralError too: nan, inf, 1e999
+            raise SignalError(f"'{excerpt(format_value(value))}' is not a finite number") from None
     if kind == "bool":
         return _to_bool(value)
     if kind == "string":
         if isinstance(value, list | dict):
-            raise SignalError(f"{format_value(value)} is not a single text value")
+            raise SignalError(f"{excerpt(format_value(value))} is not a single text value")
         return format_value(value) if not isinstance(value, str) else str(value)
     if kind == "actor":
         if isinstance(value, Actor) and variables.is_actor(value):
             return variables.actor(str(value))
-        raise SignalError(f"'{format_value(value)}' is not a defined actor (write it as @name)")
+        raise SignalError(
+            f"'{excerpt(format_value(value))}' is not a defined actor (write it as @name)"
+        )
     return _to_choice(spec, value, frame)
 
 
 def _to_int(value: Any) -> int:
     if isinstance(value, bool):
-        raise SignalError(f"{format_value(value)} is not an integer")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str):
-        parsed = parse_literal(value)
-        if isinstance(parsed, int | float) and not isinstance(parsed, bool):
-            return _to_int(parsed)
-    raise SignalError(f"'{format_value(value)}' is not an integer")
+        raise SignalError(f"{excerpt(format_value(value))} is not an integer")
+    try:
+        if isinstance(value, int):
+            return check_value(value, "integer")
+        if isinstance(value, float) and value.is_integer():
+            return check_value(int(value), "integer")
+        if isinstance(value, str):
+            parsed = parse_literal(value)
+            if isinstance(parsed, int | float) and not isinstance(parsed, bool):
+                return _to_int(parsed)
+    except LiteralError as error:  # more than 4,000 digits (§10.3)
+        raise SignalError(str(error)) from None
+    raise SignalError(f"'{excerpt(format_value(value))}' is not an integer")
 
 
 def _to_bool(value: Any) -> bool:
@@ -355,7 +356,7 @@ def _to_bool(value: Any) -> bool:
             return True
         if word in ("false", "no", "0", "否"):
             return False
-    raise SignalError(f"'{format_value(value)}' is not true or false")
+    raise SignalError(f"'{excerpt(format_value(value))}' is not true or false")
 
 
 def choice_list(spec: OutSpec) -> list[Any]:
@@ -373,7 +374,7 @@ def _to_choice(spec: OutSpec, value: Any, frame: Frame) -> Any:
         if choice == value or format_value(choice) == format_value(value):
             return frame.variables.adopt(choice)
     shown = ", ".join(format_value(c) for c in choices)
-    raise SignalError(f"'{format_value(value)}' is not one of the choices [{shown}]")
+    raise SignalError(f"'{excerpt(format_value(value))}' is not one of the choices [{shown}]")
 
 
 @dataclass(frozen=True)
@@ -518,7 +519,9 @@ def assign_out(
         and converted not in ("", None)
         and not (isinstance(converted, Actor) and frame.variables.is_actor(converted))
     ):
-        raise SignalError(f"{target} holds an actor: write @name, not '{format_value(converted)}'")
+        raise SignalError(
+            f"{target} holds an actor: write @name, not '{excerpt(format_value(converted))}'"
+        )
     try:
         if key is None:
             return frame.assign(target, op, converted)
@@ -527,32 +530,87 @@ def assign_out(
         raise SignalError(error.message) from None
 
 
-def apply_signals(reply: str, frame: Frame, outs: Sequence[OutSpec] | None) -> SignalOutcome:
-    """Find, check and apply every signal in ``reply``, in order (§10).
+@dataclass(frozen=True)
+class ReadSignal:
+    """A signal read from a reply without looking at any variable: its raw text (lone surrogates
+    replaced), the parsed body and value, or the ``problem`` that rejects it."""
 
-    ``outs`` None means the action has no ``out:`` (any declared variable may be set).
-    """
-    outcome = SignalOutcome(outs=tuple(outs) if outs is not None else None)
-    actors = frame.variables.actors
+    raw: str
+    signal: Signal | None
+    value: Any = None
+    problem: str | None = None
+
+
+def read_signals(reply: str, actors: Container[str]) -> list[ReadSignal]:
+    """Find every signal in ``reply`` and parse its body and value (§10.1–§10.3): the part of
+    :func:`apply_signals` that reads no variable, linear in the reply's length, safe to run in
+    a worker thread. ``actors`` are the defined actor names (``@name`` values must be one)."""
+    found: list[ReadSignal] = []
     for raw in extract_signals(reply):
+        text = valid_text(raw.text)
         if raw.body is None:
-            outcome.rejected.append(Rejected(raw.text, "no <<…>> after SET VARIABLE:"))
+            found.append(ReadSignal(text, None, problem="no <<…>> after SET VARIABLE:"))
             continue
         try:
-            signal = parse_signal(raw.body)
+            signal = parse_signal(check_text(raw.body))
+        except (SignalError, LiteralError) as error:
+            found.append(ReadSignal(text, None, problem=str(error)))
+            continue
+        try:
+            value = parse_literal(signal.value_text, actors, make_actor=str)
+        except LiteralError as error:
+            found.append(ReadSignal(text, signal, problem=str(error)))
+            continue
+        found.append(ReadSignal(text, signal, value))
+    return found
+
+
+def apply_signals(
+    reply: str,
+    frame: Frame,
+    outs: Sequence[OutSpec] | None,
+    read: Sequence[ReadSignal] | None = None,
+) -> SignalOutcome:
+    """Find, check and apply every signal in ``reply``, in order (§10).
+
+    ``outs`` None means the action has no ``out:`` (any declared variable may be set). ``read``
+    is :func:`read_signals` of the reply when it was already done (in a worker thread).
+    """
+    outcome = SignalOutcome(outs=tuple(outs) if outs is not None else None)
+    if read is None:
+        read = read_signals(reply, frame.variables.actors)
+    for item in read:
+        signal = item.signal
+        if signal is None:
+            outcome.rejected.append(Rejected(item.raw, item.problem or ""))
+            continue
+        try:
             out = match_out(signal.target, signal.key, frame, outs)
             key = _entry(out, signal.key, frame)
-            value = parse_literal(signal.value_text, actors, make_actor=str)
-            undo = assign_out(frame, signal.target, key, signal.op, value, out)
+            if item.problem is not None:
+                raise SignalError(item.problem)
+            undo = assign_out(frame, signal.target, key, signal.op, item.value, out)
         except (SignalError, LiteralError) as error:
-            outcome.rejected.append(Rejected(raw.text, str(error)))
+            outcome.rejected.append(Rejected(item.raw, str(error)))
             continue
         except RunError as error:
-            outcome.rejected.append(Rejected(raw.text, error.message))
+            outcome.rejected.append(Rejected(item.raw, error.message))
             continue
         shown = signal.key if out is None or out.key_from is None else key
-        outcome.applied.append(Applied(raw.text, signal.target, shown, signal.op, value, out, undo))
+        outcome.applied.append(
+            Applied(item.raw, signal.target, shown, signal.op, item.value, out, undo)
+        )
     return outcome
+
+
+async def aapply_signals(reply: str, frame: Frame, outs: Sequence[OutSpec] | None) -> SignalOutcome:
+    """:func:`apply_signals` on a running event loop: a long reply is read in a worker thread
+    so that the other branches go on meanwhile (§10.3); its values are then applied on the
+    loop, all at once, as for a short one."""
+    read = None
+    if len(reply) > LARGE_REPLY:
+        read = await asyncio.to_thread(read_signals, reply, frame.variables.actors)
+    return apply_signals(reply, frame, outs, read)
 
 
 def apply_values(

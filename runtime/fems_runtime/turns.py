@@ -56,13 +56,13 @@ from fems_runtime.records import RunError, TraceWriter, TurnLog
 from fems_runtime.signals import (
     OutSpec,
     SignalOutcome,
-    apply_signals,
+    aapply_signals,
     apply_values,
     run_resolve,
 )
 from fems_runtime.store import Checkpoint, NewMessage, Store, parse_session_spec
 from fems_runtime.transcript import Transcript
-from fems_runtime.values import ACTOR_NAME, Actor
+from fems_runtime.values import ACTOR_NAME, Actor, valid_text
 
 if TYPE_CHECKING:
     from fems_runtime.flow import Context, MethodSpec
@@ -747,7 +747,7 @@ async def _ai_turn(
             call = await _call(services, spec, choice, messages, offline, ctx.delay)
             result.calls += 1
             interrupted = call is None
-            reply = INTERRUPTED if call is None else call.text
+            reply = INTERRUPTED if call is None else valid_text(call.text)
             _trace_call(services, ctx, spec, room, choice, messages, reply, call, attempt)
             unsaved.append(
                 _message(
@@ -771,7 +771,7 @@ async def _ai_turn(
         if interrupted:
             result.interrupted = True
             return result
-        outcome = apply_signals(reply, frame, spec.outs)
+        outcome = await aapply_signals(reply, frame, spec.outs)
         verdict = await _validate(services, frame, spec, prompt, reply, outcome)
         problems = verdict.problems
         _set_variable(frame, outcome)

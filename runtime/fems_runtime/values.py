@@ -91,7 +91,51 @@ class FemDict(dict):  # type: ignore[type-arg]
 
 
 class LiteralError(ValueError):
-    """A literal that names something it may not (an undefined actor in a signal value)."""
+    """A literal that is not acceptable data: an undefined actor in a signal value, or a value
+    beyond the limits of §10.3 (nesting, digits, non-finite numbers, invalid text)."""
+
+
+MAX_DEPTH = 100  # §10.3: deeper lists and dicts are invalid values
+MAX_INT_DIGITS = 4000  # §10.3: also for the results of += and -=
+_INT_LIMIT = 10**MAX_INT_DIGITS
+_LONG_INT = f"(an integer of more than {MAX_INT_DIGITS:,} digits)"
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+_INVALID_TEXT = re.compile(r"[\ud800-\udfff\ufffd]")
+_CLOSERS = "]}】"
+_SPACE = re.compile(r"\s*")
+# where a bare item or a dict key may end, in one regex step (the rest is plain text)
+_BARE_STOP = re.compile(r"[\"'“\[\]{}【】,，]")
+_BRACKET_STOP = re.compile(r"[\"'“\[\]{}【】]")
+_KEY_STOP = re.compile(r"[:：\"'“\[\]{}【】,，]")
+_QUOTE_STOP = {close: re.compile(r"[\\" + close + "]") for close in set(QUOTES.values())}
+
+
+def check_value(value: Any, what: str = "value") -> Any:
+    """``value`` when it is within the limits of §10.3, else :class:`LiteralError`: an int of
+    more than 4,000 digits or a non-finite float (the result of ``+=`` on two large ints, of
+    ``1e308 + 1e308``)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and not -_INT_LIMIT < value < _INT_LIMIT:
+        raise LiteralError(f"the {what} has more than {MAX_INT_DIGITS:,} digits")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise LiteralError(f"the {what} is not a finite number ({value})")
+    return value
+
+
+def check_text(text: str) -> str:
+    """``text`` when it is valid Unicode, else :class:`LiteralError`: a lone surrogate, or the
+    U+FFFD that :func:`valid_text` put in a reply's place for one (so that a resumed run, which
+    reads the stored reply, rejects the same signals)."""
+    if _INVALID_TEXT.search(text):
+        raise LiteralError("text that is not valid Unicode (a lone surrogate or U+FFFD)")
+    return text
+
+
+def valid_text(text: str) -> str:
+    """``text`` with every lone surrogate (text that is not valid Unicode, as a JSON ``\\ud800``
+    escape gives) replaced by U+FFFD, so that it can be stored, traced and printed."""
+    return _SURROGATE.sub("\ufffd", text)
 
 
 def parse_literal(
@@ -105,6 +149,9 @@ def parse_literal(
 
     ``actors``: when given, every ``@name`` must be in it (signals, §10.3), else
     :class:`LiteralError`. ``make_actor`` builds actor values (so they can read state).
+    Values beyond the limits of §10.3 (nested deeper than 100 levels, ints of more than 4,000
+    digits, numbers too large to be finite) raise :class:`LiteralError`. One pass over the text:
+    the time is linear in its length whatever it holds.
     """
     text = text.strip()
     try:
@@ -113,12 +160,23 @@ def parse_literal(
         return text
 
 
+def excerpt(text: str, limit: int = 60) -> str:
+    """``text`` shortened for a message: a reply may hold megabytes."""
+    return text if len(text) <= limit else f"{text[: limit - 1]}…"
+
+
 class _NotLiteral(Exception):
     """Internal: the text is not a structured literal, so it is bare text."""
 
 
 class _Reader:
-    """A small recursive reader over one literal; never evaluates anything."""
+    """A recursive-descent reader over one literal, each character read once; it never
+    evaluates anything. Items of a list or dict are quoted strings, nested lists and dicts, or
+    bare tokens (which may hold balanced brackets and quoted parts: ``[a[1], 2]``).
+
+    A value that breaks a rule of §10.3 is noted and reading goes on: only a well-formed
+    literal raises :class:`LiteralError`; a malformed one is bare text, whatever it holds.
+    """
 
     def __init__(
         self, text: str, actors: Container[str] | None, make_actor: Callable[[str], Any]
@@ -126,6 +184,7 @@ class _Reader:
         self.text = text
         self.actors = actors
         self.make_actor = make_actor
+        self.problem: str | None = None
 
     def whole(self) -> Any:
         text = self.text
@@ -133,123 +192,168 @@ class _Reader:
             return ""
         if text[0] in QUOTES:
             value, end = self.quoted(0)
-            if end == len(text):
-                return value
+        elif text[0] in _OPEN:
+            value, end = self.container(0, 1)
+        else:
+            value, end = self.scalar(text), len(text)
+        if end != len(text):
             raise _NotLiteral
-        if text[0] in _OPEN:
-            value, end = self.container(0)
-            if end == len(text):
-                return value
-            raise _NotLiteral
-        return self.scalar(text)
+        if self.problem is not None:
+            raise LiteralError(self.problem)
+        return value
+
+    def invalid(self, problem: str) -> None:
+        """Note the first rule of §10.3 the literal breaks; its value is replaced by None."""
+        if self.problem is None:
+            self.problem = problem
 
     def scalar(self, token: str) -> Any:
         """A token without quotes or brackets: number, keyword, actor, or bare text."""
         if _INT.fullmatch(token):
+            if len(token.lstrip("+-")) > MAX_INT_DIGITS:
+                return self.invalid(f"an integer of more than {MAX_INT_DIGITS:,} digits")
             return int(token)
         if _FLOAT.fullmatch(token) and not re.fullmatch(r"[+-]?0\d+", token):
-            value = float(token)
-            if math.isfinite(value):
-                return value
+            number = float(token)
+            if not math.isfinite(number):
+                return self.invalid(f"{excerpt(token)} is too large to be a finite number")
+            return number
         if token.lower() in ("true", "false"):  # any case, as in vars: (§4.2)
             return token.lower() == "true"
         if token in ("null", "None"):
             return None
         if ACTOR_NAME.fullmatch(token):
             if self.actors is not None and token not in self.actors:
-                raise LiteralError(f"{token} is not a defined actor")
+                return self.invalid(f"{excerpt(token)} is not a defined actor")
             return self.make_actor(token)
         return token
 
     def quoted(self, start: int) -> tuple[str, int]:
         """Read a quoted string starting at ``start``; return it and the index after it."""
-        close = QUOTES[self.text[start]]
+        text = self.text
+        close = QUOTES[text[start]]
+        stop = _QUOTE_STOP[close]
         out: list[str] = []
         i = start + 1
-        while i < len(self.text):
-            ch = self.text[i]
-            if ch == "\\" and i + 1 < len(self.text) and self.text[i + 1] in _ESCAPES:
-                out.append(_ESCAPES[self.text[i + 1]])
-                i += 2
-                continue
-            if ch == close:
-                return "".join(out), i + 1
-            out.append(ch)
-            i += 1
+        while True:
+            found = stop.search(text, i)
+            if found is None:
+                raise _NotLiteral
+            j = found.start()
+            out.append(text[i:j])
+            if text[j] == close:
+                return "".join(out), j + 1
+            escaped = text[j + 1 : j + 2]
+            if escaped and escaped in _ESCAPES:
+                out.append(_ESCAPES[escaped])
+                i = j + 2
+            else:  # a backslash before anything else is itself
+                out.append("\\")
+                i = j + 1
+
+    def container(self, start: int, depth: int) -> tuple[Any, int]:
+        """Read ``[…]`` or ``{…}`` (at nesting level ``depth``) starting at ``start``; return the
+        value and the index after it. A trailing separator is allowed, an empty item is not."""
+        if depth > MAX_DEPTH:
+            self.invalid(f"a value nested deeper than {MAX_DEPTH} levels")
+            return None, self.bare_end(start + 1, nested=True) + 1
+        text = self.text
+        close = _OPEN[text[start]]
+        is_list = close != "}"
+        items: list[Any] = []
+        result = FemDict()
+        i = self.skip(start + 1)
+        while i < len(text) and text[i] not in _CLOSERS:
+            if is_list:
+                value, i = self.item(i, depth)
+                items.append(value)
+            else:
+                key, i = self.key(i)
+                value, i = self.item(self.skip(i + 1), depth)
+                result[key] = value
+            if i < len(text) and text[i] in _SEPARATORS:
+                i = self.skip(i + 1)
+        if i >= len(text) or text[i] != close:
+            raise _NotLiteral
+        return (items if is_list else result), i + 1
+
+    def item(self, start: int, depth: int) -> tuple[Any, int]:
+        """One list item or dict value at ``start``; return it and the index of the separator or
+        closing bracket after it."""
+        text = self.text
+        if start >= len(text):
+            raise _NotLiteral
+        if text[start] in QUOTES:
+            value, end = self.quoted(start)
+        elif text[start] in _OPEN:
+            value, end = self.container(start, depth + 1)
+        else:
+            end = self.bare_end(start)
+            token = text[start:end].strip()
+            if not token:
+                raise _NotLiteral
+            return self.scalar(token), end
+        end = self.skip(end)
+        if end < len(text) and (text[end] in _SEPARATORS or text[end] in _CLOSERS):
+            return value, end
         raise _NotLiteral
 
-    def container(self, start: int) -> tuple[Any, int]:
-        """Read ``[…]`` or ``{…}`` starting at ``start``; return the value and the index after it."""
-        close = _OPEN[self.text[start]]
-        items: list[str] = []
-        i = start + 1
-        begin = i
+    def bare_end(self, start: int, *, nested: bool = False) -> int:
+        """Where a bare item starting at ``start`` ends: the first separator or closing bracket
+        outside its own quoted parts and balanced brackets (``nested``: the closing bracket of
+        the container it is inside, separators included)."""
+        text = self.text
         depth = 0
-        while i < len(self.text):
-            ch = self.text[i]
+        i = start
+        while True:
+            found = (_BRACKET_STOP if nested else _BARE_STOP).search(text, i)
+            if found is None:
+                raise _NotLiteral
+            j = found.start()
+            ch = text[j]
             if ch in QUOTES:
-                _, i = self.quoted(i)
+                i = self.quoted(j)[1]
                 continue
             if ch in _OPEN:
                 depth += 1
-            elif ch in "]}】":
+            elif ch in _CLOSERS:
                 if depth == 0:
-                    if ch != close:
-                        raise _NotLiteral
-                    items.append(self.text[begin:i])
-                    return self.build(close, items), i + 1
+                    return j
                 depth -= 1
-            elif ch in _SEPARATORS and depth == 0:
-                items.append(self.text[begin:i])
-                begin = i + 1
-            i += 1
-        raise _NotLiteral
+            elif depth == 0:  # a separator
+                return j
+            i = j + 1
 
-    def build(self, close: str, items: list[str]) -> Any:
-        parts = [item.strip() for item in items]
-        if parts and not parts[-1]:
-            parts.pop()  # a trailing comma
-        if close in "]】":
-            return [self.element(part) for part in parts]
-        result = FemDict()
-        for part in parts:
-            key_text, value_text = self.split_pair(part)
-            result[self.key(key_text)] = self.element(value_text)
-        return result
-
-    def element(self, part: str) -> Any:
-        if not part:
-            raise _NotLiteral
-        return _Reader(part, self.actors, self.make_actor).whole()
-
-    def split_pair(self, part: str) -> tuple[str, str]:
-        """Split ``key: value`` at the first colon outside quotes."""
-        i = 0
-        while i < len(part):
-            ch = part[i]
-            if ch in QUOTES:
-                _, i = _Reader(part, self.actors, self.make_actor).quoted(i)
-                continue
-            if ch in ":：":
-                return part[:i].strip(), part[i + 1 :].strip()
-            if ch in _OPEN:
-                break
-            i += 1
-        raise _NotLiteral
-
-    def key(self, text: str) -> Any:
-        if not text:
-            raise _NotLiteral
-        if text[0] in QUOTES:
-            value, end = _Reader(text, self.actors, self.make_actor).quoted(0)
-            if end != len(text):
+    def key(self, start: int) -> tuple[Any, int]:
+        """A dict key at ``start`` (quoted, ``@name``, a number or a word); return it and the
+        index of its colon."""
+        text = self.text
+        if text[start] in QUOTES:
+            value, end = self.quoted(start)
+            end = self.skip(end)
+        else:
+            found = _KEY_STOP.search(text, start)
+            if found is None:
                 raise _NotLiteral
-            return value
-        if ACTOR_NAME.fullmatch(text) or _FLOAT.fullmatch(text) or _BARE_KEY.fullmatch(text):
-            value = self.scalar(text)
+            end = found.start()
+            value = self.bare_key(text[start:end].strip())
+        if end < len(text) and text[end] in ":：":
+            return value, end
+        raise _NotLiteral
+
+    def bare_key(self, token: str) -> Any:
+        if ACTOR_NAME.fullmatch(token) or _FLOAT.fullmatch(token) or _BARE_KEY.fullmatch(token):
+            noted = self.problem
+            value = self.scalar(token)
             if isinstance(value, str | int | float):
                 return value
+            if self.problem is not noted:  # an invalid key: the literal is rejected
+                return token
         raise _NotLiteral
+
+    def skip(self, i: int) -> int:
+        """The index of the first non-space character at or after ``i``."""
+        return _SPACE.match(self.text, i).end()  # type: ignore[union-attr]
 
 
 def format_value(value: Any) -> str:
@@ -276,11 +380,15 @@ def _format(value: Any) -> str:
 
 
 def to_json(value: Any) -> Any:
-    """A JSON-ready copy of ``value``: actors as ``"@name"``, tuples and sets as lists."""
+    """A JSON-ready copy of ``value``: actors as ``"@name"``, tuples and sets as lists. It can
+    always be written: lone surrogates become U+FFFD, an int too long for ``str()`` (only the
+    author's arithmetic makes one) a note."""
     if isinstance(value, str):
-        return str(value)
-    if value is None or isinstance(value, bool | int):
+        return valid_text(str(value))
+    if value is None or isinstance(value, bool):
         return value
+    if isinstance(value, int):
+        return value if -_INT_LIMIT < value < _INT_LIMIT else _LONG_INT
     if isinstance(value, float):
         return value if math.isfinite(value) else str(value)
     if isinstance(value, Mapping):
@@ -295,4 +403,6 @@ def to_json(value: Any) -> Any:
 def _json_key(key: Any) -> str:
     if isinstance(key, bool):
         return "true" if key else "false"
-    return str(key) if key is not None else "null"
+    if key is None:
+        return "null"
+    return str(to_json(key))

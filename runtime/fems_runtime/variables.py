@@ -23,7 +23,16 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from fems_runtime.records import RunError
-from fems_runtime.values import ACTOR_NAME, Actor, FemDict, format_value, parse_literal, to_json
+from fems_runtime.values import (
+    ACTOR_NAME,
+    Actor,
+    FemDict,
+    LiteralError,
+    check_value,
+    format_value,
+    parse_literal,
+    to_json,
+)
 
 STATIC_ATTRS = ("type", "soul", "source", "tools", "name")
 MAX_ALIAS_HOPS = 10
@@ -426,10 +435,10 @@ def _combine(name: Any, current: Any, op: str, value: Any) -> tuple[Any, str | N
             raise RunError(f"cannot apply {op} to a boolean ('{name}')")
         if op == "-=":
             if isinstance(current, int | float) and isinstance(value, int | float):
-                return current - value, "+=", value
+                return _number(name, current - value), "+=", value
             raise RunError(f"cannot subtract {value!r} from '{name}' ({current!r})")
         if isinstance(current, int | float) and isinstance(value, int | float):
-            return current + value, "-=", value
+            return _number(name, current + value), "-=", value
         if isinstance(current, str) and isinstance(value, str):
             return current + value, "=", current
         if isinstance(current, list):
@@ -441,6 +450,15 @@ def _combine(name: Any, current: Any, op: str, value: Any) -> tuple[Any, str | N
     if op == "add":
         return current, (None if value in current else "remove"), value
     return current, ("add" if value in current else None), value
+
+
+def _number(name: Any, value: int | float) -> int | float:
+    """The result of ``+=``/``-=`` when it is within the limits of §10.3 (at most 4,000 digits,
+    finite), else a :class:`RunError` (a signal that would produce it is rejected)."""
+    try:
+        return check_value(value, f"result for '{name}'")
+    except LiteralError as error:
+        raise RunError(str(error)) from None
 
 
 def _discard(items: list[Any], value: Any) -> None:
