@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHMARKS = ("frontend", "build", "context", "mock_calls")
+BENCHMARKS = ("frontend", "build", "context", "mock_calls", "signals")
 
 
 def main(names: list[str]) -> int:
