@@ -87,6 +87,19 @@ def test_a_binding_line_declares_a_node_used_in_a_loop_body(tmp_path, capsys):
     assert steps(events).count("vote") == 2 and "IN_DONE" in steps(events)
 
 
+def test_a_binding_line_after_the_start_line_declares_the_node_too(tmp_path, capsys):
+    lines = BINDING_LINES.replace("    [vote]: collect_vote\n", "")
+    path = write(
+        tmp_path,
+        lines.replace(
+            "    -> [IN_DONE] -> [END]\n", "    -> [IN_DONE] -> [END]\n    [vote]: collect_vote\n"
+        ),
+    )
+    assert check(path, capsys) == (0, f"{path}: ok\n")
+    result, _events = build_and_run(path, capsys)
+    assert result.variables["votes"] == {"@a": "counted", "@b": "counted"}
+
+
 def test_a_declared_node_connected_inside_and_outside_a_body_is_still_an_error(tmp_path, capsys):
     source = BINDING_LINES.replace("-> [IN_DONE] -> [END]", "-> [IN_DONE] -> [vote] -> [END]")
     status, err = check(write(tmp_path, source), capsys)

@@ -32,8 +32,9 @@ _WORDS = ("yes", "maybe", "later", "agreed", "onward")
 class OfflineOut:
     """One `out` as the mock sees it: the signal target text, its type, choices, current value.
 
-    ``holds_actor`` marks an out that only an actor fits: an actor variable (``@KILL``) or an
-    untyped or string entry keyed by an actor (``votes.@x``), whatever type it declares (§15.3).
+    ``holds_actor`` marks an out that should get an actor: an actor variable (``@KILL``),
+    whatever type it declares, or a string entry keyed by an actor (``votes.@x``), also an
+    untyped one unless it already holds a number or a container (``hp.@x``) (§15.3).
     """
 
     target: str
@@ -67,7 +68,9 @@ def offline_out(out: OutSpec, frame: Frame) -> OfflineOut:
             current = current.get(key) if isinstance(current, dict) else None
             if isinstance(key, Actor):
                 label = f"{out.target}.{key}"  # the entry as a model would name it
-                holds_actor = out.type in (None, "string", "actor")  # votes.@x (§15.3)
+                # votes.@x (§15.3); an untyped entry that holds a number (hp.@x) stays one
+                untyped_text = out.type is None and (current is None or isinstance(current, str))
+                holds_actor = out.type in ("string", "actor") or untyped_text
     except RunError:
         pass  # an unreadable target: the out as declared
     return OfflineOut(label, out.type, tuple(choice_list(out)), current, holds_actor)

@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import random
 from pathlib import Path
 
 import pytest
-from fems_runtime.offline import MockModel, OfflineOut, OfflineTurn, ScriptModel
+from fems_runtime.human import HumanAnswer, HumanRequest, MockHuman
+from fems_runtime.offline import (
+    MockModel,
+    OfflineOut,
+    OfflineTurn,
+    ScriptModel,
+    mock_value,
+    offline_out,
+)
 from fems_runtime.records import RunError
-from fems_runtime.signals import OutSpec, apply_signals
+from fems_runtime.signals import OutSpec, apply_signals, apply_values
 from fems_runtime.values import FemDict
 from fems_runtime.variables import ActorSpec, Frame, Variables
 
@@ -150,3 +160,51 @@ def test_mock_signals_are_accepted_by_the_parser(seed: int) -> None:
     kinds = {name: type(frame.get(name)) for name in ("alive", "day", "tally", "note")}
     assert kinds == {"alive": list, "day": int, "tally": FemDict, "note": str}
     assert frame.get("@target") in ("@bob", "@carol")
+
+
+@pytest.mark.parametrize(
+    ("spec", "holds_actor"),
+    [
+        (OutSpec("@target", type="string"), True),  # an actor variable, whatever its type
+        (OutSpec("@target", type="int"), True),
+        (OutSpec("votes", key="@voter", type="string"), True),  # votes.@x
+        (OutSpec("votes", key="@voter"), False),  # untyped, already holds a number
+        (OutSpec("pick", key="@voter"), True),  # untyped, nothing there yet
+        (OutSpec("votes", key="@voter", type="int"), False),
+        (OutSpec("word", type="string"), False),
+    ],
+)
+def test_offline_outs_that_take_an_actor(spec: OutSpec, holds_actor: bool) -> None:
+    frame = _frame()
+    frame.assign("pick", "=", {})
+    seen = offline_out(spec, frame)
+    assert seen.holds_actor is holds_actor
+    value = mock_value(seen, ("@bob", "@carol"), random.Random(1))
+    assert (value in ("@bob", "@carol")) is holds_actor
+
+
+def test_human_mock_answers_every_out_validly_and_the_same_for_a_seed() -> None:
+    specs = (
+        OutSpec("pick", type="dropdown", choices=("接受", "拒绝")),
+        OutSpec("@target", type="string"),
+        OutSpec("votes", key="@voter", type="string"),
+        OutSpec("count", type="int"),
+        OutSpec("alive"),
+    )
+
+    def answers(seed: int) -> list[HumanAnswer]:
+        human = MockHuman(seed)
+        request = HumanRequest("vote", "@eve", "Vote: @bob or @carol?", specs, frame=_frame())
+        return [asyncio.run(human.ask(request)) for _ in range(3)]
+
+    first = answers(5)
+    assert first == answers(5) and first != answers(6)
+    for answer in first:
+        assert answer.text
+        assert answer.vars["pick"] in ("接受", "拒绝")
+        assert answer.vars["@target"] in ("@bob", "@carol")
+        assert answer.vars["votes.@voter"] in ("@bob", "@carol")
+        assert answer.vars["count"] in range(4)
+        assert answer.vars["alive"][0] == "@bob" and set(answer.vars["alive"]) <= {"@bob", "@carol"}
+        outcome = apply_values(answer.vars, _frame(), specs)
+        assert outcome.rejected == []

@@ -37,6 +37,8 @@ from fems_runtime.variables import ActorSpec, Variables
         ("True", True),
         ("false", False),
         ("False", False),
+        ("TRUE", True),  # any case, as in vars: (§4.2, §12.2)
+        ("FALSE", False),
         ("null", None),
         ("None", None),
         ("测试剧本", "测试剧本"),
