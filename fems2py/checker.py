@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from fems2py.checks.codefiles import CodeFileError, FuncSignature, Param, read_signatures
-from fems2py.checks.flows import FlowChecker, Use
+from fems2py.checks.flows import FlowChecker
+from fems2py.checks.scope import Namespace, Use
 from fems2py.checks.usage import excuse_unused, holder, unused_actions, without_unused
 from fems2py.diagnostics import Diagnostic, suggest
 from fems2py.kinds import ACTION_KINDS
@@ -125,46 +126,6 @@ def check(script: Script, base_dir: Path) -> CheckedScript:
         code_files=checker.code_files,
         string_keys=frozenset(checker.string_keys),
     )
-
-
-@dataclass
-class Namespace:
-    """The definitions of one lexical level: the script itself or one module (§11.3, §11.4)."""
-
-    key: str
-    module: Module | None
-    parent: Namespace | None
-    variables: dict[str, VarDecl | None] = field(default_factory=dict)
-    actions: dict[str, Action] = field(default_factory=dict)
-    modules: dict[str, Module] = field(default_factory=dict)
-    methods: dict[str, Method] = field(default_factory=dict)
-
-    def chain(self) -> Iterable[Namespace]:
-        level: Namespace | None = self
-        while level is not None:
-            yield level
-            level = level.parent
-
-    def lexical_names(self) -> set[str]:
-        return {name for level in self.chain() for name in level.variables}
-
-    def find_action(self, name: str) -> Action | None:
-        return next((lv.actions[name] for lv in self.chain() if name in lv.actions), None)
-
-    def find_module(self, name: str) -> Module | None:
-        return next((lv.modules[name] for lv in self.chain() if name in lv.modules), None)
-
-    def find_method(self, name: str) -> Method | None:
-        return next((lv.methods[name] for lv in self.chain() if name in lv.methods), None)
-
-    def declaration(self, name: str) -> VarDecl | None:
-        for level in self.chain():
-            if name in level.variables:
-                return level.variables[name]
-        return None
-
-    def visible(self, attribute: str) -> set[str]:
-        return {name for level in self.chain() for name in getattr(level, attribute)}
 
 
 class Checker:

@@ -11,11 +11,12 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from fems2py.checks.graphs import EXIT, dominators, immediate_post_dominators, reachable
 from fems2py.checks.regions import Regions, topological_order
-from fems2py.diagnostics import suggest
+from fems2py.checks.scope import Namespace, Use
+from fems2py.diagnostics import Diagnostic, suggest
 from fems2py.kinds import ACTION_KINDS
 from fems2py.nodes import (
     Action,
@@ -29,13 +30,46 @@ from fems2py.nodes import (
     Module,
     ModuleCall,
     PathRef,
+    Script,
     Span,
     Text,
 )
 from fems2py.visitor import BindingVisitor
 
-if TYPE_CHECKING:
-    from fems2py.checker import Checker, Namespace
+
+class Checker(Protocol):
+    """What the flow checks use of the checker that runs them (:class:`fems2py.checker.Checker`)."""
+
+    script: Script
+    root: Namespace
+    namespaces: dict[int, Namespace]
+    items: list[Diagnostic]
+    broken: frozenset[str]
+    merge_nodes: dict[tuple[str, str], str | None]
+    action_uses: dict[int, list[Use]]
+    module_uses: dict[int, list[Use]]
+    caller_loop_vars: dict[int, set[str]]
+
+    def error(self, message: str, span: Span, hint: str | None = None) -> None: ...
+
+    def warning(self, message: str, span: Span, hint: str | None = None) -> None: ...
+
+    def undefined(self, message: str, span: Span, hint: str | None) -> None: ...
+
+    def check_expr(
+        self, expr: Expr | None, names: set[str], *, string_hint: bool = False
+    ) -> None: ...
+
+    def check_module_call(
+        self, call: ModuleCall, namespace: Namespace, names: set[str]
+    ) -> None: ...
+
+    def names_of(self, namespace: Namespace) -> set[str]: ...
+
+    def namespace_of(self, module: Module) -> Namespace: ...
+
+    def is_unbound_actor_variable(self, name: str, namespace: Namespace) -> bool: ...
+
 
 TERMINALS = frozenset({"END", "OUT", "BREAK"})
 MAIN_ONLY = frozenset({"START", "END"})
@@ -75,16 +109,6 @@ class Part:
     @property
     def loop_vars(self) -> frozenset[str]:
         return frozenset(loop.var for loop in self.loops)
-
-
-@dataclass(frozen=True)
-class Use:
-    """Where an action or module is used: the flow's namespace and the loop variables there
-    (``via_action`` is set for an action's ``fallback:``, which sees what that action sees)."""
-
-    namespace: Namespace
-    loop_vars: frozenset[str]
-    via_action: int | None = None
 
 
 @dataclass(frozen=True)

@@ -11,13 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
 
+from fems2py.checks.scope import Namespace
 from fems2py.diagnostics import Diagnostic
 from fems2py.nodes import ActionBlock, Graph, Loop, Module, Script
-
-if TYPE_CHECKING:
-    from fems2py.checker import Namespace
 
 _Key = tuple[str, str]  # (namespace key, action name)
 
