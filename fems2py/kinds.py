@@ -4,7 +4,7 @@ The parser reads from it which kinds exist, what a header holds and which fields
 accepts; the checker which actions run as an executor; code generation which template
 renders an action. Adding an action kind starts with a row here (CONTRIBUTING.md lists the
 other places). The runtime keeps its own constant of the kinds it runs as turns,
-:data:`fems_runtime.turns.TURN_KINDS`; ``tests/test_kinds.py`` checks the two agree.
+:data:`fems_runtime.specs.TURN_KINDS`; ``tests/test_kinds.py`` checks the two agree.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from typing import get_args
 
 import pytest
 from fems_runtime.flow import Context
-from fems_runtime.turns import TURN_KINDS
+from fems_runtime.specs import TURN_KINDS
 
 from fems2py.kinds import ACTION_KINDS, EXECUTOR_KINDS, FIELD_NAMES, ActionKindName
 from fems2py.parser import parse

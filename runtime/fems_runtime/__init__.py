@@ -17,7 +17,7 @@ from fems_runtime.flow import (
 )
 from fems_runtime.records import RunError
 from fems_runtime.signals import OutSpec
-from fems_runtime.turns import InterruptSpec, ResolveSpec, ScopeItem, TurnSpec
+from fems_runtime.specs import InterruptSpec, ResolveSpec, ScopeItem, TurnSpec
 from fems_runtime.values import Actor
 from fems_runtime.variables import ActorSpec, BlueprintSpec
 from fems_runtime.version import __version__

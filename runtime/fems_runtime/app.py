@@ -38,8 +38,8 @@ from fems_runtime.variables import ActorSpec, BlueprintSpec, Variables
 from fems_runtime.version import __version__
 
 if TYPE_CHECKING:
+    from fems_runtime.specs import TurnResult, TurnSpec
     from fems_runtime.store import Store
-    from fems_runtime.turns import TurnResult, TurnSpec
 
 EXIT_OK, EXIT_RUN_ERROR, EXIT_USAGE = 0, 1, 2
 DEFAULT_MAX_STEPS = 100_000

@@ -15,16 +15,14 @@ import sys
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from fems_runtime.lines import LineTable
 from fems_runtime.records import RunError, StepCounter, TraceWriter
 from fems_runtime.signals import OutSpec
+from fems_runtime.specs import ScopeItem, TurnKind, TurnResult, TurnSpec
 from fems_runtime.values import format_value
 from fems_runtime.variables import Frame
-
-if TYPE_CHECKING:
-    from fems_runtime.turns import TurnResult, TurnSpec
 
 TERMINALS = ("END", "OUT", "BREAK")
 _MISSING: Any = object()
@@ -292,13 +290,11 @@ class Context:
 
     async def _turn(
         self,
-        kind: Literal["ai", "human", "mind"],
+        kind: TurnKind,
         executor: str,
         fields: dict[str, Any],
         caller: FrameType,
     ) -> TurnResult:
-        from fems_runtime.turns import ScopeItem, TurnSpec  # turns builds on this module
-
         action, line = self._action(fields.pop("action", ""), caller)
         scope = tuple(ScopeItem.of(item) for item in fields.pop("scope", ()))
         if fields.get("outs") is not None:

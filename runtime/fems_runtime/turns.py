@@ -30,7 +30,7 @@ import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Literal, get_args
+from typing import IO, TYPE_CHECKING, Any
 
 from fems_runtime.context import (
     ContextCache,
@@ -54,11 +54,16 @@ from fems_runtime.offline import OfflineTurn, named_actors, offline_out
 from fems_runtime.prompts import render
 from fems_runtime.records import RunError, TraceWriter, TurnLog
 from fems_runtime.signals import (
-    OutSpec,
     SignalOutcome,
     aapply_signals,
     apply_values,
     run_resolve,
+)
+from fems_runtime.specs import (
+    InterruptSpec,
+    ResolveSpec,
+    TurnResult,
+    TurnSpec,
 )
 from fems_runtime.store import Checkpoint, NewMessage, Store, parse_session_spec
 from fems_runtime.transcript import Transcript
@@ -69,97 +74,7 @@ if TYPE_CHECKING:
     from fems_runtime.variables import ActorSpec, Frame, Variables
 
 INTERRUPTED = "[Interrupted]"
-TurnKind = Literal["ai", "human", "mind"]
-#: The action kinds that run as their executor's turn (§9.1), each through the ``Context``
-#: method of its name; the compiler's table of action kinds agrees (tests/test_kinds.py).
-TURN_KINDS: tuple[TurnKind, ...] = get_args(TurnKind)
 _SPEAKERS = {"narration": "narrator"}
-
-
-@dataclass(frozen=True)
-class ScopeItem:
-    """One item of `scope:` (§9.3): an actor, a variable, an expanded `{var}`, or `all`."""
-
-    kind: Literal["actor", "var", "expand", "all"]
-    name: str = ""
-
-    @classmethod
-    def of(cls, item: ScopeItem | str) -> ScopeItem:
-        """An item as generated code writes it, like the script: ``"@god"``, ``"wolves"``,
-        ``"{alive}"`` (expanded), ``"all"``."""
-        if isinstance(item, ScopeItem):
-            return item
-        if item == "all":
-            return cls("all", "all")
-        if item.startswith("@"):
-            return cls("actor", item)
-        if item.startswith("{") and item.endswith("}"):
-            return cls("expand", item[1:-1])
-        return cls("var", item)
-
-
-@dataclass(frozen=True)
-class ResolveSpec:
-    """`resolve: alias.fn(args…)` (§10.5); `args=None` means the default argument set."""
-
-    code: str
-    function: str
-    args: tuple[str, ...] | None = None
-
-
-@dataclass(frozen=True)
-class InterruptSpec:
-    """`interrupt:` (§10.7): any human input, human input except some actors, or a check.
-
-    ``check`` is a no-argument callable (a compiled condition or ``alias.fn``) polled while the
-    model call is in flight; the call is interrupted as soon as it returns a true value.
-    """
-
-    kind: Literal["human", "human_except", "check"] = "human"
-    actors: tuple[str, ...] = ()
-    check: Callable[[], Any] | None = None
-
-
-@dataclass(frozen=True)
-class TurnSpec:
-    """Everything an `@ai` / `@human` / `@mind` action declares, already compiled."""
-
-    executor: str
-    # set by the Context method that runs the turn (ctx.ai/human/mind): the kind, the action's
-    # name and its .fems line
-    kind: TurnKind = "ai"
-    action: str = ""
-    line: int = 0
-    role: str | None = None
-    prompt: str | None = None
-    showprompt: str | None = None
-    scope: tuple[ScopeItem, ...] = ()
-    inputs: dict[str, Any] | None = None
-    outs: tuple[OutSpec, ...] | None = None
-    resolve: ResolveSpec | None = None
-    max_retries: int | None = None
-    fallback: Callable[[], Awaitable[Any]] | None = None
-    memory: str | None = None
-    context: str | None = None
-    interrupt: InterruptSpec | None = None
-    model: str | None = None
-
-    @property
-    def strict(self) -> bool:
-        """`max_retries` and/or `fallback` make a failed validation retry or fail (§10.6)."""
-        return self.max_retries is not None or self.fallback is not None
-
-
-@dataclass
-class TurnResult:
-    """What a turn did: the reply text, applied assignments, rejections, and how it ended."""
-
-    reply: str = ""
-    assigned: dict[str, Any] = field(default_factory=dict)
-    rejected: list[str] = field(default_factory=list)
-    calls: int = 0
-    interrupted: bool = False
-    fell_back: bool = False
 
 
 class HumanInputs:

@@ -19,14 +19,11 @@ from fems_runtime.llm import CallResult, ModelChoice, ModelClient
 from fems_runtime.offline import OfflineTurn
 from fems_runtime.records import RunError, StepCounter, TraceWriter
 from fems_runtime.signals import OutSpec
+from fems_runtime.specs import InterruptSpec, ResolveSpec, ScopeItem, TurnSpec
 from fems_runtime.store import Store
 from fems_runtime.turns import (
     INTERRUPTED,
-    InterruptSpec,
-    ResolveSpec,
-    ScopeItem,
     TurnServices,
-    TurnSpec,
     run_ai_turn,
     run_human_turn,
     run_mind_turn,

@@ -1,0 +1,77 @@
+"""No import circles in the compiler or the runtime (type-only imports included): each module
+can be read knowing only the modules below it, and none of them half-initialised."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = {"fems2py": ROOT / "fems2py", "fems_runtime": ROOT / "runtime" / "fems_runtime"}
+
+
+def module_name(package: str, path: Path, base: Path) -> str:
+    parts = [package, *path.relative_to(base).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(package: str) -> dict[str, set[str]]:
+    """Each module of ``package`` and the modules of the package it imports anywhere."""
+    base = PACKAGES[package]
+    files = {module_name(package, path, base): path for path in base.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in files.items():
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                imported = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+            elif isinstance(node, ast.Import):
+                imported = [alias.name for alias in node.names]
+            else:
+                continue
+            targets |= {module for module in imported if module in files}
+        graph[name] = targets - {name}
+    return graph
+
+
+def cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle of ``graph`` (a package's ``__init__`` importing its own modules is
+    no circle: they do not import the package back), or None."""
+    state: dict[str, str] = {}
+    path: list[str] = []
+
+    def visit(module: str) -> list[str] | None:
+        state[module] = "open"
+        path.append(module)
+        for target in sorted(graph[module]):
+            if module.startswith(target + "."):
+                continue  # a module's own package: the import system handles that order
+            if state.get(target) == "open":
+                return [*path[path.index(target) :], target]
+            if target not in state:
+                found = visit(target)
+                if found:
+                    return found
+        path.pop()
+        state[module] = "done"
+        return None
+
+    for module in sorted(graph):
+        if module not in state:
+            found = visit(module)
+            if found:
+                return found
+    return None
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_no_import_circles(package: str) -> None:
+    found = cycle(import_graph(package))
+    assert found is None, " -> ".join(found or ())
+
+
+def test_a_circle_is_found() -> None:
+    assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert cycle({"a": {"b"}, "b": set()}) is None
