@@ -20,6 +20,9 @@ PLACEHOLDER = re.compile(
     rf"\{{\s*(?P<a>{_NAME})(?:\.(?P<b>{_NAME}))?(?:\[\s*(?P<k>[^\[\]{{}}]+?)\s*\])?\s*\}}"
 )
 
+# What the renderer stops at; the text between is copied as it is.
+_BRACE = re.compile(r"\{\{|\}\}|\{")
+
 
 class Lookup(Protocol):
     """What the renderer reads values from (``variables.Frame`` implements it)."""
@@ -39,26 +42,23 @@ def render(
     the other braces stay as written.
     """
     out: list[str] = []
-    i = 0
-    n = len(template)
-    while i < n:
-        ch = template[i]
-        if ch == "{" and template.startswith("{{", i):
-            out.append("{")
-            i += 2
-        elif ch == "}" and template.startswith("}}", i):
-            out.append("}")
-            i += 2
-        elif ch == "{" and (match := PLACEHOLDER.match(template, i)):
+    done = 0  # the template up to here is rendered
+    while brace := _BRACE.search(template, done):
+        start = brace.start()
+        out.append(template[done:start])
+        done = brace.end()
+        if brace.group() != "{":  # "{{" or "}}"
+            out.append(brace.group()[0])
+        elif match := PLACEHOLDER.match(template, start):
             if only is not None and match["a"] not in only:
                 out.append(match.group(0))
             else:
                 source = only if only is not None else lookup
                 out.append(format_value(_value(match, source)))
-            i = match.end()
+            done = match.end()
         else:
-            out.append(ch)
-            i += 1
+            out.append("{")
+    out.append(template[done:])
     return "".join(out)
 
 

@@ -28,7 +28,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -172,7 +172,7 @@ class _Batch:
     seq_to: int
     last_turn: int
     messages: list[tuple[int, NewMessage, float]]
-    checkpoint: dict[str, Any] | None = None
+    checkpoint: tuple[Any, ...] | None = None
     ids: list[int] = field(default_factory=list)
 
     def stored(self) -> list[Message]:
@@ -717,12 +717,8 @@ class Store:
             batch.messages.append((seq, message, now))
             log.index(seq, message)
         if checkpoint is not None:
-            state = dict(checkpoint.state)
-            if new:
-                state["before"] = batch.seq_from
-            batch.checkpoint = _checkpoint_row(
-                session, batch.seq_to, replace(checkpoint, state=state), now
-            )
+            extra = {"before": batch.seq_from} if new else {}
+            batch.checkpoint = _checkpoint_row(session, batch.seq_to, checkpoint, now, **extra)
         log.last_seq, log.saved_turn = batch.seq_to, log.last_turn
         self._writer.submit(batch)
         return batch
@@ -754,12 +750,12 @@ class Store:
                     "run finish)"
                 )
         rows = [
-            {"session_id": batch.session, "seq": seq, "created": created, **_fields(message)}
+            (batch.session, seq, created, *(getattr(message, name) for name in _GIVEN_FIELDS))
             for batch in batches
             for seq, message, created in batch.messages
         ]
         if rows:
-            _bulk_insert(db, "messages", rows)
+            _bulk_insert(db, "messages", ("session_id", "seq", "created", *_GIVEN_FIELDS), rows)
             ids = {  # the new messages' ids, by (session, seq)
                 (session, seq): message_id
                 for session, (seq_from, seq_to, _) in counters.items()
@@ -768,30 +764,23 @@ class Store:
                     {"session": session, "seq_from": seq_from, "seq_to": seq_to},
                 )
             }
-            tags: dict[str, list[dict[str, Any]]] = {"message_souls": [], "message_users": []}
+            souls: list[tuple[int, str, int, int]] = []
+            users: list[tuple[int, str, int, int]] = []
             for batch in batches:
                 for seq, message, _ in batch.messages:
                     message_id = ids[batch.session, seq]
                     batch.ids.append(message_id)
-                    for table, key, who in (
-                        ("message_souls", "soul_id", message.souls),
-                        ("message_users", "user_id", message.users),
-                    ):
-                        tags[table] += (
-                            {
-                                "message_id": message_id,
-                                key: i,
-                                "session_id": batch.session,
-                                "seq": seq,
-                            }
-                            for i in sorted({str(i) for i in who})
-                        )
-            for table, tag_rows in tags.items():
-                if tag_rows:
-                    _bulk_insert(db, table, tag_rows)
+                    for tags, who in ((souls, message.souls), (users, message.users)):
+                        tags += ((message_id, i, batch.session, seq) for i in {str(i) for i in who})
+            for table, key, tags in (
+                ("message_souls", "soul_id", souls),
+                ("message_users", "user_id", users),
+            ):
+                if tags:
+                    _bulk_insert(db, table, ("message_id", key, "session_id", "seq"), tags)
         checkpoints = [batch.checkpoint for batch in batches if batch.checkpoint is not None]
         if checkpoints:
-            _bulk_insert(db, "checkpoints", checkpoints)
+            _bulk_insert(db, "checkpoints", _CHECKPOINT_COLUMNS, checkpoints)
 
     def messages(self, session: int) -> list[Message]:
         """Every message of the session, in sequence order."""
@@ -994,10 +983,8 @@ class Store:
                     t.sessions.update().where(t.sessions.c.id == session).values(last_turn=turn)
                 )
             state = {"kind": "run", "turn": turn, "seq": row.last_seq}
-            db.execute(
-                _insert_statement("checkpoints"),
-                _checkpoint_row(session, row.last_seq, Checkpoint(state), time.time()),
-            )
+            row = _checkpoint_row(session, row.last_seq, Checkpoint(state), time.time())
+            _bulk_insert(db, "checkpoints", _CHECKPOINT_COLUMNS, [row])
 
     def run_records(self, session: int) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
         """The last run's start mark and its turn records in order, or None when no run of the
@@ -1153,21 +1140,27 @@ def _insert_statement(table: str) -> Any:
     return getattr(_schema(), table).insert()
 
 
-def _bulk_insert(db: Any, table: str, rows: list[dict[str, Any]]) -> None:
-    """Insert rows (all with the same keys) with one ``executemany`` straight to the driver:
-    SQLAlchemy's own per-row work was ten times the driver's, and most of a batch's cost."""
-    sql, names = _driver_insert(table, db.dialect, tuple(rows[0]))
-    if names is None:
+def _bulk_insert(
+    db: Any, table: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]]
+) -> None:
+    """Insert rows (values of ``columns``, in that order) with one ``executemany`` straight to
+    the driver: SQLAlchemy's own per-row work was ten times the driver's, and most of a batch's
+    cost."""
+    sql, order = _driver_insert(table, db.dialect, columns)
+    if order is None:  # the driver takes named parameters
+        db.exec_driver_sql(sql, [dict(zip(columns, row, strict=True)) for row in rows])
+    elif order == columns:
         db.exec_driver_sql(sql, rows)
     else:
-        db.exec_driver_sql(sql, [tuple(row[name] for name in names) for row in rows])
+        where = [columns.index(name) for name in order]
+        db.exec_driver_sql(sql, [tuple(row[i] for i in where) for row in rows])
 
 
 @functools.lru_cache
-def _driver_insert(table: str, dialect: Any, keys: tuple[str, ...]) -> tuple[str, Any]:
-    """The driver's SQL of :func:`_insert_statement` for ``keys``, and the order of the
-    parameters when the driver's are positional (else None: it takes the rows as they are)."""
-    compiled = _insert_statement(table).compile(dialect=dialect, column_keys=list(keys))
+def _driver_insert(table: str, dialect: Any, columns: tuple[str, ...]) -> tuple[str, Any]:
+    """The driver's SQL of :func:`_insert_statement` for ``columns``, and the order of its
+    parameters when the driver's are positional (else None)."""
+    compiled = _insert_statement(table).compile(dialect=dialect, column_keys=list(columns))
     return compiled.string, tuple(compiled.positiontup) if compiled.positional else None
 
 
@@ -1209,16 +1202,16 @@ def _fields(new: NewMessage) -> dict[str, Any]:
     return {name: getattr(new, name) for name in _GIVEN_FIELDS}
 
 
-def _checkpoint_row(session: int, seq: int, checkpoint: Checkpoint, created: float) -> dict:
-    """A checkpoint row; ``seq`` is the session's last sequence number when it was taken."""
-    return {
-        "session_id": session,
-        "seq": seq,
-        "step": checkpoint.step,
-        "node": checkpoint.node,
-        "state": json.dumps(checkpoint.state, ensure_ascii=False, sort_keys=True),
-        "created": created,
-    }
+_CHECKPOINT_COLUMNS = ("session_id", "seq", "step", "node", "state", "created")
+
+
+def _checkpoint_row(
+    session: int, seq: int, checkpoint: Checkpoint, created: float, **extra: Any
+) -> tuple[Any, ...]:
+    """A checkpoint row (:data:`_CHECKPOINT_COLUMNS`); ``seq`` is the session's last sequence
+    number when it was taken; ``extra`` entries are added to its state."""
+    state = json.dumps({**checkpoint.state, **extra}, ensure_ascii=False, sort_keys=True)
+    return (session, seq, checkpoint.step, checkpoint.node, state, created)
 
 
 def _text_or_none(value: Any) -> str | None:
