@@ -1,22 +1,47 @@
-"""Run every benchmark, or those named on the command line: ``python -m bench [NAME…]``."""
+"""Run every benchmark, or those named: ``python -m bench [--quick] [NAME…]``.
+
+``--quick`` runs each one small, to check that it works (CI does, through the test suite);
+its figures mean nothing. The run ends with the table of every figure measured.
+"""
 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
-BENCHMARKS = ("frontend", "build", "context", "mock_calls", "signals")
+from bench import QUICK, Figure
+
+BENCHMARKS = ("frontend", "build", "signals", "context", "mock_calls", "steps", "width")
 
 
-def main(names: list[str]) -> int:
+def table(figures: list[Figure]) -> str:
+    """The figures as a Markdown table (the one docs/PERFORMANCE.md shows)."""
+    rows = [("figure", "measured", "target"), *((f.name, f.value, f.target) for f in figures)]
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    lines = [
+        "| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |"
+        for row in rows
+    ]
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(lines)
+
+
+def main(arguments: list[str]) -> int:
+    names = [a for a in arguments if a != "--quick"]
+    if "--quick" in arguments:
+        os.environ[QUICK] = "1"
     unknown = sorted(set(names) - set(BENCHMARKS))
     if unknown:
         print(f"unknown benchmark(s): {', '.join(unknown)}; known: {', '.join(BENCHMARKS)}")
         return 2
+    figures: list[Figure] = []
     for name in names or BENCHMARKS:
         module = importlib.import_module(f"bench.bench_{name}")
-        print(f"== {name}: {module.__doc__.splitlines()[0]}")
-        module.main()
+        print(f"== {name}: {module.__doc__.splitlines()[0]}", flush=True)
+        figures += module.main()
+    print()
+    print(table(figures))
     return 0
 
 

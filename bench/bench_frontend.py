@@ -8,11 +8,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench import Figure, quick
 from bench.shapes import per_node_times, print_table
 from fems2py.frontend import analyze_source
 
-TARGET_LINES = 10_000
-SIZES = (1_000, 10_000)
+TARGET_LINES = 500 if quick() else 10_000
+SIZES = (100, 1_000) if quick() else (1_000, 10_000)
 
 
 def synthetic_script(target_lines: int = TARGET_LINES) -> str:
@@ -58,7 +59,7 @@ def synthetic_script(target_lines: int = TARGET_LINES) -> str:
     return "\n".join(header + actions + flow) + "\n"
 
 
-def main() -> None:
+def main() -> list[Figure]:
     source = synthetic_script()
     lines = source.count("\n")
     timings = []
@@ -81,6 +82,7 @@ def main() -> None:
                 raise SystemExit(f"a generated shape has errors: {found[0].format(source)}")
 
         print_table("check", per_node_times(check, SIZES), SIZES)
+    return [Figure(f"parse + check, {lines:,}-line script", f"{lines / median:,.0f} lines/s")]
 
 
 if __name__ == "__main__":

@@ -71,11 +71,11 @@ class ContextCache:
             return builtin_context(self.store, session, soul=soul, user=user, last=last)
         key = (session, soul, user)
         text, seen = self._kept.get(key, ("", 0))
-        new = self.store.visible_since(session, soul, user, after=seen)
+        new, seen = self.store.visible_since(session, soul, user, after=seen)
         if new:
             added = format_lines(line for _, line in new)
             text = f"{text}\n\n{added}" if text else added
-            self._kept[key] = (text, new[-1][0])
+        self._kept[key] = (text, seen)
         return text
 
 

@@ -809,7 +809,7 @@ class Store:
     ) -> list[ContextLine]:
         """:meth:`visible_messages` narrowed to what the built-in context text needs; ``last``
         keeps only messages with a sequence number up to it (a resumed turn's context)."""
-        return [line for _, line in self.visible_since(session, soul, user, last=last)]
+        return [line for _, line in self.visible_since(session, soul, user, last=last)[0]]
 
     def visible_since(
         self,
@@ -819,25 +819,31 @@ class Store:
         *,
         after: int = 0,
         last: int | None = None,
-    ) -> list[tuple[int, ContextLine]]:
+    ) -> tuple[list[tuple[int, ContextLine]], int]:
         """The lines of :meth:`visible_lines` with a sequence number above ``after`` (and up to
         ``last``), each with its sequence number: what a context kept since ``after`` lacks.
+        Also the sequence number they bring the reader up to (the next call's ``after``).
 
         Lines of the messages this store submitted come from its session log; older ones from
         one range scan of the tag index, so the cost is that of the new lines (§13.2).
         """
-        if soul is None and user is None:
-            return []
         log = self._logs.get(session)
-        base = _NO_LIMIT if log is None else log.base
-        top = _NO_LIMIT if last is None else last
-        lines: list[tuple[int, ContextLine]] = []
-        if after < min(base, top):
-            rows = self._visible(session, soul, user, narrow=True, after=after, last=min(base, top))
+        if soul is None and user is None:
+            return [], after
+        if log is None:  # a session this store does not write: all from the database
+            rows = self._visible(session, soul, user, narrow=True, after=after, last=last)
             lines = [(row[0], tuple(row[1:])) for row in rows]
-        if log is not None and top > base:
-            lines += log.visible(soul, user, max(after, base), top)
-        return lines
+            return lines, lines[-1][0] if lines else after
+        top = log.last_seq if last is None else min(last, log.last_seq)
+        lines = []
+        if after < min(log.base, top):  # committed before this store loaded the log
+            rows = self._visible(
+                session, soul, user, narrow=True, after=after, last=min(log.base, top), wait=False
+            )
+            lines = [(row[0], tuple(row[1:])) for row in rows]
+        if top > log.base:
+            lines += log.visible(soul, user, max(after, log.base), top)
+        return lines, max(after, top)
 
     def _visible(
         self,
@@ -847,7 +853,8 @@ class Store:
         *,
         narrow: bool,
         after: int = 0,
-        last: int = _NO_LIMIT,
+        last: int | None = None,
+        wait: bool = True,
     ) -> Any:
         if soul is None and user is None:
             return []
@@ -857,9 +864,9 @@ class Store:
             "soul": _text_or_none(soul),
             "user": _text_or_none(user),
             "after": after,
-            "last": last,
+            "last": _NO_LIMIT if last is None else last,
         }
-        with self._read() as db:
+        with self._read(wait=wait) as db:
             return db.execute(statement, params).all()
 
     def scope_of(self, message_id: int) -> tuple[list[str], list[str]]:

@@ -8,6 +8,7 @@ import threading
 import pytest
 from fems_runtime.context import (
     MEMORY_HEADER,
+    ContextCache,
     abuiltin_context,
     build_messages,
     builtin_context,
@@ -19,7 +20,7 @@ from fems_runtime.context import (
     retry_messages,
 )
 from fems_runtime.records import RunError
-from fems_runtime.store import Message, Store
+from fems_runtime.store import Message, NewMessage, Store
 from fems_runtime.variables import ActorSpec, Variables
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -71,6 +72,36 @@ def test_builtin_context_holds_exactly_the_messages_in_scope(
         seen = store.visible_messages(session, soul=soul, user=user)
         assert [(m.speaker_name, m.kind, m.content) for m in seen] == expected
         assert builtin_context(store, session, soul=soul, user=user) == format_context(seen)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    actors=st.lists(actor_strategy, min_size=1, max_size=4),
+    rounds=st.lists(st.lists(message_strategy, max_size=5), min_size=1, max_size=5),
+)
+def test_kept_contexts_equal_a_fresh_read_turn_after_turn(tmp_path_factory, actors, rounds) -> None:
+    """A ContextCache extends each actor's text with what is new to it; after every round of
+    messages it equals the context read whole, also in a later run continuing the session."""
+    path = tmp_path_factory.mktemp("kept") / "dialog.db"
+    with Store(path) as store:
+        session = store.open_session()
+        contexts = ContextCache(store)
+        for batch in rounds[:-1]:
+            store.submit(session, [NewMessage(k, t, souls=s, users=u) for k, s, u, t in batch])
+            for soul, user in actors:
+                kept = contexts.text(session, soul=soul, user=user)
+                assert kept == builtin_context(store, session, soul=soul, user=user)
+    with Store(path) as store:  # the next run: older lines come from the database
+        contexts = ContextCache(store)
+        batch = rounds[-1]
+        for soul, user in actors:
+            contexts.text(session, soul=soul, user=user)
+        store.submit(session, [NewMessage(k, t, souls=s, users=u) for k, s, u, t in batch])
+        for soul, user in actors:
+            kept = contexts.text(session, soul=soul, user=user)
+            assert kept == builtin_context(store, session, soul=soul, user=user)
+            bounded = contexts.text(session, soul=soul, user=user, last=1)
+            assert bounded == builtin_context(store, session, soul=soul, user=user, last=1)
 
 
 def test_context_format_and_default_deny(shared_store) -> None:

@@ -282,15 +282,17 @@ def test_turn_ids_and_contexts_need_no_database_round_trip(store: Store) -> None
     store.submit(session, [NewMessage("reply", "howl", souls=["1"], speaker_name="@wolf")])
     assert store.new_turn(session) == 1 and store.new_turn(session) == 2
     since = store.visible_since(session, soul="1", after=1)
-    assert since == [(3, ("reply", "@wolf", None, "howl"))]
+    assert since == ([(3, ("reply", "@wolf", None, "howl"))], 3)
     both = store.visible_since(session, soul="2", user="7")
-    assert both == [(1, ("narration", None, None, "night"))]
+    assert both == ([(1, ("narration", None, None, "night"))], 3)
+    assert store.visible_since(session, soul="2", after=3) == ([], 3)
     store.close()
     with Store(store.url.removeprefix("sqlite:///")) as later:
         assert later.session(session)["last_turn"] == 2
         assert later.visible_since(session, soul="1", after=1) == since
         later.submit(session, [NewMessage("reply", "dawn", souls=["1"])])
-        assert [seq for seq, _ in later.visible_since(session, soul="1")] == [1, 3, 4]
+        lines, upto = later.visible_since(session, soul="1")
+        assert [seq for seq, _ in lines] == [1, 3, 4] and upto == 4
         assert later.visible_lines(session, soul="1", last=3)[-1][3] == "howl"
 
 

@@ -1,0 +1,99 @@
+"""Width: one ``par`` over many AI actors, each making one call, with ``max_concurrency`` = N.
+
+``par`` over 2,000 under ``fems/mock`` is the engine alone; ``par`` over 200 against a fake
+OpenAI-compatible server on 127.0.0.1 answering after 50 ms (``bench/fake_server.py``, in its
+own process) is the network path, whose floor is one round of 50 ms. Times are inside the
+run (``run()``), after a warm-up run of the same module: imports and first connections are
+start-up, measured by ``../shared/bench/compare.py`` instead.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from tempfile import TemporaryDirectory
+
+from bench import Figure, quick
+from bench.modules import load_module
+
+MOCK_WIDTH = 50 if quick() else 2_000
+NETWORK_WIDTH = 20 if quick() else 200
+LATENCY_MS = 50
+
+
+def par_script(width: int) -> str:
+    """One ``par`` over ``width`` AI actors, all allowed in flight at once."""
+    names = [f"@w{i}" for i in range(width)]
+    actors = "\n".join(f"    ai {name} = soul:w{i}" for i, name in enumerate(names))
+    return f"""\
+meta:
+    max_concurrency = {width}
+vars:
+    workers = [{", ".join(names)}]
+    @w = ""
+actors:
+{actors}
+action work @ai(@w):
+    prompt: You are {{@w}}. Do one unit of work.
+    scope: [@w]
+mainflow:
+    [START] -> par @w in workers:
+        -> work ->
+    -> [END]
+"""
+
+
+def _timed(module, **options) -> float:
+    module.run(db=":memory:", **options)  # warm-up
+    started = time.perf_counter()
+    result = module.run(db=":memory:", **options)
+    elapsed = time.perf_counter() - started
+    assert result.model_calls == len(module.VARIABLES["workers"])
+    return elapsed
+
+
+def main() -> list[Figure]:
+    with TemporaryDirectory() as folder:
+        module = load_module(Path(folder), "par_mock", par_script(MOCK_WIDTH))
+        mock = _timed(module, model="fems/mock", seed=1)
+        print(f"   par over {MOCK_WIDTH:,}, fems/mock: {mock:.3f} s inside the run")
+        module = load_module(Path(folder), "par_net", par_script(NETWORK_WIDTH))
+        with subprocess.Popen(
+            [sys.executable, "-m", "bench.fake_server", str(LATENCY_MS)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        ) as server:
+            assert server.stdout is not None and server.stdin is not None
+            port = server.stdout.readline().strip()
+            saved = dict(os.environ)
+            os.environ.update(
+                OPENAI_API_KEY="sk-fake-local",
+                OPENAI_API_BASE=f"http://127.0.0.1:{port}/v1",
+                OPENAI_BASE_URL=f"http://127.0.0.1:{port}/v1",
+            )
+            try:
+                network = _timed(module, model="openai/fake-model")
+            finally:
+                os.environ.clear()
+                os.environ.update(saved)
+                server.stdin.close()
+        print(
+            f"   par over {NETWORK_WIDTH}, {LATENCY_MS} ms per call: {network:.3f} s inside the "
+            f"run (floor {LATENCY_MS / 1000:.3f} s)"
+        )
+    return [
+        Figure(f"par over {MOCK_WIDTH:,}, fems/mock, inside the run", f"{mock:.3f} s", "≤ 1 s"),
+        Figure(
+            f"par over {NETWORK_WIDTH} at {LATENCY_MS} ms, inside the run",
+            f"{network:.3f} s",
+            "≤ 0.25 s",
+        ),
+    ]
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""A fake OpenAI-compatible chat server on 127.0.0.1 for the width benchmark (stdlib only).
+
+    python -m bench.fake_server DELAY_MS
+
+Prints its port on the first line of stdout, answers every ``POST …/chat/completions`` after
+DELAY_MS milliseconds (concurrent requests wait side by side) with a short reply, keeps
+connections alive like a real endpoint, and exits when its standard input closes (the
+benchmark that started it is gone).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+
+REPLY = "Work unit finished."
+
+
+def _completion(model: str) -> bytes:
+    body = {
+        "id": "chatcmpl-bench",
+        "object": "chat.completion",
+        "created": 0,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": REPLY},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 4, "total_tokens": 14},
+    }
+    return json.dumps(body).encode()
+
+
+async def _serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay: float) -> None:
+    try:
+        while head := await reader.readuntil(b"\r\n\r\n"):
+            lines = head.decode("latin-1").split("\r\n")
+            headers = dict(line.split(": ", 1) for line in lines[1:] if ": " in line)
+            length = int(next((v for k, v in headers.items() if k.lower() == "content-length"), 0))
+            request = json.loads(await reader.readexactly(length) or b"{}")
+            await asyncio.sleep(delay)
+            data = _completion(str(request.get("model", "fake")))
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                + f"Content-Length: {len(data)}\r\n\r\n".encode()
+                + data
+            )
+            await writer.drain()
+    except (asyncio.IncompleteReadError, asyncio.CancelledError, ConnectionError):
+        pass  # the client hung up, or the server is closing
+    finally:
+        writer.close()
+
+
+async def main(delay_ms: float) -> None:
+    server = await asyncio.start_server(
+        lambda r, w: _serve(r, w, delay_ms / 1000), "127.0.0.1", 0, backlog=4096
+    )
+    print(server.sockets[0].getsockname()[1], flush=True)
+    loop = asyncio.get_running_loop()
+    await loop.run_in_executor(None, sys.stdin.read)  # until the benchmark closes our stdin
+    server.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(float(sys.argv[1])))
