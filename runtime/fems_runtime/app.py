@@ -38,6 +38,7 @@ from fems_runtime.variables import ActorSpec, BlueprintSpec, Variables
 from fems_runtime.version import __version__
 
 if TYPE_CHECKING:
+    from fems_runtime.human import HumanProvider
     from fems_runtime.specs import TurnResult, TurnSpec
     from fems_runtime.store import Store
 
@@ -171,8 +172,21 @@ class _Services:
         return result
 
 
+class RunObserver(Protocol):
+    """Watches a run from the side (the stage, §17): told when the run's store and session are
+    open, and when the run ends, before the store closes."""
+
+    def run_opened(self, store: Store, session: int, trace: TraceWriter) -> None: ...
+
+    def run_closing(self, status: str, error: str | None) -> None: ...
+
+
 class Program:
-    """A generated module's script, ready to run any number of times."""
+    """A generated module's script, ready to run any number of times. ``source`` is the
+    ``.fems`` file when the caller knows where it is (``fems2py run``); the stage draws the
+    flow from it (§17)."""
+
+    source: Path | None = None
 
     def __init__(
         self,
@@ -209,13 +223,14 @@ class Program:
         replies: str | Path | Mapping[str, Any] | None = None,
         db: str | None = None,
         session: str | int | None = None,
-        human: str | None = None,
+        human: str | HumanProvider | None = None,
         seed: int | None = None,
         trace: str | Path | None = None,
         result: str | Path | None = None,
         resume: bool = False,
         transcript: bool | Transcript = False,
         souls: str | Path | Mapping[str, Any] | None = None,
+        observer: RunObserver | None = None,
     ) -> RunResult:
         """Run the main flow; raise :class:`RunError` (located in the ``.fems`` file) when the
         script fails. ``result`` writes the ``--result`` file in both cases; ``transcript``
@@ -223,7 +238,8 @@ class Program:
         profiles (a YAML/JSON file or a mapping, see :meth:`Store.seed`) before the first turn.
         ``resume`` continues an interrupted or failed session (``session`` N, else the newest
         session of this script) from its turn records (§16.4, see :mod:`fems_runtime.records`):
-        a completed session or one run from a different script is refused."""
+        a completed session or one run from a different script is refused. ``observer``
+        watches the run (the stage, §17); ``human`` may be a provider object (its page)."""
         variables = Variables(self.variables, self.actors, self.blueprints)
         steps = StepCounter(int(self.script.meta.get("max_steps", DEFAULT_MAX_STEPS)), "the run")
         code = funcs.CodeFiles(self.script.code, Path(self.module_file).resolve().parent)
@@ -246,6 +262,8 @@ class Program:
                     code=code.module,
                     resume=bool(resume),
                 )
+                if observer is not None:
+                    observer.run_opened(turns.store, turns.session, writer)
                 if transcript:
                     turns.transcript = (
                         transcript
@@ -279,10 +297,14 @@ class Program:
                         error=str(located),
                     )
                 if turns is not None:
+                    if observer is not None:
+                        observer.run_closing("failed", str(located))
                     turns.finish("failed")
                 if located is error:
                     raise
                 raise located from error
+            if observer is not None:
+                observer.run_closing("completed", None)
             turns.finish("completed")
             session_id = turns.session
         outcome = RunResult(
@@ -327,13 +349,22 @@ class Program:
         if options.get("transcript"):
             options["transcript"] = Transcript(everyone=[spec.name for spec in self.actors])
         try:
-            outcome = self.run(**options)
-        except RunError as error:
-            print(str(error), file=sys.stderr)
+            outcome: RunResult | BaseException = self.run(**options)
+        except (RunError, KeyboardInterrupt) as error:
+            outcome = error
+        return self.report(outcome, options, shown)
+
+    def report(
+        self, outcome: RunResult | BaseException, options: Mapping[str, Any], shown: Sequence[str]
+    ) -> int:
+        """Print how a run of the command line ended (a result, a :class:`RunError` or an
+        interrupt) and return the exit status."""
+        if isinstance(outcome, RunError):
+            print(str(outcome), file=sys.stderr)
             if os.environ.get("FEMS_TRACEBACK"):
-                print(self.traceback_text(error), file=sys.stderr, end="")
+                print(self.traceback_text(outcome), file=sys.stderr, end="")
             return EXIT_RUN_ERROR
-        except KeyboardInterrupt:
+        if isinstance(outcome, BaseException):
             print(f"{self.script.file}: error: interrupted", file=sys.stderr)
             return EXIT_RUN_ERROR
         if isinstance(options.get("transcript"), Transcript):

@@ -112,14 +112,8 @@ class TerminalHuman:
             answer = self._read(f"{typed}: ", request).strip()
             if not answer and out.optional:
                 return _SKIP
-            # read like a signal value (§10.3): `3` is an int, `[@a]` a list; text stays text
-            value = answer if out.type == "string" else parse_literal(answer, make_actor=str)
-            if request.frame is None:
-                return value
-            if out.type == "actor" and request.frame.variables.is_actor(f"@{answer}"):
-                value = f"@{answer}"  # a person may leave out the @
             try:
-                return convert_value(out, value, request.frame)
+                return typed_value(out, answer, request.frame)
             except SignalError as error:
                 self._print(f"{error}; please try again")
 
@@ -137,6 +131,18 @@ class TerminalHuman:
 
 
 _SKIP: Any = object()
+
+
+def typed_value(out: OutSpec, answer: str, frame: Frame | None) -> Any:
+    """A person's typed answer to an out that has no menu, read like a signal value (§10.3):
+    ``3`` is an int, ``[@a]`` a list, text stays text; raises :class:`SignalError` when it
+    does not fit the out's type."""
+    value = answer if out.type == "string" else parse_literal(answer, make_actor=str)
+    if frame is None:
+        return value
+    if out.type == "actor" and frame.variables.is_actor(f"@{answer}"):
+        value = f"@{answer}"  # a person may leave out the @
+    return convert_value(out, value, frame)
 
 
 def out_name(out: OutSpec, frame: Frame | None, kind: str | None = None) -> str:

@@ -48,7 +48,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -92,11 +92,13 @@ class TraceWriter:
     """Writes one JSON object per event to a JSONL file (§16.3); safe to call from any thread.
 
     A path is truncated when the run starts, so the file holds exactly this run's events.
+    Listeners (the stage, §17) receive every event as a JSON-ready dict, file or no file.
     """
 
     def __init__(self, target: str | Path | IO[str] | None) -> None:
         self._lock = threading.Lock()
         self._owned = False
+        self._listeners: list[Callable[[dict[str, Any]], None]] = []
         self._stream: IO[str] | None
         if target is None:
             self._stream = None
@@ -108,13 +110,22 @@ class TraceWriter:
 
     @property
     def enabled(self) -> bool:
-        return self._stream is not None
+        return self._stream is not None or bool(self._listeners)
+
+    def listen(self, listener: Callable[[dict[str, Any]], None]) -> None:
+        """Call ``listener`` with each event from now on, in the thread that writes it."""
+        self._listeners.append(listener)
 
     def write(self, event: str, **fields: Any) -> None:
         """Write ``{"event": event, **fields}`` as one line; actors become ``"@name"``."""
+        if self._stream is None and not self._listeners:
+            return
+        record = {"event": event, **to_json(fields)}
+        for listener in self._listeners:
+            listener(record)
         if self._stream is None:
             return
-        line = json.dumps({"event": event, **to_json(fields)}, ensure_ascii=False)
+        line = json.dumps(record, ensure_ascii=False)
         with self._lock:
             self._stream.write(line + "\n")
             self._stream.flush()

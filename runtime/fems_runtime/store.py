@@ -382,6 +382,7 @@ class Store:
         self._t = schema
         self._lock = threading.RLock()
         self._writer = _Writer(self._commit)
+        self._listeners: list[Callable[[list[Message]], None]] = []
         self._logs: dict[int, _SessionLog] = {}
         self._personas: dict[str, str] = {}
         self._profiles: dict[tuple[str, ...], str] = {}
@@ -735,6 +736,15 @@ class Store:
         except sa.exc.SQLAlchemyError as error:
             reason = getattr(error, "orig", None) or error
             raise RunError(f"cannot write to the database: {reason}") from None
+        if self._listeners:
+            written = [message for batch in batches for message in batch.stored()]
+            for listener in self._listeners:
+                listener(written)
+
+    def listen(self, listener: Callable[[list[Message]], None]) -> None:
+        """Call ``listener`` with the messages of each write once they are committed (the
+        stage, §17), in the writing thread."""
+        self._listeners.append(listener)
 
     def _commit_in(self, db: Any, batches: Sequence[_Batch]) -> None:
         counters: dict[int, list[int]] = {}  # session → [seq before, seq after, last turn]
@@ -884,6 +894,31 @@ class Store:
                 )
             ).scalars()
             return sorted(souls), sorted(users)
+
+    def message_scopes(self, session: int) -> dict[int, tuple[list[str], list[str]]]:
+        """:meth:`scope_of` for every tagged message of the session at once: id → (souls,
+        users), each sorted."""
+        t, sa = self._t, self._t.sa
+        scopes: dict[int, tuple[list[str], list[str]]] = {}
+        with self._read() as db:
+            for index, (table, column) in enumerate(
+                ((t.message_souls, "soul_id"), (t.message_users, "user_id"))
+            ):
+                rows = db.execute(
+                    sa.select(table.c.message_id, table.c[column])
+                    .where(table.c.session_id == session)
+                    .order_by(table.c.message_id, table.c[column])
+                )
+                for message_id, tag in rows:
+                    scopes.setdefault(message_id, ([], []))[index].append(tag)
+        return scopes
+
+    def sessions(self) -> list[dict[str, Any]]:
+        """Every session, newest first (the stage's session list, §17)."""
+        t = self._t
+        with self._read() as db:
+            rows = db.execute(t.sa.select(t.sessions).order_by(t.sessions.c.id.desc())).mappings()
+            return [dict(row) for row in rows]
 
     def _select_messages(self) -> Any:
         """A select of the message columns in :class:`Message` field order, so rows become

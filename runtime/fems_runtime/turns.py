@@ -159,7 +159,7 @@ class TurnServices:
         replies: str | Path | Mapping[str, Any] | None = None,
         db: str | None = None,
         session: str | int | None = None,
-        human: str | Mapping[str, Any] | None = None,
+        human: str | Mapping[str, Any] | HumanProvider | None = None,
         seed: int | None = None,
         code: Callable[[str], Any] | None = None,
         base_dir: str | Path = ".",
@@ -318,12 +318,16 @@ def _resume_session(store: Store, script: Any, spec: str | int | None) -> tuple[
     return number, TurnLog(records, resumed=True)
 
 
-def _human_provider(human: str | Mapping[str, Any] | None, seed: int) -> HumanProvider:
+def _human_provider(
+    human: str | Mapping[str, Any] | HumanProvider | None, seed: int
+) -> HumanProvider:
     if human is None or human == "terminal":
         return TerminalHuman()
     if human == "fems/mock":
         return MockHuman(seed)
-    return AnswersFileHuman(human)
+    if isinstance(human, str | Mapping):
+        return AnswersFileHuman(human)
+    return human  # a provider object: the stage's page (§17)
 
 
 # ---------------------------------------------------------------------- dispatch
