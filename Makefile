@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml runtime/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e "runtime[postgres]" -e ".[dev]"
+	$(BIN)/pip install -q -e "runtime[postgres,web]" -e ".[dev]"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -31,10 +31,12 @@ golden: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench
 
+# `make demo SERVE=1`: the same game on the stage (§17), with @you played from the page.
 demo: $(STAMP)
 	$(BIN)/fems2py build examples/werewolf/werewolf.fems -o examples/werewolf/build/werewolf.py
-	$(BIN)/python examples/werewolf/build/werewolf.py --model fems/mock --seed 1 --db :memory: \
-		--souls examples/werewolf/souls.yaml --transcript --show winner,win_reason,day
+	$(if $(SERVE),WEREWOLF_HUMAN=1) $(BIN)/python examples/werewolf/build/werewolf.py \
+		--model fems/mock --seed 1 --db :memory: --souls examples/werewolf/souls.yaml \
+		--transcript --show winner,win_reason,day $(if $(SERVE),--serve)
 
 clean:
 	rm -rf $(VENV) .pytest_cache examples/*/build

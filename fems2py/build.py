@@ -149,11 +149,15 @@ def build_cached(path: str | Path, cache_dir: str | Path | None = None) -> Path:
 
 
 def run_module(
-    module_path: str | Path, args: Sequence[str], project_dir: str | Path | None = None
+    module_path: str | Path,
+    args: Sequence[str],
+    project_dir: str | Path | None = None,
+    source: str | Path | None = None,
 ) -> int:
     """Import a generated module from its path and run its command line; the exit status.
     ``project_dir`` is where the run looks for ``fems.toml`` and ``.env`` (``fems2py run``:
-    the script's directory, since the build lives in the cache)."""
+    the script's directory, since the build lives in the cache); ``source`` is the ``.fems``
+    file it was built from (the stage draws its flow, §17)."""
     module_path = Path(module_path)
     spec = importlib.util.spec_from_file_location(f"fems_build_{module_path.stem}", module_path)
     assert spec is not None and spec.loader is not None
@@ -161,6 +165,8 @@ def run_module(
     spec.loader.exec_module(module)
     if project_dir is not None:
         module.PROGRAM.project_dir = str(Path(project_dir).resolve())
+    if source is not None:
+        module.PROGRAM.source = Path(source).resolve()
     return int(module.PROGRAM.main(list(args)))
 
 

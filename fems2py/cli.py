@@ -1,4 +1,4 @@
-"""The ``fems2py`` command: a thin layer over the library (check, build, run, graph).
+"""The ``fems2py`` command: a thin layer over the library (check, build, run, graph, serve).
 
 Exit codes follow the compiler convention: 0 success (warnings allowed), 1 errors in a script
 (or a failed run), 2 usage errors. A user's mistake is printed as diagnostics, never as a
@@ -68,7 +68,7 @@ def _argument_parser() -> argparse.ArgumentParser:
         help="build (cached by source hash) and run a script; other options go to the module",
         description="Build FILE (cached by its source hash) and run it. Every option after FILE "
         "is passed to the generated module: --model --replies --db --session --human --seed "
-        "--trace --result --resume.",
+        "--trace --result --resume --serve --port.",
     )
     run.add_argument("file", type=Path, metavar="FILE")
     run.set_defaults(handler=_run)
@@ -79,6 +79,18 @@ def _argument_parser() -> argparse.ArgumentParser:
         "-o", "--output", type=Path, help="write the chart to this .mmd file (default: stdout)"
     )
     graph.set_defaults(handler=_graph)
+
+    serve = commands.add_parser(
+        "serve",
+        help="open stored sessions in the browser, read-only (the stage; needs fems-runtime[web])",
+        description="Serve the stage on 127.0.0.1 for the sessions of a database: the dialog, "
+        "the flow and every actor's view, read-only. The flow is drawn from the session's "
+        ".fems file when it is in the working directory, unchanged since the run.",
+    )
+    serve.add_argument("--db", required=True, help="database path or SQLAlchemy URL")
+    serve.add_argument("--session", type=int, help="open this session (default: list the sessions)")
+    serve.add_argument("--port", type=int, default=0, help="the port (default: a free one)")
+    serve.set_defaults(handler=_serve)
     return parser
 
 
@@ -128,7 +140,9 @@ def _run(args: argparse.Namespace) -> int:
     except CompileError as error:
         _print_compile_error(error, args.file)
         return EXIT_ERRORS
-    return run_module(module_path, args.module_args, project_dir=Path(args.file).parent)
+    return run_module(
+        module_path, args.module_args, project_dir=Path(args.file).parent, source=args.file
+    )
 
 
 def _graph(args: argparse.Namespace) -> int:
@@ -154,6 +168,36 @@ def _graph(args: argparse.Namespace) -> int:
         args.output.write_text(chart, encoding="utf-8")
         print(f"wrote {args.output}", file=sys.stderr)
     return EXIT_OK
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from fems_runtime.records import RunError
+    from fems_runtime.stage import missing_web_extra, serve_sessions
+    from fems_runtime.stage.chart import chart_for_source
+    from fems_runtime.store import Store
+
+    problem = missing_web_extra()
+    if problem is not None:
+        print(f"fems2py: error: {problem}", file=sys.stderr)
+        return EXIT_ERRORS
+    if args.db in ("", ":memory:") or ("://" not in args.db and not Path(args.db).is_file()):
+        print(f"fems2py: error: no database at {args.db!r}", file=sys.stderr)
+        return EXIT_ERRORS
+    try:
+        store = Store(args.db)
+    except RunError as error:
+        print(f"fems2py: error: {error}", file=sys.stderr)
+        return EXIT_ERRORS
+    with store:
+        if args.session is not None and store.session(args.session) is None:
+            print(f"fems2py: error: {args.db} has no session {args.session}", file=sys.stderr)
+            return EXIT_ERRORS
+        return serve_sessions(
+            store,
+            args.session,
+            args.port,
+            lambda row: chart_for_source([Path(row.get("script") or "")], row.get("script_hash")),
+        )
 
 
 def _source_or_none(path: Path) -> str | None:

@@ -3,61 +3,99 @@
 One subgraph per flow (the main flow and every module, nested modules included) and one per
 ``for``/``par`` body, so the chart shows the same ownership the indentation shows. Node ids are
 derived from flow and node names and escaped, so any FEM name (``[玩家1]``, ``"name@3:5"``)
-produces a valid chart; labels are quoted with Mermaid's ``#quot;`` entity.
+produces a valid chart; labels are quoted with Mermaid's ``#quot;`` entity. :func:`chart_nodes` says which node of the
+script each chart node draws, so the stage can mark the nodes a run is in (§17).
 """
 
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 from fems2py.nodes import Edge, FlowNode, Graph, Join, Loop, Module, ModuleCall, Script
 from fems2py.visitor import BindingVisitor
 
 
+class ChartNode(NamedTuple):
+    """A node of the chart: its Mermaid id, the flow node's name, the action it runs (None for
+    labels, loops, joins and module calls) and its ``.fems`` line."""
+
+    id: str
+    name: str
+    action: str | None
+    line: int
+
+
 def to_mermaid(script: Script) -> str:
+    return _chart(script, [])
+
+
+def chart_nodes(script: Script) -> list[ChartNode]:
+    """Every node :func:`to_mermaid` draws, in the order it draws them."""
+    found: list[ChartNode] = []
+    _chart(script, found)
+    return found
+
+
+def _chart(script: Script, found: list[ChartNode]) -> str:
     lines = ["flowchart TD"]
     if script.flow is not None:
-        _emit_graph(lines, "main", "mainflow", script.flow, depth=1)
+        _emit_graph(lines, found, "main", "mainflow", script.flow, depth=1)
     for module in script.modules:
-        _emit_module(lines, module, "module", depth=1)
+        _emit_module(lines, found, module, "module", depth=1)
     return "\n".join(lines) + "\n"
 
 
-def _emit_module(lines: list[str], module: Module, prefix: str, depth: int) -> None:
+def _emit_module(
+    lines: list[str], found: list[ChartNode], module: Module, prefix: str, depth: int
+) -> None:
     key = f"{prefix}_{module.name}"
     if module.flow is not None:
         params = f"({', '.join(module.params)})" if module.params else ""
-        _emit_graph(lines, key, f"module {module.name}{params}", module.flow, depth)
+        _emit_graph(lines, found, key, f"module {module.name}{params}", module.flow, depth)
     for nested in module.modules:
-        _emit_module(lines, nested, key, depth)
+        _emit_module(lines, found, nested, key, depth)
 
 
-def _emit_graph(lines: list[str], key: str, title: str, graph: Graph, depth: int) -> None:
+def _emit_node(
+    lines: list[str], found: list[ChartNode], indent: str, key: str, node: FlowNode
+) -> None:
+    node_id = _node_id(key, node.name)
+    lines.append(f"{indent}{node_id}{_shape(node)}")
+    action = node.binding if isinstance(node.binding, str) else None
+    found.append(ChartNode(node_id, node.name, action, node.span.line))
+
+
+def _emit_graph(
+    lines: list[str], found: list[ChartNode], key: str, title: str, graph: Graph, depth: int
+) -> None:
     indent = "    " * depth
     lines.append(f"{indent}subgraph {_node_id(key, '')}[{_label(title)}]")
     for node in graph.nodes:
-        lines.append(f"{indent}    {_node_id(key, node.name)}{_shape(node)}")
+        _emit_node(lines, found, indent + "    ", key, node)
         if isinstance(node.binding, Loop):
-            _emit_loop(lines, key, node, node.binding, depth + 1)
+            _emit_loop(lines, found, key, node, node.binding, depth + 1)
     for edge in graph.edges:
         lines.append(f"{indent}    {_edge(key, edge.source, edge)}")
     lines.append(f"{indent}end")
 
 
-def _emit_loop(lines: list[str], key: str, node: FlowNode, loop: Loop, depth: int) -> None:
+def _emit_loop(
+    lines: list[str], found: list[ChartNode], key: str, node: FlowNode, loop: Loop, depth: int
+) -> None:
     """A loop body is drawn inside the loop's own subgraph; its head is the loop node."""
     indent = "    " * depth
     body_key = f"{key}_{node.name}"
     lines.append(f"{indent}subgraph {_node_id(body_key, '')}[{_label(f'{loop.kind} body')}]")
     for body_node in loop.body.nodes:
         if body_node.name != loop.head:
-            lines.append(f"{indent}    {_node_id(key, body_node.name)}{_shape(body_node)}")
+            _emit_node(lines, found, indent + "    ", key, body_node)
     for edge in loop.body.edges:
         source = node.name if edge.source == loop.head else edge.source
         lines.append(f"{indent}    {_edge(key, source, edge)}")
     for body_node in loop.body.nodes:
         if isinstance(body_node.binding, Loop):
-            _emit_loop(lines, key, body_node, body_node.binding, depth + 1)
+            _emit_loop(lines, found, key, body_node, body_node.binding, depth + 1)
     for end in loop.ends:
         lines.append(f"{indent}    {_node_id(key, end)} -.->|next| {_node_id(key, node.name)}")
     lines.append(f"{indent}end")

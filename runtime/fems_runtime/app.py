@@ -342,12 +342,19 @@ class Program:
             args = parser.parse_args(argv)
             if args.resume and str(args.session or "").strip().lower() == "new":
                 parser.error("--resume continues a session: give --session N (or leave it out)")
+            if args.port is not None and not args.serve:
+                parser.error("--port chooses the stage's port: use it with --serve")
         except SystemExit as exit_:
             return int(exit_.code or 0)
         options = {k: v for k, v in vars(args).items() if v is not None}
         shown = [name.strip() for name in options.pop("show", "").split(",") if name.strip()]
         if options.get("transcript"):
             options["transcript"] = Transcript(everyone=[spec.name for spec in self.actors])
+        if options.pop("serve", False):
+            from fems_runtime.stage import serve_run
+
+            port = options.pop("port", 0)
+            return serve_run(self, options, port, lambda end: self.report(end, options, shown))
         try:
             outcome: RunResult | BaseException = self.run(**options)
         except (RunError, KeyboardInterrupt) as error:
@@ -444,6 +451,16 @@ def _argument_parser(script: ScriptInfo) -> argparse.ArgumentParser:
         default=None,
         help="continue an interrupted or failed session from its last checkpoint (with "
         "--session N, else the newest session of this script), replaying recorded turns",
+    )
+    parser.add_argument(
+        "--serve",
+        action="store_true",
+        default=None,
+        help="watch the run in the browser: serve the stage on 127.0.0.1 (needs "
+        "fems-runtime[web]); human turns are answered in the page",
+    )
+    parser.add_argument(
+        "--port", type=int, help="the stage's port (with --serve; default: a free one)"
     )
     return parser
 

@@ -1,0 +1,47 @@
+"""Sessions of a database opened after the fact, read-only (``fems2py serve``, §17): the same
+views as a live stage, no running nodes and no answers."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from fems_runtime.stage.chart import FlowChart
+from fems_runtime.stage.live import AnswerRefused
+from fems_runtime.stage.view import SessionView
+
+if TYPE_CHECKING:
+    from fems_runtime.store import Store
+
+
+class Archive:
+    """The sessions of ``store``; ``chart_for`` draws a session's flow from its row."""
+
+    def __init__(self, store: Store, chart_for: Callable[[Mapping[str, Any]], FlowChart]) -> None:
+        self.store = store
+        self._chart_for = chart_for
+
+    def sessions(self) -> list[dict[str, Any]]:
+        return [SessionView(self.store, row["id"]).summary() for row in self.store.sessions()]
+
+    def session_view(self, number: int) -> SessionView:
+        if self.store.session(number) is None:
+            raise KeyError(number)
+        return SessionView(self.store, number)
+
+    @functools.cache  # noqa: B019 - one archive per process, a handful of sessions
+    def chart_of(self, number: int) -> FlowChart:
+        return self._chart_for(self.store.session(number) or {})
+
+    def state(self) -> dict[str, Any]:
+        return {"status": "archive", "error": None, "messages": 0, "running": [], "waiting": []}
+
+    async def changes(self) -> AsyncIterator[dict[str, Any]]:
+        """One state: nothing changes in a finished session."""
+        yield self.state()
+        await asyncio.Event().wait()
+
+    def answer(self, number: int, text: str, values: Mapping[str, Any]) -> None:
+        raise AnswerRefused("this stage shows stored sessions and takes no answers")

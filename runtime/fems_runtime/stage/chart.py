@@ -1,0 +1,98 @@
+"""The flow picture of the stage (§17): the chart of ``fems2py graph`` and which of its nodes a
+run step is in.
+
+The chart is drawn from the script's ``.fems`` source by the compiler, when both are at hand
+(``fems2py run`` names the source; ``python game.py`` looks next to the module): this is the
+one place the runtime reaches for the compiler, and it is optional. Without them (a vendored
+module) the page shows the dialog and the views, and says why the picture is missing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+_NUMBERED = re.compile(r"^(?P<action>.+?)(?:_\d+|@\d+:\d+)$")
+
+
+@dataclass(frozen=True)
+class ChartNode:
+    """A drawn node: Mermaid id, flow node name, the action it runs, its ``.fems`` line."""
+
+    id: str
+    name: str
+    action: str | None
+    line: int
+
+
+@dataclass(frozen=True)
+class FlowChart:
+    """Mermaid text and its nodes, or ``missing``: why there is no picture."""
+
+    mermaid: str | None = None
+    nodes: tuple[ChartNode, ...] = ()
+    missing: str | None = None
+
+    def node_id(self, node: str, line: int | None) -> str | None:
+        """The chart node a run step at ``node`` (a generated node id) and ``line`` is in:
+        the node of that name, else an anonymous node running the action the id is named
+        after (``vote_2``, ``vote@12:5``); of several, the one nearest to ``line``."""
+        found = [n for n in self.nodes if n.name == node]
+        if not found:
+            match = _NUMBERED.match(node)
+            action = match.group("action") if match else node
+            found = [n for n in self.nodes if n.action == action]
+        if not found:
+            return None
+        return min(found, key=lambda n: abs(n.line - (line or n.line))).id
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "mermaid": self.mermaid,
+            "missing": self.missing,
+            "nodes": [n.id for n in self.nodes],
+        }
+
+
+def chart_for_source(sources: Sequence[Path], sha256: str | None = None) -> FlowChart:
+    """The chart of the script at the first of ``sources`` that exists and, when ``sha256``
+    is given (the source the module or session was built from), has that hash: a source
+    edited since would draw another flow."""
+    found = [path for path in sources if path.is_file()]
+    if not found:
+        looked = ", ".join(str(path) for path in sources)
+        return FlowChart(missing=f"it is drawn from the script's source, not found here ({looked})")
+    matching = [path for path in found if sha256 is None or _sha256(path) == sha256]
+    if not matching:
+        return FlowChart(missing=f"{found[0]} has changed since this run was built from it")
+    source = matching[0]
+    try:
+        from fems2py.diagnostics import CompileError
+        from fems2py.frontend import analyze
+        from fems2py.graph import chart_nodes, to_mermaid
+    except ImportError:
+        return FlowChart(missing="it is drawn by fems2py, which is not installed here")
+    try:
+        checked, _ = analyze(source)
+    except CompileError:
+        return FlowChart(missing=f"{source} has errors: run fems2py check {source}")
+    script = checked.script
+    nodes = tuple(ChartNode(*node) for node in chart_nodes(script))
+    return FlowChart(to_mermaid(script), nodes)
+
+
+def source_candidates(module_file: str, script_file: str) -> list[Path]:
+    """Where a generated module's script may be: beside the module, in the folder above it
+    (``build/``, ``.fems-cache/``), in the working directory."""
+    folder = Path(module_file).resolve().parent
+    name = Path(script_file).name
+    places = [folder, folder.parent, Path.cwd()]
+    return list(dict.fromkeys(place / name for place in places))
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()

@@ -1,0 +1,231 @@
+"""The stage's web app (§17): a small Starlette app served by uvicorn on 127.0.0.1.
+
+Every route but the static files needs the token printed in the stage's URL (a query parameter,
+or the ``X-Stage-Token`` header the page's own requests send). Reads go to the store through a
+source (:class:`~fems_runtime.stage.live.LiveStage` or :class:`~fems_runtime.stage.archive.Archive`);
+the only write is ``POST /api/answer`` for a waiting human turn. Live updates are server-sent
+events: the page gets the stage's state and reads its view again when the message count moves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import secrets
+import socket
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from fems_runtime.records import RunError
+from fems_runtime.stage.archive import Archive
+from fems_runtime.stage.chart import FlowChart, chart_for_source, source_candidates
+from fems_runtime.stage.live import AnswerRefused, LiveStage
+from fems_runtime.stage.view import SessionView
+
+if TYPE_CHECKING:
+    from fems_runtime.app import Program, RunResult
+    from fems_runtime.store import Store
+
+STATIC = Path(__file__).parent / "static"
+EXIT_RUN_ERROR = 1
+
+
+class StageSource(Protocol):
+    """What the web app reads: a live run or an archive of sessions."""
+
+    def sessions(self) -> list[dict[str, Any]]: ...
+
+    def session_view(self, number: int) -> SessionView: ...
+
+    def chart_of(self, number: int) -> FlowChart: ...
+
+    def state(self) -> dict[str, Any]: ...
+
+    def changes(self) -> AsyncIterator[dict[str, Any]]: ...
+
+    def answer(self, number: int, text: str, values: Mapping[str, Any]) -> None: ...
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def create_app(source: StageSource, token: str) -> Starlette:
+    """The stage's routes over ``source``, guarded by ``token``."""
+
+    def guarded(handler: Handler) -> Handler:
+        async def check(request: Request) -> Response:
+            given = request.headers.get("x-stage-token") or request.query_params.get("token")
+            if not given or not secrets.compare_digest(given, token):
+                return JSONResponse({"error": "the stage's URL has a token: use it"}, 403)
+            return await handler(request)
+
+        return check
+
+    async def page(request: Request) -> Response:
+        return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-store"})
+
+    async def sessions(request: Request) -> Response:
+        return JSONResponse({"sessions": source.sessions()})
+
+    async def session(request: Request) -> Response:
+        number = request.path_params["number"]
+        try:
+            view = source.session_view(number)
+        except KeyError:
+            return JSONResponse({"error": f"no session {number}"}, 404)
+        summary, seats = await asyncio.to_thread(lambda: (view.summary(), view.seats()))
+        chart = await asyncio.to_thread(source.chart_of, number)
+        return JSONResponse({**summary, "seats": seats, "chart": chart.to_json()})
+
+    async def messages(request: Request) -> Response:
+        number = request.path_params["number"]
+        seat = request.query_params.get("seat", "")
+        try:
+            view = source.session_view(number)
+            found = await asyncio.to_thread(view.messages, seat)
+        except KeyError:
+            return JSONResponse({"error": f"no seat {seat} in session {number}"}, 404)
+        return JSONResponse({"seat": seat, "messages": found})
+
+    async def events(request: Request) -> Response:
+        async def stream() -> AsyncIterator[str]:
+            async for state in source.changes():
+                yield f"data: {json.dumps(state, ensure_ascii=False)}\n\n"
+
+        headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+        return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
+
+    async def answer(request: Request) -> Response:
+        try:
+            body = await request.json()
+            number = int(body["id"])
+            text = str(body.get("text", ""))
+            values = body.get("outs") or {}
+            if not isinstance(values, dict):
+                raise ValueError("outs must be an object")
+        except (ValueError, KeyError, TypeError) as error:
+            return JSONResponse({"error": f"not an answer: {error}"}, 400)
+        try:
+            source.answer(number, text, values)
+        except AnswerRefused as refusal:
+            return JSONResponse({"error": str(refusal)}, 409)
+        return JSONResponse({"taken": number})
+
+    routes = [
+        Route("/", guarded(page)),
+        Route("/api/sessions", guarded(sessions)),
+        Route("/api/sessions/{number:int}", guarded(session)),
+        Route("/api/sessions/{number:int}/messages", guarded(messages)),
+        Route("/api/events", guarded(events)),
+        Route("/api/answer", guarded(answer), methods=["POST"]),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+    ]
+    return Starlette(routes=routes)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handling: Ctrl+C stops the run and the stage together."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+async def _start(app: Starlette, port: int) -> tuple[asyncio.Task[None], str]:
+    """Serve ``app`` on 127.0.0.1:``port`` (0: a free port); the task and the address."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind(("127.0.0.1", port))
+    except OSError:
+        listener.close()
+        raise
+    config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
+    server = _Server(config)
+    serving = asyncio.create_task(server.serve(sockets=[listener]))
+    while not server.started:
+        if serving.done():
+            serving.result()
+            raise OSError("the server stopped while starting")
+        await asyncio.sleep(0.01)
+    host, bound = listener.getsockname()[:2]
+    return serving, f"{host}:{bound}"
+
+
+async def run_on_stage(
+    program: Program,
+    options: dict[str, Any],
+    port: int,
+    report: Callable[[RunResult | BaseException], int],
+) -> int:
+    """Run ``program`` with the stage up; after the run the page stays until Ctrl+C. Human
+    turns are answered in the page unless ``--human`` says otherwise."""
+    script = program.script
+    sources = source_candidates(program.module_file, script.file)
+    if program.source is not None:
+        sources.insert(0, program.source)
+    stage = LiveStage(await asyncio.to_thread(chart_for_source, sources, script.sha256))
+    token = secrets.token_urlsafe(16)
+    try:
+        serving, address = await _start(create_app(stage, token), port)
+    except OSError as error:
+        print(
+            f"{script.file}: error: cannot serve the stage on 127.0.0.1:{port}: {error}",
+            file=sys.stderr,
+        )
+        return EXIT_RUN_ERROR
+    url = f"http://{address}/?token={token}"
+    if options.get("human") is None:
+        options["human"] = stage
+    _say(f"{script.file}: the stage is at {url}")
+    try:
+        try:
+            outcome: RunResult | BaseException = await program.run_async(**options, observer=stage)
+        except RunError as error:
+            outcome = error
+        except asyncio.CancelledError:  # Ctrl+C during the run
+            return report(KeyboardInterrupt())
+        status = report(outcome)
+        _say(f"{script.file}: the run has ended; the stage stays at {url} until Ctrl+C")
+        with contextlib.suppress(asyncio.CancelledError):
+            await serving
+        return status
+    finally:
+        serving.cancel()
+
+
+async def serve_archive(
+    store: Store,
+    session: int | None,
+    port: int,
+    chart_for: Callable[[Mapping[str, Any]], FlowChart],
+) -> int:
+    """Serve the sessions of ``store`` read-only until Ctrl+C (``fems2py serve``)."""
+    token = secrets.token_urlsafe(16)
+    try:
+        serving, address = await _start(create_app(Archive(store, chart_for), token), port)
+    except OSError as error:
+        print(f"fems2py: error: cannot serve on 127.0.0.1:{port}: {error}", file=sys.stderr)
+        return EXIT_RUN_ERROR
+    shown = f"&session={session}" if session is not None else ""
+    _say(f"fems2py: the stage is at http://{address}/?token={token}{shown} (Ctrl+C stops it)")
+    try:
+        with contextlib.suppress(asyncio.CancelledError):
+            await serving
+        return 0
+    finally:
+        serving.cancel()
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)

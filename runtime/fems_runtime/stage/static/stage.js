@@ -1,0 +1,289 @@
+// The stage page (§17): dialog, flow picture and perspective switch, fed by the stage's JSON
+// routes and its event stream. No build step: plain browser JavaScript plus vendored Mermaid.
+"use strict";
+
+const params = new URLSearchParams(location.search);
+const token = params.get("token") || "";
+const stage = {
+  session: params.has("session") ? Number(params.get("session")) : null,
+  seat: "",
+  seats: [],
+  summary: null,
+  nodes: new Map(), // chart node id → its <g> in the drawn flow
+  shownCount: -1,
+  loading: false,
+  again: false,
+  state: null,
+  choosing: null, // the session lookup in progress
+};
+
+function api(path, options = {}) {
+  const headers = { "X-Stage-Token": token, "Content-Type": "application/json" };
+  return fetch(path, { ...options, headers }).then(async (response) => {
+    const body = await response.json();
+    if (!response.ok) throw new Error(body.error || response.statusText);
+    return body;
+  });
+}
+
+function el(tag, attributes = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attributes)) {
+    if (value === null || value === undefined || value === false) continue;
+    if (name === "text") node.textContent = value;
+    else node.setAttribute(name, value === true ? "" : value);
+  }
+  for (const child of children) if (child) node.append(child);
+  return node;
+}
+
+function colourOf(name) {
+  const index = stage.seats.findIndex((s) => s.name === name || s.soul === name);
+  if (index < 0) return "#6b7280";
+  return `hsl(${Math.round((index * 137.508) % 360)}, 62%, 36%)`;
+}
+
+// ------------------------------------------------------------------ sessions
+
+async function chooseSession() {
+  const { sessions } = await api("/api/sessions");
+  if (sessions.length === 1) return openSession(sessions[0].session);
+  if (sessions.length === 0) return; // a live run that has not opened its session yet
+  const list = document.getElementById("session-list");
+  list.replaceChildren(
+    ...sessions.map((s) => {
+      const href = `?token=${encodeURIComponent(token)}&session=${s.session}`;
+      const label = `session ${s.session}: ${s.title || s.script || "untitled"} (${s.status})`;
+      return el("li", {}, el("a", { href, text: label }));
+    })
+  );
+  document.getElementById("sessions").hidden = false;
+}
+
+async function openSession(number) {
+  const info = await api(`/api/sessions/${number}`);
+  stage.session = number;
+  stage.summary = info;
+  stage.seats = info.seats;
+  document.getElementById("sessions").hidden = true;
+  document.getElementById("title").textContent =
+    `${info.title || info.script || "fems"} · session ${number}`;
+  const select = document.getElementById("seat");
+  select.replaceChildren(
+    el("option", { value: "", text: "Director (everything)" }),
+    ...info.seats.map((s) => el("option", { value: s.name, text: `${s.name} (${s.type})` }))
+  );
+  select.value = stage.seat;
+  await drawFlow(info.chart);
+  showStatus();
+  await refreshDialog();
+}
+
+// ------------------------------------------------------------------ dialog
+
+async function refreshDialog() {
+  if (stage.session === null) return;
+  if (stage.loading) {
+    stage.again = true;
+    return;
+  }
+  stage.loading = true;
+  try {
+    const seat = stage.seat;
+    const query = seat ? `?seat=${encodeURIComponent(seat)}` : "";
+    const { messages } = await api(`/api/sessions/${stage.session}/messages${query}`);
+    if (seat === stage.seat) showDialog(messages);
+  } finally {
+    stage.loading = false;
+    if (stage.again) {
+      stage.again = false;
+      refreshDialog();
+    }
+  }
+}
+
+function showDialog(messages) {
+  const atBottom = window.innerHeight + window.scrollY >= document.body.scrollHeight - 40;
+  const seat = stage.seats.find((s) => s.name === stage.seat);
+  document.getElementById("view-note").textContent = seat
+    ? `${seat.name}'s view: exactly the messages ${seat.type === "human" ? "this person is shown" : "its model receives"} as context (§13.2), read from the store. ${messages.length} messages.`
+    : `Director's view: every stored message, with the souls that may see it. ${messages.length} messages.`;
+  document.getElementById("dialog").replaceChildren(...messages.map(messageItem));
+  if (atBottom) window.scrollTo(0, document.body.scrollHeight);
+}
+
+function messageItem(m) {
+  const kind = m.kind.startsWith("tool") ? "tool" : m.kind;
+  const item = el("li", {
+    class: `msg ${kind}`,
+    "data-kind": m.kind,
+    "data-action": m.action,
+    "data-speaker": m.speaker,
+    "data-seq": m.seq,
+  });
+  const where = [m.action, m.turn ? `turn ${m.turn}` : null].filter(Boolean).join(" · ");
+  if (kind === "prompt" || kind === "tool") {
+    const title = kind === "prompt" ? `prompt to ${m.speaker || "the model"}` : `${m.kind}`;
+    item.append(
+      el("details", {}, el("summary", { text: `${title} · ${where}` }), el("div", { class: "text", text: m.content }))
+    );
+  } else {
+    if (kind !== "narration") item.style.setProperty("--colour", colourOf(m.soul || m.speaker));
+    const who = kind === "narration" ? "Narrator" : m.speaker || kind;
+    item.append(el("span", { class: "who", text: who }), el("span", { class: "meta", text: where }));
+    item.append(el("div", { class: "text", text: m.content }));
+  }
+  if (m.seen_by && kind !== "prompt") {
+    const seen = [...m.seen_by.souls, ...m.seen_by.users.map((u) => `user ${u}`)];
+    item.append(el("div", { class: "seen", text: `seen by: ${seen.join(", ") || "nobody"}` }));
+  }
+  return item;
+}
+
+// ------------------------------------------------------------------ flow picture
+
+async function drawFlow(chart) {
+  const target = document.getElementById("flow");
+  stage.nodes.clear();
+  if (!chart.mermaid) {
+    target.replaceChildren(el("p", { class: "meta", text: `No flow picture: ${chart.missing}.` }));
+    return;
+  }
+  mermaid.initialize({ startOnLoad: false, securityLevel: "strict", flowchart: { htmlLabels: false, useMaxWidth: false } });
+  const { svg } = await mermaid.render("flow-svg", chart.mermaid);
+  target.innerHTML = svg;
+  fitFlow(target.querySelector("svg"));
+  const known = new Set(chart.nodes);
+  for (const group of target.querySelectorAll("g.node")) {
+    const match = /flowchart-(.+)-\d+$/.exec(group.id);
+    if (match && known.has(match[1])) stage.nodes.set(match[1], group);
+  }
+  markRunning();
+}
+
+// Big flows are drawn at half size at least, and scroll inside their pane.
+function fitFlow(svg) {
+  const box = svg.viewBox.baseVal;
+  const room = document.getElementById("flow-pane").clientWidth - 24;
+  const scale = Math.max(0.5, Math.min(1, room / box.width));
+  svg.setAttribute("width", Math.round(box.width * scale));
+  svg.setAttribute("height", Math.round(box.height * scale));
+}
+
+function scrollFlowTo(group) {
+  const pane = document.getElementById("flow-pane");
+  const node = group.getBoundingClientRect();
+  const frame = pane.getBoundingClientRect();
+  pane.scrollLeft += node.left - frame.left - frame.width / 2 + node.width / 2;
+  pane.scrollTop += node.top - frame.top - frame.height / 2 + node.height / 2;
+}
+
+function markRunning() {
+  const running = stage.state ? stage.state.running : [];
+  const ids = new Set(running.map((r) => r.id).filter(Boolean));
+  for (const [id, group] of stage.nodes) {
+    const was = group.classList.contains("running");
+    group.classList.toggle("running", ids.has(id));
+    if (!was && ids.has(id)) scrollFlowTo(group);
+  }
+  const names = [...new Set(running.map((r) => r.node))];
+  document.getElementById("running").textContent = names.length ? `running: ${names.join(", ")}` : "";
+}
+
+// ------------------------------------------------------------------ status and human turns
+
+function showStatus() {
+  const state = stage.state;
+  const badge = document.getElementById("status");
+  if (!state) return;
+  let status = state.status === "archive" ? (stage.summary && stage.summary.status) || "stored" : state.status;
+  if (state.waiting.length) status = `waiting for ${state.waiting.map((w) => w.actor).join(", ")}`;
+  badge.textContent = status;
+  badge.className = `status ${state.waiting.length ? "waiting" : status}`;
+  badge.title = state.error || "";
+}
+
+function showWaiting(waiting) {
+  const box = document.getElementById("waiting");
+  const ids = new Set(waiting.map((w) => String(w.id)));
+  for (const form of [...box.children]) if (!ids.has(form.dataset.turn)) form.remove();
+  for (const turn of waiting) {
+    if (box.querySelector(`form[data-turn="${turn.id}"]`)) continue;
+    box.append(answerForm(turn));
+  }
+}
+
+function answerForm(turn) {
+  const form = el("form", { class: "human-turn", "data-turn": turn.id, "data-actor": turn.actor });
+  const who = turn.role ? `${turn.actor} as ${turn.role}` : turn.actor;
+  form.append(el("h3", { text: `${who}: your turn (${turn.action})` }));
+  if (turn.context) {
+    form.append(el("details", {}, el("summary", { text: "what you see so far" }), el("pre", { text: turn.context })));
+  }
+  form.append(el("div", { class: "prompt", text: turn.prompt }));
+  form.append(el("textarea", { name: "text", "aria-label": "your words", placeholder: "what you say" }));
+  for (const out of turn.outs) {
+    let field;
+    if (out.menu) {
+      field = el("select", { "data-out": out.label });
+      field.append(el("option", { value: "", text: out.optional ? "(no answer)" : "choose…" }));
+      out.menu.forEach((choice, index) => field.append(el("option", { value: String(index), text: choice })));
+    } else {
+      field = el("input", { "data-out": out.label, type: "text" });
+    }
+    form.append(el("label", {}, `${out.name}: `, field));
+  }
+  const problem = el("p", { class: "problem" });
+  form.append(el("button", { type: "submit", text: "Answer" }), problem);
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const outs = {};
+    for (const field of form.querySelectorAll("[data-out]")) outs[field.dataset.out] = field.value;
+    const text = form.querySelector("textarea").value;
+    try {
+      await api("/api/answer", { method: "POST", body: JSON.stringify({ id: turn.id, text, outs }) });
+      form.remove();
+    } catch (error) {
+      problem.textContent = error.message;
+    }
+  });
+  return form;
+}
+
+// ------------------------------------------------------------------ live updates
+
+function listen() {
+  const events = new EventSource(`/api/events?token=${encodeURIComponent(token)}`);
+  events.onmessage = async (event) => {
+    const state = JSON.parse(event.data);
+    const ended = stage.state && stage.state.status !== state.status;
+    stage.state = state;
+    if (stage.session === null) {
+      // one look at a time: two draws of the flow at once would clash in Mermaid
+      stage.choosing = stage.choosing || chooseSession().finally(() => (stage.choosing = null));
+      await stage.choosing;
+    }
+    if (ended && stage.session !== null) stage.summary = await api(`/api/sessions/${stage.session}`);
+    showStatus();
+    markRunning();
+    showWaiting(state.waiting);
+    if (state.messages !== stage.shownCount || ended) {
+      stage.shownCount = state.messages;
+      refreshDialog();
+    }
+  };
+  events.onerror = () => {
+    document.getElementById("status").textContent = "disconnected";
+  };
+}
+
+document.getElementById("seat").addEventListener("change", (event) => {
+  stage.seat = event.target.value;
+  refreshDialog();
+});
+
+(async () => {
+  if (stage.session !== null) await openSession(stage.session);
+  else await chooseSession();
+  listen();
+})();

@@ -1,0 +1,119 @@
+"""One session as the stage shows it, read from the store (§17): the director's view (every
+message with the souls and users that may see it) and each actor's view (exactly the messages
+its built-in context is made of, §13.2, by the store's own visibility query)."""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fems_runtime.store import Message, Store
+
+DIRECTOR = ""
+"""The seat that sees everything."""
+
+
+class SessionView:
+    """Reads a session from ``store``; :meth:`freeze` keeps what was read when the store is
+    about to close (a finished live run whose database may be ``:memory:``)."""
+
+    def __init__(self, store: Store, session: int) -> None:
+        self._store: Store | None = store
+        self.session = session
+        self._lock = threading.Lock()
+        self._frozen: dict[str, Any] = {}
+
+    def summary(self) -> dict[str, Any]:
+        """Number, title, script, status and creation time of the session."""
+        row = self._read("summary", lambda store: store.session(self.session)) or {}
+        return {
+            "session": self.session,
+            "title": row.get("title"),
+            "script": row.get("script"),
+            "status": row.get("status"),
+            "created": row.get("created"),
+        }
+
+    def seats(self) -> list[dict[str, Any]]:
+        """The session's actors in the order they were recorded: name, type, soul, user."""
+        rows = self._read("seats", lambda store: store.session_actors(self.session))
+        return [
+            {
+                "name": row["name"],
+                "type": row["type"],
+                "soul": row["soul_id"],
+                "user": _user_of(row["type"], row["source"]),
+            }
+            for row in rows
+        ]
+
+    def messages(self, seat: str = DIRECTOR) -> list[dict[str, Any]]:
+        """The director's view (``seat`` empty) or what actor ``seat`` sees; unknown seats
+        raise :class:`KeyError`."""
+        if seat == DIRECTOR:
+            return self._read("director", self._director)
+        found = next((s for s in self.seats() if s["name"] == seat), None)
+        if found is None:
+            raise KeyError(seat)
+        return self._read(
+            f"seat {seat}",
+            lambda store: [
+                _message_json(m)
+                for m in store.visible_messages(self.session, found["soul"], found["user"])
+            ],
+        )
+
+    def freeze(self, status: str) -> None:
+        """Read every view once more and stop using the store, whose session is about to
+        end with ``status``."""
+        with self._lock:
+            store, self._frozen = self._store, {}
+        if store is None:
+            return
+        self.summary()
+        for seat in [DIRECTOR, *(s["name"] for s in self.seats())]:
+            self.messages(seat)
+        with self._lock:
+            self._store = None
+            self._frozen["summary"] = {**(self._frozen.get("summary") or {}), "status": status}
+
+    def _director(self, store: Store) -> list[dict[str, Any]]:
+        scopes = store.message_scopes(self.session)
+        return [
+            {**_message_json(m), "seen_by": _seen_by(scopes.get(m.id))}
+            for m in store.messages(self.session)
+        ]
+
+    def _read(self, key: str, read: Any) -> Any:
+        with self._lock:
+            store = self._store
+        if store is None:
+            return self._frozen.get(key, [] if key != "summary" else None)
+        value = read(store)
+        with self._lock:
+            self._frozen[key] = value
+        return value
+
+
+def _user_of(kind: str, source: str | None) -> str | None:
+    """A human actor's user id (§6.3), like :attr:`ActorSpec.user`."""
+    return source if kind == "human" and source not in (None, "", "0") else None
+
+
+def _seen_by(scope: tuple[list[str], list[str]] | None) -> dict[str, list[str]]:
+    souls, users = scope or ([], [])
+    return {"souls": souls, "users": users}
+
+
+def _message_json(message: Message) -> dict[str, Any]:
+    return {
+        "seq": message.seq,
+        "kind": message.kind,
+        "content": message.content,
+        "turn": message.turn,
+        "action": message.action,
+        "node": message.node,
+        "speaker": message.speaker_name or message.speaker_soul,
+        "soul": message.speaker_soul,
+    }

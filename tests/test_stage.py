@@ -1,0 +1,189 @@
+"""The stage without a browser (§17): its routes, token and read-only archive, answers checked
+like the terminal checks them, the flow chart's nodes, and what ``--serve`` says without the
+web extra. The page itself is tested in Chromium (test_stage_browser.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fems_helpers import build_script, load
+from fems_runtime.stage import missing_web_extra
+from fems_runtime.stage.archive import Archive
+from fems_runtime.stage.chart import ChartNode, FlowChart, chart_for_source
+from fems_runtime.stage.live import AnswerRefused, LiveStage
+from fems_runtime.stage.server import create_app
+from fems_runtime.store import Store
+from starlette.testclient import TestClient
+
+from fems2py.frontend import analyze
+from fems2py.graph import chart_nodes, to_mermaid
+
+SCRIPT = """
+    vars:
+        rounds = 0
+        pick = ""
+        players = [@Ann, @Max]
+
+    actors:
+        ai @Ann
+        ai @Bob
+        human @Max = soul:max, source:0
+
+    action secret @ai(@Ann):
+        prompt: Whisper to Bob.
+        scope: [@Ann, @Bob]
+
+    action ask @human(@Max):
+        prompt: Pick a player and say how many rounds.
+        scope: [@Ann, @Max]
+        out: pick(dropdown, choices={players}), rounds(int)
+
+    mainflow:
+        [START] -> secret -> ask -> [END]
+"""
+
+
+async def _play(module: Any, db: str, answers: list[dict[str, Any]]) -> tuple[Any, list[str]]:
+    """Run ``module`` with a live stage answering its human turn with ``answers`` in order;
+    the run's result and the refusals of the answers that did not fit."""
+    stage = LiveStage(FlowChart(missing="not drawn in this test"))
+    refusals: list[str] = []
+
+    async def answer() -> None:
+        for given in answers:
+            while not stage.state()["waiting"]:
+                await asyncio.sleep(0.01)
+            turn = stage.state()["waiting"][0]["id"]
+            try:
+                stage.answer(turn, given["text"], given["outs"])
+            except AnswerRefused as refusal:
+                refusals.append(str(refusal))
+
+    answering = asyncio.create_task(answer())
+    result = await module.run_async(model="fems/mock", db=db, human=stage, observer=stage)
+    await answering
+    assert stage.state()["status"] == "completed"
+    return result, refusals
+
+
+def test_answers_from_the_page_are_checked_like_the_terminal_checks_them(tmp_path: Path) -> None:
+    module = load(build_script(tmp_path, SCRIPT))
+    answers = [
+        {"text": "hm", "outs": {"rounds": "3"}},  # the menu is not answered
+        {"text": "hm", "outs": {"pick": "7", "rounds": "3"}},  # no such choice
+        {"text": "hm", "outs": {"pick": "1", "rounds": "many"}},  # not an int
+        {"text": "Max it is, three rounds.", "outs": {"pick": "1", "rounds": "3"}},
+    ]
+    result, refusals = asyncio.run(_play(module, str(tmp_path / "game.db"), answers))
+    assert [r.split(":")[0] for r in refusals] == ["pick", "pick", "rounds"]
+    assert "an answer is needed" in refusals[0]
+    assert result.variables["pick"] == "@Max"
+    assert result.variables["rounds"] == 3
+
+
+@pytest.fixture
+def finished(tmp_path: Path) -> Path:
+    """A database holding one finished session of SCRIPT."""
+    module = load(build_script(tmp_path, SCRIPT))
+    db = tmp_path / "game.db"
+    answer = {"text": "From the page.", "outs": {"pick": "0", "rounds": "2"}}
+    asyncio.run(_play(module, str(db), [answer]))
+    return db
+
+
+def _client(db: Path, token: str = "secret") -> TestClient:
+    store = Store(str(db))
+    archive = Archive(
+        store, lambda row: chart_for_source([db.parent / row["script"]], row["script_hash"])
+    )
+    return TestClient(create_app(archive, token))
+
+
+def test_every_route_but_the_static_files_needs_the_token(finished: Path) -> None:
+    client = _client(finished)
+    assert client.get("/").status_code == 403
+    assert client.get("/api/sessions", params={"token": "guess"}).status_code == 403
+    assert client.get("/static/stage.js").status_code == 200
+    assert client.get("/", params={"token": "secret"}).status_code == 200
+    headers = {"X-Stage-Token": "secret"}
+    assert client.get("/api/sessions", headers=headers).json()["sessions"][0]["status"] == (
+        "completed"
+    )
+
+
+def test_an_actor_view_is_what_its_scope_lets_it_see(finished: Path) -> None:
+    client = _client(finished)
+    headers = {"X-Stage-Token": "secret"}
+    info = client.get("/api/sessions/1", headers=headers).json()
+    assert [seat["name"] for seat in info["seats"]] == ["@Ann", "@Bob", "@Max"]
+    assert info["chart"]["missing"] is None and "flowchart TD" in info["chart"]["mermaid"]
+
+    def actions(seat: str) -> list[tuple[str, str]]:
+        url = "/api/sessions/1/messages"
+        found = client.get(url, headers=headers, params={"seat": seat}).json()["messages"]
+        return [(m["kind"], m["action"]) for m in found]
+
+    director = actions("")
+    assert ("prompt", "secret") in director and ("human", "ask") in director
+    assert actions("@Bob") == [("reply", "secret")]
+    assert ("reply", "secret") not in actions("@Max")
+    assert ("human", "ask") in actions("@Max")
+    assert (
+        client.get(
+            "/api/sessions/1/messages", headers=headers, params={"seat": "@Nobody"}
+        ).status_code
+        == 404
+    )
+    assert client.get("/api/sessions/9", headers=headers).status_code == 404
+
+
+def test_a_stored_session_takes_no_answers(finished: Path) -> None:
+    client = _client(finished)
+    answer = client.post(
+        "/api/answer", headers={"X-Stage-Token": "secret"}, json={"id": 1, "text": "late"}
+    )
+    assert answer.status_code == 409
+    assert "takes no answers" in answer.json()["error"]
+
+
+def test_the_chart_names_each_node_it_draws_and_finds_the_node_of_a_step(tmp_path: Path) -> None:
+    script = tmp_path / "t.fems"
+    script.write_text(
+        "actors:\n    ai @A\n\naction vote @ai(@A):\n    prompt: Vote.\n    scope: [@A]\n\n"
+        "mainflow:\n    [START] -> vote -> vote -> [Tally]\n    [Tally] -> [END]\n",
+        encoding="utf-8",
+    )
+    checked, _ = analyze(script)
+    nodes = chart_nodes(checked.script)
+    chart = to_mermaid(checked.script)
+    assert all(node.id in chart for node in nodes)
+    drawn = FlowChart(chart, tuple(ChartNode(*node) for node in nodes))
+    votes = [node for node in nodes if node.action == "vote"]
+    assert len(votes) == 2
+    # a named node by its name; an anonymous one by the generated id's action and line
+    assert drawn.node_id("Tally", 10) == next(n.id for n in nodes if n.name == "Tally")
+    assert drawn.node_id(votes[1].name, 9) == votes[1].id
+    assert drawn.node_id("vote_2", 9) in {vote.id for vote in votes}
+    assert drawn.node_id("nothing", 9) is None
+    edited = chart_for_source([script], "0" * 64)
+    assert edited.mermaid is None and "changed" in str(edited.missing)
+
+
+def test_serve_without_the_web_extra_says_which_extra_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    module = load(build_script(tmp_path, SCRIPT))
+    found = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *rest: None if name == "starlette" else found(name, *rest),
+    )
+    assert missing_web_extra() == "the stage needs starlette: pip install 'fems-runtime[web]'"
+    assert module.PROGRAM.main(["--serve", "--model", "fems/mock", "--db", ":memory:"]) == 1
+    assert "pip install 'fems-runtime[web]'" in capsys.readouterr().err
+    assert module.PROGRAM.main(["--port", "8000"]) == 2

@@ -1,0 +1,225 @@
+"""The stage (§17) in a real headless Chromium, driven through playwright's Python API.
+
+Two werewolf games under ``fems/mock``, each in its own process with ``--serve``: one started
+as ``python werewolf.py``, watched after it ended (the director sees the wolves' den talk, a
+villager's view lacks it, a wolf's view has it, the flow is drawn); one started as
+``fems2py run`` with the human seat, answered turn by turn from the page until the game ends.
+Screenshots of each view are saved under ``test-artifacts/stage/`` (``FEMS_ARTIFACTS``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from fems2py.build import build_file
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "werewolf"
+ARTIFACTS = Path(os.environ.get("FEMS_ARTIFACTS", ROOT / "test-artifacts")) / "stage"
+STAGE_URL = re.compile(r"the stage is at (http://127\.0\.0\.1:\d+/\?token=\S+)")
+WAIT_SECONDS = 90
+
+
+@dataclass
+class StageProcess:
+    """A ``--serve`` run in its own process; its stderr lines are collected as they come."""
+
+    process: subprocess.Popen[str]
+    lines: queue.Queue[str] = field(default_factory=queue.Queue)
+    seen: list[str] = field(default_factory=list)
+
+    def wait_for(self, pattern: str) -> re.Match[str]:
+        """The first stderr line (seen before or still to come) matching ``pattern``."""
+        compiled = re.compile(pattern)
+        for line in self.seen:
+            if match := compiled.search(line):
+                return match
+        while True:
+            try:
+                line = self.lines.get(timeout=WAIT_SECONDS)
+            except queue.Empty:
+                pytest.fail(f"no line matching {pattern!r}; stderr so far:\n" + "".join(self.seen))
+            self.seen.append(line)
+            if match := compiled.search(line):
+                return match
+
+
+@contextlib.contextmanager
+def serving(command: list[str], env: dict[str, str] | None = None) -> Iterator[StageProcess]:
+    """Start ``command`` (a run with ``--serve``) in the example's folder; stop it with Ctrl+C."""
+    process = subprocess.Popen(
+        command,
+        cwd=EXAMPLE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    stage = StageProcess(process)
+    assert process.stderr is not None
+    reader = threading.Thread(
+        target=lambda: [stage.lines.put(x) for x in process.stderr], daemon=True
+    )
+    reader.start()
+    try:
+        yield stage
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        reader.join(timeout=10)
+        process.stderr.close()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        pytest.fail("the stage tests need Debian's chromium: apt-get install chromium")
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    opened = browser.new_page(viewport={"width": 1400, "height": 1000})
+    problems: list[str] = []
+    opened.on("pageerror", lambda error: problems.append(str(error)))
+    yield opened
+    opened.close()
+    assert problems == [], f"the page raised: {problems}"
+
+
+def screenshot(page: Page, name: str) -> None:
+    """Save the top of the page (the view's note, the waiting turns, the flow)."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.evaluate("window.scrollTo(0, 0)")
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"))
+
+
+def show_seat(page: Page, seat: str) -> None:
+    """Switch the perspective and wait until the dialog shows that seat's view."""
+    page.select_option("#seat", seat)
+    expected = f"{seat}'s view" if seat else "Director's view"
+    page.wait_for_function(
+        "expected => document.getElementById('view-note').textContent.startsWith(expected)",
+        arg=expected,
+    )
+
+
+def den_talk(page: Page) -> int:
+    return page.locator('#dialog li[data-action="wolf_discuss"]:not([data-kind="prompt"])').count()
+
+
+def test_the_director_sees_the_den_and_a_villager_does_not(page: Page, tmp_path: Path) -> None:
+    module = build_file(EXAMPLE / "werewolf.fems", tmp_path / "werewolf.py").output
+    result = tmp_path / "result.json"
+    command = [sys.executable, str(module), "--model", "fems/mock", "--seed", "1"]
+    command += ["--db", str(tmp_path / "game.db"), "--souls", "souls.yaml"]
+    command += ["--result", str(result), "--serve"]
+    with serving(command) as stage:
+        url = stage.wait_for(STAGE_URL.pattern).group(1)
+        stage.wait_for(r"the run has ended")
+        variables = json.loads(result.read_text(encoding="utf-8"))["vars"]
+        wolves = set(variables["wolves"])
+        villagers = [p for p in variables["players"] if variables["role"][p] == "villager"]
+        assert wolves and villagers
+
+        page.goto(url)
+        page.wait_for_selector("#dialog li")
+        page.wait_for_function("document.getElementById('status').textContent === 'completed'")
+        assert page.locator("#flow svg g.node").count() > 20, "the flow picture is drawn"
+        show_seat(page, "")
+        director_den = den_talk(page)
+        assert director_den > 0
+        assert page.locator('#dialog li[data-kind="narration"]').count() > 0
+        screenshot(page, "director")
+
+        show_seat(page, villagers[0])
+        assert den_talk(page) == 0, f"{villagers[0]} must not see the wolves' den"
+        assert page.locator("#dialog li").count() > 0
+        assert page.locator('#dialog li[data-kind="prompt"]').count() == 0
+        screenshot(page, "villager")
+
+        wolf = sorted(wolves)[0]
+        show_seat(page, wolf)
+        assert 0 < den_talk(page) <= director_den
+        screenshot(page, "wolf")
+
+        # A wrong token is refused, and the page writes nothing for a finished run.
+        base = url.split("/?")[0]
+        assert page.request.get(f"{base}/api/sessions?token=wrong").status == 403
+        token = url.split("token=")[1]
+        answer = page.request.post(
+            f"{base}/api/answer", headers={"X-Stage-Token": token}, data={"id": 1, "text": "x"}
+        )
+        assert answer.status == 409
+
+
+def test_a_human_seat_plays_from_the_page_to_the_end(page: Page, tmp_path: Path) -> None:
+    fems2py = Path(sys.executable).parent / "fems2py"
+    command = [str(fems2py), "run", "werewolf.fems", "--model", "fems/mock", "--seed", "1"]
+    command += ["--db", str(tmp_path / "game.db"), "--souls", "souls.yaml", "--serve"]
+    with serving(command, env={"WEREWOLF_HUMAN": "1"}) as stage:
+        url = stage.wait_for(STAGE_URL.pattern).group(1)
+        page.goto(url)
+        page.wait_for_selector("#flow svg g.node")
+        answered = 0
+        while True:
+            page.wait_for_function(
+                "document.querySelector('form.human-turn') ||"
+                " document.getElementById('status').textContent === 'completed'",
+                timeout=WAIT_SECONDS * 1000,
+            )
+            form = page.locator("form.human-turn").first
+            if form.count() == 0:
+                break
+            assert form.get_attribute("data-actor") == "@you"
+            turn = form.get_attribute("data-turn")
+            menus = form.locator("select[data-out]")
+            if answered == 0:
+                # the run waits on a marked node of the flow, and a menu must be answered
+                assert page.locator("#flow g.node.running").count() >= 1
+                assert menus.count() >= 1
+                screenshot(page, "human-turn")
+                form.locator("button[type=submit]").click()
+                page.wait_for_function(
+                    "document.querySelector('form.human-turn .problem').textContent !== ''"
+                )
+                assert "an answer is needed" in form.locator(".problem").text_content()
+            form.locator("textarea").fill(f"My answer number {answered + 1}, typed in the page.")
+            for index in range(menus.count()):
+                menus.nth(index).select_option(index=1)
+            typed = form.locator("input[data-out]")
+            for index in range(typed.count()):
+                typed.nth(index).fill("true")
+            form.locator("button[type=submit]").click()
+            page.wait_for_selector(f'form.human-turn[data-turn="{turn}"]', state="detached")
+            answered += 1
+        stage.wait_for(r"completed in \d+ steps")
+        assert answered >= 3, "the human seat played several turns"
+        show_seat(page, "")
+        said = page.locator('#dialog li[data-kind="human"]')
+        assert said.count() == answered
+        assert "typed in the page" in said.first.text_content()
+        screenshot(page, "human-game-over")
