@@ -3,8 +3,9 @@
 One subgraph per flow (the main flow and every module, nested modules included) and one per
 ``for``/``par`` body, so the chart shows the same ownership the indentation shows. Node ids are
 derived from flow and node names and escaped, so any FEM name (``[玩家1]``, ``"name@3:5"``)
-produces a valid chart; labels are quoted with Mermaid's ``#quot;`` entity. :func:`chart_nodes` says which node of the
-script each chart node draws, so the stage can mark the nodes a run is in (§17).
+produces a valid chart; labels are quoted with Mermaid's ``#quot;`` entity. :func:`chart_nodes`
+says which node of the script each chart node draws, so the stage can mark the nodes a run is
+in (§17).
 """
 
 from __future__ import annotations
