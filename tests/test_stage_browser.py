@@ -218,8 +218,13 @@ def test_a_human_seat_plays_from_the_page_to_the_end(page: Page, tmp_path: Path)
             answered += 1
         stage.wait_for(r"completed in \d+ steps")
         assert answered >= 3, "the human seat played several turns"
+        page.wait_for_function("document.getElementById('status').textContent === 'completed'")
         show_seat(page, "")
         said = page.locator('#dialog li[data-kind="human"]')
-        assert said.count() == answered
+        # every answer is stored as the person's message, and the page shows all of them
+        page.wait_for_function(
+            "count => document.querySelectorAll('#dialog li[data-kind=human]').length === count",
+            arg=answered,
+        )
         assert "typed in the page" in said.first.text_content()
         screenshot(page, "human-game-over")

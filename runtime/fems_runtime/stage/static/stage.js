@@ -93,6 +93,8 @@ async function refreshDialog() {
     const query = seat ? `?seat=${encodeURIComponent(seat)}` : "";
     const { messages } = await api(`/api/sessions/${stage.session}/messages${query}`);
     if (seat === stage.seat) showDialog(messages);
+  } catch (error) {
+    lostContact(error);
   } finally {
     stage.loading = false;
     if (stage.again) {
@@ -254,27 +256,34 @@ function answerForm(turn) {
 
 function listen() {
   const events = new EventSource(`/api/events?token=${encodeURIComponent(token)}`);
-  events.onmessage = async (event) => {
-    const state = JSON.parse(event.data);
-    const ended = stage.state && stage.state.status !== state.status;
-    stage.state = state;
-    if (stage.session === null) {
-      // one look at a time: two draws of the flow at once would clash in Mermaid
-      stage.choosing = stage.choosing || chooseSession().finally(() => (stage.choosing = null));
-      await stage.choosing;
-    }
-    if (ended && stage.session !== null) stage.summary = await api(`/api/sessions/${stage.session}`);
-    showStatus();
-    markRunning();
-    showWaiting(state.waiting);
-    if (state.messages !== stage.shownCount || ended) {
-      stage.shownCount = state.messages;
-      refreshDialog();
-    }
-  };
-  events.onerror = () => {
-    document.getElementById("status").textContent = "disconnected";
-  };
+  events.onmessage = (event) => onState(JSON.parse(event.data)).catch(lostContact);
+  events.onerror = () => lostContact(new Error("the stage is not answering (has the run stopped?)"));
+}
+
+async function onState(state) {
+  const ended = stage.state && stage.state.status !== state.status;
+  stage.state = state;
+  if (stage.session === null) {
+    // one look at a time: two draws of the flow at once would clash in Mermaid
+    stage.choosing = stage.choosing || chooseSession().finally(() => (stage.choosing = null));
+    await stage.choosing;
+  }
+  if (ended && stage.session !== null) stage.summary = await api(`/api/sessions/${stage.session}`);
+  showStatus();
+  markRunning();
+  showWaiting(state.waiting);
+  if (state.messages !== stage.shownCount || ended) {
+    stage.shownCount = state.messages;
+    refreshDialog();
+  }
+}
+
+// The server went away (Ctrl+C) or refused a read: say so instead of failing silently.
+function lostContact(error) {
+  const badge = document.getElementById("status");
+  badge.textContent = "disconnected";
+  badge.className = "status failed";
+  badge.title = error.message;
 }
 
 document.getElementById("seat").addEventListener("change", (event) => {
@@ -286,4 +295,4 @@ document.getElementById("seat").addEventListener("change", (event) => {
   if (stage.session !== null) await openSession(stage.session);
   else await chooseSession();
   listen();
-})();
+})().catch(lostContact);
