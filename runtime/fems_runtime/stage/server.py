@@ -5,6 +5,7 @@ or the ``X-Stage-Token`` header the page's own requests send). Reads go to the s
 source (:class:`~fems_runtime.stage.live.LiveStage` or :class:`~fems_runtime.stage.archive.Archive`);
 the only write is ``POST /api/answer`` for a waiting human turn. Live updates are server-sent
 events: the page gets the stage's state and reads its view again when the message count moves.
+Reads run on the event loop, like the run's own store calls (the store's writer lives there).
 """
 
 from __future__ import annotations
@@ -83,16 +84,14 @@ def create_app(source: StageSource, token: str) -> Starlette:
             view = source.session_view(number)
         except KeyError:
             return JSONResponse({"error": f"no session {number}"}, 404)
-        summary, seats = await asyncio.to_thread(lambda: (view.summary(), view.seats()))
-        chart = await asyncio.to_thread(source.chart_of, number)
-        return JSONResponse({**summary, "seats": seats, "chart": chart.to_json()})
+        chart = source.chart_of(number).to_json()
+        return JSONResponse({**view.summary(), "seats": view.seats(), "chart": chart})
 
     async def messages(request: Request) -> Response:
         number = request.path_params["number"]
         seat = request.query_params.get("seat", "")
         try:
-            view = source.session_view(number)
-            found = await asyncio.to_thread(view.messages, seat)
+            found = source.session_view(number).messages(seat)
         except KeyError:
             return JSONResponse({"error": f"no seat {seat} in session {number}"}, 404)
         return JSONResponse({"seat": seat, "messages": found})
