@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from fems_runtime.app import Program, RunResult
     from fems_runtime.stage.chart import FlowChart
+    from fems_runtime.stage.server import Report, StagedProgram
     from fems_runtime.store import Store
 
 WEB_EXTRA = "fems-runtime[web]"
@@ -34,10 +34,10 @@ def missing_web_extra() -> str | None:
 
 
 def serve_run(
-    program: Program,
+    program: StagedProgram,
     options: dict[str, Any],
     port: int,
-    report: Callable[[RunResult | BaseException], int],
+    report: Report,
 ) -> int:
     """``--serve``: run ``program`` with the stage up (see :func:`server.run_on_stage`)."""
     problem = missing_web_extra()

@@ -34,11 +34,25 @@ from fems_runtime.stage.live import AnswerRefused, LiveStage
 from fems_runtime.stage.view import SessionView
 
 if TYPE_CHECKING:
-    from fems_runtime.app import Program, RunResult
     from fems_runtime.store import Store
 
 STATIC = Path(__file__).parent / "static"
 EXIT_RUN_ERROR = 1
+
+
+class StagedProgram(Protocol):
+    """What the stage needs of a generated module's :class:`~fems_runtime.app.Program` (named
+    by its shape, so the stage and the app, which starts it, do not import each other)."""
+
+    script: Any  # ScriptInfo: file, sha256
+    module_file: str
+    source: Path | None
+
+    async def run_async(self, **options: Any) -> Any: ...
+
+
+Report = Callable[[Any], int]
+"""Prints how a run ended (its RunResult, a RunError or an interrupt); the exit status."""
 
 
 class StageSource(Protocol):
@@ -162,10 +176,10 @@ async def _start(app: Starlette, port: int) -> tuple[asyncio.Task[None], str]:
 
 
 async def run_on_stage(
-    program: Program,
+    program: StagedProgram,
     options: dict[str, Any],
     port: int,
-    report: Callable[[RunResult | BaseException], int],
+    report: Report,
 ) -> int:
     """Run ``program`` with the stage up; after the run the page stays until Ctrl+C. Human
     turns are answered in the page unless ``--human`` says otherwise."""
@@ -189,7 +203,7 @@ async def run_on_stage(
     _say(f"{script.file}: the stage is at {url}")
     try:
         try:
-            outcome: RunResult | BaseException = await program.run_async(**options, observer=stage)
+            outcome: Any = await program.run_async(**options, observer=stage)
         except RunError as error:
             outcome = error
         except asyncio.CancelledError:  # Ctrl+C during the run
