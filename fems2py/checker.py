@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -176,14 +177,24 @@ class Checker:
     def module_local_hint(self, name: str) -> str | None:
         """§12.11: a name declared only in a module's vars: is that module's (§11.2); say
         where it is declared and how to share it."""
+        found = self.module_locals.get(name)
+        if found is None:
+            return None
+        module, line = found
+        return (
+            f"'{name}' is a local of module {module} (line {line}); "
+            "declare it in the top-level vars: to share it between modules"
+        )
+
+    @functools.cached_property
+    def module_locals(self) -> dict[str, tuple[str, int]]:
+        """Each name declared in some module's vars: → (that module, the line); the first
+        module in source order when several declare it."""
+        found: dict[str, tuple[str, int]] = {}
         for module in _all_modules(self.script.modules):
-            decl = next((v for v in module.variables if v.name == name), None)
-            if decl is not None:
-                return (
-                    f"'{name}' is a local of module {module.name} (line {decl.span.line}); "
-                    "declare it in the top-level vars: to share it between modules"
-                )
-        return None
+            for decl in module.variables:
+                found.setdefault(decl.name, (module.name, decl.span.line))
+        return found
 
     def undefined(self, message: str, span: Span, hint: str | None) -> None:
         """An unknown name is reported at its first use only; the other uses are listed in

@@ -9,6 +9,7 @@ shadow the outer ones (§11.4).
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from collections.abc import Iterable, Iterator
 
@@ -74,8 +75,10 @@ def excuse_unused(
 
 
 def holder(blocks: tuple[ActionBlock, ...], diagnostic: Diagnostic) -> ActionBlock | None:
-    """The block the diagnostic points into, if any."""
-    return next((block for block in blocks if block.holds(diagnostic.span)), None)
+    """The block the diagnostic points into, if any. Blocks come in source order and never
+    overlap (the parser records them as it meets them), so a binary search finds it."""
+    at = bisect.bisect_right(blocks, diagnostic.span.line, key=lambda block: block.span.line)
+    return blocks[at - 1] if at and blocks[at - 1].holds(diagnostic.span) else None
 
 
 def without_unused(script: Script, unused: tuple[ActionBlock, ...]) -> Script:
