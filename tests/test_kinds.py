@@ -12,6 +12,7 @@ from fems_runtime.specs import TURN_KINDS
 
 from fems2py.kinds import ACTION_KINDS, EXECUTOR_KINDS, FIELD_NAMES, ActionKindName
 from fems2py.parser import parse
+from fems2py.parser.actions import FIELD_PARSERS
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "fems2py" / "templates"
 
@@ -59,3 +60,7 @@ def test_the_parser_reads_each_header_as_the_table_says(kind: str) -> None:
     header = ACTION_KINDS[kind].header
     assert (action.executor == "@Eve") == (header == "executor")
     assert (action.func is not None) == (header == "func")
+
+
+def test_every_field_has_its_parser() -> None:
+    assert set(FIELD_PARSERS) == set(FIELD_NAMES)
