@@ -25,6 +25,7 @@ from fems_runtime.values import format_value
 from fems_runtime.variables import Frame
 
 TERMINALS = ("END", "OUT", "BREAK")
+YIELD_EVERY = 64  # steps between two yields to the event loop of a flow that runs alone
 _MISSING: Any = object()
 
 
@@ -256,7 +257,10 @@ class Context:
             self.frame.assign(name, op, value)
         else:
             self.frame.assign(name, op, value, key)
-        self.services.trace.write(
+        trace = self.services.trace
+        if not trace.active:
+            return
+        trace.write(
             "assign",
             node=self.node,
             line=self.line,
@@ -316,8 +320,13 @@ class Context:
         line = self.services.lines.at(sys._getframe(1))
         self.node, self.line = node, line
         self.steps.step(node, self.services.file, line)
-        self.services.trace.write("step", node=node, line=line)
-        await asyncio.sleep(0)  # a point where a cancelled branch (join(n)) stops
+        trace = self.services.trace
+        if trace.active:
+            trace.write("step", node=node, line=line)
+        if self.path or self.steps.total % YIELD_EVERY == 0:
+            # a point where a cancelled branch (join(n)) stops and the other branches run; a
+            # flow with nothing beside it only lets other tasks (the stage) in now and then
+            await asyncio.sleep(0)
         if action is not None:
             await action(self)
 

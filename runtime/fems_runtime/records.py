@@ -116,6 +116,11 @@ class TraceWriter:
         """Call ``listener`` with each event from now on, in the thread that writes it."""
         self._listeners.append(listener)
 
+    @property
+    def active(self) -> bool:
+        """Whether events are written (callers skip building them when not)."""
+        return self._stream is not None
+
     def write(self, event: str, **fields: Any) -> None:
         """Write ``{"event": event, **fields}`` as one line; actors become ``"@name"``."""
         if self._stream is None and not self._listeners:

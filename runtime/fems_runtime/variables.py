@@ -147,6 +147,8 @@ class Variables:
     def adopt(self, value: Any) -> Any:
         """A private copy of ``value`` in runtime form: ``"@x"`` strings naming defined actors
         become :class:`Actor`, dicts become :class:`FemDict`, tuples become lists."""
+        if type(value) in _PLAIN:  # most values: the ABC checks below cost more than the rest
+            return value
         if isinstance(value, str):
             if str(value) in self.actors:
                 return Actor(str(value), self)
@@ -426,6 +428,9 @@ class Frame:
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.visible())
+
+
+_PLAIN = frozenset({int, float, bool, type(None)})
 
 
 def _combine(name: Any, current: Any, op: str, value: Any) -> tuple[Any, str | None, Any]:
