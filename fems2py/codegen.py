@@ -135,6 +135,7 @@ class FlowView:
     docstring: str | None
     # a dispatch (with concurrent branches) is entered at a node: it takes ``node``/``stop``
     dispatch: bool
+    returns: str  # "str | None", or "None" for a structured body that never ends the flow
     start: str
     body: tuple[str, ...]
     decorator_code: str | None = None
@@ -608,7 +609,7 @@ class CodeGenerator:
                 bodies[node.name] = self.namer.take(_body_name(function, inner))
                 later.append((node.name, inner, bodies[node.name]))
         flow = _FlowEmitter(self, scope, graph, function, ids, bodies, loop)
-        dispatch, body = flow.emit()
+        dispatch, returns, body = flow.emit()
         doc_lines = self.comments_above(line) if loop is None else []
         self.items.append(
             FlowView(
@@ -617,6 +618,7 @@ class CodeGenerator:
                 construct="",
                 docstring=docstring("\n".join(doc_lines)) or None,
                 dispatch=dispatch,
+                returns=returns,
                 start=ids.get(start, start),
                 body=tuple(body),
                 decorator_code=decorator,
@@ -716,9 +718,9 @@ class _FlowEmitter:
         self.commented: set[int] = set()
         self.stuck_nodes: set[str] = set()
 
-    def emit(self) -> tuple[bool, list[str]]:
+    def emit(self) -> tuple[bool, str, list[str]]:
         if not self.nodes and self.loop is None:
-            return False, [
+            return False, "str | None", [
                 '    return "OUT"  # a stub module (empty flow:): calling it does nothing'
             ]
         edges: dict[str, list[Edge]] = {}
@@ -743,13 +745,20 @@ class _FlowEmitter:
             restart=self.restart,
         )
         structured, statements = flowgen.emit(flow_graph, code)
-        if structured:
-            statements = flowgen.without_tail_returns(statements)
         self.record_conditions(edges)
+        returns = "str | None"
+        if structured and not any(_ENDS.search(line) for line in flowgen.render(statements)):
+            # no path ends at [END]/[OUT]/[BREAK] (a loop body): the function returns nothing
+            returns = "None"
+            statements = flowgen.without_tail_returns(statements)
+        elif structured and flowgen.falls_off(statements):
+            statements.append("return None")
         lines = flowgen.render(statements)
+        if returns == "None":
+            lines = [line.replace("return None", "return") for line in lines]
         if all(line.lstrip().startswith("#") for line in lines):
             lines.append("    pass")
-        return not structured, lines
+        return not structured, returns, lines
 
     def node_id(self, name: str) -> str:
         return self.ids.get(name, name)
@@ -814,6 +823,7 @@ MARK = "\ue000"  # private use: never in a comment made from user text (see comm
 _NUMBERED_MARKER = re.compile(rf"# {MARK}(\d+)")
 _MARKER_LINE = re.compile(rf"^[ \t]*# {MARK}[ \t]*$")
 LINES_PLACEHOLDER = 'LINES = ""\n'
+_ENDS = re.compile(r"^\s*return ['\"]")
 
 
 def line_marker(line: int) -> str:

@@ -351,8 +351,8 @@ class _Dispatcher:
         statements.append(f"targets = {fixed!r}")
         for edge in edges:
             if edge.condition is not None:
-                append = f"targets.append({code.node_id(edge.target)!r})"
-                arm = ([code.marker(edge.span.line)], code.condition(edge), [append])
+                append: list[Statement] = [f"targets.append({code.node_id(edge.target)!r})"]
+                arm = ([code.marker(edge.span.line)], code.condition(edge), append)
                 statements.append(If([arm]))
         if not fixed:
             skip = graph.is_body and name == graph.entry
@@ -413,3 +413,29 @@ def without_tail_returns(statements: list[Statement]) -> list[Statement]:
                 orelse = None
         return [*rest, If(arms, orelse)]
     return statements
+
+
+def falls_off(statements: Sequence[Statement]) -> bool:
+    """Whether running ``statements`` can reach their end (a ``while True:`` ends only
+    through a ``break`` of its own; ``return``, ``raise``, ``continue``, ``break`` never)."""
+    if not statements:
+        return True
+    last = statements[-1]
+    if isinstance(last, str):
+        return not last.startswith(("return", "raise", "continue", "break"))
+    if isinstance(last, Block):
+        return last.header != "while True:" or _breaks(last.body)
+    arms = [body for _, _, body in last.arms]
+    return last.orelse is None or falls_off(last.orelse) or any(falls_off(arm) for arm in arms)
+
+
+def _breaks(statements: Sequence[Statement]) -> bool:
+    """Whether a ``break`` in ``statements`` leaves the loop they are the body of."""
+    for statement in statements:
+        if statement == "break":
+            return True
+        if isinstance(statement, If):
+            bodies = [body for _, _, body in statement.arms] + [statement.orelse or []]
+            if any(_breaks(body) for body in bodies):
+                return True
+    return False

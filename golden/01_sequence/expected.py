@@ -20,7 +20,7 @@ ACTORS = (
     fr.ActorSpec("@Ann", type="ai", soul="ann", source="fems/mock"),
     fr.ActorSpec("@Bob", type="ai", soul="Bob"),
 )
-VARIABLES = {
+VARIABLES: dict[str, object] = {
     "topic": "the weather",
     "mood": "calm",
 }

@@ -17,7 +17,7 @@ SCRIPT = fr.ScriptInfo(
 
 
 ACTORS = ()
-VARIABLES = {
+VARIABLES: dict[str, object] = {
     "a": 0,
     "b": 0,
     "merged": 0,

@@ -17,7 +17,7 @@ SCRIPT = fr.ScriptInfo(
 
 
 ACTORS = (fr.ActorSpec("@Eve", type="ai", soul="Eve"),)
-VARIABLES = {
+VARIABLES: dict[str, object] = {
     "score": 3,
     "level": 1,
     "hp": {fr.Actor("@Eve"): 100},

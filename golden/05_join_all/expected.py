@@ -20,7 +20,7 @@ ACTORS = (
     fr.ActorSpec("@Curie", type="ai", soul="Curie"),
     fr.ActorSpec("@Darwin", type="ai", soul="Darwin"),
 )
-VARIABLES = {
+VARIABLES: dict[str, object] = {
     "comments": {},
 }
 

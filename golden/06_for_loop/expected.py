@@ -20,7 +20,7 @@ ACTORS = (
     fr.ActorSpec("@Ann", type="ai", soul="Ann"),
     fr.ActorSpec("@Max", type="human", soul="max", source="7"),
 )
-VARIABLES = {
+VARIABLES: dict[str, object] = {
     "alive": [fr.Actor("@Ann"), fr.Actor("@Max")],
     "rounds": 0,
 }
@@ -61,7 +61,7 @@ async def main_flow(ctx: fr.Context) -> str | None:
     return "END"
 
 
-async def main_flow_for_speaker_in_alive(ctx: fr.Context) -> str | None:
+async def main_flow_for_speaker_in_alive(ctx: fr.Context) -> None:
     if ctx.attr("@speaker", "type") == "ai":
         await ctx.step("ai_speak", ai_speak)
     elif ctx.attr("@speaker", "type") == "human":

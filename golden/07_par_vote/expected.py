@@ -21,7 +21,7 @@ ACTORS = (
     fr.ActorSpec("@b", type="ai", soul="b"),
     fr.ActorSpec("@c", type="ai", soul="c"),
 )
-VARIABLES = {
+VARIABLES: dict[str, object] = {
     "voters": [fr.Actor("@a"), fr.Actor("@b"), fr.Actor("@c")],
     "votes": {},
     "count": 0,
@@ -52,7 +52,7 @@ async def main_flow(ctx: fr.Context) -> str | None:
     return "END"
 
 
-async def main_flow_par_voter_in_voters(ctx: fr.Context) -> str | None:
+async def main_flow_par_voter_in_voters(ctx: fr.Context) -> None:
     await ctx.step("vote", vote)
     await ctx.step("record", record)
 

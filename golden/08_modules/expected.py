@@ -17,7 +17,7 @@ SCRIPT = fr.ScriptInfo(
 
 
 ACTORS = ()
-VARIABLES = {
+VARIABLES: dict[str, object] = {
     "day": 0,
     "over": False,
 }

@@ -17,7 +17,7 @@ SCRIPT = fr.ScriptInfo(
 
 
 ACTORS = ()
-VARIABLES = {
+VARIABLES: dict[str, object] = {
     "log": [],
 }
 

@@ -20,7 +20,7 @@ ACTORS = (
     fr.ActorSpec("@a", type="ai", soul="a"),
     fr.ActorSpec("@b", type="ai", soul="b"),
 )
-VARIABLES = {
+VARIABLES: dict[str, object] = {
     "n": 1,
     "alive": [fr.Actor("@a"), fr.Actor("@b")],
     "hp": {fr.Actor("@a"): 10, fr.Actor("@b"): 10},

@@ -20,7 +20,7 @@ ACTORS = (
     fr.ActorSpec("@a", type="ai", soul="a"),
     fr.ActorSpec("@b", type="ai", soul="b"),
 )
-VARIABLES = {
+VARIABLES: dict[str, object] = {
     "alive": [fr.Actor("@a"), fr.Actor("@b")],
     "at": {fr.Actor("@a"): "inn", fr.Actor("@b"): "inn"},
     "crowd": [],

@@ -21,7 +21,7 @@ ACTORS = (
     fr.ActorSpec("@Max", type="human", soul="max", source="0"),
     fr.ActorSpec("@Wolf", type="ai", soul="Wolf"),
 )
-VARIABLES = {
+VARIABLES: dict[str, object] = {
     "@speaker": fr.Actor("@Ann"),
     "answer": "",
     "players": [fr.Actor("@Ann"), fr.Actor("@Max")],

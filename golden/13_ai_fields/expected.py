@@ -46,7 +46,7 @@ METHODS = (
         outputs=("ctx_text",),
     ),
 )
-VARIABLES = {
+VARIABLES: dict[str, object] = {
     "wolves": [fr.Actor("@w")],
     "alive": [fr.Actor("@w"), fr.Actor("@v")],
     "pick": "",

@@ -18,7 +18,7 @@ SCRIPT = fr.ScriptInfo(
 
 ACTORS = (fr.ActorSpec("@lead", type="ai", soul="lead"),)
 BLUEPRINTS = (fr.BlueprintSpec("coder", source="fems/mock", tools=False),)
-VARIABLES = {
+VARIABLES: dict[str, object] = {
     "spawn_requests": [{"blueprint": "coder", "count": 2}],
     "team": [],
     "done": {},
@@ -52,7 +52,7 @@ async def main_flow(ctx: fr.Context) -> str | None:
     return "END"
 
 
-async def main_flow_par_coder_in_team(ctx: fr.Context) -> str | None:
+async def main_flow_par_coder_in_team(ctx: fr.Context) -> None:
     await ctx.step("work", work)
 
 

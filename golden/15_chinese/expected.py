@@ -20,7 +20,7 @@ ACTORS = (
     fr.ActorSpec("@小灵", type="ai", soul="小灵"),
     fr.ActorSpec("@小明", type="ai", soul="小明"),
 )
-VARIABLES = {
+VARIABLES: dict[str, object] = {
     "计数": 0,
     "玩家列表": [fr.Actor("@小灵"), fr.Actor("@小明")],
 }

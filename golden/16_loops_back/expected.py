@@ -17,7 +17,7 @@ SCRIPT = fr.ScriptInfo(
 
 
 ACTORS = ()
-VARIABLES = {
+VARIABLES: dict[str, object] = {
     "tries": 0,
     "talks": 0,
 }

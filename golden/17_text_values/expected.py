@@ -17,7 +17,7 @@ SCRIPT = fr.ScriptInfo(
 
 
 ACTORS = (fr.ActorSpec("@Eve", type="ai", soul="Eve"),)
-VARIABLES = {
+VARIABLES: dict[str, object] = {
     "name": "Eve",
     "url": "http://example.com/x",
     "story": fr.lines(

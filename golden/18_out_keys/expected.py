@@ -20,7 +20,7 @@ ACTORS = (
     fr.ActorSpec("@you", type="human", soul="you", source="0"),
     fr.ActorSpec("@Eve", type="ai", soul="Eve"),
 )
-VARIABLES = {
+VARIABLES: dict[str, object] = {
     "scores": {},
     "wolf_pick": {},
     "table": {},
@@ -77,12 +77,12 @@ async def main_flow(ctx: fr.Context) -> str | None:
     return "END"
 
 
-async def main_flow_for_i(ctx: fr.Context) -> str | None:
+async def main_flow_for_i(ctx: fr.Context) -> None:
     await ctx.step("rate", rate)
     await ctx.step("note", note)
 
 
-async def main_flow_for_wolf(ctx: fr.Context) -> str | None:
+async def main_flow_for_wolf(ctx: fr.Context) -> None:
     await ctx.step("kill", kill)
 
 
