@@ -375,9 +375,9 @@ class Checker:
 
     def check_actors(self) -> None:
         """Duplicate actor names and souls (§6.2), duplicate blueprints."""
-        actors = self.unique(self.script.actors, "actor")
+        unique_actors = self.unique(self.script.actors, "actor")
         souls: dict[str, list[ActorDef]] = {}
-        for actor in actors.values():
+        for actor in unique_actors.values():
             souls.setdefault(actor.soul, []).append(actor)
         for soul, actors in souls.items():
             if len(actors) < 2:
@@ -480,12 +480,12 @@ class Checker:
             return False
         if name in names:
             return True
-        hint = self.module_local_hint(name) or suggest(
+        found = self.module_local_hint(name) or suggest(
             name, {n for n in names if not n.startswith("@")}
         )
-        if hint is None and string_hint and name.isidentifier():
-            hint = f"did you mean the string '{name}'? Otherwise declare it in vars:"
-        self.undefined(f"undeclared variable '{name}'", span, hint or self.declare_hint(name))
+        if found is None and string_hint and name.isidentifier():
+            found = f"did you mean the string '{name}'? Otherwise declare it in vars:"
+        self.undefined(f"undeclared variable '{name}'", span, found or self.declare_hint(name))
         return False
 
     def check_path(self, ref: PathRef, names: set[str], *, string_hint: bool = False) -> None:

@@ -720,9 +720,11 @@ class _FlowEmitter:
 
     def emit(self) -> tuple[bool, str, list[str]]:
         if not self.nodes and self.loop is None:
-            return False, "str | None", [
-                '    return "OUT"  # a stub module (empty flow:): calling it does nothing'
-            ]
+            return (
+                False,
+                "str | None",
+                ['    return "OUT"  # a stub module (empty flow:): calling it does nothing'],
+            )
         edges: dict[str, list[Edge]] = {}
         for edge in self.graph.edges:
             edges.setdefault(edge.source, []).append(edge)

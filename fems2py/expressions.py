@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Iterable
 
 import parso
-from parso.python.tree import Leaf, Name
+from parso.python.tree import Leaf
 from parso.tree import BaseNode, NodeOrLeaf
 
 from fems2py.diagnostics import Diagnostics, suggest
@@ -257,6 +257,7 @@ class _Compiler:
         """Python for ``node``, including the whitespace before it (collapsed to one space)."""
         if isinstance(node, Leaf):
             return _prefix(node) + self._emit_leaf(node)
+        assert isinstance(node, BaseNode)
         return self._emit_body(node)
 
     def _emit_children(self, children: Iterable[NodeOrLeaf]) -> str:
@@ -321,7 +322,7 @@ class _Compiler:
 
     def _emit_trailers(self, node: BaseNode) -> str:
         """``name trailer*``: FEM paths, code calls, builtin calls, subscripts."""
-        first: Name = node.children[0]  # type: ignore[assignment]
+        first = node.children[0]
         trailers = list(node.children[1:])
         if node.children[0].type != "name":
             return self._emit_children(node.children)
@@ -414,7 +415,8 @@ def _prefix(node: NodeOrLeaf) -> str:
 def _op_text(node: NodeOrLeaf) -> str:
     if isinstance(node, Leaf):
         return node.value
-    return " ".join(leaf.value for leaf in node.children)  # type: ignore[union-attr]
+    assert isinstance(node, BaseNode)
+    return " ".join(leaf.get_code(include_prefix=False) for leaf in node.children)
 
 
 def compile_expression(

@@ -356,7 +356,7 @@ class _Dispatcher:
                 statements.append(If([arm]))
         if not fixed:
             skip = graph.is_body and name == graph.entry
-            otherwise = (
+            otherwise: list[Statement] = (
                 ["return None"] if skip else [code.marker(edges[0].span.line), code.stuck(name)]
             )
             statements.append(If([([], "not targets", otherwise)]))

@@ -67,11 +67,17 @@ class BindingVisitor(NodeVisitor[_Result]):
         return None
 
 
-@functools.cache
+_method_names: dict[tuple[type, type], str | None] = {}
+
+
 def _method_name(visitor: type, node: type) -> str | None:
-    """The name of ``visitor``'s method for nodes of class ``node``, None when it has none."""
-    name = "visit_" + _SPECIAL_NAMES.get(node, node.__name__)
-    return name if callable(getattr(visitor, name, None)) else None
+    """The name of ``visitor``'s method for nodes of class ``node``, None when it has none
+    (remembered per pair of classes)."""
+    key = (visitor, node)
+    if key not in _method_names:
+        name = "visit_" + _SPECIAL_NAMES.get(node, node.__name__)
+        _method_names[key] = name if callable(getattr(visitor, name, None)) else None
+    return _method_names[key]
 
 
 @functools.cache

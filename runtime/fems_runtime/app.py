@@ -139,9 +139,12 @@ class _Services:
                 )
             else:
                 function = self._code.function(spec.code, spec.function)
-                inputs = spec.inputs
-                if inputs is None:
-                    inputs = funcs.auto_inputs(function, ctx.frame, name=name)
+                given = spec.inputs
+                inputs = (
+                    given
+                    if given is not None
+                    else funcs.auto_inputs(function, ctx.frame, name=name)
+                )
                 self.trace.write("func", node=ctx.node, action=spec.action, inputs=inputs)
                 result = await funcs.call_function(function, inputs, name=name)
             pairs = funcs.assign_returns(ctx.frame, result, spec.outs or (), name=name)

@@ -234,7 +234,7 @@ def _project_dirs(program: Any, base_dir: str | Path) -> list[Path]:
     module_file = getattr(program, "module_file", None)
     project_dir = getattr(program, "project_dir", None)
     if project_dir or module_file:
-        module_dir = Path(project_dir or module_file).resolve()
+        module_dir = Path(str(project_dir or module_file)).resolve()
         if not project_dir:
             module_dir = module_dir.parent
         if module_dir != dirs[0]:

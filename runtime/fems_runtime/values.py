@@ -56,7 +56,7 @@ class Actor(str):
             return {"name": str(self)}
         return self._states.actor_info(str(self))
 
-    def __getitem__(self, key: Any) -> Any:  # type: ignore[override]
+    def __getitem__(self, key: Any) -> Any:
         if isinstance(key, int | slice):
             return str.__getitem__(self, key)
         return self.state()[key]
@@ -83,7 +83,7 @@ class Actor(str):
         return (Actor, (str(self),))
 
 
-class FemDict(dict):  # type: ignore[type-arg]
+class FemDict(dict[Any, Any]):
     """A FEM dictionary: reading a missing key gives ``None`` instead of raising (§4.4)."""
 
     def __missing__(self, key: Any) -> None:

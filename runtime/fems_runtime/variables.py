@@ -236,7 +236,9 @@ class Frame:
 
         Unfinished (cancelled) branches write nothing back.
         """
-        done = sorted((b for b in branches if b.finished is not None), key=lambda b: b.finished)
+        done = sorted(
+            (b for b in branches if b.finished is not None), key=lambda b: b.finished or 0
+        )
         for branch in done:
             if branch.parent is not self:
                 raise ValueError("merge() takes branches created by this frame's branch()")
@@ -377,10 +379,11 @@ class Frame:
         holder[name] = new
         if undo_op == "=":
             return _restore(self.variables.lock, holder, name, undo_value)
+        back = undo_op or "="  # += and -= always name their opposite
 
         def undo() -> None:
             with self.variables.lock:
-                holder[name] = _combine(name, holder[name], undo_op, undo_value)[0]
+                holder[name] = _combine(name, holder[name], back, undo_value)[0]
 
         return undo
 
