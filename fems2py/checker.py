@@ -67,6 +67,7 @@ SPAWN = FuncSignature("spawn", (Param("spawn_requests", False),), False, 0)
 META_KEYS = (
     *("name", "version", "id", "owner", "database", "session", "system_safety"),
     *("output_style", "max_steps", "delay", "model", "max_concurrency"),
+    *("timeout", "retry_budget"),
 )
 MODULE_META_KEYS = ("max_steps", "delay")
 _SESSION = re.compile(r"\s*(?:new|\d+(?:\s*/\s*new)?)\s*", re.IGNORECASE)
@@ -362,6 +363,13 @@ class Checker:
             elif key == "delay" and not (isinstance(value, NumberValue) and value.value >= 0):
                 self.error(
                     "meta 'delay' must be a number of seconds ≥ 0", value.span, "e.g. delay = 0.5"
+                )
+            elif key in ("timeout", "retry_budget") and not (
+                isinstance(value, NumberValue) and value.value > 0
+            ):
+                example = "timeout = 60" if key == "timeout" else "retry_budget = 120"
+                self.error(
+                    f"meta '{key}' must be a number of seconds > 0", value.span, f"e.g. {example}"
                 )
             elif key == "session" and not (
                 _whole_number(value, 0)

@@ -39,6 +39,7 @@ from fems_runtime.version import __version__
 
 if TYPE_CHECKING:
     from fems_runtime.human import HumanProvider
+    from fems_runtime.llm import ModelClient
     from fems_runtime.specs import TurnResult, TurnSpec
     from fems_runtime.store import Store
 
@@ -234,11 +235,15 @@ class Program:
         transcript: bool | Transcript = False,
         souls: str | Path | Mapping[str, Any] | None = None,
         observer: RunObserver | None = None,
+        timeout: float | None = None,
+        retry_budget: float | None = None,
     ) -> RunResult:
         """Run the main flow; raise :class:`RunError` (located in the ``.fems`` file) when the
         script fails. ``result`` writes the ``--result`` file in both cases; ``transcript``
         prints the dialog as it is stored (True: to stdout); ``souls`` loads personas and user
         profiles (a YAML/JSON file or a mapping, see :meth:`Store.seed`) before the first turn.
+        ``timeout`` (seconds per model request) and ``retry_budget`` (seconds a model call may
+        spend retrying) override ``meta: timeout`` / ``retry_budget`` (§15.4).
         ``resume`` continues an interrupted or failed session (``session`` N, else the newest
         session of this script) from its turn records (§16.4, see :mod:`fems_runtime.records`):
         a completed session or one run from a different script is refused. ``observer``
@@ -264,6 +269,8 @@ class Program:
                     seed=seed,
                     code=code.module,
                     resume=bool(resume),
+                    timeout=timeout,
+                    retry_budget=retry_budget,
                 )
                 if observer is not None:
                     observer.run_opened(turns.store, turns.session, writer)
@@ -302,12 +309,14 @@ class Program:
                 if turns is not None:
                     if observer is not None:
                         observer.run_closing("failed", str(located))
+                    await turns.models.aclose()
                     turns.finish("failed")
                 if located is error:
                     raise
                 raise located from error
             if observer is not None:
                 observer.run_closing("completed", None)
+            await turns.models.aclose()
             turns.finish("completed")
             session_id = turns.session
         outcome = RunResult(
@@ -430,6 +439,19 @@ def _argument_parser(script: ScriptInfo) -> argparse.ArgumentParser:
         "answers file for human turns",
     )
     parser.add_argument("--seed", type=int, help="seed for fems/mock")
+    parser.add_argument(
+        "--timeout",
+        type=_seconds,
+        metavar="S",
+        help="seconds a model request may take before it is retried (default: meta.timeout, 60)",
+    )
+    parser.add_argument(
+        "--retry-budget",
+        type=_seconds,
+        metavar="S",
+        help="seconds a model call may spend retrying transient errors (default: "
+        "meta.retry_budget, 120)",
+    )
     parser.add_argument("--trace", help="write a JSONL event trace to this file")
     parser.add_argument("--result", help="write the final result JSON to this file")
     parser.add_argument(
@@ -468,12 +490,24 @@ def _argument_parser(script: ScriptInfo) -> argparse.ArgumentParser:
     return parser
 
 
+def _seconds(text: str) -> float:
+    """A number of seconds > 0 (``--timeout``, ``--retry-budget``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of seconds > 0")
+    return value
+
+
 class TurnRunner(Protocol):
     """The model/human side of a run (:class:`fems_runtime.turns.TurnServices`)."""
 
     session: int
     store: Store
     log: TurnLog
+    models: ModelClient
 
     async def run(self, ctx: Context, spec: TurnSpec) -> TurnResult: ...
 

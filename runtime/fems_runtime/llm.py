@@ -1,7 +1,10 @@
-"""Every model call goes through `ModelClient`: model choice, lazy litellm, retries, pacing (§15).
+"""Every model call goes through `ModelClient`: model choice, retries, timeouts, pacing, usage
+and cost (§15).
 
-litellm is imported only inside the first call to a real model, so importing a generated module
-(or running it with the offline models of §15.3) never pays for it.
+A request goes out through `fems_runtime.endpoints`: the `openai` SDK for the OpenAI protocol,
+litellm (imported on its first call) for the other providers. Everything around the request is
+here, once, so both paths retry, time out, fail and count the same way. Importing a generated
+module, or running it with the offline models of §15.3, imports neither.
 """
 
 from __future__ import annotations
@@ -12,19 +15,28 @@ import random
 import re
 import sys
 import tomllib
-import warnings
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
+from fems_runtime.endpoints import (
+    ModelCallError,
+    OpenAIClients,
+    OpenAIRoute,
+    Reply,
+    import_litellm,
+    litellm_send,
+    missing_key,
+    openai_route,
+)
 from fems_runtime.offline import OFFLINE_MODELS, MockModel, OfflineTurn, ScriptModel
+from fems_runtime.prices import PRICES, PriceTable
 from fems_runtime.records import RunError
 
 DEFAULT_MODEL = "fems/mock"
-TRANSIENT_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
-_litellm_module: ModuleType | None = None
+DEFAULT_TIMEOUT = 60.0
+DEFAULT_RETRY_BUDGET = 120.0
 
 
 @dataclass(frozen=True)
@@ -55,15 +67,23 @@ class CallResult:
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Exponential backoff with full jitter for transient errors (§15.4)."""
+    """How transient errors are retried (§15.4): exponential backoff with jitter, or the
+    server's `Retry-After` (capped), for as long as the call's time budget lasts."""
 
-    attempts: int = 5
-    base: float = 1.0
-    cap: float = 30.0
+    budget: float = DEFAULT_RETRY_BUDGET  # seconds from a call's first attempt to giving up
+    base: float = 0.5
+    cap: float = 20.0
+    retry_after_cap: float = 60.0
 
-    def pause(self, failures: int, rng: random.Random) -> float:
-        """Seconds to wait after the `failures`-th consecutive transient failure."""
-        return rng.uniform(0, min(self.cap, self.base * 2 ** (failures - 1)))
+    def pause(self, failures: int, retry_after: float | None, rng: random.Random) -> float:
+        """Seconds to wait after the `failures`-th consecutive transient failure: what the
+        server asked (at most `retry_after_cap`, plus up to 10% so that callers told the same
+        time do not all come back at once), else half to all of the backoff step."""
+        if retry_after is not None:
+            wait = min(retry_after, self.retry_after_cap)
+            return wait + rng.uniform(0, 0.1 * wait)
+        step = min(self.cap, self.base * 2 ** (failures - 1))
+        return rng.uniform(step / 2, step)
 
 
 def load_dotenv(path: str | Path, environ: MutableMapping[str, str] | None = None) -> None:
@@ -106,48 +126,6 @@ def _env_alias_key(alias: str) -> str:
     return "FEMS_MODEL_" + re.sub(r"\W", "_", alias, flags=re.ASCII).upper()
 
 
-def import_litellm() -> ModuleType:
-    """Import litellm once, with the bundled price map so it never fetches one over the network."""
-    global _litellm_module
-    if _litellm_module is None:
-        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-        # cancelling a call early (`interrupt:`, a decided join) can leave litellm's inner
-        # coroutine unawaited; that is the cancellation working, not something to warn about
-        warnings.filterwarnings(
-            "ignore", r"coroutine '.*\.acompletion' was never awaited", RuntimeWarning
-        )
-        import litellm
-
-        litellm.suppress_debug_info = True
-        _litellm_module = litellm
-    return _litellm_module
-
-
-def _status_of(exc: BaseException) -> int | None:
-    status = getattr(exc, "status_code", None)
-    return status if isinstance(status, int) else None
-
-
-_MISSING_CREDENTIALS = re.compile(r"missing credentials|api_key client option must be set", re.I)
-
-
-def _is_missing_key(exc: BaseException) -> bool:
-    """litellm reports a missing provider key as a server error; retrying it is in vain."""
-    return bool(_MISSING_CREDENTIALS.search(str(exc)))
-
-
-def _is_transient(exc: BaseException) -> bool:
-    if _is_missing_key(exc):
-        return False
-    if isinstance(exc, TimeoutError | ConnectionError):
-        return True
-    status = _status_of(exc)
-    if status is not None:
-        return status in TRANSIENT_STATUS
-    names = {cls.__name__ for cls in type(exc).__mro__}
-    return bool(names & {"Timeout", "APIConnectionError", "RateLimitError", "APITimeoutError"})
-
-
 class ModelClient:
     """Resolves models (§15.2) and makes calls with a global in-flight cap and per-model spacing."""
 
@@ -159,7 +137,7 @@ class ModelClient:
         run_model: str | None = None,
         max_concurrency: int = 8,
         delay: float = 0.0,
-        timeout: float = 120.0,
+        timeout: float = DEFAULT_TIMEOUT,
         retry: RetryPolicy | None = None,
         seed: int = 0,
         replies: str | Path | Mapping[str, Any] | None = None,
@@ -180,6 +158,8 @@ class ModelClient:
         self._slots = asyncio.Semaphore(max(1, int(max_concurrency)))
         self._pacing: dict[str, tuple[asyncio.Lock, list[float]]] = {}
         self._rng = random.Random(seed)
+        self._openai = OpenAIClients()
+        self.prices: PriceTable = PRICES
 
     @classmethod
     def for_project(
@@ -262,27 +242,70 @@ class ModelClient:
     async def _complete_remote(
         self, choice: ModelChoice, messages: list[dict[str, str]], delay: float = 0.0
     ) -> CallResult:
-        failures = 0
+        """Send the request until it succeeds, a non-transient error ends it, or the retry
+        budget (counted from the first attempt) runs out (§15.4)."""
+        route = openai_route(choice.model, choice.options, self.environ)
+        if route is not None and (variable := missing_key(choice.model, route)):
+            raise RunError(
+                f"model {choice.model} has no API key: set {variable} (a .env file next to the "
+                "script or in the working directory is read too)"
+            )
+        timeout = float(choice.options.get("timeout") or self.timeout)
+        loop = asyncio.get_running_loop()
+        deadline: float | None = None  # set when the first attempt starts, not while queued
+        attempts = 0
         while True:
+            attempts += 1
             try:
                 async with self._slots:
                     await self._pace(choice.model, max(self.delay, delay))
-                    response = await self._acompletion(choice, messages)
-                return self._result(choice, response, failures + 1)
-            except Exception as exc:  # CancelledError is not an Exception: it propagates
-                failures += 1
-                if _is_missing_key(exc):
+                    if deadline is None:
+                        deadline = loop.time() + self.retry.budget
+                    limit = min(timeout, deadline - loop.time())
+                    reply = await self._send(choice, route, messages, limit)
+                return self._result(choice, reply, attempts)
+            except ModelCallError as error:
+                if error.kind == "key":
                     raise RunError(
-                        f"model {choice.model} has no API key: {_describe(exc)} (a .env file "
-                        "next to the script or in the working directory is read too)"
+                        f"model {choice.model} has no API key: {error.detail} (a .env file next "
+                        "to the script or in the working directory is read too)"
                     ) from None
-                if not _is_transient(exc):
-                    raise RunError(f"model {choice.model}: {_describe(exc)}") from None
-                if failures >= self.retry.attempts:
+                if not error.transient:
+                    raise RunError(f"model {choice.model}: {error}") from None
+                wait = self.retry.pause(attempts, error.retry_after, self._rng)
+                if deadline is None or loop.time() + wait >= deadline:
                     raise RunError(
-                        f"model {choice.model}: failed after {failures} attempts: {_describe(exc)}"
+                        f"model {choice.model}: gave up after {attempts} attempts "
+                        f"({self.retry.budget:g} s retry budget): {error}"
                     ) from None
-                await asyncio.sleep(self.retry.pause(failures, self._rng))
+                await asyncio.sleep(wait)
+
+    async def _send(
+        self,
+        choice: ModelChoice,
+        route: OpenAIRoute | None,
+        messages: list[dict[str, str]],
+        timeout: float,
+    ) -> Reply:
+        """One request on its path, cut off after ``timeout`` seconds whatever the SDK does."""
+        if timeout <= 0:  # the budget ran out while this attempt waited for a slot
+            raise ModelCallError("timeout", "no time left in the retry budget")
+        # importing the SDK or litellm (seconds, once) is not the endpoint's time
+        if route is None:
+            import_litellm()
+        else:
+            self._openai.client(route)
+        try:
+            async with asyncio.timeout(timeout):
+                if route is not None:
+                    return await self._openai.send(route, messages, timeout)
+                return await litellm_send(choice.model, choice.options, messages, timeout)
+        except TimeoutError:
+            raise ModelCallError("timeout", f"no answer within {timeout:g} s") from None
+
+    async def aclose(self) -> None:
+        """Release the pooled connections (the end of a run)."""
+        await self._openai.aclose()
 
     async def _pace(self, model: str, delay: float) -> None:
         """Hold the start of a call until `delay` seconds after the previous start of a call to
@@ -297,32 +320,12 @@ class ModelClient:
                 await asyncio.sleep(wait)
             last[0] = loop.time()
 
-    async def _acompletion(self, choice: ModelChoice, messages: list[dict[str, str]]) -> Any:
-        litellm = import_litellm()
-        options = {"timeout": self.timeout, "max_retries": 0, **choice.options}
-        async with asyncio.timeout(self.timeout):
-            return await litellm.acompletion(model=choice.model, messages=messages, **options)
-
-    def _result(self, choice: ModelChoice, response: Any, attempts: int) -> CallResult:
-        text = response.choices[0].message.content or ""
-        usage = getattr(response, "usage", None)
-        cost: float | None
-        try:
-            cost = float(import_litellm().completion_cost(completion_response=response))
-        except Exception:
-            cost = None  # a model missing from litellm's price table has no known cost
+    def _result(self, choice: ModelChoice, reply: Reply, attempts: int) -> CallResult:
         return CallResult(
-            text=text,
+            text=reply.text,
             model=choice.model,
-            prompt_tokens=getattr(usage, "prompt_tokens", None),
-            completion_tokens=getattr(usage, "completion_tokens", None),
-            cost=cost,
+            prompt_tokens=reply.usage.prompt_tokens,
+            completion_tokens=reply.usage.completion_tokens,
+            cost=self.prices.cost(choice.model, reply.usage, choice.options),
             attempts=attempts,
         )
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, TimeoutError):
-        return "timed out"
-    text = str(exc).strip() or type(exc).__name__
-    return text if len(text) <= 300 else text[:300] + "…"

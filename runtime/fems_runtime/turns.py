@@ -49,7 +49,14 @@ from fems_runtime.human import (
     MockHuman,
     TerminalHuman,
 )
-from fems_runtime.llm import CallResult, ModelChoice, ModelClient
+from fems_runtime.llm import (
+    DEFAULT_RETRY_BUDGET,
+    DEFAULT_TIMEOUT,
+    CallResult,
+    ModelChoice,
+    ModelClient,
+    RetryPolicy,
+)
 from fems_runtime.offline import OfflineTurn, named_actors, offline_out
 from fems_runtime.prompts import render
 from fems_runtime.records import RunError, TraceWriter, TurnLog
@@ -164,6 +171,8 @@ class TurnServices:
         code: Callable[[str], Any] | None = None,
         base_dir: str | Path = ".",
         resume: bool = False,
+        timeout: float | None = None,
+        retry_budget: float | None = None,
     ) -> TurnServices:
         """Build the run's services from a generated module's `Program` and the run options.
 
@@ -172,6 +181,7 @@ class TurnServices:
         does not exist, a database that cannot be opened) is a run error located in the script.
         ``resume`` continues the session's last run from its turn records (§16.4): ``session``
         (or ``meta.session``) names it, else the newest session of this script.
+        ``timeout`` and ``retry_budget`` (seconds) win over ``meta:`` (§15.4).
         """
         script = program.script
         meta = dict(script.meta)
@@ -184,6 +194,10 @@ class TurnServices:
                 run_model=model,
                 max_concurrency=int(meta.get("max_concurrency", 8)),
                 delay=float(meta.get("delay", 0) or 0),
+                timeout=float(timeout or meta.get("timeout") or DEFAULT_TIMEOUT),
+                retry=RetryPolicy(
+                    budget=float(retry_budget or meta.get("retry_budget") or DEFAULT_RETRY_BUDGET)
+                ),
                 seed=seed or 0,
                 replies=replies,
             )

@@ -1,44 +1,104 @@
-"""A scripted OpenAI-compatible chat server on 127.0.0.1, so tests exercise the real litellm path."""
+"""A scripted OpenAI-compatible chat server on 127.0.0.1 with a fault injector, so tests exercise
+the real network paths (the `openai` SDK and litellm) without a network.
+
+Each request is answered by a `Behaviour`: from the queue (`queue`), else from the fault injector
+(`Faults`: a seeded share of requests fail), else the default. A reply text given as `None` comes
+from the prompt: the text inside the last `REPLY[[...]]` marker of the last message, so a script's
+replies do not depend on the order in which requests arrive.
+"""
 
 from __future__ import annotations
 
 import json
+import random
+import re
+import socket
+import struct
+import sys
 import threading
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+REPLY_MARKER = re.compile(r"REPLY\[\[(.*?)\]\]", re.S)
+
 
 @dataclass(frozen=True)
 class Behaviour:
-    """How the server answers one request: a status code, an optional pause, a reply text."""
+    """How the server answers one request.
+
+    ``status``: the HTTP status; ``text``: the reply (None: from the prompt's marker);
+    ``pause``: seconds to wait before answering (a hang, when longer than the client's timeout);
+    ``retry_after``: a `Retry-After` header (seconds); ``fault``: ``"reset"`` drops the
+    connection without an answer, ``"bad_json"`` answers 200 with a body that is not JSON.
+    """
 
     status: int = 200
-    text: str = "hello"
+    text: str | None = "hello"
     pause: float = 0.0
+    retry_after: float | None = None
+    fault: str | None = None
+
+
+@dataclass(frozen=True)
+class Faults:
+    """Fail a seeded share ``rate`` of requests, each fault drawn from the kinds below.
+
+    ``hang`` is how long a hanging request waits before it answers (give the client a smaller
+    timeout); ``retry_after`` is the `Retry-After` a 429 carries.
+    """
+
+    rate: float
+    seed: int = 0
+    hang: float = 1.0
+    retry_after: float = 0.01
+
+    def kinds(self) -> tuple[Behaviour, ...]:
+        """One behaviour per kind of fault: 500, 503, 429 with Retry-After, reset, bad JSON, hang."""
+        return (
+            Behaviour(500),
+            Behaviour(503),
+            Behaviour(429, retry_after=self.retry_after),
+            Behaviour(fault="reset"),
+            Behaviour(fault="bad_json"),
+            Behaviour(text=None, pause=self.hang),
+        )
+
+
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 1024  # as a real endpoint: many clients connecting at once are queued
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that drops its connection (a timeout, a closed pool) is not an error."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 class FakeOpenAI:
     """Serves /v1/chat/completions from a queue of behaviours and records what it saw."""
 
-    def __init__(self, default: Behaviour | None = None) -> None:
+    def __init__(self, default: Behaviour | None = None, faults: Faults | None = None) -> None:
         self.default = default or Behaviour()
+        self.faults = faults
         self.script: deque[Behaviour] = deque()
         self.requests: list[dict[str, Any]] = []
+        self.injected: Counter[str] = Counter()
+        self.connections = 0
         self.in_flight = 0
         self.max_in_flight = 0
+        self._rng = random.Random(faults.seed if faults else 0)
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server = _Server(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
     def api_base(self) -> str:
-        """The base URL to give litellm as `api_base`."""
+        """The base URL to give a client as `api_base`."""
         return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
 
     def queue(self, *behaviours: Behaviour) -> None:
@@ -50,7 +110,13 @@ class FakeOpenAI:
             self.requests.append(body)
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
-            return self.script.popleft() if self.script else self.default
+            if self.script:
+                return self.script.popleft()
+            if self.faults and self._rng.random() < self.faults.rate:
+                fault = self._rng.choice(self.faults.kinds())
+                self.injected[_fault_name(fault)] += 1
+                return fault
+            return self.default
 
     def _done(self) -> None:
         with self._lock:
@@ -60,8 +126,16 @@ class FakeOpenAI:
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as real endpoints: pooled clients reuse it
+            disable_nagle_algorithm = True  # no 40 ms delayed-ACK stall between header and body
+
             def log_message(self, format: str, *args: Any) -> None:
                 """Keep test output quiet."""
+
+            def setup(self) -> None:
+                super().setup()
+                with fake._lock:
+                    fake.connections += 1
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", "0"))
@@ -70,20 +144,38 @@ class FakeOpenAI:
                 try:
                     if behaviour.pause:
                         fake._stop.wait(behaviour.pause)
-                    if behaviour.status == 200:
-                        payload = completion(body.get("model", "test"), behaviour.text)
-                    else:
-                        payload = {"error": {"message": f"status {behaviour.status}"}}
-                    data = json.dumps(payload).encode()
-                    self.send_response(behaviour.status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
+                    if behaviour.fault == "reset":
+                        self._reset()
+                        return
+                    self._answer(behaviour, body)
                 except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client gave up (timeout or cancellation) before the answer
+                    self.close_connection = True  # the client gave up before the answer
                 finally:
                     fake._done()
+
+            def _answer(self, behaviour: Behaviour, body: dict[str, Any]) -> None:
+                if behaviour.fault == "bad_json":
+                    data = b'{"id": "chatcmpl-test", "choices": [{"message": '
+                elif behaviour.status == 200:
+                    text = behaviour.text if behaviour.text is not None else prompt_reply(body)
+                    data = json.dumps(completion(body.get("model", "test"), text)).encode()
+                else:
+                    error = {"message": f"status {behaviour.status}", "type": "fake_error"}
+                    data = json.dumps({"error": error}).encode()
+                self.send_response(behaviour.status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                if behaviour.retry_after is not None:
+                    self.send_header("Retry-After", f"{behaviour.retry_after:g}")
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _reset(self) -> None:
+                """Drop the connection with a TCP reset, before any answer."""
+                self.connection.setsockopt(
+                    socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                )
+                self.close_connection = True
 
         return Handler
 
@@ -96,6 +188,19 @@ class FakeOpenAI:
         self._stop.set()
         self._server.shutdown()
         self._server.server_close()
+
+
+def _fault_name(fault: Behaviour) -> str:
+    if fault.fault:
+        return fault.fault
+    return "hang" if fault.pause else str(fault.status)
+
+
+def prompt_reply(body: dict[str, Any]) -> str:
+    """The text inside the last `REPLY[[...]]` marker of the last message (else "hello")."""
+    messages = body.get("messages") or [{}]
+    found = REPLY_MARKER.findall(str(messages[-1].get("content", "")))
+    return found[-1] if found else "hello"
 
 
 def completion(model: str, text: str) -> dict[str, Any]:
@@ -117,9 +222,11 @@ def completion(model: str, text: str) -> dict[str, Any]:
 
 
 @contextmanager
-def fake_openai(default: Behaviour | None = None) -> Iterator[FakeOpenAI]:
+def fake_openai(
+    default: Behaviour | None = None, faults: Faults | None = None
+) -> Iterator[FakeOpenAI]:
     """Run a `FakeOpenAI` for the duration of a `with` block."""
-    server = FakeOpenAI(default)
+    server = FakeOpenAI(default, faults)
     server.start()
     try:
         yield server

@@ -1,4 +1,4 @@
-"""ModelClient: the §15.2 ladder, .env, and the real litellm path against a local fake server."""
+"""ModelClient: the §15.2 ladder, .env, model map, pacing (the network paths: test_endpoints)."""
 
 from __future__ import annotations
 
@@ -7,15 +7,14 @@ from pathlib import Path
 
 import pytest
 from fems_helpers import python_output
-from fems_runtime.llm import CallResult, ModelClient, RetryPolicy, load_dotenv, load_model_map
+from fems_runtime.endpoints import Reply
+from fems_runtime.llm import ModelClient, RetryPolicy, load_dotenv, load_model_map
 from fems_runtime.offline import OfflineTurn
+from fems_runtime.prices import Usage
 from fems_runtime.records import RunError
-
-from .fake_openai import Behaviour, fake_openai
 
 TURN = OfflineTurn(action="talk", actor="@eve")
 MESSAGES = [{"role": "user", "content": "Say hello."}]
-FAST_RETRY = RetryPolicy(attempts=3, base=0.01, cap=0.02)
 
 
 @pytest.mark.parametrize(
@@ -77,13 +76,14 @@ def test_an_offline_run_model_replaces_every_rung(client_options: dict, expected
 def test_a_missing_provider_key_fails_at_once_naming_the_variable(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """litellm raises a missing key as a server error: no retries, the variable is named."""
+    """A missing key fails at once and names the variable, on the openai path (checked before
+    the request) and on litellm's (which raises it as a server error)."""
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    client = ModelClient(environ={}, retry=RetryPolicy(attempts=5, base=10.0, cap=10.0))
-    choice = client.resolve("openai/gpt-4o-mini")
-    with pytest.raises(RunError, match=r"has no API key: .*OPENAI_API_KEY") as error:
-        asyncio.run(client.complete(choice, MESSAGES, TURN))
-    assert "attempts" not in str(error.value)  # a retry would have slept 10 s first
+    client = ModelClient(environ={}, retry=RetryPolicy(base=10.0, cap=10.0))
+    for model in ("openai/gpt-4o-mini", "anthropic/claude-3-5-haiku-latest"):  # both paths
+        with pytest.raises(RunError, match=r"has no API key: .*_API_KEY") as error:
+            asyncio.run(client.complete(client.resolve(model), MESSAGES, TURN))
+        assert "attempts" not in str(error.value)  # a retry would have slept 10 s first
 
 
 def test_offline_default_prints_one_notice() -> None:
@@ -139,77 +139,6 @@ def test_offline_run_never_imports_litellm() -> None:
     assert out.strip() == "False"
 
 
-def _client(api_base: str, **options: object) -> ModelClient:
-    model_map = {
-        alias: {"model": model, "api_base": api_base, "api_key": "sk-test"}
-        for alias, model in (("test", "openai/test"), ("priced", "openai/gpt-4o-mini"))
-    }
-    return ModelClient(**{"model_map": model_map, "environ": {}, "retry": FAST_RETRY, **options})
-
-
-async def _call(client: ModelClient, alias: str = "test") -> CallResult:
-    return await client.complete(client.resolve(alias), MESSAGES, TURN)
-
-
-def test_real_path_normal_reply_and_transient_retries() -> None:
-    with fake_openai() as server:
-        server.queue(Behaviour(text="first"), Behaviour(429), Behaviour(429), Behaviour(text="ok"))
-        client = _client(server.api_base)
-
-        async def both() -> tuple:
-            return await _call(client, "priced"), await _call(client)
-
-        first, second = asyncio.run(both())
-    assert first.text == "first" and first.attempts == 1
-    assert (first.prompt_tokens, first.completion_tokens) == (11, 7)
-    assert first.cost is not None and first.cost > 0  # from litellm's bundled price table
-    assert second.cost is None  # a model litellm has no price for
-    assert second.text == "ok" and second.attempts == 3
-    assert len(server.requests) == 4
-    assert server.requests[0]["messages"] == MESSAGES
-
-
-def test_server_error_storm_exhausts_retries() -> None:
-    with (
-        fake_openai(Behaviour(500)) as server,
-        pytest.raises(RunError, match="openai/test: failed after 3 attempts"),
-    ):
-        asyncio.run(_call(_client(server.api_base)))
-    assert len(server.requests) == 3
-
-
-def test_slow_reply_hits_timeout() -> None:
-    with fake_openai(Behaviour(pause=30)) as server:
-        client = _client(server.api_base, timeout=0.3, retry=RetryPolicy(2, 0.01, 0.01))
-        with pytest.raises(RunError, match="timed out"):
-            asyncio.run(_call(client))
-    assert len(server.requests) == 2
-
-
-def test_concurrency_cap_and_cancellation_release_slots() -> None:
-    with fake_openai(Behaviour(pause=0.2)) as server:
-        client = _client(server.api_base, max_concurrency=2)
-
-        async def scenario() -> list:
-            stuck = [asyncio.create_task(_call(client)) for _ in range(2)]
-            while server.in_flight < 2:
-                await asyncio.sleep(0.01)
-            for task in stuck:
-                task.cancel()
-            for task in stuck:
-                with pytest.raises(asyncio.CancelledError):
-                    await task
-            while server.in_flight:
-                await asyncio.sleep(0.01)
-            # both slots were taken by the cancelled calls: a leak would hang here
-            return await asyncio.gather(*(_call(client) for _ in range(5)))
-
-        results = asyncio.run(scenario())
-    assert [r.text for r in results] == ["hello"] * 5
-    assert server.max_in_flight <= 2
-    assert len(server.requests) == 7
-
-
 def test_delay_spaces_starts_per_model(monkeypatch: pytest.MonkeyPatch) -> None:
     waits: list[float] = []
     real_sleep = asyncio.sleep
@@ -240,16 +169,11 @@ def test_a_module_delay_larger_than_the_scripts_spaces_the_calls(
         waits.append(seconds)
         await real_sleep(0)
 
-    class Reply:
-        choices = [type("Choice", (), {"message": type("Message", (), {"content": "hi"})()})()]
-        usage = None
-
-    async def answer(choice, messages):  # no network: the call itself is not under test
-        return Reply()
+    async def answer(choice, route, messages, timeout):  # no network: not under test here
+        return Reply("hi", Usage())
 
     client = ModelClient(environ={}, delay=1)
-    monkeypatch.setattr(client, "_acompletion", answer)
-    monkeypatch.setattr(client, "_result", lambda choice, response, attempts: CallResult("hi", "m"))
+    monkeypatch.setattr(client, "_send", answer)
     choice = client.resolve("remote/model")
 
     async def calls() -> None:

@@ -1,0 +1,335 @@
+"""The two network paths (§15.1, §15.4) against a fake OpenAI server on 127.0.0.1: the `openai`
+SDK for the OpenAI protocol, litellm for other providers (here `azure/…`, whose protocol the
+fake server answers too). Both must retry, time out, fail, count usage and cost the same way."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from fems_helpers import python_output
+from fems_runtime.endpoints import ModelCallError, openai_route, parse_retry_after
+from fems_runtime.llm import CallResult, ModelClient, RetryPolicy
+from fems_runtime.offline import OfflineTurn
+from fems_runtime.prices import PriceTable, Usage, litellm_price_file
+from fems_runtime.records import RunError
+
+from .fake_openai import Behaviour, FakeOpenAI, fake_openai
+
+TURN = OfflineTurn(action="talk", actor="@eve")
+MESSAGES = [{"role": "user", "content": "Say hello."}]
+FAST_RETRY = RetryPolicy(budget=30.0, base=0.01, cap=0.02)
+
+
+def openai_entry(api_base: str, name: str) -> dict[str, Any]:
+    return {"model": f"openai/{name}", "api_base": api_base, "api_key": "sk-test"}
+
+
+def litellm_entry(api_base: str, name: str) -> dict[str, Any]:
+    return {
+        "model": f"azure/{name}",
+        "api_base": api_base.removesuffix("/v1"),
+        "api_key": "sk-test",
+        "api_version": "2024-06-01",
+    }
+
+
+PATHS: dict[str, Callable[[str, str], dict[str, Any]]] = {
+    "openai": openai_entry,
+    "litellm": litellm_entry,
+}
+both_paths = pytest.mark.parametrize("path", sorted(PATHS))
+
+
+def make_client(server: FakeOpenAI, path: str, **options: Any) -> ModelClient:
+    entry = PATHS[path]
+    model_map = {
+        "test": entry(server.api_base, "test"),
+        "priced": entry(server.api_base, "gpt-4o-mini"),
+        "own": {**entry(server.api_base, "test"), "input_cost_per_token": 0.5},
+    }
+    model_map["own"]["output_cost_per_token"] = 2.0
+    return ModelClient(**{"model_map": model_map, "environ": {}, "retry": FAST_RETRY, **options})
+
+
+def call(client: ModelClient, alias: str = "test") -> CallResult:
+    async def one() -> CallResult:
+        try:
+            return await client.complete(client.resolve(alias), MESSAGES, TURN)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(one())
+
+
+def table_price(model: str) -> float:
+    """11 prompt and 7 completion tokens at the price the bundled JSON gives ``model``."""
+    path = litellm_price_file()
+    assert path is not None
+    entry = json.loads(path.read_text(encoding="utf-8"))[model]
+    return 11 * entry["input_cost_per_token"] + 7 * entry["output_cost_per_token"]
+
+
+@both_paths
+def test_reply_usage_and_cost(path: str) -> None:
+    with fake_openai() as server:
+        server.queue(Behaviour(text="first"))
+        first = call(make_client(server, path), "priced")
+        second = call(make_client(server, path), "own")
+        third = call(make_client(server, path))
+    assert (first.text, first.attempts) == ("first", 1)
+    assert (first.prompt_tokens, first.completion_tokens) == (11, 7)
+    priced_as = "gpt-4o-mini" if path == "openai" else "azure/gpt-4o-mini"
+    assert first.cost == pytest.approx(table_price(priced_as))
+    assert second.cost == pytest.approx(11 * 0.5 + 7 * 2.0)  # the model map's own prices
+    assert third.cost is None  # a model without a price
+    assert server.requests[0]["messages"] == MESSAGES
+    assert "api_version" not in server.requests[0]  # an option of litellm's, not a request field
+
+
+@both_paths
+def test_every_kind_of_transient_error_is_retried(path: str) -> None:
+    with fake_openai() as server:
+        server.queue(
+            Behaviour(500),
+            Behaviour(429, retry_after=0.01),
+            Behaviour(fault="reset"),
+            Behaviour(fault="bad_json"),
+            Behaviour(pause=5),  # a hang, cut by the request timeout
+            Behaviour(503),
+            Behaviour(text="at last"),
+        )
+        result = call(make_client(server, path, timeout=0.3))
+    assert (result.text, result.attempts) == ("at last", 7)
+    assert len(server.requests) == 7
+
+
+@both_paths
+@pytest.mark.parametrize("status", [400, 401, 403, 404])
+def test_errors_that_retrying_cannot_fix_fail_at_once(path: str, status: int) -> None:
+    with fake_openai(Behaviour(status)) as server:
+        with pytest.raises(RunError) as error:
+            call(make_client(server, path))
+        assert len(server.requests) == 1
+    hint = " (check the API key)" if status in (401, 403) else ""
+    model = PATHS[path]("", "test")["model"]
+    assert str(error.value) == f"model {model}: HTTP {status}: status {status}{hint}"
+
+
+@both_paths
+def test_an_error_storm_ends_when_the_retry_budget_is_spent(path: str) -> None:
+    with fake_openai() as server:
+        client = make_client(server, path, retry=RetryPolicy(budget=3.0, base=0.01, cap=0.02))
+        call(client)  # the first call sets the SDK up; that is not the endpoint's time
+        server.default = Behaviour(500)
+        with pytest.raises(RunError, match=r"gave up after \d+ attempts \(3 s retry budget\)"):
+            call(client)
+        assert len(server.requests) >= 3  # the call and at least two attempts
+
+
+@both_paths
+def test_an_endpoint_that_never_answers_fails_within_the_budget(path: str) -> None:
+    budget = RetryPolicy(budget=0.5, base=0.01, cap=0.02)
+    with fake_openai(Behaviour(pause=30)) as server:
+        with pytest.raises(RunError, match=r"gave up .*: no answer within 0\.\d+ s"):
+            call(make_client(server, path, timeout=0.2, retry=budget))
+        assert 2 <= len(server.requests) <= 3
+
+
+@both_paths
+def test_a_retry_after_beyond_the_budget_gives_up_without_waiting(path: str) -> None:
+    with fake_openai(Behaviour(429, retry_after=30)) as server:
+        with pytest.raises(RunError, match=r"gave up after 1 attempts .*HTTP 429"):
+            call(make_client(server, path))
+        assert len(server.requests) == 1
+
+
+def test_the_pause_honours_retry_after_up_to_its_cap_else_backs_off() -> None:
+    policy, rng = RetryPolicy(base=0.5, cap=4.0, retry_after_cap=60.0), random.Random(1)
+    for _ in range(50):
+        assert 2.0 <= policy.pause(1, 2.0, rng) <= 2.2
+        assert 60.0 <= policy.pause(1, 3600.0, rng) <= 66.0
+        assert 0.25 <= policy.pause(1, None, rng) <= 0.5
+        assert 1.0 <= policy.pause(3, None, rng) <= 2.0
+        assert 2.0 <= policy.pause(10, None, rng) <= 4.0
+
+
+@pytest.mark.parametrize(
+    ("headers", "seconds"),
+    [
+        ({"retry-after": "7"}, 7.0),
+        ({"retry-after": "0.5"}, 0.5),
+        ({"retry-after-ms": "250", "retry-after": "9"}, 0.25),
+        ({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}, 0.0),  # a date in the past
+        ({"retry-after": "soon"}, None),
+        ({}, None),
+    ],
+)
+def test_retry_after_forms(headers: dict[str, str], seconds: float | None) -> None:
+    assert parse_retry_after(headers) == seconds
+
+
+@both_paths
+def test_concurrency_cap_and_cancellation_release_slots(path: str) -> None:
+    with fake_openai(Behaviour(pause=0.2)) as server:
+        client = make_client(server, path, max_concurrency=2)
+
+        async def scenario() -> list[CallResult]:
+            choice = client.resolve("test")
+            stuck = [asyncio.create_task(client.complete(choice, MESSAGES, TURN)) for _ in range(2)]
+            while server.in_flight < 2:
+                await asyncio.sleep(0.01)
+            for task in stuck:
+                task.cancel()
+            for task in stuck:
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+            while server.in_flight:
+                await asyncio.sleep(0.01)
+            # both slots were taken by the cancelled calls: a leak would hang here
+            results = await asyncio.gather(
+                *(client.complete(choice, MESSAGES, TURN) for _ in range(5))
+            )
+            await client.aclose()
+            return results
+
+        results = asyncio.run(scenario())
+    assert [r.text for r in results] == ["hello"] * 5
+    assert server.max_in_flight <= 2
+    assert len(server.requests) == 7
+
+
+def test_one_pooled_client_per_base_url_keeps_its_connection() -> None:
+    with fake_openai() as server, fake_openai() as other:
+        client = ModelClient(
+            model_map={
+                "a": openai_entry(server.api_base, "a"),
+                "b": openai_entry(server.api_base, "b"),
+                "c": openai_entry(other.api_base, "c"),
+            },
+            environ={},
+        )
+
+        async def calls() -> None:
+            for alias in ("a", "b", "a", "c", "b", "c"):
+                await client.complete(client.resolve(alias), MESSAGES, TURN)
+            await client.aclose()
+
+        asyncio.run(calls())
+    assert (len(server.requests), len(other.requests)) == (4, 2)
+    assert (server.connections, other.connections) == (1, 1)
+
+
+def test_a_run_on_the_openai_path_never_imports_litellm() -> None:
+    with fake_openai(Behaviour(text="over the SDK")) as server:
+        code = (
+            "import asyncio, sys\n"
+            "from fems_runtime.llm import ModelClient\n"
+            "from fems_runtime.offline import OfflineTurn\n"
+            f"c = ModelClient(environ={{'OPENAI_API_KEY': 'k', 'OPENAI_BASE_URL': "
+            f"{server.api_base!r}}})\n"
+            "async def main():\n"
+            "    r = await c.complete(c.resolve('openai/gpt-4o-mini'), [], OfflineTurn('a', '@x'))\n"
+            "    await c.aclose()\n"
+            "    return r\n"
+            "r = asyncio.run(main())\n"
+            "print(r.text, r.cost is not None, 'openai' in sys.modules, 'litellm' in sys.modules)\n"
+        )
+        out = python_output(code)
+    assert out.split() == ["over", "the", "SDK", "True", "True", "False"]
+
+
+@pytest.mark.parametrize(
+    ("model", "options", "environ", "expected"),
+    [
+        ("openai/gpt-4o", {}, {}, ("https://api.openai.com/v1", "gpt-4o")),
+        ("openai/gpt-4o", {}, {"OPENAI_API_BASE": "http://h/v1/"}, ("http://h/v1", "gpt-4o")),
+        ("groq/llama-3", {}, {}, ("https://api.groq.com/openai/v1", "llama-3")),
+        ("openrouter/openai/gpt-4o", {}, {}, ("https://openrouter.ai/api/v1", "openai/gpt-4o")),
+        (
+            "meta-llama/Llama-3",
+            {"api_base": "http://h/v1"},
+            {},
+            ("http://h/v1", "meta-llama/Llama-3"),
+        ),
+        ("qwen", {"api_base": "http://h/v1"}, {}, ("http://h/v1", "qwen")),
+        ("hosted_vllm/qwen", {}, {"HOSTED_VLLM_API_BASE": "http://h/v1"}, ("http://h/v1", "qwen")),
+        ("x/y", {"api_base": "http://h", "custom_llm_provider": "openai"}, {}, ("http://h", "x/y")),
+        ("anthropic/claude-3-5-haiku", {}, {}, None),
+        ("anthropic/claude-3-5-haiku", {"api_base": "http://h"}, {}, None),
+        ("ollama/llama3", {"api_base": "http://h"}, {}, None),
+        ("hosted_vllm/qwen", {}, {}, None),  # no address: litellm says what is missing
+        ("gpt-4o", {}, {}, None),  # no provider: litellm's own inference
+    ],
+)
+def test_which_models_take_the_openai_path(
+    model: str, options: dict[str, str], environ: dict[str, str], expected: tuple | None
+) -> None:
+    route = openai_route(model, options, environ)
+    assert (route and (route.base_url, route.model)) == expected
+
+
+def test_request_fields_are_the_model_map_options_that_are_not_litellms() -> None:
+    options = {"api_base": "http://h", "api_key": "k", "temperature": 0.2, "num_retries": 3}
+    route = openai_route("openai/m", options, {})
+    assert route is not None
+    assert (route.api_key, dict(route.fields)) == ("k", {"temperature": 0.2})
+
+
+@pytest.mark.parametrize(
+    "model",
+    ["openai/gpt-4o-mini", "gpt-4o", "anthropic/claude-3-5-sonnet-20240620", "azure/gpt-4o"],
+)
+def test_prices_match_litellms_own_computation(model: str) -> None:
+    from fems_runtime.endpoints import import_litellm
+
+    litellm = import_litellm()
+    usage = Usage(prompt_tokens=1100, completion_tokens=700, cached_tokens=100)
+    response = litellm.ModelResponse(
+        model=model,
+        usage={
+            "prompt_tokens": 1100,
+            "completion_tokens": 700,
+            "total_tokens": 1800,
+            "prompt_tokens_details": {"cached_tokens": 100},
+        },
+    )
+    try:
+        expected = litellm.completion_cost(completion_response=response, model=model)
+    except Exception:  # litellm has no price for it either
+        expected = None
+    assert PriceTable().cost(model, usage) == pytest.approx(expected)
+
+
+def test_the_price_table_is_read_once_and_each_model_decoded_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    path = litellm_price_file()
+    assert path is not None
+    table, reads = PriceTable(path), []
+    real_read = type(path).read_text
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> str:
+        reads.append(self)
+        return real_read(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(path), "read_text", counted)
+    decoded: list[str] = []
+    real_decode = table._decode
+    monkeypatch.setattr(table, "_decode", lambda name: decoded.append(name) or real_decode(name))
+    for _ in range(3):
+        assert table.cost("openai/gpt-4o-mini", Usage(11, 7)) is not None
+        assert table.cost("openai/no-such-model", Usage(11, 7)) is None
+    assert len(reads) == 1
+    assert decoded == ["openai/gpt-4o-mini", "gpt-4o-mini", "openai/no-such-model", "no-such-model"]
+
+
+def test_model_call_errors_say_whether_to_retry() -> None:
+    assert ModelCallError("status", "x", status=429).transient
+    assert ModelCallError("malformed", "x").transient
+    assert not ModelCallError("status", "x", status=401).transient
+    assert not ModelCallError("key", "x").transient
