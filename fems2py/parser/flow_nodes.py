@@ -102,15 +102,27 @@ class FlowNodesParser(FieldsParser):
         declared node the flow never uses stays in it as a node of its own."""
         used: set[str] = set()
         graph = self.bind_declared(graph, used)
-        nodes = list(graph.nodes)
-        for name, declaration in self.declarations.items():
-            if name not in used:  # kept in order of appearance, like every node
-                where = (declaration.span.line, declaration.span.col)
-                at = next(
-                    (i for i, n in enumerate(nodes) if (n.span.line, n.span.col) > where),
-                    len(nodes),
-                )
-                nodes.insert(at, FlowNode(name, declaration.binding, False, declaration.span))
+        unused = sorted(
+            (
+                FlowNode(name, declaration.binding, False, declaration.span)
+                for name, declaration in self.declarations.items()
+                if name not in used
+            ),
+            key=_position,
+        )
+        if not unused:
+            return graph
+        # Each unused one goes before the first node that appears after it (order of
+        # appearance, like every node); that index only grows with the position, so one pass.
+        nodes: list[FlowNode] = []
+        rest = iter(graph.nodes)
+        pending = next(rest, None)
+        for node in unused:
+            while pending is not None and _position(pending) <= _position(node):
+                nodes.append(pending)
+                pending = next(rest, None)
+            nodes.append(node)
+        nodes.extend([pending, *rest] if pending is not None else [])
         return dataclasses.replace(graph, nodes=tuple(nodes))
 
     def bind_declared(self, graph: Graph, used: set[str]) -> Graph:
@@ -240,3 +252,7 @@ class FlowNodesParser(FieldsParser):
                 args.append(expr)
             pos = close + 1
         return ModuleCall(name.text, tuple(args), self.tok_span(amp, tokens[pos - 1])), pos
+
+
+def _position(node: FlowNode) -> tuple[int, int]:
+    return node.span.line, node.span.col
