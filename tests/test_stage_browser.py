@@ -176,6 +176,31 @@ def test_the_director_sees_the_den_and_a_villager_does_not(page: Page, tmp_path:
         assert answer.status == 409
 
 
+def test_fems2py_serve_lists_stored_sessions_and_opens_one_read_only(
+    page: Page, tmp_path: Path
+) -> None:
+    module = build_file(EXAMPLE / "werewolf.fems", tmp_path / "werewolf.py").output
+    database = tmp_path / "games.db"
+    for seed in ("1", "2"):  # two stored games, played apart (playwright's loop runs here)
+        command = [sys.executable, str(module), "--model", "fems/mock", "--seed", seed]
+        command += ["--db", str(database), "--souls", str(EXAMPLE / "souls.yaml")]
+        subprocess.run(command, check=True, capture_output=True, timeout=WAIT_SECONDS)
+    fems2py = Path(sys.executable).parent / "fems2py"
+    with serving([str(fems2py), "serve", "--db", str(database)]) as stage:
+        page.goto(stage.wait_for(STAGE_URL.pattern).group(1))
+        links = page.locator("#session-list a")
+        links.first.wait_for()
+        assert links.count() == 2
+        screenshot(page, "serve-sessions")
+        page.get_by_text("session 1:").click()
+        page.wait_for_selector("#dialog li")
+        page.wait_for_function("document.getElementById('status').textContent === 'completed'")
+        assert page.locator("#flow svg g.node").count() > 20
+        assert den_talk(page) > 0
+        assert page.locator("form.human-turn").count() == 0
+        screenshot(page, "serve-session")
+
+
 def test_a_human_seat_plays_from_the_page_to_the_end(page: Page, tmp_path: Path) -> None:
     fems2py = Path(sys.executable).parent / "fems2py"
     command = [str(fems2py), "run", "werewolf.fems", "--model", "fems/mock", "--seed", "1"]

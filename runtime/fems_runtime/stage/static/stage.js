@@ -66,6 +66,8 @@ async function openSession(number) {
   stage.summary = info;
   stage.seats = info.seats;
   document.getElementById("sessions").hidden = true;
+  document.getElementById("columns").hidden = false;
+  document.getElementById("perspective").hidden = false;
   document.getElementById("title").textContent =
     `${info.title || info.script || "fems"} · session ${number}`;
   const select = document.getElementById("seat");
@@ -125,7 +127,10 @@ function messageItem(m) {
   });
   const where = [m.action, m.turn ? `turn ${m.turn}` : null].filter(Boolean).join(" · ");
   if (kind === "prompt" || kind === "tool") {
-    const title = kind === "prompt" ? `prompt to ${m.speaker || "the model"}` : `${m.kind}`;
+    const title =
+      kind === "prompt"
+        ? `prompt to ${m.speaker || "the model"}`
+        : `${m.kind.replace("_", " ")}${m.speaker ? ` by ${m.speaker}` : ""}`;
     item.append(
       el("details", {}, el("summary", { text: `${title} · ${where}` }), el("div", { class: "text", text: m.content }))
     );
