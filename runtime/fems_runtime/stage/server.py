@@ -48,7 +48,8 @@ class StagedProgram(Protocol):
     module_file: str
     source: Path | None
 
-    async def run_async(self, **options: Any) -> Any: ...
+    @property
+    def run_async(self) -> Callable[..., Awaitable[Any]]: ...
 
 
 Report = Callable[[Any], int]

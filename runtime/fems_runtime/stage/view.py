@@ -5,10 +5,13 @@ its built-in context is made of, §13.2, by the store's own visibility query).""
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 if TYPE_CHECKING:
     from fems_runtime.store import Message, Store
+
+_T = TypeVar("_T")
 
 DIRECTOR = ""
 """The seat that sees everything."""
@@ -85,11 +88,12 @@ class SessionView:
             for m in store.messages(self.session)
         ]
 
-    def _read(self, key: str, read: Any) -> Any:
+    def _read(self, key: str, read: Callable[[Store], _T]) -> _T:
+        """``read`` from the store, remembering the value; once frozen, the value last read."""
         with self._lock:
             store = self._store
         if store is None:
-            return self._frozen.get(key, [] if key != "summary" else None)
+            return cast(_T, self._frozen.get(key, [] if key != "summary" else None))
         value = read(store)
         with self._lock:
             self._frozen[key] = value
