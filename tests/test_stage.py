@@ -58,6 +58,8 @@ async def _play(module: Any, db: str, answers: list[dict[str, Any]]) -> tuple[An
             while not stage.state()["waiting"]:
                 await asyncio.sleep(0.01)
             turn = stage.state()["waiting"][0]["id"]
+            # the run waits at the human turn's node, seen through the trace (no trace file)
+            assert [running["node"] for running in stage.state()["running"]] == ["ask"]
             try:
                 stage.answer(turn, given["text"], given["outs"])
             except AnswerRefused as refusal:
@@ -169,6 +171,10 @@ def test_the_chart_names_each_node_it_draws_and_finds_the_node_of_a_step(tmp_pat
     assert drawn.node_id(votes[1].name, 9) == votes[1].id
     assert drawn.node_id("vote_2", 9) in {vote.id for vote in votes}
     assert drawn.node_id("nothing", 9) is None
+    looped = FlowChart(
+        "", (ChartNode("a", "for@3:5", None, 3), ChartNode("b", "&Day@7:5", None, 7))
+    )
+    assert (looped.node_id("for_wolf", 3), looped.node_id("&Day", 7)) == ("a", "b")
     edited = chart_for_source([script], "0" * 64)
     assert edited.mermaid is None and "changed" in str(edited.missing)
 

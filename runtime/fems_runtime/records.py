@@ -110,7 +110,8 @@ class TraceWriter:
 
     @property
     def enabled(self) -> bool:
-        return self._stream is not None or bool(self._listeners)
+        """Whether a trace file is written."""
+        return self._stream is not None
 
     def listen(self, listener: Callable[[dict[str, Any]], None]) -> None:
         """Call ``listener`` with each event from now on, in the thread that writes it."""
@@ -118,8 +119,9 @@ class TraceWriter:
 
     @property
     def active(self) -> bool:
-        """Whether events are written (callers skip building them when not)."""
-        return self._stream is not None
+        """Whether events go anywhere, a file or a listener (callers skip building them when
+        not)."""
+        return self._stream is not None or bool(self._listeners)
 
     def write(self, event: str, **fields: Any) -> None:
         """Write ``{"event": event, **fields}`` as one line; actors become ``"@name"``."""

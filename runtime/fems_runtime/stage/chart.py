@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,16 +39,22 @@ class FlowChart:
 
     def node_id(self, node: str, line: int | None) -> str | None:
         """The chart node a run step at ``node`` (a generated node id) and ``line`` is in:
-        the node of that name, else an anonymous node running the action the id is named
-        after (``vote_2``, ``vote@12:5``); of several, the one nearest to ``line``."""
-        found = [n for n in self.nodes if n.name == node]
-        if not found:
-            match = _NUMBERED.match(node)
-            action = match.group("action") if match else node
-            found = [n for n in self.nodes if n.action == action]
-        if not found:
-            return None
-        return min(found, key=lambda n: abs(n.line - (line or n.line))).id
+        the node of that name; else an anonymous node drawn for what the id is named after
+        (``vote_2``/``vote@12:5``: an action; ``&Day``: a module call; ``for_wolf``: a
+        loop); of several, the one nearest to ``line``."""
+        match = _NUMBERED.match(node)
+        stem = match.group("action") if match else node
+        loop = stem.split("_", 1)[0] if stem.startswith(("for_", "par_")) else None
+        tiers: tuple[Callable[[ChartNode], bool], ...] = (
+            lambda n: n.name == node,
+            lambda n: n.action == stem or n.name.startswith(f"{stem}@"),
+            lambda n: loop is not None and n.name.startswith(f"{loop}@"),
+        )
+        for fits in tiers:
+            found = [n for n in self.nodes if fits(n)]
+            if found:
+                return min(found, key=lambda n: abs(n.line - (line or n.line))).id
+        return None
 
     def to_json(self) -> dict[str, Any]:
         return {
