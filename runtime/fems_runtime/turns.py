@@ -108,9 +108,10 @@ class HumanInputs:
 
 
 class RunWarnings:
-    """Run warnings on stderr, each distinct text once: the first time it happens, and if it
-    comes back, once more at the end of the run with its count ("… (repeated 412 times)"), so a
-    loop that repeats a problem does not bury the output. The trace keeps every event."""
+    """Run warnings on stderr, each distinct text once, with its count if it came back
+    ("… (repeated 412 times)"), so a loop that repeats a problem does not bury the output.
+    They are printed when the run ends (completed or failed), in the order they first
+    happened; the trace keeps every event, and ``--transcript`` shows each problem live."""
 
     def __init__(self, stream: IO[str] | None = None) -> None:
         self.stream = stream
@@ -118,14 +119,12 @@ class RunWarnings:
 
     def __call__(self, text: str) -> None:
         self.counts[text] = self.counts.get(text, 0) + 1
-        if self.counts[text] == 1:
-            print(text, file=self.stream or sys.stderr)
 
     def flush(self) -> None:
-        """At the end of the run: each warning that repeated, with how often it happened."""
+        """At the end of the run: every warning once, with how often it happened."""
         for text, count in self.counts.items():
-            if count > 1:
-                print(f"{text} (repeated {count} times)", file=self.stream or sys.stderr)
+            line = f"{text} (repeated {count} times)" if count > 1 else text
+            print(line, file=self.stream or sys.stderr)
         self.counts.clear()
 
 
@@ -227,7 +226,7 @@ class TurnServices:
         return await run_turn(self, ctx, spec)
 
     def finish(self, status: str) -> None:
-        """Record how the session ended, report repeated warnings, release the database."""
+        """Print the run's warnings, record how the session ended, release the database."""
         if isinstance(self.warn, RunWarnings):
             self.warn.flush()
         if self.log.turns:  # a resumed run: never hand out a replayed turn id again
