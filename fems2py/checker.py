@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from fems_runtime.tools import BUILTIN_TOOLS
+
 from fems2py.checks.codefiles import CodeFileError, FuncSignature, Param, read_signatures
 from fems2py.checks.flows import FlowChecker
 from fems2py.checks.scope import Namespace, Use
@@ -67,7 +69,7 @@ SPAWN = FuncSignature("spawn", (Param("spawn_requests", False),), False, 0)
 META_KEYS = (
     *("name", "version", "id", "owner", "database", "session", "system_safety"),
     *("output_style", "max_steps", "delay", "model", "max_concurrency"),
-    *("timeout", "retry_budget"),
+    *("timeout", "retry_budget", "max_tool_rounds"),
 )
 MODULE_META_KEYS = ("max_steps", "delay")
 _SESSION = re.compile(r"\s*(?:new|\d+(?:\s*/\s*new)?)\s*", re.IGNORECASE)
@@ -235,6 +237,7 @@ class Checker:
         self.check_meta(self.script.meta, None)
         self.check_actors()
         self.read_code_files()
+        self.check_tools()
         self.build_namespace(self.root, self.script.variables, self.script.actions, ())
         self.root.modules = self.unique(self.script.modules, None)
         self.root.methods = self.unique(self.script.methods, None)
@@ -360,6 +363,12 @@ class Checker:
                     value.span,
                     f"e.g. {key} = {100 if key == 'max_steps' else 8}",
                 )
+            elif key == "max_tool_rounds" and not _whole_number(value, 0):
+                self.error(
+                    "meta 'max_tool_rounds' must be a whole number ≥ 0",
+                    value.span,
+                    "e.g. max_tool_rounds = 8 (model → tools → model rounds per reply, §15.5)",
+                )
             elif key == "delay" and not (isinstance(value, NumberValue) and value.value >= 0):
                 self.error(
                     "meta 'delay' must be a number of seconds ≥ 0", value.span, "e.g. delay = 0.5"
@@ -400,6 +409,50 @@ class Checker:
                     actor.span,
                     "give each actor its own soul: (only a human with source:0 may share one)",
                 )
+
+    def check_tools(self) -> None:
+        """§15.5: tools are built-ins or ``code:`` functions a schema can describe, offered
+        to models only (a human's turns call no tools)."""
+        for owner in [*self.script.actors, *self.script.blueprints]:
+            human = isinstance(owner, ActorDef) and owner.kind == "human"
+            if human and owner.tools not in (False, ()):
+                self.error(
+                    f"human actor {owner.name} cannot have tools",
+                    owner.tool_spans[0] if owner.tool_spans else owner.span,
+                    "tools are offered to models on @ai turns (§15.5); remove tools: here",
+                )
+                continue
+            if isinstance(owner.tools, bool):
+                continue
+            for name, span in zip(owner.tools, owner.tool_spans, strict=False):
+                self.check_tool(name, span)
+
+    def check_tool(self, name: str, span: Span) -> None:
+        if name in BUILTIN_TOOLS:
+            return
+        alias, dot, function = name.partition(".")
+        if not dot or not alias or not function:
+            candidates = [
+                *BUILTIN_TOOLS,
+                *(f"{a}.{f}" for a, fs in self.signatures.items() for f in fs),
+            ]
+            self.error(
+                f"unknown tool '{name}'",
+                span,
+                suggest(name, candidates)
+                or "a tool is read, list, write or a code: function written alias.fn",
+            )
+            return
+        signature = self.check_func(FuncRef(alias, function, span), builtin_ok=False)
+        if signature is not None and signature.tool_problem is not None:
+            self.error(
+                f"{name} cannot be offered as a tool: {signature.tool_problem}",
+                span,
+                "give its parameters types such as str, int, float, bool, list[str], "
+                "Literal[...] or a pydantic model or dataclass defined in the file"
+                if signature.tool_problem.startswith("parameter")
+                else "offer a function whose parameters are named: def lookup(word: str)",
+            )
 
     def read_code_files(self) -> None:
         seen: set[str] = set()

@@ -459,6 +459,8 @@ class CodeGenerator:
             args.append(("resolve", _call("fr.ResolveSpec", [*spec, ("", py(resolve.args))])))
         if action.max_retries is not None:
             args.append(("max_retries", py(action.max_retries)))
+        if action.max_tool_rounds is not None:
+            args.append(("max_tool_rounds", py(action.max_tool_rounds)))
         if action.fallback is not None:
             args.append(("fallback", self.fallback_code(scope, action.fallback)))
         if action.memory is not None:

@@ -201,6 +201,7 @@ class ActorDef:
     source: str | None
     tools: tuple[str, ...] | bool
     span: Span
+    tool_spans: tuple[Span, ...] = ()  # one per tool name; true/false: the value's
 
 
 @dataclass(frozen=True)
@@ -211,6 +212,7 @@ class Blueprint:
     source: str | None
     tools: tuple[str, ...] | bool
     span: Span
+    tool_spans: tuple[Span, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -419,6 +421,7 @@ class Action:
     assignments: tuple[Assignment, ...] = ()
     resolve: Resolve | None = None
     max_retries: int | None = None
+    max_tool_rounds: int | None = None
     fallback: str | ModuleCall | None = None
     memory: str | None = None
     context: str | None = None

@@ -9,6 +9,7 @@ but not how they are called.
 from __future__ import annotations
 
 import ast
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +36,8 @@ class FuncSignature:
     params: tuple[Param, ...] | None
     var_keyword: bool
     line: int
+    tool_problem: str | None = None
+    """Why the function cannot be offered as a tool (§15.5), or None when it can."""
 
     def accepts(self, keyword: str) -> bool:
         """Whether calling with ``keyword=…`` cannot fail for want of that parameter."""
@@ -85,16 +88,19 @@ def read_signatures(path: Path, shown_path: str) -> dict[str, FuncSignature]:
 def signatures_of(tree: ast.Module) -> dict[str, FuncSignature]:
     """The callables a module defines at top level (a later definition wins, as in Python)."""
     found: dict[str, FuncSignature] = {}
+    described = _described_classes(tree)
     for statement in tree.body:
-        for name, signature in _bindings(statement):
+        for name, signature in _bindings(statement, described):
             found[name] = signature
     return found
 
 
-def _bindings(statement: ast.stmt) -> list[tuple[str, FuncSignature]]:
+def _bindings(statement: ast.stmt, described: frozenset[str]) -> list[tuple[str, FuncSignature]]:
     line = statement.lineno
     if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef):
-        return [(statement.name, _from_arguments(statement.name, statement.args, line, 0))]
+        signature = _from_arguments(statement.name, statement.args, line, 0)
+        problem = _tool_problem(statement.args, described)
+        return [(statement.name, dataclasses.replace(signature, tool_problem=problem))]
     if isinstance(statement, ast.ClassDef):
         return [(statement.name, _class_signature(statement))]
     names: list[str] = []
@@ -114,7 +120,7 @@ def _bindings(statement: ast.stmt) -> list[tuple[str, FuncSignature]]:
             bodies += [statement.finalbody, *(handler.body for handler in statement.handlers)]
         for body in bodies:
             for inner in body:
-                nested.extend(_bindings(inner))
+                nested.extend(_bindings(inner, described))
         return nested
     return [(name, FuncSignature(name, None, False, line)) for name in names]
 
@@ -128,10 +134,11 @@ def _target_names(target: ast.expr) -> list[str]:
 
 
 def _class_signature(statement: ast.ClassDef) -> FuncSignature:
+    signature = FuncSignature(statement.name, None, False, statement.lineno)
     for item in statement.body:
         if isinstance(item, ast.FunctionDef) and item.name == "__init__":
-            return _from_arguments(statement.name, item.args, statement.lineno, skip=1)
-    return FuncSignature(statement.name, None, False, statement.lineno)
+            signature = _from_arguments(statement.name, item.args, statement.lineno, skip=1)
+    return dataclasses.replace(signature, tool_problem="it is a class, not a function")
 
 
 def _from_arguments(name: str, args: ast.arguments, line: int, skip: int) -> FuncSignature:
@@ -147,3 +154,96 @@ def _from_arguments(name: str, args: ast.arguments, line: int, skip: int) -> Fun
         for arg, default in zip(args.kwonlyargs, args.kw_defaults, strict=True)
     ]
     return FuncSignature(name, tuple(params), args.kwarg is not None, line)
+
+
+# ---------------------------------------------------------------------- tools (§15.5)
+
+#: Annotation names pydantic describes as JSON schema: builtins, typing forms, and the
+#: standard types with a string form. Anything else needs a class the file defines.
+_DESCRIBED_NAMES = frozenset(
+    {
+        *("str", "int", "float", "bool", "list", "dict", "tuple", "set", "frozenset", "None"),
+        *("Any", "Optional", "Union", "Literal", "List", "Dict", "Tuple", "Set", "FrozenSet"),
+        *("Sequence", "Mapping", "Annotated", "Required", "NotRequired"),
+        *("date", "datetime", "time", "timedelta", "Decimal", "UUID", "Path"),
+    }
+)
+#: Bases (and decorators) that make a class of the file describable: pydantic models,
+#: typed dicts, named tuples, enums, dataclasses.
+_DESCRIBED_BASES = frozenset(
+    {"BaseModel", "TypedDict", "NamedTuple", "Enum", "IntEnum", "StrEnum", "dataclass"}
+)
+
+
+def _described_classes(tree: ast.Module) -> frozenset[str]:
+    """The file's top-level classes pydantic can describe, by their bases or decorators."""
+    found = set()
+    for statement in tree.body:
+        if not isinstance(statement, ast.ClassDef):
+            continue
+        marks = [*statement.bases, *statement.decorator_list]
+        names = {_last_name(m.func if isinstance(m, ast.Call) else m) for m in marks}
+        if names & _DESCRIBED_BASES:
+            found.add(statement.name)
+    return frozenset(found)
+
+
+def _last_name(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return None
+
+
+def _tool_problem(args: ast.arguments, described: frozenset[str]) -> str | None:
+    """Why a function's parameters cannot be described as a JSON schema object, or None.
+
+    The check reads annotations only (the compiler never imports the file): a parameter
+    without one takes any JSON value; pydantic has the last word when the run describes it.
+    """
+    if args.posonlyargs:
+        return "it has positional-only parameters (a model passes arguments by name)"
+    if args.vararg is not None:
+        return f"it takes *{args.vararg.arg} (a model passes arguments by name)"
+    for arg in [*args.args, *args.kwonlyargs]:
+        unknown = _undescribed(arg.annotation, described)
+        if unknown is not None:
+            return f"parameter '{arg.arg}' has the type {unknown}, which has no JSON schema"
+    return None
+
+
+def _undescribed(node: ast.expr | None, described: frozenset[str]) -> str | None:
+    """The part of an annotation that has no JSON schema (as source text), or None."""
+    if node is None:
+        return None
+    if isinstance(node, ast.Constant):
+        if node.value is None or node.value is Ellipsis:  # None, tuple[int, ...]
+            return None
+        if isinstance(node.value, str):  # a quoted annotation
+            try:
+                inner = ast.parse(node.value, mode="eval").body
+            except SyntaxError:
+                return repr(node.value)
+            return _undescribed(inner, described)
+        return ast.unparse(node)
+    if isinstance(node, ast.Name | ast.Attribute):
+        name = _last_name(node)
+        return None if name in _DESCRIBED_NAMES or name in described else ast.unparse(node)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        return _undescribed(node.left, described) or _undescribed(node.right, described)
+    if isinstance(node, ast.Subscript):
+        base = _last_name(node.value)
+        if base == "Literal":
+            return None
+        items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        if base == "Annotated":  # the metadata after the type (Field(...)) is not a type
+            items = items[:1]
+        for part in [node.value, *items]:
+            unknown = _undescribed(part, described)
+            if unknown is not None:
+                return unknown
+        return None
+    if isinstance(node, ast.Tuple | ast.List):
+        return next((u for e in node.elts if (u := _undescribed(e, described))), None)
+    return ast.unparse(node)

@@ -249,10 +249,18 @@ class ActionsParser(FlowsParser):
     def parse_field_max_retries(
         self, index: int, col: int, end: int, kind: str
     ) -> dict[str, object]:
-        tokens = self.field_tokens(index, col, end, "max_retries")
+        return {"max_retries": self.whole_number_field(index, col, end, "max_retries")}
+
+    def parse_field_max_tool_rounds(
+        self, index: int, col: int, end: int, kind: str
+    ) -> dict[str, object]:
+        return {"max_tool_rounds": self.whole_number_field(index, col, end, "max_tool_rounds")}
+
+    def whole_number_field(self, index: int, col: int, end: int, name: str) -> int:
+        tokens = self.field_tokens(index, col, end, name)
         if len(tokens) != 1 or not INTEGER.match(tokens[0].text) or tokens[0].text.startswith("-"):
-            self.fail("max_retries: expects a whole number ≥ 0", self.tok_span(tokens[0]))
-        return {"max_retries": int(tokens[0].text)}
+            self.fail(f"{name}: expects a whole number ≥ 0", self.tok_span(tokens[0]))
+        return int(tokens[0].text)
 
     def parse_field_fallback(self, index: int, col: int, end: int, kind: str) -> dict[str, object]:
         tokens = self.field_tokens(index, col, end, "fallback")
@@ -324,4 +332,5 @@ FIELD_PARSERS: dict[str, FieldParser] = {
     "context": ActionsParser.parse_field_context,
     "interrupt": ActionsParser.parse_field_interrupt,
     "model": ActionsParser.parse_field_model,
+    "max_tool_rounds": ActionsParser.parse_field_max_tool_rounds,
 }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fems2py.diagnostics import suggest
 from fems2py.lexer import Token
-from fems2py.nodes import ActorDef, Blueprint, BoolValue, ListValue, StringValue
+from fems2py.nodes import ActorDef, Blueprint, BoolValue, ListValue, Span, StringValue
 from fems2py.parser.base import Abort, Definitions
 from fems2py.parser.definitions import DefinitionsParser
 from fems2py.parser.text import split_commas
@@ -90,14 +90,15 @@ class ActorsParser(DefinitionsParser):
         soul = name[1:]
         source = None
         tools: tuple[str, ...] | bool = ()
+        tool_spans: tuple[Span, ...] = ()
         if "soul" in props:
             soul = self.prop_text(props["soul"]) or soul
         if "source" in props:
             source = self.prop_text(props["source"])
         if "tools" in props:
-            tools = self.parse_tools(props["tools"])
+            tools, tool_spans = self.parse_tools(props["tools"])
         span = self.span(kind.line, kind.col, tokens[-1].end)
-        return ActorDef(kind.text, name, soul, source, tools, span)  # type: ignore[arg-type]
+        return ActorDef(kind.text, name, soul, source, tools, span, tool_spans)  # type: ignore[arg-type]
 
     def prop_text(self, prop: tuple[Token, list[Token]]) -> str:
         key, value = prop
@@ -107,18 +108,22 @@ class ActorsParser(DefinitionsParser):
             return value[0].value
         return self.lines[value[0].line - 1].code()[value[0].col : value[-1].end].strip()
 
-    def parse_tools(self, prop: tuple[Token, list[Token]]) -> tuple[str, ...] | bool:
+    def parse_tools(
+        self, prop: tuple[Token, list[Token]]
+    ) -> tuple[tuple[str, ...] | bool, tuple[Span, ...]]:
+        """The tool names (or true/false) and where each was written (the value's span for
+        true/false), so the checker can point at a wrong one (§15.5)."""
         key, value = prop
         parsed = self.parse_value(value) if value else None
         if isinstance(parsed, BoolValue):
-            return parsed.value
+            return parsed.value, (parsed.span,)
         if isinstance(parsed, ListValue):
             names = []
             for item in parsed.items:
                 if not isinstance(item, StringValue):
                     self.fail("a tool is named by a word or a string", item.span)
                 names.append(item.value)
-            return tuple(names)
+            return tuple(names), tuple(item.span for item in parsed.items)
         self.fail("tools: expects a list of tool names, true or false", self.tok_span(key))
 
     def parse_blueprint(self, index: int, end: int, tokens: list[Token], defs: Definitions) -> None:
@@ -127,6 +132,7 @@ class ActorsParser(DefinitionsParser):
         self.expect_header(tokens, 2)
         source: str | None = None
         tools: tuple[str, ...] | bool = ()
+        tool_spans: tuple[Span, ...] = ()
         for item, item_end in self.items(index + 1, end):
             try:
                 self.no_body(item, item_end, "a blueprint line")
@@ -137,12 +143,12 @@ class ActorsParser(DefinitionsParser):
                 if key.text == "source":
                     source = self.prop_text((key, line_tokens[2:]))
                 else:
-                    tools = self.parse_tools((key, line_tokens[2:]))
+                    tools, tool_spans = self.parse_tools((key, line_tokens[2:]))
             except Abort:
                 continue
         span = self.tok_span(tokens[0], tokens[1])
         self.unique("blueprint", tokens[1].text, span, defs)
-        defs.blueprints.append(Blueprint(tokens[1].text, source, tools, span))
+        defs.blueprints.append(Blueprint(tokens[1].text, source, tools, span, tool_spans))
 
     def keyed_line(
         self, line_tokens: list[Token], keys: tuple[str, ...], what: str, hint: str

@@ -237,6 +237,7 @@ class Program:
         observer: RunObserver | None = None,
         timeout: float | None = None,
         retry_budget: float | None = None,
+        root: str | Path | None = None,
     ) -> RunResult:
         """Run the main flow; raise :class:`RunError` (located in the ``.fems`` file) when the
         script fails. ``result`` writes the ``--result`` file in both cases; ``transcript``
@@ -247,7 +248,9 @@ class Program:
         ``resume`` continues an interrupted or failed session (``session`` N, else the newest
         session of this script) from its turn records (§16.4, see :mod:`fems_runtime.records`):
         a completed session or one run from a different script is refused. ``observer``
-        watches the run (the stage, §17); ``human`` may be a provider object (its page)."""
+        watches the run (the stage, §17); ``human`` may be a provider object (its page).
+        ``root`` is the folder the built-in tools read, list and write in (default: the
+        script's, §15.5)."""
         variables = Variables(self.variables, self.actors, self.blueprints)
         steps = StepCounter(int(self.script.meta.get("max_steps", DEFAULT_MAX_STEPS)), "the run")
         code = funcs.CodeFiles(self.script.code, Path(self.module_file).resolve().parent)
@@ -271,6 +274,7 @@ class Program:
                     resume=bool(resume),
                     timeout=timeout,
                     retry_budget=retry_budget,
+                    root=root,
                 )
                 if observer is not None:
                     observer.run_opened(turns.store, turns.session, writer)
@@ -454,6 +458,11 @@ def _argument_parser(script: ScriptInfo) -> argparse.ArgumentParser:
     )
     parser.add_argument("--trace", help="write a JSONL event trace to this file")
     parser.add_argument("--result", help="write the final result JSON to this file")
+    parser.add_argument(
+        "--root",
+        metavar="DIR",
+        help="the folder the read/list/write tools may reach (default: the script's folder)",
+    )
     parser.add_argument(
         "--souls",
         metavar="FILE",

@@ -38,6 +38,10 @@ def _speaker(kind: str, name: str | None, soul: str | None) -> str:
         return NARRATOR
     if kind == "feedback":
         return "feedback"
+    if kind == "tool_call":
+        return f"{name or soul or 'unknown'} → tool"
+    if kind == "tool_result":
+        return f"tool {name}"
     return name or soul or "unknown"
 
 

@@ -18,7 +18,7 @@ import os
 import re
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -304,15 +304,22 @@ class OpenAIClients:
         return client
 
     async def send(
-        self, route: OpenAIRoute, messages: list[dict[str, Any]], timeout: float
+        self,
+        route: OpenAIRoute,
+        messages: list[dict[str, Any]],
+        timeout: float,
+        tools: Sequence[Mapping[str, Any]] = (),
     ) -> Reply:
-        """One chat completion request; any failure is a `ModelCallError`."""
+        """One chat completion request (offering ``tools``, §15.5); any failure is a
+        `ModelCallError`."""
         import openai
 
         client = self.client(route)
         extra: dict[str, Any] = {"extra_body": dict(route.fields)} if route.fields else {}
         if route.headers:
             extra["extra_headers"] = dict(route.headers)
+        if tools:
+            extra["tools"] = list(tools)
         try:
             response = await client.chat.completions.create(
                 model=route.model, messages=messages, timeout=timeout, **extra
@@ -382,11 +389,18 @@ def import_litellm() -> ModuleType:
 
 
 async def litellm_send(
-    model: str, options: Mapping[str, Any], messages: list[dict[str, Any]], timeout: float
+    model: str,
+    options: Mapping[str, Any],
+    messages: list[dict[str, Any]],
+    timeout: float,
+    tools: Sequence[Mapping[str, Any]] = (),
 ) -> Reply:
-    """One request through litellm (its own retries off); any failure is a `ModelCallError`."""
+    """One request through litellm (its own retries off, offering ``tools``, §15.5); any
+    failure is a `ModelCallError`."""
     litellm = import_litellm()
     call = {**options, "timeout": timeout, "max_retries": 0}
+    if tools:
+        call["tools"] = list(tools)
     try:
         response = await litellm.acompletion(model=model, messages=messages, **call)
     except asyncio.CancelledError:

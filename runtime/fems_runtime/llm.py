@@ -10,13 +10,14 @@ module, or running it with the offline models of §15.3, imports neither.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import re
 import sys
 import tomllib
-from collections.abc import Callable, Mapping, MutableMapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from fems_runtime.endpoints import (
 from fems_runtime.offline import OFFLINE_MODELS, MockModel, OfflineTurn, ScriptModel
 from fems_runtime.prices import PRICES, PriceTable
 from fems_runtime.records import RunError
+from fems_runtime.tools import ToolCall
 
 DEFAULT_MODEL = "fems/mock"
 DEFAULT_TIMEOUT = 60.0
@@ -55,7 +57,8 @@ class ModelChoice:
 
 @dataclass(frozen=True)
 class CallResult:
-    """One completed call: the reply text and the usage figures stored with the message."""
+    """One completed call: the reply text, the tools it calls (§15.5) and the usage figures
+    stored with the message."""
 
     text: str
     model: str
@@ -63,6 +66,7 @@ class CallResult:
     completion_tokens: int | None = None
     cost: float | None = None
     attempts: int = 1
+    tool_calls: tuple[ToolCall, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -225,22 +229,41 @@ class ModelClient:
     async def complete(
         self,
         choice: ModelChoice,
-        messages: list[dict[str, str]],
+        messages: list[dict[str, Any]],
         turn: OfflineTurn,
         delay: float = 0.0,
+        tools: Sequence[Mapping[str, Any]] = (),
     ) -> CallResult:
-        """One model call: offline models answer directly, real ones go through litellm.
-        ``delay`` is a module's meta.delay; the larger of it and the script's applies."""
+        """One model call: offline models answer directly, real ones go out through
+        `fems_runtime.endpoints`. ``delay`` is a module's meta.delay; the larger of it and the
+        script's applies. ``tools`` are the offered tools' entries of the ``tools`` request
+        parameter (§15.5)."""
+        if choice.model in OFFLINE_MODELS:
+            offered = tuple(tool["function"] for tool in tools)
+            result = self._offline(choice, messages, replace(turn, tools=offered))
+            return _numbered(result, messages)
+        return await self._complete_remote(choice, messages, delay, tools)
+
+    def _offline(
+        self, choice: ModelChoice, messages: list[dict[str, Any]], turn: OfflineTurn
+    ) -> CallResult:
         if choice.model == "fems/mock":
-            return CallResult(self.mock.reply(turn, messages), choice.model)
-        if choice.model == "fems/script":
-            if self.script is None:
-                raise RunError("model fems/script needs a replies file (--replies FILE)")
-            return CallResult(self.script.reply(turn), choice.model)
-        return await self._complete_remote(choice, messages, delay)
+            calls = self.mock.tool_calls(turn, messages)
+            text = "" if calls else self.mock.reply(turn, messages)
+            return CallResult(text, choice.model, tool_calls=calls)
+        if self.script is None:
+            raise RunError("model fems/script needs a replies file (--replies FILE)")
+        reply = self.script.reply(turn)
+        if isinstance(reply, str):
+            return CallResult(reply, choice.model)
+        return CallResult(reply.text, choice.model, tool_calls=reply.calls)
 
     async def _complete_remote(
-        self, choice: ModelChoice, messages: list[dict[str, str]], delay: float = 0.0
+        self,
+        choice: ModelChoice,
+        messages: list[dict[str, Any]],
+        delay: float = 0.0,
+        tools: Sequence[Mapping[str, Any]] = (),
     ) -> CallResult:
         """Send the request until it succeeds, a non-transient error ends it, or the retry
         budget (counted from the first attempt) runs out (§15.4)."""
@@ -262,7 +285,7 @@ class ModelClient:
                     if deadline is None:
                         deadline = loop.time() + self.retry.budget
                     limit = min(timeout, deadline - loop.time())
-                    reply = await self._send(choice, route, messages, limit)
+                    reply = await self._send(choice, route, messages, limit, tools)
                 return self._result(choice, reply, attempts)
             except ModelCallError as error:
                 if error.kind == "key":
@@ -284,8 +307,9 @@ class ModelClient:
         self,
         choice: ModelChoice,
         route: OpenAIRoute | None,
-        messages: list[dict[str, str]],
+        messages: list[dict[str, Any]],
         timeout: float,
+        tools: Sequence[Mapping[str, Any]] = (),
     ) -> Reply:
         """One request on its path, cut off after ``timeout`` seconds whatever the SDK does."""
         if timeout <= 0:  # the budget ran out while this attempt waited for a slot
@@ -298,8 +322,8 @@ class ModelClient:
         try:
             async with asyncio.timeout(timeout):
                 if route is not None:
-                    return await self._openai.send(route, messages, timeout)
-                return await litellm_send(choice.model, choice.options, messages, timeout)
+                    return await self._openai.send(route, messages, timeout, tools)
+                return await litellm_send(choice.model, choice.options, messages, timeout, tools)
         except TimeoutError:
             raise ModelCallError("timeout", f"no answer within {timeout:g} s") from None
 
@@ -328,4 +352,26 @@ class ModelClient:
             completion_tokens=reply.usage.completion_tokens,
             cost=self.prices.cost(choice.model, reply.usage, choice.options),
             attempts=attempts,
+            tool_calls=reply_tool_calls(reply.message),
         )
+
+
+def reply_tool_calls(message: Any) -> tuple[ToolCall, ...]:
+    """The tool calls of a reply message (the OpenAI protocol's objects, from either path)."""
+    calls = []
+    for index, call in enumerate(getattr(message, "tool_calls", None) or ()):
+        function = call.function
+        arguments = function.arguments
+        if not isinstance(arguments, str):
+            arguments = json.dumps(arguments)
+        calls.append(ToolCall(call.id or f"call_{index}", function.name or "", arguments or "{}"))
+    return tuple(calls)
+
+
+def _numbered(result: CallResult, messages: Sequence[Mapping[str, Any]]) -> CallResult:
+    """Offline calls get ids unique within the turn's conversation, as a provider's are."""
+    calls = tuple(
+        replace(call, id=f"call_{len(messages)}_{index}")
+        for index, call in enumerate(result.tool_calls)
+    )
+    return replace(result, tool_calls=calls)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from fems_runtime.records import RunError
 from fems_runtime.signals import OutSpec, choice_list
+from fems_runtime.tools import ToolCall
 from fems_runtime.values import ACTOR_NAME, Actor
 
 if TYPE_CHECKING:
@@ -54,6 +55,16 @@ class OfflineTurn:
     attempt: int = 0
     outs: tuple[OfflineOut, ...] = ()
     candidates: tuple[str, ...] = field(default_factory=tuple)
+    tools: tuple[Mapping[str, Any], ...] = ()
+    """The offered tools as the model sees them (the ``function`` part of each ``tools`` entry)."""
+
+
+@dataclass(frozen=True)
+class ScriptedCalls:
+    """A replies-file entry that calls tools: ``{"tool_calls": [{"name", "arguments"}], "text"}``."""
+
+    calls: tuple[ToolCall, ...]
+    text: str = ""
 
 
 def offline_out(out: OutSpec, frame: Frame) -> OfflineOut:
@@ -115,6 +126,22 @@ class MockModel:
             lines.append(f"SET VARIABLE: <<{out.target} {op} {text}>>")
         return "\n".join(lines)
 
+    def tool_calls(
+        self, turn: OfflineTurn, messages: Sequence[Mapping[str, Any]] = ()
+    ) -> tuple[ToolCall, ...]:
+        """Each offered tool once per turn, with arguments valid for its schema: the first call
+        of a turn (no tool result in ``messages`` yet) asks for them all.
+
+        **Decision:** the mock never calls ``write``, so a mock run changes no file.
+        """
+        if any(m.get("role") == "tool" for m in messages):
+            return ()
+        return tuple(
+            ToolCall("", tool["name"], json.dumps(example_arguments(tool.get("parameters", {}))))
+            for tool in turn.tools
+            if tool["name"] != "write"
+        )
+
 
 def mock_value(out: OfflineOut, actors: Sequence[str], rng: random.Random) -> Any:
     """A valid value for one out (§15.3), actors as ``"@name"``: a choice if it has choices, an
@@ -162,6 +189,37 @@ def _literal_value(value: Any) -> str:
     return _literal(value)
 
 
+def example_arguments(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """Arguments valid for a tool's JSON schema: its required parameters, each given the
+    simplest value of its type (an enum's first member, a default when there is one)."""
+    value = _example(schema, schema.get("$defs", {}))
+    return value if isinstance(value, dict) else {}
+
+
+def _example(schema: Mapping[str, Any], defs: Mapping[str, Any]) -> Any:
+    if "$ref" in schema:
+        return _example(defs.get(str(schema["$ref"]).rsplit("/", 1)[-1], {}), defs)
+    if "default" in schema:
+        return schema["default"]
+    if "const" in schema:
+        return schema["const"]
+    if schema.get("enum"):
+        return schema["enum"][0]
+    for union in ("anyOf", "oneOf"):
+        if schema.get(union):
+            return _example(schema[union][0], defs)
+    examples = {"string": "example", "integer": 1, "number": 1.0, "boolean": True, "null": None}
+    kind = schema.get("type")
+    if kind == "array":
+        return []
+    if kind == "object":
+        properties = schema.get("properties", {})
+        return {
+            name: _example(properties.get(name, {}), defs) for name in schema.get("required", ())
+        }
+    return examples.get(kind, "example") if isinstance(kind, str) else "example"
+
+
 class ScriptModel:
     """`fems/script`: replies from a JSON file or dict, per `ACTION@ACTOR`, `ACTION`, then `*`."""
 
@@ -170,7 +228,7 @@ class ScriptModel:
         self._used: dict[str, int] = {}
 
     @staticmethod
-    def _load(replies: str | Path | Mapping[str, Any]) -> dict[str, list[str]]:
+    def _load(replies: str | Path | Mapping[str, Any]) -> dict[str, list[str | ScriptedCalls]]:
         if isinstance(replies, Mapping):
             data: Any = replies
             where = "replies"
@@ -184,15 +242,15 @@ class ScriptModel:
                 raise RunError(f"replies file {where}: invalid JSON: {exc}") from None
         if not isinstance(data, Mapping):
             raise RunError(f"{where}: expected an object of reply lists")
-        loaded: dict[str, list[str]] = {}
+        loaded: dict[str, list[str | ScriptedCalls]] = {}
         for key, value in data.items():
-            items = [value] if isinstance(value, str) else value
-            if not isinstance(items, list) or not all(isinstance(v, str) for v in items):
-                raise RunError(f"{where}: {key!r} must be a list of reply strings")
-            loaded[str(key)] = list(items)
+            items = [value] if isinstance(value, str | Mapping) else value
+            if not isinstance(items, list):
+                raise RunError(f"{where}: {key!r} must be a list of replies")
+            loaded[str(key)] = [_scripted(item, f"{where}: {key!r}") for item in items]
         return loaded
 
-    def reply(self, turn: OfflineTurn) -> str:
+    def reply(self, turn: OfflineTurn) -> str | ScriptedCalls:
         """The next reply for this turn; a turn with no reply left is a run error."""
         keys = (f"{turn.action}{turn.actor}", turn.action, "*")
         for key in keys:
@@ -209,3 +267,21 @@ class ScriptModel:
             f"fems/script has no reply left for action {turn.action} by {turn.actor} "
             f"(looked for {', '.join(repr(k) for k in keys)})"
         )
+
+
+def _scripted(item: Any, where: str) -> str | ScriptedCalls:
+    """A reply string, or a ``{"tool_calls": [...]}`` entry checked here, when it is loaded."""
+    if isinstance(item, str):
+        return item
+    usage = 'a reply is a string or {"tool_calls": [{"name": "read", "arguments": {"path": "x"}}]}'
+    if not isinstance(item, Mapping) or not isinstance(item.get("tool_calls"), list):
+        raise RunError(f"{where}: {usage}")
+    calls = []
+    for call in item["tool_calls"]:
+        if not isinstance(call, Mapping) or not isinstance(call.get("name"), str):
+            raise RunError(f'{where}: each tool call needs a "name"; {usage}')
+        arguments = call.get("arguments", {})
+        text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+        calls.append(ToolCall("", call["name"], text))
+    content = item.get("text", item.get("content", ""))
+    return ScriptedCalls(tuple(calls), content if isinstance(content, str) else "")

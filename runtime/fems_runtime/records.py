@@ -197,6 +197,10 @@ class TurnLog:
         self._counts[base] = occurrence + 1
         return [*base, occurrence]
 
+    def peek(self, key: Sequence[Any], attempt: int = 0) -> Mapping[str, Any] | None:
+        """The record of ``key`` (and ``attempt``), if any, without counting it as replayed."""
+        return self._records.get((*key, attempt))
+
     def recorded(self, key: Sequence[Any], attempt: int = 0) -> Mapping[str, Any] | None:
         """The record of ``key`` (and ``attempt``) to replay, or None: the turn goes live."""
         record = self._records.get((*key, attempt))

@@ -84,6 +84,7 @@ class TurnSpec:
     context: str | None = None
     interrupt: InterruptSpec | None = None
     model: str | None = None
+    max_tool_rounds: int | None = None  # None: meta.max_tool_rounds, else 8 (§15.5)
 
     @property
     def strict(self) -> bool:

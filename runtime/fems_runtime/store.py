@@ -44,7 +44,8 @@ GROUP_COMMIT_S = 0.05  # how long a submitted turn may wait to be written with t
 
 @dataclass(frozen=True)
 class Message:
-    """One stored message (§13.1); ``kind`` is prompt, narration, reply, human or feedback."""
+    """One stored message (§13.1); ``kind`` is prompt, narration, reply, human, feedback, or
+    tool_call / tool_result (§15.5)."""
 
     id: int
     session: int
@@ -106,8 +107,8 @@ CONTEXT_COLUMNS = ("kind", "speaker_name", "speaker_soul", "content")
 _SeqLine = tuple[int, ContextLine]  # a visible line with its sequence number
 
 ACTOR_FIELDS = ("type", "soul_id", "source", "blueprint")  # of a session's actor row
-MESSAGE_KINDS = ("prompt", "narration", "reply", "human", "feedback")
-VISIBLE_KINDS = ("narration", "reply", "human", "feedback")
+MESSAGE_KINDS = ("prompt", "narration", "reply", "human", "feedback", "tool_call", "tool_result")
+VISIBLE_KINDS = ("narration", "reply", "human", "feedback", "tool_call", "tool_result")
 _NO_LIMIT = 2**31 - 1  # above every sequence number (the column is a 32-bit integer on PostgreSQL)
 
 

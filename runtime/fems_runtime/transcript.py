@@ -2,8 +2,9 @@
 
 Each line says who spoke and in which room: ``@Alice ▸ den (@Moderator, @Alice, @Fay)``.
 Narration is set apart in italics, feedback from the validation loop is dimmed and marked as
-private, problems the lenient default ignores are flagged, prompts are never shown (they are private to the executor, §13.1). ``rich`` is
-imported only when a transcript is printed, so importing the runtime stays cheap.
+private, tool calls (§15.5) show with a one-line preview of their results, problems the lenient
+default ignores are flagged, prompts are never shown (they are private to the executor, §13.1).
+``rich`` is imported only when a transcript is printed, so importing the runtime stays cheap.
 """
 
 from __future__ import annotations
@@ -37,6 +38,12 @@ class Transcript:
             return
         if kind == "feedback":
             self._console.print(Text(f"  (feedback to {speaker}, private) {text}", style="dim"))
+            return
+        if kind == "tool_call":
+            self._console.print(Text.assemble((f"  ⚙ {speaker} calls ", "dim"), (text, "cyan")))
+            return
+        if kind == "tool_result":
+            self._console.print(Text(f"    ↳ {speaker}: {_preview(text)}", style="dim"))
             return
         header = Text(speaker, style=f"bold {self._style(speaker)}")
         header.append(f" ▸ {where}", style="dim")
@@ -84,6 +91,12 @@ class Transcript:
         if speaker not in self._styles:
             self._styles[speaker] = _SPEAKER_STYLES[len(self._styles) % len(_SPEAKER_STYLES)]
         return self._styles[speaker]
+
+
+def _preview(text: str, limit: int = 160) -> str:
+    """A tool result on one line: its start, and how long it is when it is cut."""
+    flat = " ⏎ ".join(line.strip() for line in text.strip().splitlines() if line.strip())
+    return flat if len(flat) <= limit else f"{flat[:limit]}… ({len(text)} characters)"
 
 
 def _is_signal(line: str) -> bool:

@@ -73,6 +73,14 @@ from fems_runtime.specs import (
     TurnSpec,
 )
 from fems_runtime.store import Checkpoint, NewMessage, Store, parse_session_spec
+from fems_runtime.tools import (
+    DEFAULT_MAX_TOOL_ROUNDS,
+    Tool,
+    Toolbox,
+    ToolCall,
+    ToolOutcome,
+    offered_names,
+)
 from fems_runtime.transcript import Transcript
 from fems_runtime.values import ACTOR_NAME, Actor, valid_text
 
@@ -148,6 +156,9 @@ class TurnServices:
     transcript: Transcript | None = None
     model_calls: int = 0
     log: TurnLog = field(default_factory=TurnLog)
+    toolbox: Toolbox = field(default_factory=lambda: Toolbox(".", None))
+    all_tools: tuple[str, ...] = ()  # what `tools: true` offers besides read and list (§15.5)
+    max_tool_rounds: int = DEFAULT_MAX_TOOL_ROUNDS
     contexts: ContextCache | None = None  # the actors' built-in contexts (made from `store`)
 
     def __post_init__(self) -> None:
@@ -172,6 +183,7 @@ class TurnServices:
         resume: bool = False,
         timeout: float | None = None,
         retry_budget: float | None = None,
+        root: str | Path | None = None,
     ) -> TurnServices:
         """Build the run's services from a generated module's `Program` and the run options.
 
@@ -180,7 +192,8 @@ class TurnServices:
         does not exist, a database that cannot be opened) is a run error located in the script.
         ``resume`` continues the session's last run from its turn records (§16.4): ``session``
         (or ``meta.session``) names it, else the newest session of this script.
-        ``timeout`` and ``retry_budget`` (seconds) win over ``meta:`` (§15.4).
+        ``timeout`` and ``retry_budget`` (seconds) win over ``meta:`` (§15.4). ``root`` is the
+        folder the built-in tools may reach (default: the script's folder, §15.5).
         """
         script = program.script
         meta = dict(script.meta)
@@ -217,6 +230,11 @@ class TurnServices:
             human=_human_provider(human, seed or 0),
             code=code,
             log=log,
+            toolbox=Toolbox(
+                root if root is not None else _project_dirs(program, base_dir)[0], code
+            ),
+            all_tools=_script_tools(variables),
+            max_tool_rounds=int(meta.get("max_tool_rounds", DEFAULT_MAX_TOOL_ROUNDS)),
         )
 
     async def run(self, ctx: Context, spec: TurnSpec) -> TurnResult:
@@ -237,6 +255,17 @@ class TurnServices:
 
 def _text(value: Any) -> str:
     return "" if value is None else str(value)
+
+
+def _script_tools(variables: Variables) -> tuple[str, ...]:
+    """Every tool the script names in an actor's or a blueprint's `tools:` list."""
+    named = [
+        name
+        for spec in (*variables.actors.values(), *variables.blueprints.values())
+        if isinstance(spec.tools, tuple | list)
+        for name in spec.tools
+    ]
+    return tuple(dict.fromkeys(named))
 
 
 def _project_dirs(program: Any, base_dir: str | Path) -> list[Path]:
@@ -542,8 +571,10 @@ def _message(
     users: Iterable[str] = (),
     speaker: bool = True,
     call: CallResult | None = None,
+    name: str | None = None,
 ) -> NewMessage:
-    """A message of this turn; ``speaker`` False for narration, prompts and feedback."""
+    """A message of this turn; ``speaker`` False for narration, prompts and feedback; ``name``
+    the speaker name of a message the executor does not say (a tool's result)."""
     return NewMessage(
         kind,
         content,
@@ -552,9 +583,9 @@ def _message(
         turn=turn,
         action=spec.action,
         node=ctx.node,
-        speaker_soul=str(room.voice_spec.soul) if speaker else None,
-        speaker_user=room.executor_spec.user if speaker else None,
-        speaker_name=str(room.voice) if speaker else _SPEAKERS.get(kind, kind),
+        speaker_soul=str(room.voice_spec.soul) if speaker and not name else None,
+        speaker_user=room.executor_spec.user if speaker and not name else None,
+        speaker_name=name or (str(room.voice) if speaker else _SPEAKERS.get(kind, kind)),
         model=call.model if call else None,
         prompt_tokens=call.prompt_tokens if call else None,
         completion_tokens=call.completion_tokens if call else None,
@@ -641,64 +672,27 @@ async def _ai_turn(
     texts = _render_texts(frame, spec)
     prompt = texts.prompt
     key = services.log.key(_path(ctx), ctx.node, spec.action, str(room.executor))
-    first = services.log.recorded(key)
-    outputs: list[tuple[str, Any]] = []  # what memory/context methods wrote (§8.2)
-    messages: list[dict[str, str]] | None = None
-    if first is not None:  # a resumed run replays this turn (§16.4)
-        turn = int(first["turn"])
+    tools = _offered_tools(services, room)
+    # a resumed run replays this turn (§16.4); its first record is its first tool round's
+    # when it called tools, else its first reply's
+    first = (services.log.peek(_round_key(key, 0)) if tools else None) or services.log.peek(key)
+    choice = services.models.resolve(spec.model, room.executor_spec.source)
+    calls = _Calls(services, ctx, spec, room, texts, key, tools, choice, first)
+    if first is not None:
+        calls.turn = int(first["turn"])
         for name, value in first["result"].get("outputs", ()):
             frame.assign(name, "=", frame.variables.adopt(value))
     else:
-        turn = _new_turn(services)
-        messages = await _model_messages(services, ctx, spec, room, texts, turn, outputs)
-    choice = services.models.resolve(spec.model, room.executor_spec.source)
-    offline_base = _offline_turn(frame, spec, room, turn, texts.shown)
+        calls.turn = _new_turn(services)
+        calls.opening = await _model_messages(
+            services, ctx, spec, room, texts, calls.turn, calls.outputs
+        )
+    calls.unsaved = _opening(spec, ctx, room, calls.turn, texts)
+    offline_base = _offline_turn(frame, spec, room, calls.turn, texts.shown)
     result = TurnResult()
-    unsaved = _opening(spec, ctx, room, turn, texts)
-    retries: list[tuple[str, str]] = []  # (reply, feedback) of the attempts so far
     attempt = 0
     while True:
-        offline = replace(offline_base, attempt=attempt)
-        record = first if attempt == 0 else services.log.recorded(key, attempt)
-        if record is not None:
-            reply = str(record["result"]["reply"])
-            call: CallResult | None = None
-            _replayed(services, ctx, spec, room, turn, attempt)
-            _consume_script_reply(services, choice, offline)
-            unsaved = []  # stored by the interrupted run
-            result.calls += 1
-            interrupted = bool(record["result"].get("interrupted"))
-        else:
-            if messages is None:  # earlier attempts were replayed: rebuild what was sent
-                before = first.get("before") if first is not None else None
-                messages = await _model_messages(
-                    services, ctx, spec, room, texts, turn, outputs, last=before
-                )
-                for old_reply, old_note in retries:
-                    messages = retry_messages(messages, old_reply, old_note)
-            call = await _call(services, spec, choice, messages, offline, ctx.delay)
-            result.calls += 1
-            interrupted = call is None
-            reply = INTERRUPTED if call is None else valid_text(call.text)
-            _trace_call(services, ctx, spec, room, choice, messages, reply, call, attempt)
-            unsaved.append(
-                _message(
-                    spec,
-                    ctx,
-                    "reply",
-                    reply,
-                    turn=turn,
-                    room=room,
-                    souls=room.souls,
-                    users=room.users,
-                    call=call,
-                )
-            )
-            done = {"reply": reply, "interrupted": interrupted}
-            if attempt == 0 and outputs:
-                done["outputs"] = [list(pair) for pair in outputs]
-            _save(services, room, unsaved, _record(ctx, "ai", key, turn, done, attempt))
-            unsaved = []
+        reply, interrupted = await calls.reply(replace(offline_base, attempt=attempt), result)
         result.reply = reply
         if interrupted:
             result.interrupted = True
@@ -721,21 +715,201 @@ async def _ai_turn(
         attempt += 1
         note = _feedback_text(verdict.shown)
         # stored with the next reply: the feedback is visible to the executor only (§13.1)
-        unsaved.append(
+        calls.unsaved.append(
             _message(
                 spec,
                 ctx,
                 "feedback",
                 note,
-                turn=turn,
+                turn=calls.turn,
                 room=room,
                 souls=[str(room.voice_spec.soul)],
                 speaker=False,
             )
         )
-        retries.append((reply, note))
-        if messages is not None:
-            messages = retry_messages(messages, reply, note)
+        calls.added = retry_messages(calls.added, reply, note)
+
+
+@dataclass
+class _Calls:
+    """The model calls of one AI turn: each attempt's tool rounds and reply (§10.6, §15.5).
+
+    ``opening`` is the first call's messages (built when the turn first goes live), ``added``
+    what later calls carry after them: tool calls and results, rejected replies and feedback.
+    ``unsaved`` are messages stored with the next record, ``outputs`` what memory/context
+    methods wrote (kept in the turn's first record, for ``--resume``).
+    """
+
+    services: TurnServices
+    ctx: Context
+    spec: TurnSpec
+    room: _Room
+    texts: _Texts
+    key: list[Any]
+    tools: list[Tool]
+    choice: ModelChoice
+    first: Mapping[str, Any] | None
+    turn: int = 0
+    opening: list[dict[str, Any]] | None = None
+    added: list[dict[str, Any]] = field(default_factory=list)
+    unsaved: list[NewMessage] = field(default_factory=list)
+    outputs: list[tuple[str, Any]] = field(default_factory=list)
+    saved: bool = False
+
+    async def reply(self, offline: OfflineTurn, result: TurnResult) -> tuple[str, bool]:
+        """The attempt's final reply (and whether `interrupt:` cut it), replayed from the
+        session's records or live; tool rounds come first, each one recorded (§16.4)."""
+        services, spec, attempt = self.services, self.spec, offline.attempt
+        limit = spec.max_tool_rounds
+        if limit is None:
+            limit = services.max_tool_rounds
+        rounds = 0
+        while True:
+            record = services.log.recorded(_round_key(self.key, rounds), attempt)
+            if record is None:
+                record = services.log.recorded(self.key, attempt)
+            if record is not None:
+                self._replay(offline, record)
+                result.calls += 1
+                if "calls" not in record["result"]:
+                    return str(record["result"]["reply"]), bool(record["result"].get("interrupted"))
+                rounds += 1
+                continue
+            call = await self._live_call(offline)
+            result.calls += 1
+            if call is None or not call.tool_calls:
+                reply = INTERRUPTED if call is None else valid_text(call.text)
+                self._save_reply(reply, call, attempt)
+                return reply, call is None
+            if rounds >= limit:
+                raise RunError(
+                    f"action {spec.action}: the model still calls tools after {limit} rounds "
+                    f"(max_tool_rounds {limit}); raise max_tool_rounds or ask for an answer"
+                )
+            await self._run_tools(call, rounds, attempt)
+            rounds += 1
+
+    def _replay(self, offline: OfflineTurn, record: Mapping[str, Any]) -> None:
+        _replayed(self.services, self.ctx, self.spec, self.room, self.turn, offline.attempt)
+        _consume_script_reply(self.services, self.choice, offline)
+        self.unsaved = []  # stored by the interrupted run
+        if "calls" in record["result"]:
+            done = record["result"]
+            calls = [ToolCall(c["id"], c["name"], c["arguments"]) for c in done["calls"]]
+            outcomes = [
+                ToolOutcome(call, c["tool"], c["result"])
+                for call, c in zip(calls, done["calls"], strict=True)
+            ]
+            self.added += _tool_messages(str(done.get("text", "")), outcomes)
+
+    async def _live_call(self, offline: OfflineTurn) -> CallResult | None:
+        services, ctx, spec = self.services, self.ctx, self.spec
+        if self.opening is None:  # earlier calls were replayed: rebuild what was sent
+            before = self.first.get("before") if self.first is not None else None
+            self.opening = await _model_messages(
+                services, ctx, spec, self.room, self.texts, self.turn, self.outputs, last=before
+            )
+        messages = [*self.opening, *self.added]
+        schemas = [tool.schema() for tool in self.tools]
+        call = await _call(services, spec, self.choice, messages, offline, ctx.delay, schemas)
+        reply = INTERRUPTED if call is None else valid_text(call.text)
+        _trace_call(
+            services, ctx, spec, self.room, self.choice, messages, reply, call, offline.attempt
+        )
+        return call
+
+    async def _run_tools(self, call: CallResult, rounds: int, attempt: int) -> None:
+        """Run the calls of one reply in order, store them with their results, and add them
+        to the conversation (§15.5)."""
+        services, ctx, spec, room = self.services, self.ctx, self.spec, self.room
+        outcomes = []
+        for tool_call in call.tool_calls:
+            outcome = await services.toolbox.call(self.tools, tool_call)
+            services.trace.write(
+                "tool_call",
+                node=ctx.node,
+                action=spec.action,
+                actor=str(room.voice),
+                name=outcome.tool,
+                arguments=tool_call.arguments,
+                result=outcome.result,
+                round=rounds,
+                attempt=attempt,
+            )
+            outcomes.append(outcome)
+        for index, outcome in enumerate(outcomes):
+            said = valid_text(f"{outcome.tool}({outcome.call.arguments})")
+            usage = call if index == 0 else None  # the model call's figures, stored once
+            self.unsaved.append(self._message("tool_call", said, call=usage))
+            self.unsaved.append(self._message("tool_result", outcome.result, name=outcome.tool))
+        done: dict[str, Any] = {
+            "text": call.text,
+            "calls": [
+                {
+                    "id": o.call.id,
+                    "name": o.call.name,
+                    "arguments": o.call.arguments,
+                    "tool": o.tool,
+                    "result": o.result,
+                }
+                for o in outcomes
+            ],
+        }
+        self._save(done, _round_key(self.key, rounds), attempt)
+        self.added += _tool_messages(call.text, outcomes)
+
+    def _save_reply(self, reply: str, call: CallResult | None, attempt: int) -> None:
+        self.unsaved.append(self._message("reply", reply, call=call))
+        self._save({"reply": reply, "interrupted": call is None}, self.key, attempt)
+
+    def _save(self, done: dict[str, Any], key: Sequence[Any], attempt: int) -> None:
+        """Store the unsaved messages with the record of one call; the turn's first record
+        keeps what its memory/context methods wrote."""
+        if not self.saved and self.outputs:
+            done["outputs"] = [list(pair) for pair in self.outputs]
+        self.saved = True
+        record = _record(self.ctx, "ai", key, self.turn, done, attempt)
+        _save(self.services, self.room, self.unsaved, record)
+        self.unsaved = []
+
+    def _message(
+        self, kind: str, content: str, *, call: CallResult | None = None, name: str | None = None
+    ) -> NewMessage:
+        room = self.room
+        return _message(
+            self.spec,
+            self.ctx,
+            kind,
+            content,
+            turn=self.turn,
+            room=room,
+            souls=room.souls,
+            users=room.users,
+            call=call,
+            name=name,
+        )
+
+
+def _round_key(key: Sequence[Any], rounds: int) -> list[Any]:
+    """The record key of a turn's tool round: the turn's key, then ``tools`` and the round."""
+    return [*key, "tools", rounds]
+
+
+def _tool_messages(text: str, outcomes: Sequence[ToolOutcome]) -> list[dict[str, Any]]:
+    """A tool round as the next call carries it: the assistant's calls, then one ``tool``
+    message per result (OpenAI protocol)."""
+    asked = {
+        "role": "assistant",
+        "content": text or None,
+        "tool_calls": [o.call.as_message() for o in outcomes],
+    }
+    return [asked, *(o.as_message() for o in outcomes)]
+
+
+def _offered_tools(services: TurnServices, room: _Room) -> list[Tool]:
+    """The tools the executor's `tools:` offers on this turn (§15.5)."""
+    names = offered_names(room.executor_spec.tools, services.all_tools)
+    return services.toolbox.tools(names) if names else []
 
 
 async def _model_messages(
@@ -966,13 +1140,15 @@ async def _call(
     services: TurnServices,
     spec: TurnSpec,
     choice: ModelChoice,
-    messages: list[dict[str, str]],
+    messages: list[dict[str, Any]],
     offline: OfflineTurn,
     delay: float,
+    tools: Sequence[Mapping[str, Any]] = (),
 ) -> CallResult | None:
     """One model call; None when `interrupt:` fired first (the call is cancelled, §10.7).
-    ``delay`` is the meta.delay of the module the turn runs in (§3)."""
-    request = services.models.complete(choice, messages, offline, delay)
+    ``delay`` is the meta.delay of the module the turn runs in (§3); ``tools`` the offered
+    tools (§15.5)."""
+    request = services.models.complete(choice, messages, offline, delay, tools)
     if spec.interrupt is None:
         return await request
     call = asyncio.ensure_future(request)
@@ -1009,7 +1185,7 @@ def _trace_call(
     spec: TurnSpec,
     room: _Room,
     choice: ModelChoice,
-    messages: list[dict[str, str]],
+    messages: list[dict[str, Any]],
     reply: str,
     call: CallResult | None,
     attempt: int,
@@ -1030,6 +1206,7 @@ def _trace_call(
         prompt_tokens=call.prompt_tokens if call else None,
         completion_tokens=call.completion_tokens if call else None,
         cost=call.cost if call else None,
+        tool_calls=[c.as_message() for c in call.tool_calls] if call else [],
     )
 
 

@@ -33,7 +33,8 @@ class Behaviour:
     ``status``: the HTTP status; ``text``: the reply (None: from the prompt's marker);
     ``pause``: seconds to wait before answering (a hang, when longer than the client's timeout);
     ``retry_after``: a `Retry-After` header (seconds); ``fault``: ``"reset"`` drops the
-    connection without an answer, ``"bad_json"`` answers 200 with a body that is not JSON.
+    connection without an answer, ``"bad_json"`` answers 200 with a body that is not JSON;
+    ``tool_calls``: the reply's tool calls, as ``(name, arguments JSON)`` pairs.
     """
 
     status: int = 200
@@ -41,6 +42,7 @@ class Behaviour:
     pause: float = 0.0
     retry_after: float | None = None
     fault: str | None = None
+    tool_calls: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -158,7 +160,8 @@ class FakeOpenAI:
                     data = b'{"id": "chatcmpl-test", "choices": [{"message": '
                 elif behaviour.status == 200:
                     text = behaviour.text if behaviour.text is not None else prompt_reply(body)
-                    data = json.dumps(completion(body.get("model", "test"), text)).encode()
+                    model = body.get("model", "test")
+                    data = json.dumps(completion(model, text, behaviour.tool_calls)).encode()
                 else:
                     error = {"message": f"status {behaviour.status}", "type": "fake_error"}
                     data = json.dumps({"error": error}).encode()
@@ -203,8 +206,16 @@ def prompt_reply(body: dict[str, Any]) -> str:
     return found[-1] if found else "hello"
 
 
-def completion(model: str, text: str) -> dict[str, Any]:
-    """A minimal chat.completion body with usage figures."""
+def completion(
+    model: str, text: str, tool_calls: tuple[tuple[str, str], ...] = ()
+) -> dict[str, Any]:
+    """A minimal chat.completion body with usage figures (and tool calls, when given)."""
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if tool_calls:
+        message["tool_calls"] = [
+            {"id": f"call_{i}", "type": "function", "function": {"name": n, "arguments": a}}
+            for i, (n, a) in enumerate(tool_calls)
+        ]
     return {
         "id": "chatcmpl-test",
         "object": "chat.completion",
@@ -213,8 +224,8 @@ def completion(model: str, text: str) -> dict[str, Any]:
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "finish_reason": "stop",
+                "message": message,
+                "finish_reason": "tool_calls" if tool_calls else "stop",
             }
         ],
         "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},

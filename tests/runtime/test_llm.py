@@ -169,7 +169,7 @@ def test_a_module_delay_larger_than_the_scripts_spaces_the_calls(
         waits.append(seconds)
         await real_sleep(0)
 
-    async def answer(choice, route, messages, timeout):  # no network: not under test here
+    async def answer(choice, route, messages, timeout, tools=()):  # no network: not under test here
         return Reply("hi", Usage())
 
     client = ModelClient(environ={}, delay=1)

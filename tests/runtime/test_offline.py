@@ -92,7 +92,7 @@ def test_script_without_reply_names_action_and_actor(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("content", "message"),
-    [("{", "invalid JSON"), ("[1]", "expected an object"), ('{"a": [1]}', "list of reply")],
+    [("{", "invalid JSON"), ("[1]", "expected an object"), ('{"a": [1]}', "a reply is a string")],
 )
 def test_script_bad_replies_file(tmp_path: Path, content: str, message: str) -> None:
     path = tmp_path / "replies.json"

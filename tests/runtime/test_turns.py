@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -292,9 +292,10 @@ class FailingModels(ModelClient):
     async def complete(
         self,
         choice: ModelChoice,
-        messages: list[dict[str, str]],
+        messages: list[dict[str, Any]],
         turn: OfflineTurn,
         delay: float = 0.0,
+        tools: Sequence[Mapping[str, Any]] = (),
     ) -> CallResult:
         raise RunError("model openai/test: failed after 5 attempts: status 500")
 
@@ -316,9 +317,10 @@ class HangingModels(ModelClient):
     async def complete(
         self,
         choice: ModelChoice,
-        messages: list[dict[str, str]],
+        messages: list[dict[str, Any]],
         turn: OfflineTurn,
         delay: float = 0.0,
+        tools: Sequence[Mapping[str, Any]] = (),
     ) -> CallResult:
         try:
             await asyncio.Event().wait()
@@ -520,9 +522,10 @@ class CountingModels(ModelClient):
     async def complete(
         self,
         choice: ModelChoice,
-        messages: list[dict[str, str]],
+        messages: list[dict[str, Any]],
         turn: OfflineTurn,
         delay: float = 0.0,
+        tools: Sequence[Mapping[str, Any]] = (),
     ) -> CallResult:
         return CallResult("fine", choice.model, prompt_tokens=30, completion_tokens=4, cost=0.002)
 
