@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import traceback
 
 from bench import QUICK, Figure
 
@@ -36,13 +37,20 @@ def main(arguments: list[str]) -> int:
         print(f"unknown benchmark(s): {', '.join(unknown)}; known: {', '.join(BENCHMARKS)}")
         return 2
     figures: list[Figure] = []
+    status = 0
     for name in names or BENCHMARKS:
         module = importlib.import_module(f"bench.bench_{name}")
         print(f"== {name}: {module.__doc__.splitlines()[0]}", flush=True)
-        figures += module.main()
+        try:
+            figures += module.main()
+        except Exception as error:  # one broken benchmark still leaves the others' table
+            traceback.print_exc()
+            failed = f"failed: {type(error).__name__}: {str(error)[:60]}"
+            figures.append(Figure(f"{name} (whole benchmark)", failed))
+            status = 1
     print()
     print(table(figures))
-    return 0
+    return status
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ import json
 import os
 import re
 import shutil
-import sys
 import tempfile
 import tomllib
 from collections.abc import Sequence
@@ -27,6 +26,7 @@ from typing import Any
 import black
 
 from fems2py import __version__
+from fems2py.cache import cache_root
 from fems2py.codegen import PART_SEPARATOR, generate_parts, split_parts
 from fems2py.diagnostics import Diagnostic
 from fems2py.frontend import analyze_file
@@ -53,21 +53,6 @@ def black_mode(output: Path) -> black.Mode:
                 return dataclasses.replace(BLACK_MODE, line_length=length)
             break
     return BLACK_MODE
-
-
-def cache_root() -> Path:
-    """The user's cache directory for fems2py (``$XDG_CACHE_HOME/fems2py``, else the
-    platform's usual place): a build writes nothing beside the script but its outputs."""
-    configured = os.environ.get("XDG_CACHE_HOME")
-    if configured:
-        base = Path(configured)
-    elif sys.platform == "darwin":
-        base = Path.home() / "Library" / "Caches"
-    elif sys.platform == "win32":
-        base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
-    else:
-        base = Path.home() / ".cache"
-    return base / "fems2py"
 
 
 class BuildRefused(Exception):

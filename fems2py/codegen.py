@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import jinja2
 
 from fems2py import __version__, flowgen
+from fems2py.cache import cache_folder
 from fems2py.expressions import ALLOWED_CALLS
 from fems2py.kinds import ACTION_KINDS
 from fems2py.nodes import (
@@ -1064,9 +1065,13 @@ def _join_count(graph: Graph, merge: str | None) -> int | None:
 
 @cache
 def environment() -> jinja2.Environment:
-    """The template environment: strict about undefined names, no autoescape (it is Python)."""
+    """The template environment: strict about undefined names, no autoescape (it is Python).
+    Compiled templates are kept in the user's cache: compiling them was a good part of the
+    first build in every process."""
+    folder = cache_folder("templates")
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("fems2py", "templates"),
+        bytecode_cache=jinja2.FileSystemBytecodeCache(str(folder)) if folder else None,
         undefined=jinja2.StrictUndefined,
         autoescape=False,
         keep_trailing_newline=True,

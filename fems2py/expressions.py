@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import keyword
 import re
+import sys
 import warnings
 from collections.abc import Iterable
 
 import parso
+from parso.python.token import PythonTokenTypes
 from parso.python.tree import Leaf
 from parso.tree import BaseNode, NodeOrLeaf
 
+from fems2py.cache import pickled
 from fems2py.diagnostics import Diagnostics, suggest
 from fems2py.nodes import MAX_DEPTH, Expr, PathRef, Span
 
@@ -64,9 +67,17 @@ _grammar: parso.Grammar | None = None
 
 
 def _load_grammar() -> parso.Grammar:
+    """Python's grammar for parso, kept in the user's cache: parso builds it from its text in
+    every process, a good part of the first build."""
     global _grammar
     if _grammar is None:
-        _grammar = parso.load_grammar()
+        version = f"{sys.version_info[0]}.{sys.version_info[1]}"
+        _grammar = pickled(
+            f"parso-{parso.__version__}-python-{version}-grammar",
+            parso.load_grammar,
+            # token types are enum members whose values are objects: restore them by name
+            {PythonTokenTypes: lambda member: (getattr, (PythonTokenTypes, member.name))},
+        )
     return _grammar
 
 
