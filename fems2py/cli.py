@@ -91,6 +91,15 @@ def _argument_parser() -> argparse.ArgumentParser:
     serve.add_argument("--session", type=int, help="open this session (default: list the sessions)")
     serve.add_argument("--port", type=int, default=0, help="the port (default: a free one)")
     serve.set_defaults(handler=_serve)
+
+    lsp = commands.add_parser(
+        "lsp",
+        help="serve the Language Server Protocol over stdio, for editors (needs fems2py[lsp])",
+        description="Start the fems2py language server on stdin/stdout: diagnostics as you "
+        "type, go to definition, references, rename, hover, completion and the outline. "
+        "Editors start it themselves (see editors/vscode).",
+    )
+    lsp.set_defaults(handler=_lsp)
     return parser
 
 
@@ -198,6 +207,19 @@ def _serve(args: argparse.Namespace) -> int:
             args.port,
             lambda row: chart_for_source([Path(row.get("script") or "")], row.get("script_hash")),
         )
+
+
+def _lsp(args: argparse.Namespace) -> int:
+    try:
+        from fems2py.lsp import main as serve
+    except ImportError as missing:
+        print(
+            f"fems2py: error: the language server needs {missing.name}: "
+            "pip install 'fems2py[lsp]'",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    return serve()
 
 
 def _source_or_none(path: Path) -> str | None:
