@@ -214,8 +214,7 @@ def _lsp(args: argparse.Namespace) -> int:
         from fems2py.lsp import main as serve
     except ImportError as missing:
         print(
-            f"fems2py: error: the language server needs {missing.name}: "
-            "pip install 'fems2py[lsp]'",
+            f"fems2py: error: the language server needs {missing.name}: pip install 'fems2py[lsp]'",
             file=sys.stderr,
         )
         return EXIT_USAGE

@@ -77,7 +77,9 @@ def test_a_variable_is_found_in_every_place_it_is_written(index: SymbolIndex) ->
 
 def test_placeholders_and_attributes_are_uses(index: SymbolIndex) -> None:
     speaker = where(index, Symbol("variable", "@speaker"))
-    assert (13, "@speaker") in speaker and (11, "@speaker") in speaker and (29, "@speaker") in speaker
+    assert (
+        (13, "@speaker") in speaker and (11, "@speaker") in speaker and (29, "@speaker") in speaker
+    )
     # {@speaker.hp} and hp.@ann read the dict variable hp (§7.3)
     assert [line for line, _ in where(index, Symbol("variable", "hp"))] == [5, 13, 32]
 
