@@ -21,6 +21,7 @@ from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 from pygls.uris import from_fs_path, to_fs_path
 from pygls.workspace import TextDocument
+from pygls.workspace.position_codec import ServerTextPosition
 
 from fems2py import __version__
 from fems2py.checker import CheckedScript
@@ -115,8 +116,8 @@ def _span_range(document: TextDocument, span: Span) -> types.Range:
 
 def _range(document: TextDocument, line: int, col: int, end_line: int, end_col: int) -> types.Range:
     """A range in the client's units from 1-based lines and 0-based character columns."""
-    start = document.position_to_client_units(types.Position(line - 1, col))
-    end = document.position_to_client_units(types.Position(end_line - 1, end_col))
+    start = document.position_to_client_units(ServerTextPosition(line - 1, col))
+    end = document.position_to_client_units(ServerTextPosition(end_line - 1, end_col))
     return types.Range(start, end)
 
 
@@ -366,9 +367,10 @@ def _describe_actor(actor: ActorDef) -> str:
     lines = [f"**{actor.kind} actor** `{actor.name}`", f"- soul: `{actor.soul}`"]
     if actor.source is not None:
         lines.append(f"- source: `{actor.source}`")
-    if actor.tools:
-        tools = "all" if actor.tools is True else ", ".join(actor.tools)
-        lines.append(f"- tools: {tools}")
+    if actor.tools is True:
+        lines.append("- tools: all")
+    elif actor.tools:
+        lines.append(f"- tools: {', '.join(actor.tools)}")
     return "\n".join(lines)
 
 

@@ -516,13 +516,7 @@ class _Scanner:
             return Symbol("node", raw.name, flow)
         if raw.definition:
             return defined[(_definition_kind(raw), raw.name, raw.chain[0])]
-        kinds: tuple[SymbolKind, ...]
-        if raw.category == "at":
-            kinds = ("variable", "actor")
-        elif raw.category in ("variable", "maybe_variable"):
-            kinds = ("variable",)
-        else:
-            kinds = (raw.category,)
+        kinds = _USE_KINDS[raw.category]
         for namespace in raw.chain:
             for kind in kinds:
                 if (kind, raw.name, namespace) in defined:
@@ -531,6 +525,20 @@ class _Scanner:
             return None
         fallback: SymbolKind = "actor" if raw.category == "at" else kinds[0]
         return Symbol(fallback, raw.name, "main")
+
+
+#: What a use of each category may name, in order of preference.
+_USE_KINDS: dict[_Category, tuple[SymbolKind, ...]] = {
+    "at": ("variable", "actor"),
+    "variable": ("variable",),
+    "maybe_variable": ("variable",),
+    "action": ("action",),
+    "module": ("module",),
+    "node": ("node",),
+    "code": ("code",),
+    "function": ("function",),
+    "method": ("method",),
+}
 
 
 def _definition_kind(raw: _Raw) -> SymbolKind:
