@@ -159,6 +159,11 @@ def test_the_director_sees_the_den_and_a_villager_does_not(page: Page, tmp_path:
         assert den_talk(page) == 0, f"{villagers[0]} must not see the wolves' den"
         assert page.locator("#dialog li").count() > 0
         assert page.locator('#dialog li[data-kind="prompt"]').count() == 0
+        last_call = page.locator("#dialog li.last-call")
+        assert last_call.count() == 1, "the villager's last model call, as sent, is shown"
+        last_call.locator("summary").click()
+        assert "[user]" in last_call.text_content()
+        assert "wolves' den" not in last_call.text_content()
         screenshot(page, "villager")
 
         wolf = sorted(wolves)[0]

@@ -35,6 +35,10 @@ class Archive:
     def chart_of(self, number: int) -> FlowChart:
         return self._chart_for(self.store.session(number) or {})
 
+    def last_call(self, seat: str) -> dict[str, Any] | None:
+        """Model calls are traced, not stored: a stored session has none to show."""
+        return None
+
     def state(self) -> dict[str, Any]:
         return {"status": "archive", "error": None, "messages": 0, "running": [], "waiting": []}
 

@@ -78,6 +78,7 @@ class LiveStage:
         self.error: str | None = None
         self._loop = asyncio.get_running_loop()
         self._running: dict[asyncio.Task[Any], tuple[str, str | None]] = {}
+        self._last_calls: dict[str, dict[str, Any]] = {}  # actor → its last model call
         self._waiting: dict[int, _Waiting] = {}
         self._numbers = itertools.count(1)
         self._messages = 0
@@ -117,8 +118,14 @@ class LiveStage:
         self._touch()
 
     def _traced(self, event: Mapping[str, Any]) -> None:
-        """Remember the node each branch of the flow is at: steps come from the branch's own
-        task, and a finished branch task leaves the picture."""
+        """Remember each actor's last model call, exactly as sent, and the node each branch
+        of the flow is at: steps come from the branch's own task, and a finished branch task
+        leaves the picture."""
+        if event.get("event") == "llm_call":
+            self._last_calls[str(event.get("actor"))] = {
+                key: event.get(key) for key in ("action", "model", "messages")
+            }
+            return
         if event.get("event") != "step":
             return
         try:
@@ -220,3 +227,7 @@ class LiveStage:
 
     def chart_of(self, number: int) -> FlowChart:
         return self.chart
+
+    def last_call(self, seat: str) -> dict[str, Any] | None:
+        """The last model call of actor ``seat`` in this run (it is traced, not stored)."""
+        return self._last_calls.get(seat)

@@ -65,6 +65,8 @@ class StageSource(Protocol):
 
     def chart_of(self, number: int) -> FlowChart: ...
 
+    def last_call(self, seat: str) -> dict[str, Any] | None: ...
+
     def state(self) -> dict[str, Any]: ...
 
     def changes(self) -> AsyncIterator[dict[str, Any]]: ...
@@ -109,7 +111,8 @@ def create_app(source: StageSource, token: str) -> Starlette:
             found = source.session_view(number).messages(seat)
         except KeyError:
             return JSONResponse({"error": f"no seat {seat} in session {number}"}, 404)
-        return JSONResponse({"seat": seat, "messages": found})
+        last_call = source.last_call(seat) if seat else None
+        return JSONResponse({"seat": seat, "messages": found, "last_call": last_call})
 
     async def events(request: Request) -> Response:
         async def stream() -> AsyncIterator[str]:

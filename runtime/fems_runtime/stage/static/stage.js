@@ -93,8 +93,10 @@ async function refreshDialog() {
   try {
     const seat = stage.seat;
     const query = seat ? `?seat=${encodeURIComponent(seat)}` : "";
-    const { messages } = await api(`/api/sessions/${stage.session}/messages${query}`);
-    if (seat === stage.seat) showDialog(messages);
+    const { messages, last_call: lastCall } = await api(
+      `/api/sessions/${stage.session}/messages${query}`
+    );
+    if (seat === stage.seat) showDialog(messages, lastCall);
   } catch (error) {
     lostContact(error);
   } finally {
@@ -106,14 +108,25 @@ async function refreshDialog() {
   }
 }
 
-function showDialog(messages) {
+function showDialog(messages, lastCall) {
   const atBottom = window.innerHeight + window.scrollY >= document.body.scrollHeight - 40;
   const seat = stage.seats.find((s) => s.name === stage.seat);
   document.getElementById("view-note").textContent = seat
     ? `${seat.name}'s view: exactly the messages ${seat.type === "human" ? "this person is shown" : "its model receives"} as context (§13.2), read from the store. ${messages.length} messages.`
     : `Director's view: every stored message, with the souls that may see it. ${messages.length} messages.`;
-  document.getElementById("dialog").replaceChildren(...messages.map(messageItem));
+  const items = messages.map(messageItem);
+  if (lastCall) items.unshift(lastCallItem(seat.name, lastCall));
+  document.getElementById("dialog").replaceChildren(...items);
   if (atBottom) window.scrollTo(0, document.body.scrollHeight);
+}
+
+// An actor's last model call as it was sent: persona, memory and context methods included.
+function lastCallItem(actor, call) {
+  const summary = `${actor}'s last model call (${call.action}, ${call.model}), exactly as sent: ${call.messages.length} messages`;
+  const blocks = call.messages.map((m) =>
+    el("div", { class: "text", "data-role": m.role }, el("strong", { text: `[${m.role}] ` }), m.content || "")
+  );
+  return el("li", { class: "msg prompt last-call" }, el("details", {}, el("summary", { text: summary }), ...blocks));
 }
 
 function messageItem(m) {
