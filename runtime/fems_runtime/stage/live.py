@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fems_runtime.human import HumanAnswer, HumanRequest, out_name, typed_value
-from fems_runtime.signals import SignalError, choice_list
+from fems_runtime.records import RunError
+from fems_runtime.signals import OutSpec, SignalError, choice_list
 from fems_runtime.stage.chart import FlowChart
 from fems_runtime.stage.view import SessionView
 from fems_runtime.values import format_value
@@ -24,6 +25,7 @@ from fems_runtime.values import format_value
 if TYPE_CHECKING:
     from fems_runtime.records import TraceWriter
     from fems_runtime.store import Message, Store
+    from fems_runtime.variables import Frame
 
 COALESCE_SECONDS = 0.1
 """How long the page's event stream gathers changes before it sends the next state."""
@@ -51,19 +53,22 @@ class _Waiting:
             "role": request.role,
             "prompt": request.prompt,
             "context": request.context,
-            "outs": [
-                {
-                    "label": out.label,
-                    "name": out_name(out, request.frame, out.type if _menu(out) is None else None),
-                    "menu": [format_value(c) for c in _menu(out) or ()] or None,
-                    "optional": out.optional,
-                }
-                for out in request.outs
-            ],
+            "outs": [_out_json(out, request.frame) for out in request.outs],
         }
 
 
-def _menu(out: Any) -> list[Any] | None:
+def _out_json(out: OutSpec, frame: Frame | None) -> dict[str, Any]:
+    """An out as the page asks for it: a menu of the choices, or a typed field."""
+    menu = _menu(out)
+    return {
+        "label": out.label,
+        "name": out_name(out, frame, out.type if menu is None else None),
+        "menu": None if menu is None else [format_value(choice) for choice in menu],
+        "optional": out.optional,
+    }
+
+
+def _menu(out: OutSpec) -> list[Any] | None:
     """The choices a person picks from (``dropdown``/``enum`` outs), None for typed outs."""
     return choice_list(out) if out.type in ("enum", "dropdown") else None
 
@@ -104,6 +109,9 @@ class LiveStage:
     async def ask(self, request: HumanRequest) -> HumanAnswer:
         """Answer a human turn (the :class:`~fems_runtime.human.HumanProvider` protocol): wait
         until the page sends an answer that fits, as the terminal waits for a line."""
+        for out in request.outs:
+            if _menu(out) == []:  # as at the terminal: nothing to pick is the script's fault
+                raise RunError(f"{request.action}: out {out.label} has no choices to offer")
         waiting = _Waiting(next(self._numbers), request, self._loop.create_future())
         self._waiting[waiting.number] = waiting
         self._touch()

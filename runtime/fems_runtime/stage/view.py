@@ -71,7 +71,7 @@ class SessionView:
         """Read every view once more and stop using the store, whose session is about to
         end with ``status``."""
         with self._lock:
-            store, self._frozen = self._store, {}
+            store = self._store
         if store is None:
             return
         self.summary()
