@@ -45,13 +45,16 @@ def test_every_example_checks_clean(script: Path) -> None:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
     done = {}
-    for name in ("code_review", "town", "race", "tea_house"):
+    for name in ("code_review", "town", "race", "tea_house", "audit"):
         root = tmp_path_factory.mktemp(name)
         folder = EXAMPLES / name
         module = load(build_file(folder / f"{name}.fems", root / f"{name}.py").output)
         trace = root / "trace.jsonl"
         outcome = module.run(
-            replies=str(folder / "replies.json"), db=f"sqlite:///{root / 'run.db'}", trace=trace
+            replies=str(folder / "replies.json"),
+            db=f"sqlite:///{root / 'run.db'}",
+            trace=trace,
+            root=folder,  # the module is built elsewhere: its tools read the example's folder
         )
         assert outcome.status == "completed"
         events = read_trace(trace)
@@ -80,6 +83,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
         ("tea_house", "最佳", "@伙计_2"),
         ("tea_house", "账本", {"茶钱": 20, "小费": 5}),
         ("tea_house", "账单", "@伙计_1：龙井；@伙计_2：铁观音 ★。共收 25 文。"),
+        ("audit", "over_limit", ["travel", "meals"]),
+        ("audit", "approved", False),
     ],
 )
 def test_final_variables(runs: dict[str, Run], example: str, name: str, expected: Any) -> None:
@@ -129,6 +134,23 @@ def test_town_lines_are_scoped_to_the_place(runs: dict[str, Run]) -> None:
         ["@Ben"],
         ["@Ann", "@Cid"],
     ]
+
+
+def test_audit_tool_results_reach_the_auditor_but_never_the_manager(runs: dict[str, Run]) -> None:
+    audit = runs["audit"]
+    # the auditor's last call carries the results of its tool rounds (books.py, §15.5)
+    last = audit.calls_of("audit", "@auditor")[-1]
+    results = [m["content"] for m in last["messages"] if m["role"] == "tool"]
+    assert results[:3] == ["1488.8", "250.6", "193.99"]
+    assert "flight to Lisbon (booked late)" in results[3]
+    # the report turn (same auditor, the manager's room) sees the clerk's room's tool traffic
+    report = sent_text(audit.calls_of("report", "@auditor")[0])
+    assert "[tool read]: # Expense policy (March)" in report
+    # the manager was in no room where a tool ran: none of the raw results reach it
+    decide = sent_text(audit.calls_of("decide", "@manager")[0])
+    assert "Expense policy (March)" not in decide
+    assert "flight to Lisbon (booked late)" not in decide
+    assert "1488.80 of 1200.00" in decide  # only what the auditor told it
 
 
 def test_race_cancels_the_slower_researcher(runs: dict[str, Run]) -> None:

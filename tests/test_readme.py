@@ -1,4 +1,5 @@
-"""The README's commands, run as written: the tour in a copy of docs/tour, and `make demo`.
+"""The README's commands, run as written: the tour in a copy of docs/tour (with examples/audit
+as audit/), and `make demo`.
 
 Each ```sh block of the tour is run line by line in a shell with the venv's bin on PATH; when a
 ```text block follows a command, the command's output must be exactly that text. A block that
@@ -52,6 +53,7 @@ def test_the_tour_script_in_the_readme_is_the_shipped_file():
 def test_the_tour_runs_as_written(tmp_path):
     workdir = tmp_path / "tour"
     shutil.copytree(ROOT / "docs" / "tour", workdir)
+    shutil.copytree(ROOT / "examples" / "audit", workdir / "audit")  # step 6: tools
     steps = _tour_steps()
     assert len(steps) >= 4
     ran = 0

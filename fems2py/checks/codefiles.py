@@ -176,16 +176,42 @@ _DESCRIBED_BASES = frozenset(
 
 
 def _described_classes(tree: ast.Module) -> frozenset[str]:
-    """The file's top-level classes pydantic can describe, by their bases or decorators."""
-    found = set()
+    """The file's top-level names pydantic can describe: classes by their bases or decorators,
+    and type aliases (``Category = Literal["a", "b"]``) of describable types."""
+    found: set[str] = set()
     for statement in tree.body:
-        if not isinstance(statement, ast.ClassDef):
+        if isinstance(statement, ast.ClassDef):
+            marks = [*statement.bases, *statement.decorator_list]
+            names = {_last_name(m.func if isinstance(m, ast.Call) else m) for m in marks}
+            if names & _DESCRIBED_BASES:
+                found.add(statement.name)
             continue
-        marks = [*statement.bases, *statement.decorator_list]
-        names = {_last_name(m.func if isinstance(m, ast.Call) else m) for m in marks}
-        if names & _DESCRIBED_BASES:
-            found.add(statement.name)
+        alias = _type_alias(statement)
+        if alias is not None and _undescribed(alias[1], frozenset(found)) is None:
+            found.add(alias[0])
     return frozenset(found)
+
+
+def _type_alias(statement: ast.stmt) -> tuple[str, ast.expr] | None:
+    """``Name = <type>``, ``Name: TypeAlias = <type>`` or ``type Name = <type>``, else None.
+    Only a subscripted form or a union counts as a type: ``LIMIT = 3`` is not an alias."""
+    name: str | None = None
+    value: ast.expr | None = None
+    if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
+        target, value = statement.targets[0], statement.value
+        name = target.id if isinstance(target, ast.Name) else None
+        if not isinstance(value, ast.Subscript | ast.BinOp):
+            return None
+    elif isinstance(statement, ast.AnnAssign) and _last_name(statement.annotation) == "TypeAlias":
+        target, value = statement.target, statement.value
+        name = target.id if isinstance(target, ast.Name) else None
+    elif type(statement).__name__ == "TypeAlias":  # ``type X = …`` (Python 3.12)
+        alias_name = getattr(statement, "name", None)
+        name = alias_name.id if isinstance(alias_name, ast.Name) else None
+        value = getattr(statement, "value", None)
+    if name is None or value is None:
+        return None
+    return name, value
 
 
 def _last_name(node: ast.expr) -> str | None:

@@ -5,9 +5,20 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
+Mode = Literal["exact", "prefix"]
+LIMIT = 3  # not a type: a parameter annotated with it cannot be described
+
 
 class Query(BaseModel):
     word: str
+
+
+def pick(mode: Mode, words: list[str]) -> str:
+    return words[0]
+
+
+def capped(count: LIMIT) -> int:
+    return count
 
 
 def lookup(word: Annotated[str, Field(description="a word")], mode: Literal["a", "b"] = "a") -> str:
