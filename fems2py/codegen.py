@@ -585,8 +585,7 @@ class CodeGenerator:
 
     def call_args_code(self, scope: Scope, call: ModuleCall) -> str:
         function = scope.modules.get(call.module, python_name(call.module))
-        args = "[" + ", ".join(python_of(arg) for arg in call.args) + "]"
-        return f"{function}, {args}"
+        return ", ".join([function, *(python_of(arg) for arg in call.args)])
 
     # -------------------------------------------------------------------- flows
 
@@ -686,11 +685,8 @@ class _BindingCode(BindingVisitor[list[str]]):
 
     def visit_ModuleCall(self, call: ModuleCall, node_id: str, name: str) -> list[str]:
         args = self.flow.generator.call_args_code(self.flow.scope, call)
-        return [
-            f"await ctx.step({node_id})",
-            f'if await ctx.call({args}) == "BREAK":',
-            "    return None",
-        ]
+        # a module that ends at [BREAK] (or never reaches [OUT]) ends the caller's branch
+        return [f"await ctx.step({node_id})", f"if not await ctx.call({args}):", "    return None"]
 
     def visit_Loop(self, loop: Loop, node_id: str, name: str) -> list[str]:
         args = [py(loop.kind), py(loop.var), python_of(loop.iterable), self.flow.bodies[name]]
@@ -756,6 +752,9 @@ class _FlowEmitter:
             # no path ends at [END]/[OUT]/[BREAK] (a loop body): the function returns nothing
             returns = "None"
             statements = flowgen.without_tail_returns(statements)
+            if statements[-2:-1] and statements[-1] == "    return None":
+                # a module call ending the body: its caller's branch ends there either way
+                statements[-2:] = [str(statements[-2]).replace("if not await", "await")[:-1]]
         elif structured and flowgen.falls_off(statements):
             statements.append("return None")
         lines = flowgen.render(statements)

@@ -309,8 +309,8 @@ def test_module_call_checks_arity() -> None:
         return "OUT"
 
     with pytest.raises(RunError, match="takes 1 arguments, got 2"):
-        asyncio.run(_context().call(m, [1, 2]))
-    assert asyncio.run(_context().call(m, [1])) == "OUT"
+        asyncio.run(_context().call(m, 1, 2))
+    assert asyncio.run(_context().call(m, 1)) is True
 
 
 def test_a_module_meta_delay_reaches_the_turns_inside_it_and_nested_calls_keep_the_larger() -> None:
@@ -326,14 +326,14 @@ def test_a_module_meta_delay_reaches_the_turns_inside_it_and_nested_calls_keep_t
     async def outer(ctx: Context, node: str | None = "IN", stop: tuple[str, ...] = ()) -> str:
         seen["outer"] = ctx.delay
         await ctx.loop("par", "i", [1, 2], branch)
-        await ctx.call(inner, [])
+        await ctx.call(inner)
         return "OUT"
 
     async def branch(ctx: Context, node: str | None = "H", stop: tuple[str, ...] = ()) -> None:
         seen[f"branch {ctx['i']}"] = ctx.delay
 
     ctx = _context()
-    asyncio.run(ctx.call(outer, []))
+    asyncio.run(ctx.call(outer))
     assert ctx.delay == 0
     assert seen == {"outer": 4, "branch 1": 4, "branch 2": 4, "inner": 4}
 

@@ -74,3 +74,26 @@ def test_the_module_takes_the_line_length_of_the_project_it_lands_in(
     assert len(module.splitlines()) < len(elsewhere.splitlines())  # fewer wrapped lines
     black = _run(project, str(BIN / "black"), "--check", "--quiet", "src/game.py")
     assert black.returncode == 0, black.stdout + black.stderr
+
+
+def test_a_module_copied_with_its_code_files_into_another_project_runs(tmp_path: Path) -> None:
+    """Vendoring (§5): the module finds a code file at the path it recorded relative to
+    itself, else beside itself; so the module plus its code files, copied together anywhere,
+    keep working once the script's folder is gone."""
+    source = tmp_path / "source"
+    shutil.copytree(EXAMPLES / "werewolf", source, ignore=shutil.ignore_patterns("build"))
+    built = build_file(source / "werewolf.fems", source / "build" / "werewolf.py").output
+    assert '"game": "../game.py"' in built.read_text(encoding="utf-8")
+    vendor = tmp_path / "other_project" / "vendor"
+    vendor.mkdir(parents=True)
+    for file in (built, source / "game.py"):
+        shutil.copy(file, vendor / file.name)
+    shutil.rmtree(source)
+    done = _run(
+        tmp_path,
+        sys.executable,
+        str(vendor / "werewolf.py"),
+        *("--model", "fems/mock", "--seed", "1", "--db", ":memory:", "--show", "winner"),
+    )
+    assert done.returncode == 0, done.stderr
+    assert "winner = " in done.stderr

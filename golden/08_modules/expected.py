@@ -31,7 +31,7 @@ async def main_flow(ctx: fr.Context) -> str | None:
     await ctx.step("START")
     while True:
         await ctx.step("Loop")
-        if await ctx.call(Day, [1]) == "BREAK":
+        if not await ctx.call(Day, 1):
             return None
         await ctx.step("Again")
         if ctx["day"] < 10:

@@ -30,7 +30,7 @@ async def main_flow(ctx: fr.Context) -> str | None:
     await ctx.step("START")
     await ctx.step("note", note)
     await ctx.step("&Outer")
-    if await ctx.call(Outer, ["outer"]) == "BREAK":
+    if not await ctx.call(Outer, "outer"):
         return None
     await ctx.step("END")
     return "END"
@@ -46,7 +46,7 @@ async def Outer(ctx: fr.Context) -> str | None:
     await ctx.step("IN")
     await ctx.step("note", Outer_note)
     await ctx.step("&Inner")
-    if await ctx.call(Outer_Inner, []) == "BREAK":
+    if not await ctx.call(Outer_Inner):
         return None
     await ctx.step("OUT")
     return "OUT"

@@ -88,7 +88,7 @@ async def choose_again(ctx: fr.Context) -> None:
         prompt="Again.",
         scope=("{alive}",),
         outs=(fr.OutSpec("pick", type="enum", choices=("@w", "@v")),),
-        fallback=lambda: ctx.call(Backup, []),
+        fallback=lambda: ctx.call(Backup),
         interrupt=fr.InterruptSpec("human_except", actors=("@god",)),
     )
 

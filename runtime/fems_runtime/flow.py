@@ -455,10 +455,10 @@ class Context:
         self.frame.merge(frames)
         trace.write("join", node=self.node, line=line, cancelled=[])
 
-    async def call(self, flow: FlowFunction, args: Sequence[Any]) -> str:
+    async def call(self, flow: FlowFunction, *args: Any) -> bool:
         """Call a module (§11): a fresh frame with parameters and locals, its own step limit.
-        Returns ``"OUT"`` (the caller continues) or ``"BREAK"`` (the caller's branch stops; also
-        when no path of the module reached ``[OUT]``)."""
+        Returns whether the caller continues: True when a path of the module reached
+        ``[OUT]``, False when it ended at ``[BREAK]`` or nowhere (the caller's branch stops)."""
         spec: ModuleSpec = flow.fems_module  # type: ignore[attr-defined]
         if len(args) != len(spec.params):
             raise self.error(
@@ -483,7 +483,7 @@ class Context:
         )
         result = await _enter(flow, inner, None)
         exits = inner._call.exits | ({result} if result in TERMINALS else set())
-        return "OUT" if "OUT" in exits else "BREAK"
+        return "OUT" in exits
 
 
 async def _enter(
