@@ -24,6 +24,7 @@ test-postgres: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check fems2py runtime tests tests_postgres bench golden
 	$(BIN)/ruff format --check fems2py runtime tests tests_postgres bench
+	$(BIN)/mypy
 
 golden: $(STAMP)
 	$(BIN)/python -m fems2py.golden

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from fems2py.diagnostics import suggest
 from fems2py.kinds import ACTION_KINDS, FIELD_KINDS, TEXT_FIELDS
@@ -117,7 +118,7 @@ class ActionsParser(FlowsParser):
         span = self.tok_span(tokens[0], name)
         self.unique("action", name.text, span, defs)
         fields = self.parse_fields(index, end, kind)
-        fields["field_spans"] = (*header_spans, *fields["field_spans"])  # type: ignore[misc]
+        fields["field_spans"] = (*header_spans, *fields["field_spans"])
         defs.actions.append(
             Action(
                 name=name.text,
@@ -174,9 +175,9 @@ class ActionsParser(FlowsParser):
             pos += 1
         return role, pos
 
-    def parse_fields(self, index: int, end: int, kind: str) -> dict[str, object]:
-        """The indented fields of an action (§9.2)."""
-        result: dict[str, object] = {}
+    def parse_fields(self, index: int, end: int, kind: str) -> dict[str, Any]:
+        """The indented fields of an action (§9.2), as keyword arguments of :class:`Action`."""
+        result: dict[str, Any] = {}
         spans: list[tuple[str, Span]] = []
         for item, item_end in self.items(index + 1, end):
             try:

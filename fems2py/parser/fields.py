@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from fems2py.diagnostics import suggest
 from fems2py.expressions import compile_expression, compile_value
@@ -13,6 +13,7 @@ from fems2py.nodes import (
     Assignment,
     Expr,
     Input,
+    ListValue,
     Out,
     OutType,
     Scope,
@@ -327,7 +328,9 @@ class FieldsParser(ActorsParser):
                 inner = inner[1:-1]
             if not inner or inner[0].text != "[" or closing_bracket(inner, 0) != len(inner) - 1:
                 self.fail("expected enum([a, b, …])", self.tok_span(name))
-            choices = self.parse_literal(inner, 0)[0].items  # type: ignore[union-attr]
+            literal = self.parse_literal(inner, 0)[0]
+            assert isinstance(literal, ListValue)  # the brackets were checked above
+            choices = literal.items
         elif len(type_tokens) > 1:
             self.fail(
                 f"unexpected '{type_tokens[1].text}' after the type", self.tok_span(type_tokens[1])
@@ -370,7 +373,7 @@ class FieldsParser(ActorsParser):
                 self.fail("a path has one actor side", span, "write '@x.attr' or 'attr.@x'")
             if first.kind == "actor":
                 return Target(second.text, span, key=first.text, key_kind="actor"), pos + 2
-            kind = "actor" if second.kind == "actor" else "name"
+            kind: Literal["actor", "name"] = "actor" if second.kind == "actor" else "name"
             return Target(first.text, span, key=second.text, key_kind=kind), pos + 2
         if pos < len(tokens) and tokens[pos].text == "[":
             close = closing_bracket(tokens, pos)

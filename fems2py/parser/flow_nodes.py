@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from fems2py.lexer import Token
-from fems2py.nodes import Edge, Expr, FlowNode, Graph, Loop, ModuleCall, Span
+from fems2py.nodes import Binding, Edge, Expr, FlowNode, Graph, Loop, ModuleCall, Span
 from fems2py.parser.base import Abort, Declaration, ParserBase
 from fems2py.parser.definitions import RESERVED
 from fems2py.parser.fields import FieldsParser
@@ -23,11 +23,11 @@ class GraphBuilder:
         self.nodes: dict[str, FlowNode] = {}
         self.edges: list[Edge] = []
 
-    def add(self, name: str, span: Span, binding: object = None, anonymous: bool = False) -> str:
+    def add(self, name: str, span: Span, binding: Binding = None, anonymous: bool = False) -> str:
         existing = self.nodes.get(name)
         bound_at = span if binding is not None else None
         if existing is None:
-            self.nodes[name] = FlowNode(name, binding, anonymous, span, bound_at)  # type: ignore[arg-type]
+            self.nodes[name] = FlowNode(name, binding, anonymous, span, bound_at)
         elif binding is not None:
             if existing.binding is None:
                 self.nodes[name] = dataclasses.replace(existing, binding=binding, bound_at=span)
