@@ -33,6 +33,7 @@ from fems2py.nodes import (
     ActionBlock,
     ActorDef,
     ActorValue,
+    Blueprint,
     Expr,
     FuncRef,
     Graph,
@@ -413,7 +414,8 @@ class Checker:
     def check_tools(self) -> None:
         """§15.5: tools are built-ins or ``code:`` functions a schema can describe, offered
         to models only (a human's turns call no tools)."""
-        for owner in [*self.script.actors, *self.script.blueprints]:
+        owners: list[ActorDef | Blueprint] = [*self.script.actors, *self.script.blueprints]
+        for owner in owners:
             human = isinstance(owner, ActorDef) and owner.kind == "human"
             if human and owner.tools not in (False, ()):
                 self.error(

@@ -19,7 +19,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from fems_runtime.paths import OutsideRoot, inside_root
 from fems_runtime.records import RunError
@@ -110,7 +110,8 @@ def describe(name: str, function: Callable[..., Any]) -> Tool:
     from pydantic.errors import PydanticUserError
 
     try:
-        adapter = TypeAdapter(function)
+        # pydantic reads a function's parameters as the schema of its arguments
+        adapter: TypeAdapter[Any] = TypeAdapter(cast(Any, function))
         parameters = adapter.json_schema()
     except (PydanticUserError, TypeError, ValueError, NameError) as error:
         reason = str(error).split("\n\n", 1)[0].strip()

@@ -86,7 +86,7 @@ from fems_runtime.values import ACTOR_NAME, Actor, valid_text
 
 if TYPE_CHECKING:
     from fems_runtime.flow import Context, MethodSpec
-    from fems_runtime.variables import ActorSpec, Frame, Variables
+    from fems_runtime.variables import ActorSpec, BlueprintSpec, Frame, Variables
 
 INTERRUPTED = "[Interrupted]"
 _SPEAKERS = {"narration": "narrator"}
@@ -259,12 +259,11 @@ def _text(value: Any) -> str:
 
 def _script_tools(variables: Variables) -> tuple[str, ...]:
     """Every tool the script names in an actor's or a blueprint's `tools:` list."""
-    named = [
-        name
-        for spec in (*variables.actors.values(), *variables.blueprints.values())
-        if isinstance(spec.tools, tuple | list)
-        for name in spec.tools
+    specs: list[ActorSpec | BlueprintSpec] = [
+        *variables.actors.values(),
+        *variables.blueprints.values(),
     ]
+    named = [name for spec in specs if isinstance(spec.tools, tuple | list) for name in spec.tools]
     return tuple(dict.fromkeys(named))
 
 
