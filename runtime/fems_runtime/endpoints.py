@@ -12,10 +12,10 @@ becomes a `ModelCallError` that says whether retrying may help and what `Retry-A
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import json
 import os
 import re
+import sys
 import time
 import warnings
 from collections.abc import Mapping, Sequence
@@ -107,12 +107,12 @@ LITELLM_ONLY_OPTIONS = frozenset(
 
 @dataclass(frozen=True)
 class Reply:
-    """One answer, whichever path it took: text, usage, and the SDK's message object (its
+    """One answer, whichever path it took: text, usage, and the message as JSON (its
     `tool_calls` and anything else a caller may need)."""
 
     text: str
     usage: Usage
-    message: Any = None
+    message: Mapping[str, Any] | None = None
 
 
 class ModelCallError(Exception):
@@ -172,6 +172,8 @@ def parse_retry_after(headers: Any) -> float | None:
         return max(0.0, float(value))
     except ValueError:
         pass
+    import email.utils  # only for the rare date form: the module costs ~40 ms to import
+
     try:
         when = email.utils.parsedate_to_datetime(str(value))
     except (TypeError, ValueError):
@@ -179,26 +181,34 @@ def parse_retry_after(headers: Any) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-def _usage(usage: Any) -> Usage:
-    details = getattr(usage, "prompt_tokens_details", None)
-    cached = getattr(details, "cached_tokens", None) if details is not None else None
-    return Usage(
-        getattr(usage, "prompt_tokens", None),
-        getattr(usage, "completion_tokens", None),
-        cached if isinstance(cached, int) else 0,
-    )
-
-
-def reply_of(response: Any) -> Reply:
-    """The `Reply` in a chat completion object (the SDK's or litellm's: the same shape)."""
+def reply_of(completion: Any) -> Reply:
+    """The `Reply` in a chat completion: the JSON body (the `openai` path) or litellm's
+    response object, turned into that JSON shape. The message is kept as JSON (a dict with
+    `content`, `tool_calls` …), the same on both paths."""
+    if not isinstance(completion, Mapping):
+        dump = getattr(completion, "model_dump", None)
+        completion = dump() if callable(dump) else None
     try:
-        message = response.choices[0].message
-        text = message.content or ""
-    except (AttributeError, IndexError, TypeError) as error:
-        raise ModelCallError("malformed", f"no message in the answer ({error})") from None
+        message = completion["choices"][0]["message"]
+        text = message.get("content") or ""
+    except (AttributeError, IndexError, KeyError, TypeError) as error:
+        raise ModelCallError("malformed", f"no message in the answer ({error!r})") from None
     if not isinstance(text, str):
         raise ModelCallError("malformed", "the message content is not text")
-    return Reply(text, _usage(getattr(response, "usage", None)), message)
+    return Reply(text, _usage(completion.get("usage")), dict(message))
+
+
+def _usage(usage: Any) -> Usage:
+    if not isinstance(usage, Mapping):
+        return Usage()
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
+    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    return Usage(
+        prompt if isinstance(prompt, int) else None,
+        completion if isinstance(completion, int) else None,
+        cached if isinstance(cached, int) else 0,
+    )
 
 
 # ---------------------------------------------------------------------- routing
@@ -278,6 +288,26 @@ def _first_set(environ: Mapping[str, str], names: tuple[str, ...]) -> str | None
 # ---------------------------------------------------------------------- the openai SDK
 
 
+def import_openai() -> ModuleType:
+    """Import the `openai` SDK without its optional aiohttp transport.
+
+    The SDK imports aiohttp whenever it is installed (litellm depends on it), for a transport
+    used only when asked for; that costs ~11 MB and ~0.4 s of every run's start. The import is
+    hidden while the SDK loads (the SDK handles its absence), then unhidden for litellm.
+    """
+    if "openai" in sys.modules:
+        return sys.modules["openai"]
+    hide = "aiohttp" not in sys.modules
+    if hide:
+        sys.modules["aiohttp"] = None  # type: ignore[assignment]  # makes `import aiohttp` fail
+    try:
+        import openai
+    finally:
+        if hide and sys.modules.get("aiohttp", 0) is None:
+            del sys.modules["aiohttp"]
+    return openai
+
+
 class OpenAIClients:
     """One `AsyncOpenAI` client per (base URL, key, organization), reused by every call of the
     run: its connection pool keeps connections open between calls. The SDK's own retries are
@@ -291,15 +321,12 @@ class OpenAIClients:
         key = (route.base_url, route.api_key, route.organization)
         client = self._clients.get(key)
         if client is None:
-            from openai import AsyncOpenAI
-
-            client = AsyncOpenAI(
+            client = import_openai().AsyncOpenAI(
                 api_key=route.api_key or "no-key",
                 base_url=route.base_url,
                 organization=route.organization,
                 max_retries=0,
             )
-            client.chat.completions  # noqa: B018 - loads the SDK's lazily imported resource now
             self._clients[key] = client
         return client
 
@@ -311,18 +338,24 @@ class OpenAIClients:
         tools: Sequence[Mapping[str, Any]] = (),
     ) -> Reply:
         """One chat completion request (offering ``tools``, §15.5); any failure is a
-        `ModelCallError`."""
-        import openai
+        `ModelCallError`.
 
+        The body goes out as plain JSON through the client's `post` (the SDK's way to any
+        endpoint): `chat.completions.create` would walk every message through its typed-dict
+        transform and build pydantic models of the answer, milliseconds per call that grow with
+        the context. Auth, connection pool, timeouts and errors are the SDK's all the same.
+        """
+        openai = import_openai()
         client = self.client(route)
-        extra: dict[str, Any] = {"extra_body": dict(route.fields)} if route.fields else {}
+        body = {**route.fields, "model": route.model, "messages": messages}
+        options: dict[str, Any] = {"timeout": timeout}
         if route.headers:
-            extra["extra_headers"] = dict(route.headers)
+            options["headers"] = dict(route.headers)
         if tools:
-            extra["tools"] = list(tools)
+            body["tools"] = list(tools)
         try:
-            response = await client.chat.completions.create(
-                model=route.model, messages=messages, timeout=timeout, **extra
+            completion = await client.post(
+                "/chat/completions", body=body, cast_to=object, options=options
             )
         except openai.APIStatusError as error:
             raise ModelCallError(
@@ -339,7 +372,7 @@ class OpenAIClients:
             raise ModelCallError("malformed", str(error)) from None
         except openai.OpenAIError as error:
             raise ModelCallError("other", str(error)) from None
-        return reply_of(response)
+        return reply_of(completion)
 
     async def aclose(self) -> None:
         """Close every pooled client (the end of a run)."""

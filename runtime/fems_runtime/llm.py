@@ -356,15 +356,20 @@ class ModelClient:
         )
 
 
-def reply_tool_calls(message: Any) -> tuple[ToolCall, ...]:
-    """The tool calls of a reply message (the OpenAI protocol's objects, from either path)."""
+def reply_tool_calls(message: Mapping[str, Any] | None) -> tuple[ToolCall, ...]:
+    """The tool calls of a reply message (its JSON, the same from either path); entries that
+    are not tool calls are skipped."""
     calls = []
-    for index, call in enumerate(getattr(message, "tool_calls", None) or ()):
-        function = call.function
-        arguments = function.arguments
+    entries = (message or {}).get("tool_calls") or ()
+    for index, call in enumerate(entries if isinstance(entries, list) else ()):
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if not isinstance(function, Mapping):
+            continue
+        arguments = function.get("arguments")
         if not isinstance(arguments, str):
             arguments = json.dumps(arguments)
-        calls.append(ToolCall(call.id or f"call_{index}", function.name or "", arguments or "{}"))
+        name = function.get("name") or ""
+        calls.append(ToolCall(call.get("id") or f"call_{index}", name, arguments or "{}"))
     return tuple(calls)
 
 

@@ -2,9 +2,9 @@
 
 litellm ships its price table as a JSON file (`model_prices_and_context_window*.json`, 3–4 MB,
 about 5,000 models) inside its package. Importing litellm to price a call costs seconds and
-~170 MB, and parsing the whole file ~30 ms and ~12 MB, so the file is read once, as text, and
-only the entries of the models a run uses are decoded (each once: unknown models are remembered
-as unknown too, so a model without a price costs one failed lookup per run, not one per call).
+~170 MB, and parsing the whole file ~30 ms and ~12 MB, so only the entries of the models a run
+uses are looked up and decoded, each once per run: an unknown model is remembered as unknown,
+so it costs one failed lookup per run, not one per call.
 
 A model-map entry may give its own prices (`input_cost_per_token`, `output_cost_per_token`, as
 litellm's call options do), which win over the table: a self-hosted model can have a cost.
@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 PRICE_FILE_PATTERN = "model_prices_and_context_window*.json"
+INDENT = "    "  # the table is written with json.dumps(indent=4): a top-level key is a line
+CHUNK = 1 << 18
+LONGEST_KEY = 512
+LONGEST_ENTRY = 1 << 16
 OWN_PRICE_KEYS = ("input_cost_per_token", "output_cost_per_token", "cache_read_input_token_cost")
 
 
@@ -46,61 +49,51 @@ def litellm_price_file() -> Path | None:
 
 
 class PriceTable:
-    """Per-token prices by litellm model string, decoded lazily from the table's text."""
+    """Per-token prices by litellm model string, each model's entry decoded from the file once.
 
-    def __init__(self, path: Path | None = None, *, text: str | None = None) -> None:
+    The file is scanned in chunks for the model's top-level key (one line of the indented
+    JSON), and only that entry is decoded: neither the 3–4 MB text nor the parsed table is
+    kept, so pricing adds almost nothing to a run's memory.
+    """
+
+    def __init__(self, path: Path | None = None) -> None:
         self._path = path
-        self._text = text
         self._entries: dict[str, Mapping[str, Any] | None] = {}
-        self._whole: dict[str, Any] | None = None
-
-    def _table_text(self) -> str:
-        if self._text is None:
-            path = self._path or litellm_price_file()
-            try:
-                self._text = path.read_text(encoding="utf-8") if path else ""
-            except OSError:
-                self._text = ""  # no table: every cost is unknown, the run goes on
-        return self._text
 
     def entry(self, model: str) -> Mapping[str, Any] | None:
-        """The table's entry for ``model``: the full litellm string first, then the name
-        without its provider (``openai/gpt-4o-mini`` is priced as ``gpt-4o-mini``)."""
+        """The table's entry for ``model``: the full litellm string, else the name without its
+        provider (``openai/gpt-4o-mini`` is priced as ``gpt-4o-mini``)."""
         if model not in self._entries:
-            self._entries[model] = None
             candidates = [model] + ([model.split("/", 1)[1]] if "/" in model else [])
-            for name in candidates:
-                found = self._decode(name)
-                if found is not None:
-                    self._entries[model] = found
-                    break
+            found = self._find(candidates)
+            self._entries[model] = next((found[name] for name in candidates if name in found), None)
         return self._entries[model]
 
-    def _decode(self, name: str) -> Mapping[str, Any] | None:
-        """The JSON object under the top-level key ``name``, or None. The table is indented
-        JSON, so a top-level key is a line at the indentation of the first key; a table in
-        another layout is parsed whole instead."""
-        text = self._table_text()
-        layout = re.match(r"\{\n( +)\"", text)
-        if layout is None:
-            return self._parsed(text).get(name)
-        start = text.find(f"\n{layout.group(1)}{json.dumps(name)}: {{")
-        if start < 0:
-            return None
+    def _find(self, names: list[str]) -> dict[str, Mapping[str, Any]]:
+        """The entries of ``names`` found in one pass over the file."""
+        path = self._path or litellm_price_file()
+        if path is None:
+            return {}
+        keys = {f"\n{INDENT}{json.dumps(name)}: {{".encode(): name for name in names}
+        found: dict[str, Mapping[str, Any]] = {}
         try:
-            value, _ = json.JSONDecoder().raw_decode(text, text.index("{", start))
-        except json.JSONDecodeError:
-            return None
-        return value if isinstance(value, dict) else None
-
-    def _parsed(self, text: str) -> dict[str, Any]:
-        if self._whole is None:
-            try:
-                table = json.loads(text) if text else {}
-            except json.JSONDecodeError:
-                table = {}
-            self._whole = table if isinstance(table, dict) else {}
-        return self._whole
+            with open(path, "rb") as table:
+                offset, tail = 0, b""
+                while len(found) < len(names) and (chunk := table.read(CHUNK)):
+                    window = tail + chunk
+                    for key, name in keys.items():
+                        at = window.find(key)
+                        if at >= 0 and name not in found:
+                            start = offset - len(tail) + at + len(key) - 1
+                            entry = _decode_entry(table, start)
+                            if entry is not None:
+                                found[name] = entry
+                    offset += len(chunk)
+                    tail = window[-LONGEST_KEY:]
+                    table.seek(offset)
+        except OSError:
+            pass  # no table: the cost is unknown, the run goes on
+        return found
 
     def cost(
         self, model: str, usage: Usage, own_prices: Mapping[str, Any] | None = None
@@ -125,6 +118,17 @@ class PriceTable:
             + cached * cache_price
             + usage.completion_tokens * output_price
         )
+
+
+def _decode_entry(table: BinaryIO, start: int) -> Mapping[str, Any] | None:
+    """The JSON object that starts at byte ``start`` of ``table``."""
+    table.seek(start)
+    text = table.read(LONGEST_ENTRY).decode("utf-8", errors="replace")
+    try:
+        value, _ = json.JSONDecoder().raw_decode(text)
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 PRICES = PriceTable()

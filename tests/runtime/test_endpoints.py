@@ -305,27 +305,30 @@ def test_prices_match_litellms_own_computation(model: str) -> None:
     assert PriceTable().cost(model, usage) == pytest.approx(expected)
 
 
-def test_the_price_table_is_read_once_and_each_model_decoded_once(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_each_model_is_looked_up_once_per_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    table, lookups = PriceTable(), []
+    real_find = table._find
+    monkeypatch.setattr(table, "_find", lambda names: lookups.append(names) or real_find(names))
+    for _ in range(3):
+        assert table.cost("openai/gpt-4o-mini", Usage(11, 7)) == pytest.approx(
+            table_price("gpt-4o-mini")
+        )
+        assert table.cost("openai/no-such-model", Usage(11, 7)) is None
+    assert lookups == [
+        ["openai/gpt-4o-mini", "gpt-4o-mini"],
+        ["openai/no-such-model", "no-such-model"],
+    ]
+
+
+def test_a_key_split_across_chunks_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fems_runtime import prices
+
     path = litellm_price_file()
     assert path is not None
-    table, reads = PriceTable(path), []
-    real_read = type(path).read_text
-
-    def counted(self: Any, *args: Any, **kwargs: Any) -> str:
-        reads.append(self)
-        return real_read(self, *args, **kwargs)
-
-    monkeypatch.setattr(type(path), "read_text", counted)
-    decoded: list[str] = []
-    real_decode = table._decode
-    monkeypatch.setattr(table, "_decode", lambda name: decoded.append(name) or real_decode(name))
-    for _ in range(3):
-        assert table.cost("openai/gpt-4o-mini", Usage(11, 7)) is not None
-        assert table.cost("openai/no-such-model", Usage(11, 7)) is None
-    assert len(reads) == 1
-    assert decoded == ["openai/gpt-4o-mini", "gpt-4o-mini", "openai/no-such-model", "no-such-model"]
+    text = path.read_bytes()
+    at = text.index(b'\n    "gpt-4o-mini": {')
+    monkeypatch.setattr(prices, "CHUNK", at + 5)  # the first chunk ends inside the key
+    assert PriceTable(path).entry("gpt-4o-mini") == json.loads(text)["gpt-4o-mini"]
 
 
 def test_model_call_errors_say_whether_to_retry() -> None:
