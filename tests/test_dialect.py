@@ -116,7 +116,8 @@ def test_a_binding_line_holds_one_target(tmp_path, capsys):
 
 # --------------------------------------------------------------------- 2. empty bindings (§12.1)
 
-EMPTY_BINDINGS = (
+# A counter, two AI actors and one action: the start of several scripts below.
+HELLO = (
     """
 vars:
     n = 0
@@ -125,7 +126,11 @@ vars:
     + """
 action hello @ai(@a):
     prompt: Hello.
-mainflow:
+"""
+)
+EMPTY_BINDINGS = (
+    HELLO
+    + """mainflow:
     [B1]:
     [B2]:
     [START] -> hello -> [B1] -> [B2]: -> [END]
@@ -151,15 +156,8 @@ def test_an_empty_binding_the_flow_never_reaches_is_a_warning(tmp_path, capsys):
 # --------------------------------------------------------------------- 3. stub modules (§12.11)
 
 STUB = (
-    """
-vars:
-    n = 0
-"""
-    + ACTORS
-    + """
-action hello @ai(@a):
-    prompt: Hello.
-module NightPhase(day):
+    HELLO
+    + """module NightPhase(day):
     vars:
         dead_tonight = ""
     flow:
