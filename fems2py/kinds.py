@@ -65,11 +65,12 @@ ACTION_KINDS: dict[str, ActionKind] = {
     )
 }
 
-#: The kinds that run as an executor's turn (the runtime's ``TURN_KINDS``).
-EXECUTOR_KINDS = frozenset(name for name, kind in ACTION_KINDS.items() if kind.has_executor)
 
-#: For each field, the kinds that accept it.
-FIELD_KINDS: dict[str, frozenset[str]] = {
-    field: frozenset(name for name, kind in ACTION_KINDS.items() if field in kind.fields)
-    for field in FIELD_NAMES
-}
+def executor_kinds() -> frozenset[str]:
+    """The kinds that run as an executor's turn (the runtime's ``TURN_KINDS``)."""
+    return frozenset(name for name, kind in ACTION_KINDS.items() if kind.has_executor)
+
+
+def kinds_with(field: str) -> list[str]:
+    """The kinds that accept ``field``, in the table's order."""
+    return [name for name, kind in ACTION_KINDS.items() if field in kind.fields]

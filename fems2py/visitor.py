@@ -51,6 +51,11 @@ class NodeVisitor(Generic[_Result]):
         visit: Callable[..., _Result | None] = getattr(self, method)
         return visit(node, *args, **kwargs)
 
+    @classmethod
+    def handles(cls, node_type: type) -> bool:
+        """Whether this visitor has its own method for nodes of ``node_type``."""
+        return _method_name(cls, node_type) is not None
+
     def generic_visit(self, node: Any, *args: Any, **kwargs: Any) -> _Result | None:
         """Visits every child node of ``node`` in field order; returns None."""
         for child in children(node):

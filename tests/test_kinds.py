@@ -10,7 +10,8 @@ import pytest
 from fems_runtime.flow import Context
 from fems_runtime.specs import TURN_KINDS
 
-from fems2py.kinds import ACTION_KINDS, EXECUTOR_KINDS, FIELD_NAMES, ActionKindName
+from fems2py.frontend import analyze_source
+from fems2py.kinds import ACTION_KINDS, FIELD_NAMES, ActionKind, ActionKindName, executor_kinds
 from fems2py.parser import parse
 from fems2py.parser.actions import FIELD_PARSERS
 
@@ -23,7 +24,7 @@ def test_the_table_and_the_type_name_the_same_kinds() -> None:
 
 
 def test_the_runtime_runs_every_executor_kind_as_a_turn() -> None:
-    assert set(TURN_KINDS) == EXECUTOR_KINDS
+    assert set(TURN_KINDS) == executor_kinds()
     for kind in TURN_KINDS:
         assert callable(getattr(Context, kind)), f"Context has no method for @{kind} turns"
 
@@ -64,3 +65,31 @@ def test_the_parser_reads_each_header_as_the_table_says(kind: str) -> None:
 
 def test_every_field_has_its_parser() -> None:
     assert set(FIELD_PARSERS) == set(FIELD_NAMES)
+
+
+def test_a_new_kind_needs_only_its_row_to_be_parsed_and_checked(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """CONTRIBUTING.md "Adding an action kind": the parser and the checker go by the table
+    alone. A fixture kind ``@note`` (no header argument, only ``prompt:``) is added as a row."""
+    monkeypatch.setitem(
+        ACTION_KINDS, "note", ActionKind("note", "none", frozenset({"prompt"}), "assign")
+    )
+    source = (
+        "vars:\n    topic = 1\n"
+        "action jot @note:\n    prompt: about {topic}\n"
+        "action wrong @note:\n    scope: [@a]\n"
+        "mainflow:\n    [START] -> jot -> wrong -> [END]\n"
+    )
+    checked, diagnostics = analyze_source(source, "note.fems", tmp_path)
+    jot = checked.script.actions[0]
+    assert (jot.kind, jot.executor, jot.prompt and jot.prompt.value.value) == (
+        "note",
+        None,
+        "about {topic}",
+    )
+    assert [(d.message, d.hint) for d in diagnostics] == [
+        ("'scope:' does not apply to @note actions", "it is used by @ai, @human, @mind")
+    ]
+    _script, diagnostics = parse("action x @nope:\n    prompt: hi\n", "kinds.fems")
+    assert diagnostics[0].hint == "did you mean 'note'?"

@@ -2,7 +2,22 @@
 
 from __future__ import annotations
 
-from fems2py.nodes import ActorValue, DictValue, FlowNode, Join, ListValue, Loop, ModuleCall
+from typing import get_args
+
+import pytest
+
+from fems2py.codegen import _BindingCode
+from fems2py.graph import _Shape
+from fems2py.nodes import (
+    ActorValue,
+    Binding,
+    DictValue,
+    FlowNode,
+    Join,
+    ListValue,
+    Loop,
+    ModuleCall,
+)
 from fems2py.parser import parse
 from fems2py.visitor import BindingVisitor, NodeVisitor, walk
 
@@ -111,3 +126,11 @@ def test_a_binding_visitor_ignores_what_it_has_no_method_for() -> None:
     loop = next(node for node in walk(script().flow) if isinstance(node, Loop))
     assert OnlyJoins().visit(loop) is None  # the joins-free body is not searched
     assert OnlyJoins().visit(Join(None, loop.span)) == "join"
+
+
+@pytest.mark.parametrize("visitor", [_Shape, _BindingCode], ids=lambda v: v.__name__)
+@pytest.mark.parametrize("binding", get_args(Binding), ids=lambda b: b.__name__)
+def test_the_chart_and_the_code_handle_every_binding(visitor: type, binding: type) -> None:
+    """A new flow construct (a new class in nodes.Binding) needs its shape in the chart and
+    its code in the generated module (CONTRIBUTING.md, "Adding a flow construct")."""
+    assert visitor.handles(binding)

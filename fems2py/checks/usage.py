@@ -15,7 +15,8 @@ from collections.abc import Iterable, Iterator
 
 from fems2py.checks.scope import Namespace
 from fems2py.diagnostics import Diagnostic
-from fems2py.nodes import ActionBlock, Graph, Loop, Module, Script
+from fems2py.nodes import ActionBlock, FlowNode, Graph, Module, Script
+from fems2py.visitor import NodeVisitor
 
 _Key = tuple[str, str]  # (namespace key, action name)
 
@@ -102,12 +103,22 @@ def without_unused(script: Script, unused: tuple[ActionBlock, ...]) -> Script:
     )
 
 
-def _action_bindings(graph: Graph) -> Iterator[str]:
-    for node in graph.nodes:
-        if isinstance(node.binding, Loop):
-            yield from _action_bindings(node.binding.body)
-        elif isinstance(node.binding, str):
-            yield node.binding
+def _action_bindings(graph: Graph) -> list[str]:
+    """The action of every node of ``graph`` that runs one, loop bodies included."""
+    names = _ActionNames()
+    names.visit(graph)
+    return names.found
+
+
+class _ActionNames(NodeVisitor[None]):
+    def __init__(self) -> None:
+        self.found: list[str] = []
+
+    def visit_FlowNode(self, node: FlowNode) -> None:
+        self.visit(node.binding)  # a loop's body is reached through generic_visit
+
+    def visit_ActionName(self, name: str) -> None:
+        self.found.append(name)
 
 
 def _all_modules(script: Script) -> list[Module]:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fems2py.diagnostics import suggest
-from fems2py.kinds import ACTION_KINDS, FIELD_KINDS, TEXT_FIELDS
+from fems2py.kinds import ACTION_KINDS, FIELD_NAMES, TEXT_FIELDS, kinds_with
 from fems2py.lexer import Token
 from fems2py.nodes import Action, FuncRef, Input, Interrupt, Method, Resolve, Span
 from fems2py.parser.base import Abort, Definitions
@@ -183,23 +183,22 @@ class ActionsParser(FlowsParser):
             try:
                 tokens = self.tokens(item)
                 key = tokens[0]
-                if key.kind != "name" or key.text not in FIELD_KINDS:
+                if key.kind != "name" or key.text not in FIELD_NAMES:
                     self.fail(
                         f"unknown action field '{key.text}'",
                         self.tok_span(key),
-                        suggest(key.text, FIELD_KINDS) or "fields: " + ", ".join(FIELD_KINDS),
+                        suggest(key.text, FIELD_NAMES) or "fields: " + ", ".join(FIELD_NAMES),
                     )
                 if len(tokens) < 2 or tokens[1].text != ":":
                     at = tokens[1] if len(tokens) > 1 else key
                     self.fail(f"expected ':' after '{key.text}'", self.tok_span(at))
                 if any(name == key.text for name, _ in spans):
                     self.fail(f"field '{key.text}' is given twice", self.tok_span(key))
-                if kind not in FIELD_KINDS[key.text]:
+                if key.text not in ACTION_KINDS[kind].fields:
                     self.fail(
                         f"'{key.text}:' does not apply to @{kind} actions",
                         self.tok_span(key),
-                        "it is used by "
-                        + ", ".join(f"@{k}" for k in sorted(FIELD_KINDS[key.text])),
+                        "it is used by " + ", ".join(f"@{k}" for k in sorted(kinds_with(key.text))),
                     )
                 spans.append((key.text, self.tok_span(key)))
                 col = tokens[1].end

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fems2py.diagnostics import Diagnostic, suggest
-from fems2py.kinds import FIELD_KINDS
+from fems2py.kinds import FIELD_NAMES
 from fems2py.lexer import Token
 from fems2py.nodes import ActionBlock, Module, Script, Span
 from fems2py.parser.actions import ActionsParser
@@ -100,7 +100,7 @@ class Parser(ActionsParser):
                 )
             if (
                 head.kind == "name"
-                and word in FIELD_KINDS
+                and word in FIELD_NAMES
                 and len(tokens) > 1
                 and tokens[1].text == ":"
             ):

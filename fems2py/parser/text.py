@@ -6,7 +6,7 @@ import bisect
 import re
 from collections.abc import Callable
 
-from fems2py.kinds import FIELD_KINDS
+from fems2py.kinds import FIELD_NAMES
 from fems2py.lexer import Token, block_text, comment_start, quote_end, text_indent, unquote
 from fems2py.nodes import (
     MAX_DEPTH,
@@ -135,7 +135,7 @@ class TextParser(ParserBase):
             deeper = next(sub for sub in range(index + 1, end) if not self.lines[sub].blank)
             words = self.tokens(deeper)
             looks_like_field = (
-                len(words) > 1 and words[0].text in FIELD_KINDS and words[1].text == ":"
+                len(words) > 1 and words[0].text in FIELD_NAMES and words[1].text == ":"
             )
             self.error(
                 f"unexpected indented line under '{what}'",
