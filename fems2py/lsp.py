@@ -27,7 +27,7 @@ from fems2py import __version__
 from fems2py.checker import CheckedScript
 from fems2py.diagnostics import Diagnostic
 from fems2py.frontend import analyze_source
-from fems2py.kinds import ACTION_KINDS, FIELD_KINDS, FIELD_NAMES
+from fems2py.kinds import ACTION_KINDS, FIELD_NAMES, kinds_with
 from fems2py.nodes import Action, ActorDef, Module, Script, Span, VarDecl
 from fems2py.symbols import Occurrence, Symbol, SymbolIndex, SymbolKind, build_index
 
@@ -492,7 +492,7 @@ def _field_items(index: SymbolIndex, action: str, line: int) -> list[types.Compl
     """The fields the action's kind accepts (§9.2), from the kinds table."""
     symbol = next((s for s in index.visible(("action",), line) if s.name == action), None)
     kind = _action_kind(index, symbol) if symbol else None
-    fields = [f for f in FIELD_NAMES if kind is None or kind in FIELD_KINDS[f]]
+    fields = [f for f in FIELD_NAMES if kind is None or kind in kinds_with(f)]
     return [
         types.CompletionItem(f, kind=types.CompletionItemKind.Field, insert_text=f + ": ")
         for f in fields
