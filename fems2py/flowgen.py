@@ -109,8 +109,18 @@ def _is_fork(graph: FlowGraph, name: str) -> bool:
     return not all_exclusive([edge.condition for edge in edges if edge.condition is not None])
 
 
-def _ends(graph: FlowGraph, name: str) -> bool:
-    return not graph.is_body and name in TERMINALS
+def _opening(
+    graph: FlowGraph, code: NodeCode, name: str
+) -> tuple[list[Statement], Sequence[Edge], bool]:
+    """A node's own lines and its out-edges; True when the path ends at the node (a terminal
+    returns its name, a dead end or the end of an iteration returns None, §12.3, §12.9)."""
+    statements: list[Statement] = list(code.body(name))
+    edges = graph.edges.get(name, ())
+    if not graph.is_body and name in TERMINALS:
+        return [*statements, f"return {name!r}"], edges, True
+    if not edges:
+        return [*statements, "return None"], edges, True
+    return statements, edges, False
 
 
 # ------------------------------------------------------------------------------ structured
@@ -239,12 +249,9 @@ class _Structurer:
             raise _Unstructured(name)  # reached twice: a join no construct owns
         self.emitted.add(name)
         graph, code = self.graph, self.code
-        statements: list[Statement] = list(code.body(name))
-        edges = graph.edges.get(name, ())
-        if _ends(graph, name):
-            return [*statements, f"return {name!r}"]
-        if not edges:
-            return [*statements, "return None"]
+        statements, edges, done = _opening(graph, code, name)
+        if done:
+            return statements
         if len(edges) == 1 and edges[0].condition is None:
             return statements + self.sequence(edges[0].target, stop, loops)
         join = self.post.get(name)
@@ -336,12 +343,9 @@ class _Dispatcher:
 
     def block(self, name: str) -> list[Statement]:
         graph, code = self.graph, self.code
-        statements: list[Statement] = list(code.body(name))
-        edges = graph.edges.get(name, ())
-        if _ends(graph, name):
-            return [*statements, f"return {name!r}"]
-        if not edges:
-            return [*statements, "return None"]
+        statements, edges, done = _opening(graph, code, name)
+        if done:
+            return statements
         if len(edges) == 1 and edges[0].condition is None:
             return statements + self.goto(edges[0].target)
         if not _is_fork(graph, name):

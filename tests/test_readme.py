@@ -79,6 +79,16 @@ def test_the_tour_runs_as_written(tmp_path):
                 assert done.returncode == 0, f"{command}: {output}"
             ran += 1
     assert ran >= 3
+    module = (workdir / "dinner.py").read_text(encoding="utf-8").splitlines()
+    for excerpt in _tour_excerpts():
+        for line in excerpt.splitlines():
+            assert line == "..." or line in module, f"the tour's excerpt says {line!r}"
+
+
+def _tour_excerpts() -> list[str]:
+    """The ```python blocks of the tour: what `fems2py build dinner.fems` writes."""
+    tour = README.split("## A five-minute tour", 1)[1].split("\n## ", 1)[0]
+    return [body for kind, body in BLOCK.findall(tour) if kind == "python"]
 
 
 @pytest.mark.parametrize("target", ["install", "test", "lint", "golden", "bench", "demo"])
