@@ -216,6 +216,21 @@ class _Structurer:
             and all(_dominates(name, other, self.idom) for other in after)
         )
 
+    def _continues_plainly(self, name: str, stop: str | None, loops: tuple[_Loop, ...]) -> bool:
+        """Whether :meth:`sequence` at ``name`` would do nothing but run :meth:`node` there:
+        no stop, loop jump, loop header or flow-ending exit is reached."""
+        if name == stop or (name in self.headers and all(lp.header != name for lp in loops)):
+            return False
+        if not loops:
+            return True
+        inner = loops[-1]
+        return (
+            name not in (inner.header, inner.exit)
+            and name not in inner.final_exits
+            and name in inner.nodes
+            and not any(name in (loop.header, loop.exit) for loop in loops[:-1])
+        )
+
     def sequence(self, name: str, stop: str | None, loops: tuple[_Loop, ...]) -> list[Statement]:
         """Code running the flow from ``name``: it falls through exactly when the flow reaches
         ``stop``; every other path ends in ``return``/``raise``/``continue``/``break``."""
@@ -245,15 +260,23 @@ class _Structurer:
         return self.node(name, stop, loops)
 
     def node(self, name: str, stop: str | None, loops: tuple[_Loop, ...]) -> list[Statement]:
-        if name in self.emitted:
-            raise _Unstructured(name)  # reached twice: a join no construct owns
-        self.emitted.add(name)
         graph, code = self.graph, self.code
-        statements, edges, done = _opening(graph, code, name)
-        if done:
-            return statements
-        if len(edges) == 1 and edges[0].condition is None:
-            return statements + self.sequence(edges[0].target, stop, loops)
+        statements: list[Statement] = []
+        # A chain is walked in a loop, not by recursion, so a flow of 10,000 nodes in a row
+        # builds like a short one (only branches and loops nest).
+        while True:
+            if name in self.emitted:
+                raise _Unstructured(name)  # reached twice: a join no construct owns
+            self.emitted.add(name)
+            opening, edges, done = _opening(graph, code, name)
+            statements += opening
+            if done:
+                return statements
+            if len(edges) > 1 or edges[0].condition is not None:
+                break
+            if not self._continues_plainly(edges[0].target, stop, loops):
+                return statements + self.sequence(edges[0].target, stop, loops)
+            name = edges[0].target
         join = self.post.get(name)
         inside = join is not None and (not loops or join in loops[-1].nodes)
         if join == stop or not inside:

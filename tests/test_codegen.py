@@ -278,3 +278,23 @@ def test_loop_bodies_are_named_after_their_loop(tmp_path: Path) -> None:
         "main_flow_for_s_in_players",
         "main_flow_for_s",
     ]
+
+
+def test_a_chain_longer_than_pythons_recursion_limit_builds_as_one_sequence(
+    tmp_path: Path,
+) -> None:
+    """A chain is walked in a loop: 1,500 actions in a row (past Python's default recursion
+    limit of 1,000) become 1,500 awaits in order, not a RecursionError."""
+    length = 1500
+    script = tmp_path / "chain.fems"
+    chain = " -> ".join(["[START]", *["step"] * length, "[END]"])
+    script.write_text(
+        f"vars:\n    n = 0\naction step @assign:\n    out: n += 1\nmainflow:\n    {chain}\n",
+        encoding="utf-8",
+    )
+    text = build_source(script)
+    main_flow = text[
+        text.index("async def main_flow") : text.index("\n\n\n", text.index("async def main_flow"))
+    ]
+    assert main_flow.count("step)") == length
+    assert "while" not in main_flow and "match" not in main_flow
