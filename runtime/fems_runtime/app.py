@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import sys
 import traceback
@@ -32,7 +33,7 @@ from fems_runtime.flow import (
 )
 from fems_runtime.lines import LineTable
 from fems_runtime.records import RunError, StepCounter, TraceWriter, TurnLog, write_result
-from fems_runtime.store import Checkpoint
+from fems_runtime.store import Checkpoint, hide_password
 from fems_runtime.transcript import Transcript
 from fems_runtime.variables import ActorSpec, BlueprintSpec, Variables
 from fems_runtime.version import __version__
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from fems_runtime.llm import ModelClient
     from fems_runtime.specs import TurnResult, TurnSpec
     from fems_runtime.store import Store
+    from fems_runtime.turns import TurnServices
 
 EXIT_OK, EXIT_RUN_ERROR, EXIT_USAGE = 0, 1, 2
 DEFAULT_MAX_STEPS = 100_000
@@ -251,105 +253,124 @@ class Program:
         watches the run (the stage, §17); ``human`` may be a provider object (its page).
         ``root`` is the folder the built-in tools read, list and write in (default: the
         script's, §15.5)."""
-        variables = Variables(self.variables, self.actors, self.blueprints)
         steps = StepCounter(int(self.script.meta.get("max_steps", DEFAULT_MAX_STEPS)), "the run")
-        code = funcs.CodeFiles(self.script.code, Path(self.module_file).resolve().parent)
-        with TraceWriter(trace) as writer:
+        variables: Variables | None = None
+        turns: TurnServices | None = None
+        ctx: Context | None = None
+        writer = TraceWriter(None)
+        try:  # a failure from here on, even before the first step, is a failed run (§16.3)
             from fems_runtime.turns import TurnServices
 
-            turns: TurnServices | None = None
-            ctx: Context | None = None
-            try:  # a failure from here on, even before the first step, is a failed run
-                turns = TurnServices.open(
-                    self,
-                    variables,
-                    writer,
-                    model=model,
-                    replies=replies,
-                    db=db,
-                    session=session,
-                    human=human,
-                    seed=seed,
-                    code=code.module,
-                    resume=bool(resume),
-                    timeout=timeout,
-                    retry_budget=retry_budget,
-                    root=root,
+            if db is not None and not str(db).strip():
+                raise RunError("--db is empty: give a database path or SQLAlchemy URL")
+            writer = TraceWriter(trace)
+            variables = Variables(self.variables, self.actors, self.blueprints)
+            code = funcs.CodeFiles(self.script.code, Path(self.module_file).resolve().parent)
+            turns = TurnServices.open(
+                self,
+                variables,
+                writer,
+                model=model,
+                replies=replies,
+                db=db,
+                session=session,
+                human=human,
+                seed=seed,
+                code=code.module,
+                resume=bool(resume),
+                root=root,
+                timeout=timeout,
+                retry_budget=retry_budget,
+            )
+            if observer is not None:
+                observer.run_opened(turns.store, turns.session, writer)
+            if transcript:
+                turns.transcript = (
+                    transcript
+                    if isinstance(transcript, Transcript)
+                    else Transcript(everyone=[spec.name for spec in self.actors])
                 )
-                if observer is not None:
-                    observer.run_opened(turns.store, turns.session, writer)
-                if transcript:
-                    turns.transcript = (
-                        transcript
-                        if isinstance(transcript, Transcript)
-                        else Transcript(everyone=[spec.name for spec in self.actors])
-                    )
-                services = _Services(self, variables, writer, turns, code)
-                ctx = Context(
-                    services, variables.root, steps, methods={m.name: m for m in self.methods}
+            services = _Services(self, variables, writer, turns, code)
+            ctx = Context(
+                services, variables.root, steps, methods={m.name: m for m in self.methods}
+            )
+            if isinstance(souls, Mapping):
+                turns.store.seed(souls)
+            elif souls is not None:
+                turns.store.seed_file(souls)
+            await self.main_flow(ctx)
+            if observer is not None:
+                observer.run_closing("completed", None)
+            await turns.models.aclose()
+            turns.finish("completed")
+            outcome = RunResult(
+                turns.session,
+                "completed",
+                steps.count,
+                variables.snapshot(),
+                turns.model_calls,
+                turns.log.replayed,
+            )
+            if result is not None:
+                write_result(
+                    result,
+                    session=turns.session,
+                    status="completed",
+                    steps=steps.count,
+                    variables=outcome.variables,
                 )
-                if isinstance(souls, Mapping):
-                    turns.store.seed(souls)
-                elif souls is not None:
-                    turns.store.seed_file(souls)
-                await self.main_flow(ctx)
-            except BaseException as error:
-                located = self.locate(error)
-                writer.write(
-                    "error",
-                    node=failed_node(error) or (ctx.node if ctx is not None else None),
-                    line=getattr(located, "line", None),
-                    message=str(located),
-                )
-                if result is not None:
+            return outcome
+        except BaseException as error:
+            located = self.locate(error, db)
+            node = failed_node(error) or (ctx.node if ctx is not None else None)
+            # each report is tried even when another one fails: the result file matters most
+            with contextlib.suppress(Exception):
+                line = getattr(located, "line", None)
+                writer.write("error", node=node, line=line, message=str(located))
+            if result is not None:
+                try:
                     write_result(
                         result,
                         session=turns.session if turns is not None else None,
                         status="failed",
                         steps=steps.count,
-                        variables=variables.snapshot(),
+                        variables=variables.snapshot() if variables is not None else {},
                         error=str(located),
                     )
-                if turns is not None:
+                except Exception as unwritten:  # reported with the run's own error
+                    if isinstance(located, RunError):
+                        located.message += f" (and --result {result} was not written: {unwritten})"
+            if turns is not None:
+                with contextlib.suppress(Exception):
                     if observer is not None:
                         observer.run_closing("failed", str(located))
+                with contextlib.suppress(Exception):
                     await turns.models.aclose()
+                with contextlib.suppress(Exception):
                     turns.finish("failed")
-                if located is error:
-                    raise
-                raise located from error
-            if observer is not None:
-                observer.run_closing("completed", None)
-            await turns.models.aclose()
-            turns.finish("completed")
-            session_id = turns.session
-        outcome = RunResult(
-            session_id,
-            "completed",
-            steps.count,
-            variables.snapshot(),
-            turns.model_calls,
-            turns.log.replayed,
-        )
-        if result is not None:
-            write_result(
-                result,
-                session=session_id,
-                status="completed",
-                steps=steps.count,
-                variables=outcome.variables,
-            )
-        return outcome
+            if located is error:
+                raise
+            raise located from error
+        finally:
+            writer.close()
 
-    def locate(self, error: BaseException) -> BaseException:
+    def locate(self, error: BaseException, db: str | None = None) -> BaseException:
         """A :class:`RunError` with the ``.fems`` location of ``error`` (its innermost generated
-        line, through the line table); other exceptions are wrapped."""
+        line, through the line table); other exceptions are wrapped. The password of the
+        database URL (``db``, else ``meta.database``) is masked."""
         if isinstance(error, KeyboardInterrupt | SystemExit | asyncio.CancelledError):
             return error
         line = self.lines.in_traceback(error.__traceback__)
         if isinstance(error, RunError):
-            return error.located(self.script.file, line)
-        return RunError(f"{type(error).__name__}: {error}", self.script.file, line)
+            located = error.located(self.script.file, line)
+        else:
+            located = RunError(f"{type(error).__name__}: {error}", self.script.file, line)
+        located.message = self.masked(located.message, db)
+        return located
+
+    def masked(self, text: str, db: str | None = None) -> str:
+        """``text`` with the passwords of the run's database URLs replaced by ``***``."""
+        return hide_password(hide_password(text, db), self.script.meta.get("database"))
 
     def main(self, argv: Sequence[str] | None = None) -> int:
         """The generated module's command line (§16.3); returns the exit status."""
@@ -360,6 +381,8 @@ class Program:
                 parser.error("--resume continues a session: give --session N (or leave it out)")
             if args.port is not None and not args.serve:
                 parser.error("--port chooses the stage's port: use it with --serve")
+            if args.db is not None and not args.db.strip():
+                parser.error("--db is empty: give a database path or SQLAlchemy URL")
         except SystemExit as exit_:
             return int(exit_.code or 0)
         options = {k: v for k, v in vars(args).items() if v is not None}
@@ -373,7 +396,7 @@ class Program:
             return serve_run(self, options, port, lambda end: self.report(end, options, shown))
         try:
             outcome: RunResult | BaseException = self.run(**options)
-        except (RunError, KeyboardInterrupt) as error:
+        except (Exception, KeyboardInterrupt) as error:  # never a traceback (§16.3)
             outcome = error
         return self.report(outcome, options, shown)
 
@@ -381,11 +404,14 @@ class Program:
         self, outcome: RunResult | BaseException, options: Mapping[str, Any], shown: Sequence[str]
     ) -> int:
         """Print how a run of the command line ended (a result, a :class:`RunError` or an
-        interrupt) and return the exit status."""
-        if isinstance(outcome, RunError):
-            print(str(outcome), file=sys.stderr)
+        interrupt) and return the exit status. Any other exception is reported as a run
+        error: one line, the traceback only with ``FEMS_TRACEBACK=1``."""
+        if isinstance(outcome, Exception):
+            located = self.locate(outcome, options.get("db"))
+            print(str(located), file=sys.stderr)
             if os.environ.get("FEMS_TRACEBACK"):
-                print(self.traceback_text(outcome), file=sys.stderr, end="")
+                text = self.traceback_text(outcome)
+                print(self.masked(text, options.get("db")), file=sys.stderr, end="")
             return EXIT_RUN_ERROR
         if isinstance(outcome, BaseException):
             print(f"{self.script.file}: error: interrupted", file=sys.stderr)

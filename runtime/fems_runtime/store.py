@@ -25,6 +25,7 @@ import functools
 import heapq
 import itertools
 import json
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -32,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+from urllib.parse import unquote
 
 from fems_runtime.records import RunError
 
@@ -351,6 +353,20 @@ def database_url(database: str | Path | None) -> str:
     return f"sqlite:///{Path(text).expanduser().resolve()}"
 
 
+_URL_PASSWORD = re.compile(r"[\w+.-]+://[^:/?#@\s]*:(?P<password>[^@/?#\s]+)@")
+
+
+def hide_password(text: str, database: str | Path | None) -> str:
+    """``text`` with the password of the database URL ``database`` replaced by ``***`` wherever
+    it appears, as written and URL-decoded (error messages quote URLs and driver texts)."""
+    match = _URL_PASSWORD.match(str(database or ""))
+    if match is None:
+        return text
+    for secret in sorted({match["password"], unquote(match["password"])}, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
+
+
 def parse_session_spec(spec: str | int | None) -> tuple[int | None, bool]:
     """``new``/None → (None, True); ``N`` → (N, False); ``N / new`` → (N, True) (§3)."""
     if spec is None:
@@ -405,11 +421,10 @@ class Store:
             if sqlite:
                 sa.event.listen(self.engine, "connect", _sqlite_pragmas)
             self._create_schema()
-        except (sa.exc.SQLAlchemyError, ImportError) as error:
+        except (sa.exc.SQLAlchemyError, ImportError, ValueError) as error:
             reason = getattr(error, "orig", None) or error
-            raise RunError(
-                f"cannot open database {database or DEFAULT_DATABASE}: {reason}"
-            ) from None
+            message = f"cannot open database {database or DEFAULT_DATABASE}: {reason}"
+            raise RunError(hide_password(message, database)) from None
 
     def _create_schema(self) -> None:
         """Create the missing tables, safely when many processes open a new database at once.
