@@ -27,6 +27,7 @@ _PUNCTUATION = str.maketrans(
     }
 )
 _OPEN_QUOTES = {'"': '"', "'": "'", "“": "”"}
+_FSTRING_PREFIX = re.compile(r"(?<!\w)(?:[fF][rR]?|[rR][fF])$")
 
 
 @dataclass(frozen=True)
@@ -94,11 +95,15 @@ def split_lines(source: str) -> list[SourceLine]:
 
 def opens_quote(text: str, index: int) -> bool:
     """Whether ``text[index]`` opens a quoted string; an apostrophe inside a word
-    (``don't``) does not."""
+    (``don't``) does not, unless the word is an f-string prefix and the quote closes
+    (``f'{x}'``, which the expression checker then rejects as an f-string)."""
     ch = text[index]
     if ch == "'" and index > 0:
         before = text[index - 1]
-        return not (before.isalnum() or before == "_")
+        if before.isalnum() or before == "_":
+            prefixed = _FSTRING_PREFIX.search(text, 0, index) is not None
+            return prefixed and quote_end(text, index) is not None
+        return True
     return ch in _OPEN_QUOTES
 
 
