@@ -53,6 +53,7 @@ from fems2py.nodes import (
     Value,
     VarDecl,
 )
+from fems2py.sources import SourceFileError, read_source_file
 from fems2py.visitor import BindingVisitor, NodeVisitor, walk
 
 __all__ = ["CheckedScript", "FuncSignature", "Param", "check"]
@@ -117,9 +118,10 @@ class CheckedScript:
         return any(diagnostic.severity == "error" for diagnostic in self.diagnostics)
 
 
-def check(script: Script, base_dir: Path) -> CheckedScript:
-    """Check ``script`` (whose relative paths start at ``base_dir``) and compute merge nodes."""
-    checker = Checker(script, base_dir)
+def check(script: Script, base_dir: Path, root: Path | None = None) -> CheckedScript:
+    """Check ``script`` (whose relative paths start at ``base_dir`` and stay inside ``root``,
+    default ``base_dir``) and compute merge nodes."""
+    checker = Checker(script, base_dir, root)
     checker.run()
     unused = checker.unused_actions
     return CheckedScript(
@@ -136,9 +138,10 @@ def check(script: Script, base_dir: Path) -> CheckedScript:
 class Checker:
     """One run of the checks over one script; collects diagnostics and computed facts."""
 
-    def __init__(self, script: Script, base_dir: Path) -> None:
+    def __init__(self, script: Script, base_dir: Path, root: Path | None = None) -> None:
         self.script = script
         self.base_dir = base_dir
+        self.files_root = root
         self.items: list[Diagnostic] = []
         self.later_uses: dict[tuple[str, ActionBlock | None], list[Span]] = {}
         graphs = [script.flow, *(module.flow for module in _all_modules(script.modules))]
@@ -463,13 +466,16 @@ class Checker:
                 self.error(f"code alias '{alias.alias}' is defined twice", alias.span)
                 continue
             seen.add(alias.alias)
-            path = (self.base_dir / alias.path).resolve()
-            self.code_files[alias.alias] = path
+            self.code_files[alias.alias] = (self.base_dir / alias.path).resolve()
             try:
-                self.signatures[alias.alias] = read_signatures(path, alias.path)
+                path, data = read_source_file(self.base_dir, alias.path, self.files_root)
+                self.signatures[alias.alias] = read_signatures(data, alias.path)
+            except SourceFileError as problem:
+                self.broken_aliases.add(alias.alias)
+                self.error(f"code file '{alias.path}' {problem.reason}", alias.span, problem.hint)
             except CodeFileError as problem:
                 self.broken_aliases.add(alias.alias)
-                self.error(str(problem), alias.span, f"looked for {path}")
+                self.error(str(problem), alias.span, f"looked at {path}")
 
     # ------------------------------------------------------------------ names in scope
 

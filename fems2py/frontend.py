@@ -52,31 +52,34 @@ def _file_diagnostic(path: Path, message: str) -> Diagnostic:
 
 
 def analyze_source(
-    source: str, path: str, base_dir: Path
+    source: str, path: str, base_dir: Path, root: Path | None = None
 ) -> tuple[CheckedScript, list[Diagnostic]]:
     """Parse and check ``source``; returns the checked script and every diagnostic, warnings
-    included, in source order.
+    included, in source order. The files it names are read from inside ``root`` (default: the
+    script's folder ``base_dir``, see :mod:`fems2py.sources`).
 
     The checker also runs on a tree with syntax errors (the parser recovers per block), so one
     run reports a file's syntax and semantic mistakes together.
     """
-    script, diagnostics = parse(source, path, base_dir)
-    checked = check(script, base_dir)
+    script, diagnostics = parse(source, path, base_dir, root)
+    checked = check(script, base_dir, root)
     excused = excuse_unused(diagnostics, checked.unused_actions)
     return checked, sorted([*excused, *checked.diagnostics], key=_position)
 
 
-def analyze(path: Path) -> tuple[CheckedScript, list[Diagnostic]]:
+def analyze(path: Path, root: Path | None = None) -> tuple[CheckedScript, list[Diagnostic]]:
     """Parse and check the file at ``path``; raise :class:`CompileError` if it has errors."""
-    _, checked, diagnostics = analyze_file(path)
+    _, checked, diagnostics = analyze_file(path, root=root)
     return checked, diagnostics
 
 
-def analyze_file(path: Path, strict: bool = False) -> tuple[str, CheckedScript, list[Diagnostic]]:
+def analyze_file(
+    path: Path, strict: bool = False, root: Path | None = None
+) -> tuple[str, CheckedScript, list[Diagnostic]]:
     """:func:`analyze` that also returns the source it read (the build hashes it); ``strict``
     makes every warning an error (``--strict``)."""
     source = read_source(path)
-    checked, diagnostics = analyze_source(source, str(path), path.parent)
+    checked, diagnostics = analyze_source(source, str(path), path.parent, root)
     if strict:
         diagnostics = as_errors(diagnostics)
     if any(d.severity == "error" for d in diagnostics):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import ast
 import dataclasses
 from dataclasses import dataclass
-from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -57,23 +56,17 @@ class CodeFileError(Exception):
     """A ``code:`` file cannot be read or parsed; the message names the path."""
 
 
-def read_signatures(path: Path, shown_path: str) -> dict[str, FuncSignature]:
-    """The top-level callables of the Python file at ``path``, by name.
+def read_signatures(data: bytes, shown_path: str) -> dict[str, FuncSignature]:
+    """The top-level callables of a Python file's ``data`` (read by
+    :func:`fems2py.sources.read_source_file`), by name.
 
     ``shown_path`` is the path as the script wrote it, used in error messages.
     """
     try:
-        text = path.read_bytes().decode("utf-8-sig")
-    except FileNotFoundError:
-        raise CodeFileError(f"code file '{shown_path}' does not exist") from None
-    except IsADirectoryError:
-        raise CodeFileError(f"code file '{shown_path}' is a directory") from None
+        text = data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
         message = f"code file '{shown_path}' is not valid UTF-8 (byte {error.start})"
         raise CodeFileError(message) from None
-    except OSError as error:
-        reason = error.strerror or str(error)
-        raise CodeFileError(f"code file '{shown_path}' cannot be read: {reason}") from None
     try:
         tree = ast.parse(text, filename=shown_path)
     except SyntaxError as error:

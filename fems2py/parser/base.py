@@ -82,10 +82,13 @@ def _nesting_levels(lines: list[SourceLine]) -> list[int]:
 class ParserBase:
     """Diagnostics, spans, line structure and tokens shared by every part of the parser."""
 
-    def __init__(self, source: str, path: str, base_dir: Path | None = None) -> None:
+    def __init__(
+        self, source: str, path: str, base_dir: Path | None = None, root: Path | None = None
+    ) -> None:
         self.source = source
         self.path = path
         self.base_dir = base_dir if base_dir is not None else Path(path).parent
+        self.files_root = root
         self.lines: list[SourceLine] = split_lines(source)
         #: How many lines own each line (its nesting level; 0 for a top-level line).
         self.levels = _nesting_levels(self.lines)

@@ -224,11 +224,14 @@ BLOCK_PARSERS: dict[str, BlockParser] = {
 }
 
 
-def parse(source: str, path: str, base_dir: Path | None = None) -> tuple[Script, list[Diagnostic]]:
+def parse(
+    source: str, path: str, base_dir: Path | None = None, root: Path | None = None
+) -> tuple[Script, list[Diagnostic]]:
     """Parse a ``.fems`` file. Never raises on user input: problems come back as diagnostics.
 
-    ``base_dir`` is where ``file:"…"`` paths are read from (default: the script's directory).
+    ``base_dir`` is where ``file:"…"`` paths are read from (default: the script's directory);
+    they must stay inside ``root`` (default: ``base_dir``, see :mod:`fems2py.sources`).
     """
-    parser = Parser(source, path, base_dir)
+    parser = Parser(source, path, base_dir, root)
     script = parser.parse()
     return script, list(parser.diagnostics)

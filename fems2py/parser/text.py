@@ -24,6 +24,7 @@ from fems2py.nodes import (
     Value,
 )
 from fems2py.parser.base import Abort, ParserBase
+from fems2py.sources import SourceFileError, read_source_file
 
 _PATH = re.compile(r"^\s*(@?[^\W\d]\w*)(?:\.(@?[^\W\d]\w*))?(?:\[([^\[\]]+)\])?\s*$")
 _PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([^{}\n]*)\}")
@@ -194,12 +195,14 @@ class TextParser(ParserBase):
         path = unquote(quoted)
         content = path
         if read_file:
-            file_path = (self.base_dir / path).resolve()
             try:
-                content = file_path.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as exc:
-                reason = "not found" if isinstance(exc, FileNotFoundError) else str(exc)
-                self.error(f"cannot read file '{path}': {reason}", span, f"looked for {file_path}")
+                content = read_source_file(self.base_dir, path, self.files_root)[1].decode("utf-8")
+            except SourceFileError as problem:
+                self.error(f"file '{path}' {problem.reason}", span, problem.hint)
+                content = ""
+            except UnicodeDecodeError as error:
+                message = f"file '{path}' is not valid UTF-8 (byte {error.start})"
+                self.error(message, span, "save it with UTF-8 encoding")
                 content = ""
         return StringValue(content, "file", span, path=path), lambda _offset: (number, start + 1)
 
