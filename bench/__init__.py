@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass
 
 QUICK = "FEMS_BENCH_QUICK"
+COUNT = "FEMS_BENCH_N"  # ``--n N``: how many cases a counting benchmark (fuzz) runs
 
 
 @dataclass(frozen=True)
@@ -24,3 +25,8 @@ class Figure:
 def quick() -> bool:
     """Whether the benchmarks run small, only to show they work (``python -m bench --quick``)."""
     return os.environ.get(QUICK) == "1"
+
+
+def count(default: int) -> int:
+    """How many cases to run: ``--n N`` if given, else ``default``."""
+    return int(os.environ.get(COUNT) or default)

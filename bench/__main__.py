@@ -1,4 +1,4 @@
-"""Run every benchmark, or those named: ``python -m bench [--quick] [NAME…]``.
+"""Run every benchmark, or those named: ``python -m bench [--quick] [--n N] [NAME…]``.
 
 ``--quick`` runs each one small, to check that it works (CI does, through the test suite);
 its figures mean nothing. The run ends with the table of every figure measured.
@@ -11,9 +11,9 @@ import os
 import sys
 import traceback
 
-from bench import QUICK, Figure
+from bench import COUNT, QUICK, Figure
 
-BENCHMARKS = ("frontend", "build", "signals", "context", "mock_calls", "steps", "width")
+BENCHMARKS = ("frontend", "build", "signals", "context", "mock_calls", "steps", "width", "fuzz")
 
 
 def table(figures: list[Figure]) -> str:
@@ -29,6 +29,14 @@ def table(figures: list[Figure]) -> str:
 
 
 def main(arguments: list[str]) -> int:
+    arguments = list(arguments)
+    if "--n" in arguments:  # ``--n N``: the number of cases of a counting benchmark (fuzz)
+        at = arguments.index("--n")
+        if at + 1 >= len(arguments) or not arguments[at + 1].isdigit():
+            print("--n needs a number of cases")
+            return 2
+        os.environ[COUNT] = arguments.pop(at + 1)
+        arguments.pop(at)
     names = [a for a in arguments if a != "--quick"]
     if "--quick" in arguments:
         os.environ[QUICK] = "1"

@@ -203,6 +203,7 @@ _TOKEN = re.compile(
     r"""
     (?P<actor>@[^\W]\w*|@)
   | (?P<number>-?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?(?![\w]))
+  | (?P<other>\d\w*)  # digits run into letters (``9code``): one token, not one per digit
   | (?P<name>[^\W\d]\w*)
   | (?P<op>->|\+=|-=|==|!=|<=|>=|&&|\|\||[\[\](){}:,=+\-&.?|<>*/%!;])
     """,

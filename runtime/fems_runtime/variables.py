@@ -383,7 +383,11 @@ class Frame:
 
         def undo() -> None:
             with self.variables.lock:
-                holder[name] = _combine(name, holder[name], back, undo_value)[0]
+                now = holder[name]
+                if type(now) is type(new) and now == new:  # untouched since: exactly as before
+                    holder[name] = current  # (3 - 1e308 + 1e308 is 0.0 in floats)
+                else:  # another branch changed it meanwhile: take back only this change
+                    holder[name] = _combine(name, now, back, undo_value)[0]
 
         return undo
 
