@@ -372,6 +372,7 @@ class Runner:
         (folder / "fuzz.fems").write_text(SCRIPT, encoding="utf-8")
         self.folder = folder
         self.module = _load(build_file(folder / "fuzz.fems", folder / "fuzz.py").output)
+        self.check_run(["fine"])  # the first run imports the database layer: not a case
 
     def check_run(self, replies: list[str]) -> str:
         """A run fed ``replies`` ends completed or with a :class:`RunError`, and writes its

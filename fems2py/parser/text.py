@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import math
 import re
 from collections.abc import Callable
 
@@ -25,6 +26,8 @@ from fems2py.nodes import (
 )
 from fems2py.parser.base import Abort, ParserBase
 from fems2py.sources import SourceFileError, read_source_file
+
+MAX_INT_DIGITS = 4000  # §10.3: the limit of any value, a script's literals included
 
 _PATH = re.compile(r"^\s*(@?[^\W\d]\w*)(?:\.(@?[^\W\d]\w*))?(?:\[([^\[\]]+)\])?\s*$")
 _PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([^{}\n]*)\}")
@@ -330,8 +333,13 @@ class TextParser(ParserBase):
             if owner:
                 return StringValue(token.text, "bare", span)
             if INTEGER.match(token.text):
+                if len(token.text.lstrip("-")) > MAX_INT_DIGITS:
+                    self.fail(f"an integer of more than {MAX_INT_DIGITS:,} digits", span)
                 return NumberValue(int(token.text), span)
-            return NumberValue(float(token.text), span)
+            number = float(token.text)
+            if not math.isfinite(number):
+                self.fail(f"{token.text[:40]} is too large to be a finite number", span)
+            return NumberValue(number, span)
         if token.kind == "actor":
             if token.text == "@":
                 self.fail("expected an actor name after '@'", span)
