@@ -466,9 +466,10 @@ class Checker:
                 self.error(f"code alias '{alias.alias}' is defined twice", alias.span)
                 continue
             seen.add(alias.alias)
-            self.code_files[alias.alias] = (self.base_dir / alias.path).resolve()
+            self.code_files[alias.alias] = self.base_dir / alias.path
             try:
                 path, data = read_source_file(self.base_dir, alias.path, self.files_root)
+                self.code_files[alias.alias] = path
                 self.signatures[alias.alias] = read_signatures(data, alias.path)
             except SourceFileError as problem:
                 self.broken_aliases.add(alias.alias)

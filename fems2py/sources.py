@@ -38,7 +38,10 @@ def source_path(base_dir: Path, path: str, root: Path | None = None) -> Path:
     file of at most 1 MiB inside :func:`allowed_root`; else :class:`SourceFileError`. Nothing
     is opened."""
     allowed = allowed_root(base_dir, root)
-    target = (base_dir / path).resolve()
+    try:
+        target = (base_dir / path).resolve()
+    except (ValueError, UnicodeError, OSError):  # a NUL byte, a lone surrogate
+        raise SourceFileError("is not a valid path", "write the path as plain text") from None
     if not target.is_relative_to(allowed):
         where = "--root" if root is not None else "the script's folder"
         raise SourceFileError(

@@ -65,6 +65,7 @@ def fems2py(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
         ("sub", "is a directory"),
         ("fifo", "is not a regular file"),
         ("big.md", "is larger than 1 MiB"),
+        ("a\x00b", "is not a valid path"),  # found by bench fuzz: ValueError from resolve()
     ],
 )
 @pytest.mark.parametrize("template", [TEXT, CODE], ids=["file", "code"])

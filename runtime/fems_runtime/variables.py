@@ -447,10 +447,10 @@ def _combine(name: Any, current: Any, op: str, value: Any) -> tuple[Any, str | N
             raise RunError(f"cannot apply {op} to a boolean ('{name}')")
         if op == "-=":
             if isinstance(current, int | float) and isinstance(value, int | float):
-                return _number(name, current - value), "+=", value
+                return _number(name, lambda: current - value), "+=", value
             raise RunError(f"cannot subtract {value!r} from '{name}' ({current!r})")
         if isinstance(current, int | float) and isinstance(value, int | float):
-            return _number(name, current + value), "-=", value
+            return _number(name, lambda: current + value), "-=", value
         if isinstance(current, str) and isinstance(value, str):
             return current + value, "=", current
         if isinstance(current, list):
@@ -464,11 +464,15 @@ def _combine(name: Any, current: Any, op: str, value: Any) -> tuple[Any, str | N
     return current, ("add" if value in current else None), value
 
 
-def _number(name: Any, value: int | float) -> int | float:
+def _number(name: Any, compute: Callable[[], int | float]) -> int | float:
     """The result of ``+=``/``-=`` when it is within the limits of §10.3 (at most 4,000 digits,
-    finite), else a :class:`RunError` (a signal that would produce it is rejected)."""
+    finite), else a :class:`RunError` (a signal that would produce it is rejected); a float
+    and an int too large for one (``1.5 + 9…9``) overflow, which is the same."""
+    what = f"result for '{name}'"
     try:
-        return check_value(value, f"result for '{name}'")
+        return check_value(compute(), what)
+    except OverflowError:
+        raise RunError(f"the {what} is not a finite number") from None
     except LiteralError as error:
         raise RunError(str(error)) from None
 
