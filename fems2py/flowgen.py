@@ -86,7 +86,14 @@ class NodeCode:
 
 
 class _Unstructured(Exception):
-    """The graph needs a jump Python cannot write: the emitter falls back to a dispatch."""
+    """The graph needs a jump Python cannot write, or nests deeper than code a person would
+    read (and Python would compile): the emitter falls back to a dispatch."""
+
+
+#: How many branch arms and continuations may be open at once while a flow is structured.
+#: Past it (a ladder of hundreds of forks that merge late) the flow becomes a dispatch,
+#: which is flat, instead of ``if`` blocks nested past Python's own limits.
+MAX_NESTING = 150
 
 
 def emit(graph: FlowGraph, code: NodeCode) -> tuple[bool, list[Statement]]:
@@ -154,6 +161,7 @@ class _Structurer:
         terminals = set() if graph.is_body else TERMINALS & self.reach
         self.post = immediate_post_dominators(sorted(self.reach), successors, terminals)
         self.emitted: set[str] = set()
+        self.depth = 0
 
     def _check_reducible(self) -> None:
         """Without its back edges the graph must be acyclic (else a loop has two entries)."""
@@ -236,6 +244,15 @@ class _Structurer:
         ``stop``; every other path ends in ``return``/``raise``/``continue``/``break``."""
         if name == stop:
             return []
+        if self.depth >= MAX_NESTING:
+            raise _Unstructured(name)
+        self.depth += 1
+        try:
+            return self._sequence(name, stop, loops)
+        finally:
+            self.depth -= 1
+
+    def _sequence(self, name: str, stop: str | None, loops: tuple[_Loop, ...]) -> list[Statement]:
         if loops:
             inner = loops[-1]
             if name == inner.header:

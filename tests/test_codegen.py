@@ -298,3 +298,21 @@ def test_a_chain_longer_than_pythons_recursion_limit_builds_as_one_sequence(
     ]
     assert main_flow.count("step)") == length
     assert "while" not in main_flow and "match" not in main_flow
+
+
+def test_a_ladder_of_forks_too_deep_to_nest_becomes_a_flat_dispatch(tmp_path: Path) -> None:
+    """Each node forks to the next and the one after: structured, the arms would nest once
+    per node. Past MAX_NESTING the flow is a dispatch instead of a RecursionError."""
+    rungs = 200
+    lines = ["vars:", "    day = 0", "action talk @assign:", "    out: day += 1", "mainflow:"]
+    lines.append("    [START] -> [N0]")
+    lines += [f"    [N{i}]: talk" for i in range(rungs)]
+    for i in range(rungs):
+        following = "[END]" if i + 1 >= rungs else f"[N{i + 1}]"
+        jump = "[END]" if i + 2 >= rungs else f"[N{i + 2}]"
+        lines.append(f"    [N{i}] -> if (day % 2 == 0) -> {following}")
+        lines.append(f"    [N{i}] -> if (day % 2 == 1) -> {jump}")
+    script = tmp_path / "ladder.fems"
+    script.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    text = build_source(script)
+    assert "match " in text and 'case "N199":' in text
