@@ -943,6 +943,7 @@ def _node_ids(graph: Graph, outer: Mapping[str, str]) -> dict[str, str]:
     ``for_speaker``), never after its position."""
     ids = dict(outer)
     used = {node.name for node in graph.nodes if not node.anonymous} | set(ids.values())
+    next_count: dict[str, int] = {}
     for node in graph.nodes:
         if node.name in ids or not node.anonymous:
             ids.setdefault(node.name, node.name)
@@ -952,9 +953,10 @@ def _node_ids(graph: Graph, outer: Mapping[str, str]) -> dict[str, str]:
             base = f"{loop.kind}_{loop.var.lstrip('@')}"
         else:
             base = node.name.rsplit("@", 1)[0]  # an action, or &Module as written
-        candidate, count = base, 2
+        candidate, count = base, next_count.get(base, 2)
         while candidate in used:
             candidate, count = f"{base}_{count}", count + 1
+        next_count[base] = count  # the next repeat of ``base`` starts counting here
         used.add(candidate)
         ids[node.name] = candidate
     return ids
