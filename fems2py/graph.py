@@ -3,16 +3,20 @@
 One subgraph per flow (the main flow and every module, nested modules included) and one per
 ``for``/``par`` body, so the chart shows the same ownership the indentation shows. Node ids are
 derived from flow and node names and escaped, so any FEM name (``[玩家1]``, ``"name@3:5"``)
-produces a valid chart; labels are quoted with Mermaid's ``#quot;`` entity. :func:`chart_nodes`
-says which node of the script each chart node draws, so the stage can mark the nodes a run is
-in (§17).
+produces a valid chart; labels are quoted with Mermaid's ``#quot;`` entity. :func:`stage_chart`
+also says which node of the script each chart node draws, so the stage can mark the nodes a run
+is in (§17); it is the stage's chart drawer, registered as an entry point so that the runtime
+never imports the compiler.
 """
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import NamedTuple
 
+from fems2py.diagnostics import CompileError
+from fems2py.frontend import analyze
 from fems2py.nodes import Edge, FlowNode, Graph, Join, Loop, Module, ModuleCall, Script
 from fems2py.visitor import BindingVisitor
 
@@ -31,11 +35,16 @@ def to_mermaid(script: Script) -> str:
     return _chart(script, [])
 
 
-def chart_nodes(script: Script) -> list[ChartNode]:
-    """Every node :func:`to_mermaid` draws, in the order it draws them."""
-    found: list[ChartNode] = []
-    _chart(script, found)
-    return found
+def stage_chart(path: Path) -> tuple[str, list[ChartNode]]:
+    """The stage's chart drawer (entry point ``fems_runtime.charts``, see
+    ``fems_runtime.stage.chart``): the Mermaid chart of the script at ``path`` and its nodes;
+    ``ValueError`` when the script has errors."""
+    try:
+        checked, _ = analyze(path)
+    except CompileError as error:
+        raise ValueError(f"{path} has errors: run fems2py check {path}") from error
+    nodes: list[ChartNode] = []  # every node the chart draws, in the order it draws them
+    return _chart(checked.script, nodes), nodes
 
 
 def _chart(script: Script, found: list[ChartNode]) -> str:

@@ -4,6 +4,8 @@ A path is relative to the script's folder and, with symlinks resolved, must name
 of at most 1 MiB inside the script's folder tree, or inside the root given by ``--root DIR``.
 Anything else (``/proc/self/environ``, ``../../etc/passwd``, a symlink out, a device, a FIFO)
 is refused before it is opened, so a build never embeds, waits on or reads what lies outside.
+Where a path may lead is the runtime's one confinement rule (``fems_runtime.paths``), which the
+built-in tools use at run time.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+
+from fems_runtime.paths import OutsideRoot, inside_root
 
 MAX_BYTES = 1 << 20  # 1 MiB
 # O_NONBLOCK: a FIFO swapped in after the check cannot make open() wait for a writer
@@ -39,16 +43,16 @@ def source_path(base_dir: Path, path: str, root: Path | None = None) -> Path:
     is opened."""
     allowed = allowed_root(base_dir, root)
     try:
-        target = (base_dir / path).resolve()
-    except (ValueError, UnicodeError, OSError):  # a NUL byte, a lone surrogate
-        raise SourceFileError("is not a valid path", "write the path as plain text") from None
-    if not target.is_relative_to(allowed):
+        target = inside_root(allowed, base_dir.resolve() / path)
+    except OutsideRoot:
         where = "--root" if root is not None else "the script's folder"
         raise SourceFileError(
             f"is outside {where} ({allowed})",
             "a script may only name files inside its own folder tree; "
             "give a wider folder with --root DIR",
-        )
+        ) from None
+    except (ValueError, UnicodeError, OSError):  # a NUL byte, a lone surrogate
+        raise SourceFileError("is not a valid path", "write the path as plain text") from None
     try:
         info = target.stat()
     except FileNotFoundError:

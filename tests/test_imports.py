@@ -75,3 +75,20 @@ def test_no_import_circles(package: str) -> None:
 def test_a_circle_is_found() -> None:
     assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_the_runtime_never_imports_the_compiler() -> None:
+    """The runtime sits below the compiler: generated modules and vendored copies run without
+    fems2py (the stage reaches it through an entry point, fems_runtime.stage.chart)."""
+    importing = []
+    for path in sorted(PACKAGES["fems_runtime"].rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module is not None:
+                names = [node.module]
+            else:
+                continue
+            if any(name.split(".")[0] == "fems2py" for name in names):
+                importing.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert importing == []

@@ -5,12 +5,15 @@ web extra. The page itself is tested in Chromium (test_stage_browser.py)."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import importlib.util
+import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fems_helpers import build_script, load
+from fems_runtime.stage import chart as chart_module
 from fems_runtime.stage import missing_web_extra
 from fems_runtime.stage.archive import Archive
 from fems_runtime.stage.chart import ChartNode, FlowChart, chart_for_source
@@ -19,8 +22,7 @@ from fems_runtime.stage.server import create_app
 from fems_runtime.store import Store
 from starlette.testclient import TestClient
 
-from fems2py.frontend import analyze
-from fems2py.graph import chart_nodes, to_mermaid
+from fems2py.graph import stage_chart
 
 SCRIPT = """
     vars:
@@ -159,9 +161,7 @@ def test_the_chart_names_each_node_it_draws_and_finds_the_node_of_a_step(tmp_pat
         "mainflow:\n    [START] -> vote -> vote -> [Tally]\n    [Tally] -> [END]\n",
         encoding="utf-8",
     )
-    checked, _ = analyze(script)
-    nodes = chart_nodes(checked.script)
-    chart = to_mermaid(checked.script)
+    chart, nodes = stage_chart(script)
     assert all(node.id in chart for node in nodes)
     drawn = FlowChart(chart, tuple(ChartNode(*node) for node in nodes))
     votes = [node for node in nodes if node.action == "vote"]
@@ -177,6 +177,22 @@ def test_the_chart_names_each_node_it_draws_and_finds_the_node_of_a_step(tmp_pat
     assert (looped.node_id("for_wolf", 3), looped.node_id("&Day", 7)) == ("a", "b")
     edited = chart_for_source([script], "0" * 64)
     assert edited.mermaid is None and "changed" in str(edited.missing)
+
+
+def test_the_runtime_draws_the_chart_through_the_registered_drawer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = tmp_path / "t.fems"
+    script.write_text(textwrap.dedent(SCRIPT), encoding="utf-8")
+    sha = hashlib.sha256(script.read_bytes()).hexdigest()
+    drawn = chart_for_source([tmp_path / "elsewhere.fems", script], sha)
+    assert drawn.missing is None and drawn.mermaid == stage_chart(script)[0]
+    assert [node.id for node in drawn.nodes] == [node.id for node in stage_chart(script)[1]]
+    broken = tmp_path / "broken.fems"
+    broken.write_text("mainflow:\n    [START] -> nowhere -> [END]\n", encoding="utf-8")
+    assert "has errors" in str(chart_for_source([broken]).missing)
+    monkeypatch.setattr(chart_module, "entry_points", lambda group: ())
+    assert "not installed" in str(chart_for_source([script], sha).missing)
 
 
 def test_serve_without_the_web_extra_says_which_extra_to_install(

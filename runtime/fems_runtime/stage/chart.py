@@ -1,10 +1,17 @@
 """The flow picture of the stage (§17): the chart of ``fems2py graph`` and which of its nodes a
 run step is in.
 
-The chart is drawn from the script's ``.fems`` source by the compiler, when both are at hand
-(``fems2py run`` names the source; ``python game.py`` looks next to the module): this is the
-one place the runtime reaches for the compiler, and it is optional. Without them (a vendored
-module) the page shows the dialog and the views, and says why the picture is missing.
+The chart is drawn from the script's ``.fems`` source (``fems2py run`` names it; ``python
+game.py`` looks next to the module) by a *chart drawer*: a function registered under the entry
+point group ``fems_runtime.charts`` by an installed compiler (fems2py registers
+``fems2py.graph:stage_chart``). The runtime never imports the compiler: it asks whoever is
+registered, so the dependency points from the compiler to the runtime only. Without a drawer or
+a source (a vendored module) the page shows the dialog and the views, and says why the picture
+is missing.
+
+A drawer takes the ``.fems`` path and returns ``(mermaid, nodes)``, each node a tuple ``(id,
+name, action or None, line)`` as :class:`ChartNode` has them; it raises ``ValueError`` with a
+one-line reason when the script cannot be drawn (it has errors).
 """
 
 from __future__ import annotations
@@ -13,8 +20,12 @@ import hashlib
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
+
+CHART_DRAWERS = "fems_runtime.charts"
+"""The entry point group of chart drawers (see the module's docstring)."""
 
 _NUMBERED = re.compile(r"^(?P<action>.+?)(?:_\d+|@\d+:\d+)$")
 
@@ -76,19 +87,15 @@ def chart_for_source(sources: Sequence[Path], sha256: str | None = None) -> Flow
     if not matching:
         return FlowChart(missing=f"{found[0]} has changed since this run was built from it")
     source = matching[0]
-    try:
-        from fems2py.diagnostics import CompileError
-        from fems2py.frontend import analyze
-        from fems2py.graph import chart_nodes, to_mermaid
-    except ImportError:
+    drawers = sorted(entry_points(group=CHART_DRAWERS), key=lambda point: point.name)
+    if not drawers:
         return FlowChart(missing="it is drawn by fems2py, which is not installed here")
+    draw = drawers[0].load()
     try:
-        checked, _ = analyze(source)
-    except CompileError:
-        return FlowChart(missing=f"{source} has errors: run fems2py check {source}")
-    script = checked.script
-    nodes = tuple(ChartNode(*node) for node in chart_nodes(script))
-    return FlowChart(to_mermaid(script), nodes)
+        mermaid, nodes = draw(source)
+    except ValueError as error:
+        return FlowChart(missing=str(error))
+    return FlowChart(mermaid, tuple(ChartNode(*node) for node in nodes))
 
 
 def source_candidates(module_file: str, script_file: str) -> list[Path]:
