@@ -139,8 +139,10 @@ def _bundle_copies(code_files: dict[str, Path], output: Path) -> dict[Path, byte
 
 def build_cached(
     path: str | Path, cache_dir: str | Path | None = None, root: str | Path | None = None
-) -> Path:
-    """Build ``path`` for ``fems2py run``, reusing an earlier build of the same source.
+) -> BuildResult:
+    """Build ``path`` for ``fems2py run``, reusing an earlier build of the same source; the
+    result names the module and the script's warnings (found again when the build is reused,
+    so a run shows them every time, like a fresh build).
 
     The cache key covers the source, the ``file:`` texts it embeds, the ``code:`` files it
     names and the compiler version. The cache is a folder per script directory under
@@ -150,8 +152,9 @@ def build_cached(
     directory = Path(cache_dir) if cache_dir else _cache_dir(path)
     preview = _analyze(path, root=Path(root) if root is not None else None)
     output = directory / f"{_safe_stem(path)}-{preview[1][:16]}.py"
+    warnings = preview[2]
     if output.is_file():
-        return output
+        return BuildResult(output, warnings)
     compiled = _compile(path, output, bundle=False, analyzed=preview, cache_formatting=True)
     write_atomic(output, compiled.source)
     stem = _safe_stem(path)
@@ -159,7 +162,7 @@ def build_cached(
         earlier = re.fullmatch(rf"{re.escape(stem)}-[0-9a-f]{{16}}\.py", stale.name)
         if earlier and stale != output:  # an earlier build of this script: never used again
             stale.unlink(missing_ok=True)
-    return output
+    return BuildResult(output, warnings)
 
 
 def run_module(

@@ -156,15 +156,16 @@ def _run(args: argparse.Namespace) -> int:
     from fems2py.build import build_cached, run_module
 
     try:
-        module_path = build_cached(args.file, root=args.root)
+        built = build_cached(args.file, root=args.root)
     except CompileError as error:
         _print_compile_error(error, args.file)
         return EXIT_ERRORS
+    _print_diagnostics(built.warnings, args.file, _source_or_none(args.file))
     module_args = list(args.module_args)
     if args.root is not None:  # the same folder bounds the run's tools (§15.5)
         module_args += ["--root", str(args.root)]
     return run_module(
-        module_path, module_args, project_dir=Path(args.file).parent, source=args.file
+        built.output, module_args, project_dir=Path(args.file).parent, source=args.file
     )
 
 

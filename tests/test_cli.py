@@ -122,6 +122,16 @@ def test_run_builds_and_runs_with_the_module_options(script, tmp_path, capsys):
     assert "rounds = " in capsys.readouterr().err
 
 
+def test_run_shows_the_build_warnings_on_every_run_cached_or_not(script, capsys):
+    script.write_text(script.read_text() + "\naction unused @assign:\n    out: m += 1\n")
+    argv = ["run", str(script), "--model", "fems/mock", "--db", ":memory:"]
+    for _ in range(2):  # a fresh build, then the cached one
+        assert main(argv) == 0
+        err = capsys.readouterr().err
+        assert "warning: action unused is never used: undeclared variable 'm'" in err
+        assert "completed in" in err
+
+
 def test_run_reports_compile_errors_like_check(script, capsys):
     script.write_text(script.read_text().replace("[START]", "[BEGIN]"))
     assert main(["run", str(script), "--model", "fems/mock"]) == 1

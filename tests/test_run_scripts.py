@@ -291,12 +291,12 @@ def test_build_refuses_to_overwrite_a_hand_written_file(tmp_path: Path) -> None:
 def test_build_cache_reuses_a_build_until_the_source_changes(tmp_path: Path) -> None:
     script = tmp_path / "t.fems"
     script.write_text("mainflow:\n    [START] -> [END]\n", encoding="utf-8")
-    first = build_cached(script)
+    first = build_cached(script).output
     assert first.is_relative_to(build.cache_root())
     assert sorted(tmp_path.iterdir()) == [script]  # a build writes nothing beside the script
-    assert build_cached(script) == first
+    assert build_cached(script).output == first
     script.write_text("vars:\n    x = 1\nmainflow:\n    [START] -> [END]\n", encoding="utf-8")
-    second = build_cached(script)
+    second = build_cached(script).output
     assert second != first
     assert not first.exists()  # the stale build is pruned
     assert second.read_text(encoding="utf-8") == build_source(script, second)
@@ -309,9 +309,9 @@ def test_build_cache_rebuilds_when_the_compiler_itself_changes(
     generator (same version number, as during development) must not reuse it."""
     script = tmp_path / "t.fems"
     script.write_text("mainflow:\n    [START] -> [END]\n", encoding="utf-8")
-    first = build_cached(script)
+    first = build_cached(script).output
     monkeypatch.setattr(build, "compiler_fingerprint", lambda: "another compiler")
-    assert build_cached(script) != first
+    assert build_cached(script).output != first
 
 
 # 13_ai_fields names a network model in `model:` (the action's model wins over --model).

@@ -882,7 +882,7 @@ def test_model_map_next_to_the_script_is_used_by_cached_builds(
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
-    module_path = build_cached(script)
+    module_path = build_cached(script).output
     assert module_path.is_relative_to(cache_root()) and sorted(tmp_path.iterdir()) == [
         elsewhere,
         tmp_path / "fems.toml",
