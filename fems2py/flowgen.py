@@ -10,9 +10,13 @@ A flow is a graph (§12); the generated function should read like the script. Tw
   dominator-tree structuring of Ramsey's "Beyond Relooper", cut down to what Python says
   without labelled jumps: a graph it cannot express that way raises :class:`_Unstructured`.
 * **Dispatch** (a node may start several branches, or the graph resisted structuring): a
-  ``while``/``match`` over the flow's *entry* nodes (the start, fork targets and merge nodes,
-  nodes reached from several places), since :meth:`fems_runtime.Context.fork` re-enters the
-  function at a branch's first node. Each case is still structured: a chain, then ``if``\\ s.
+  ``while`` loop with one ``if node == …:`` per *entry* node of the flow (the start, fork
+  targets and merge nodes, nodes reached from several places), since
+  :meth:`fems_runtime.Context.fork` re-enters the function at a branch's first node. Each case
+  is still structured: a chain, then ``if``\\ s, then ``continue``. Flat ``if``\\ s rather than
+  ``match``/``case``: black's parser costs time in proportion to tokens × ``case`` labels seen
+  (quadratic on a dispatch of thousands of nodes), and an ``elif`` chain that long is nested
+  past what ``compile()`` accepts.
 
 The emitter works on the parser's node names and asks its owner for each node's code
 (:class:`NodeCode`); statements come back as a small tree (:class:`If`, :class:`Block`,
@@ -41,7 +45,7 @@ class If:
 
 @dataclass
 class Block:
-    """A compound statement without ``else``: ``while True:``, ``match node:``, a ``case``."""
+    """A compound statement without ``else``: ``while True:``, the dispatch's ``while``."""
 
     header: str
     body: list[Statement]
@@ -392,11 +396,14 @@ class _Dispatcher:
         order = [name for name in self.graph.nodes if name in self.entries]
         if self.graph.entry not in order:
             order.insert(0, self.graph.entry)
-        cases: list[Statement] = [
-            Block(f"case {self.code.node_id(name)!r}:", self.block(name)) for name in order
-        ]
-        cases.append(Block("case _:", ["raise ctx.unknown_node(node)"]))
-        loop = Block("while node is not None and node not in stop:", [Block("match node:", cases)])
+        cases: list[Statement] = []
+        for name in order:
+            body = self.block(name)
+            if falls_off(body):
+                body.append("continue")
+            cases.append(If([([], f"node == {self.code.node_id(name)!r}", body)]))
+        cases.append("raise ctx.unknown_node(node)")
+        loop = Block("while node is not None and node not in stop:", cases)
         return [loop, "return node"]
 
     def goto(self, name: str) -> list[Statement]:

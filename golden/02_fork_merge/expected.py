@@ -40,31 +40,32 @@ async def main_flow(
     ctx: fr.Context, node: str | None = "START", stop: tuple[str, ...] = ()
 ) -> str | None:
     while node is not None and node not in stop:
-        match node:
-            case "START":
-                await ctx.step("START")
-                await ctx.step("F")
-                targets = ["set_a", "set_b"]
-                node = await ctx.fork(main_flow, "F", targets, merge="M", stop=stop)
-            case "set_a":
-                await ctx.step("set_a", set_a)
-                node = "M"
-            case "M":
-                await ctx.step("M", merge)
-                await ctx.step("END")
-                return "END"
-            case "set_b":
-                await ctx.step("set_b", set_b)
-                node = "M"
-            case _:
-                raise ctx.unknown_node(node)
+        if node == "START":
+            await ctx.step("START")
+            await ctx.step("F")
+            targets = ["set_a", "set_b"]
+            node = await ctx.fork(main_flow, "F", targets, merge="M", stop=stop)
+            continue
+        if node == "set_a":
+            await ctx.step("set_a", set_a)
+            node = "M"
+            continue
+        if node == "M":
+            await ctx.step("M", merge)
+            await ctx.step("END")
+            return "END"
+        if node == "set_b":
+            await ctx.step("set_b", set_b)
+            node = "M"
+            continue
+        raise ctx.unknown_node(node)
     return node
 
 
 # What a "flow stuck" error lists (§12.3): per flow and node, each condition and what it reads.
 CONDITIONS: fr.ConditionTable = {}
 # The input.fems line of each line above: "M=L" means from module line M on (fr.LineTable).
-LINES = "27=7 28=8 31=10 32=11 35=13 36=14 39=16 45=17 50=19 53=21 57=20"
+LINES = "27=7 28=8 31=10 32=11 35=13 36=14 39=16 44=17 50=19 54=21 58=20"
 
 
 PROGRAM = fr.Program(

@@ -37,38 +37,38 @@ async def main_flow(
     ctx: fr.Context, node: str | None = "START", stop: tuple[str, ...] = ()
 ) -> str | None:
     while node is not None and node not in stop:
-        match node:
-            case "START":
-                await ctx.step("START")
-                node = "Check"
-            case "Check":
-                await ctx.step("Check")
-                targets = []
-                if ctx["score"] < 5 and ctx.attr("@Eve", "type") == "ai":
-                    targets.append("Low")
-                if ctx["score"] >= 5 or ctx.attr("@Eve", "hp") <= 0:
-                    targets.append("High")
-                if fr.eq(ctx.code("rules").is_over(ctx["score"]), True):
-                    targets.append("END")
-                if not targets:
-                    raise ctx.stuck("Check")
-                node = await ctx.fork(
-                    main_flow, "Check", targets, merge="END", stop=stop
-                )
-            case "Low":
-                await ctx.step("Low", low)
-                node = "Check"
-            case "High":
-                await ctx.step("High", high)
-                if fr.eq(ctx["done"], True):
-                    node = "END"
-                else:
-                    raise ctx.stuck("High")
-            case "END":
-                await ctx.step("END")
-                return "END"
-            case _:
-                raise ctx.unknown_node(node)
+        if node == "START":
+            await ctx.step("START")
+            node = "Check"
+            continue
+        if node == "Check":
+            await ctx.step("Check")
+            targets = []
+            if ctx["score"] < 5 and ctx.attr("@Eve", "type") == "ai":
+                targets.append("Low")
+            if ctx["score"] >= 5 or ctx.attr("@Eve", "hp") <= 0:
+                targets.append("High")
+            if fr.eq(ctx.code("rules").is_over(ctx["score"]), True):
+                targets.append("END")
+            if not targets:
+                raise ctx.stuck("Check")
+            node = await ctx.fork(main_flow, "Check", targets, merge="END", stop=stop)
+            continue
+        if node == "Low":
+            await ctx.step("Low", low)
+            node = "Check"
+            continue
+        if node == "High":
+            await ctx.step("High", high)
+            if fr.eq(ctx["done"], True):
+                node = "END"
+            else:
+                raise ctx.stuck("High")
+            continue
+        if node == "END":
+            await ctx.step("END")
+            return "END"
+        raise ctx.unknown_node(node)
     return node
 
 
@@ -84,7 +84,7 @@ CONDITIONS: fr.ConditionTable = {
     },
 }
 # The input.fems line of each line above: "M=L" means from module line M on (fr.LineTable).
-LINES = "28=14 29=15 32=17 33=18 36=20 42=21 47=24 49=25 51=26 54=24 62=25 63=28 68=26"
+LINES = "28=14 29=15 32=17 33=18 36=20 41=21 47=24 49=25 51=26 54=24 62=25 63=28 69=26"
 
 
 PROGRAM = fr.Program(

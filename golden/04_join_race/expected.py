@@ -34,34 +34,35 @@ async def main_flow(
     ctx: fr.Context, node: str | None = "START", stop: tuple[str, ...] = ()
 ) -> str | None:
     while node is not None and node not in stop:
-        match node:
-            case "START":
-                await ctx.step("START")
-                await ctx.step("Go")
-                targets = ["A", "B"]
-                node = await ctx.fork(
-                    main_flow, "Go", targets, merge="join", join=1, stop=stop
-                )
-            case "A":
-                await ctx.step("A", fast)
-                node = "join"
-            case "B":
-                await ctx.step("B", slow)
-                node = "join"
-            case "join":
-                await ctx.step("join")
-                await ctx.step("Next")
-                await ctx.step("END")
-                return "END"
-            case _:
-                raise ctx.unknown_node(node)
+        if node == "START":
+            await ctx.step("START")
+            await ctx.step("Go")
+            targets = ["A", "B"]
+            node = await ctx.fork(
+                main_flow, "Go", targets, merge="join", join=1, stop=stop
+            )
+            continue
+        if node == "A":
+            await ctx.step("A", fast)
+            node = "join"
+            continue
+        if node == "B":
+            await ctx.step("B", slow)
+            node = "join"
+            continue
+        if node == "join":
+            await ctx.step("join")
+            await ctx.step("Next")
+            await ctx.step("END")
+            return "END"
+        raise ctx.unknown_node(node)
     return node
 
 
 # What a "flow stuck" error lists (§12.3): per flow and node, each condition and what it reads.
 CONDITIONS: fr.ConditionTable = {}
 # The input.fems line of each line above: "M=L" means from module line M on (fr.LineTable).
-LINES = "25=8 26=9 29=11 33=14 39=15 46=16 49=17 52=18 53=21 54=22"
+LINES = "25=8 26=9 29=11 33=14 38=15 46=16 50=17 54=18 55=21 56=22"
 
 
 PROGRAM = fr.Program(
