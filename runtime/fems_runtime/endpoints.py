@@ -15,7 +15,6 @@ import asyncio
 import json
 import os
 import re
-import sys
 import time
 import warnings
 from collections.abc import Mapping, Sequence
@@ -23,6 +22,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
+from fems_runtime.imports import import_large
 from fems_runtime.prices import Usage
 
 TRANSIENT_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
@@ -289,23 +289,14 @@ def _first_set(environ: Mapping[str, str], names: tuple[str, ...]) -> str | None
 
 
 def import_openai() -> ModuleType:
-    """Import the `openai` SDK without its optional aiohttp transport.
+    """Import the `openai` SDK (see `fems_runtime.imports`), without its optional aiohttp
+    transport.
 
     The SDK imports aiohttp whenever it is installed (litellm depends on it), for a transport
     used only when asked for; that costs ~11 MB and ~0.4 s of every run's start. The import is
     hidden while the SDK loads (the SDK handles its absence), then unhidden for litellm.
     """
-    if "openai" in sys.modules:
-        return sys.modules["openai"]
-    hide = "aiohttp" not in sys.modules
-    if hide:
-        sys.modules["aiohttp"] = None  # type: ignore[assignment]  # makes `import aiohttp` fail
-    try:
-        import openai
-    finally:
-        if hide and sys.modules.get("aiohttp", 0) is None:
-            del sys.modules["aiohttp"]
-    return openai
+    return import_large("openai", hide=("aiohttp",))
 
 
 class OpenAIClients:
@@ -414,8 +405,7 @@ def import_litellm() -> ModuleType:
         warnings.filterwarnings(
             "ignore", r"coroutine '.*\.acompletion' was never awaited", RuntimeWarning
         )
-        import litellm
-
+        litellm: Any = import_large("litellm")
         litellm.suppress_debug_info = True
         _litellm_module = litellm
     return _litellm_module

@@ -35,6 +35,7 @@ from types import SimpleNamespace
 from typing import Any
 from urllib.parse import unquote
 
+from fems_runtime.imports import import_large
 from fems_runtime.records import RunError
 
 DEFAULT_DATABASE = "./dialog.db"
@@ -238,7 +239,7 @@ class _Writer:
 @functools.cache
 def _schema() -> SimpleNamespace:
     """The tables, built on first use so importing the runtime does not import SQLAlchemy."""
-    import sqlalchemy as sa
+    sa: Any = import_large("sqlalchemy")
 
     meta = sa.MetaData()
     sessions = sa.Table(
