@@ -162,7 +162,7 @@ class ModelClient:
         self._slots = asyncio.Semaphore(max(1, int(max_concurrency)))
         self._pacing: dict[str, tuple[asyncio.Lock, list[float]]] = {}
         self._rng = random.Random(seed)
-        self._openai = OpenAIClients()
+        self._openai = OpenAIClients(width=max(1, int(max_concurrency)))
         self.prices: PriceTable = PRICES
 
     @classmethod

@@ -1,6 +1,8 @@
 """The two network paths (§15.1, §15.4) against a fake OpenAI server on 127.0.0.1: the `openai`
 SDK for the OpenAI protocol, litellm for other providers (here `azure/…`, whose protocol the
-fake server answers too). Both must retry, time out, fail, count usage and cost the same way."""
+fake server answers too). Both must retry, time out, fail, count usage and cost the same way,
+and so must the SDK's two transports: httpx, and aiohttp for runs of `WIDE_RUN` calls in flight
+(`openai_wide`)."""
 
 from __future__ import annotations
 
@@ -10,9 +12,10 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+import aiohttp  # noqa: F401  # before the SDK loads in this process: `openai_wide` needs it
 import pytest
 from fems_helpers import python_output
-from fems_runtime.endpoints import ModelCallError, openai_route, parse_retry_after
+from fems_runtime.endpoints import WIDE_RUN, ModelCallError, openai_route, parse_retry_after
 from fems_runtime.llm import CallResult, ModelClient, RetryPolicy
 from fems_runtime.offline import OfflineTurn
 from fems_runtime.prices import PriceTable, Usage, litellm_price_file
@@ -40,6 +43,7 @@ def litellm_entry(api_base: str, name: str) -> dict[str, Any]:
 
 PATHS: dict[str, Callable[[str, str], dict[str, Any]]] = {
     "openai": openai_entry,
+    "openai_wide": openai_entry,
     "litellm": litellm_entry,
 }
 both_paths = pytest.mark.parametrize("path", sorted(PATHS))
@@ -53,6 +57,8 @@ def make_client(server: FakeOpenAI, path: str, **options: Any) -> ModelClient:
         "own": {**entry(server.api_base, "test"), "input_cost_per_token": 0.5},
     }
     model_map["own"]["output_cost_per_token"] = 2.0
+    if path == "openai_wide":
+        options.setdefault("max_concurrency", WIDE_RUN)
     return ModelClient(**{"model_map": model_map, "environ": {}, "retry": FAST_RETRY, **options})
 
 
@@ -227,23 +233,53 @@ def test_one_pooled_client_per_base_url_keeps_its_connection() -> None:
     assert (server.connections, other.connections) == (1, 1)
 
 
-def test_a_run_on_the_openai_path_never_imports_litellm() -> None:
+def _run_in_a_new_process(api_base: str, max_concurrency: int) -> list[str]:
+    """One call over the openai path in a fresh interpreter: its reply, whether it was priced,
+    and which of openai, litellm, aiohttp it loaded."""
+    code = (
+        "import asyncio, sys\n"
+        "from fems_runtime.llm import ModelClient\n"
+        "from fems_runtime.offline import OfflineTurn\n"
+        f"c = ModelClient(environ={{'OPENAI_API_KEY': 'k', 'OPENAI_BASE_URL': {api_base!r}}}, "
+        f"max_concurrency={max_concurrency})\n"
+        "async def main():\n"
+        "    r = await c.complete(c.resolve('openai/gpt-4o-mini'), [], OfflineTurn('a', '@x'))\n"
+        "    await c.aclose()\n"
+        "    return r\n"
+        "r = asyncio.run(main())\n"
+        "print(r.text, r.cost is not None, *(m in sys.modules for m in ('openai', 'litellm', "
+        "'aiohttp')))\n"
+    )
+    return python_output(code).split()
+
+
+def test_a_run_on_the_openai_path_never_imports_litellm_nor_aiohttp() -> None:
     with fake_openai(Behaviour(text="over the SDK")) as server:
-        code = (
-            "import asyncio, sys\n"
-            "from fems_runtime.llm import ModelClient\n"
-            "from fems_runtime.offline import OfflineTurn\n"
-            f"c = ModelClient(environ={{'OPENAI_API_KEY': 'k', 'OPENAI_BASE_URL': "
-            f"{server.api_base!r}}})\n"
-            "async def main():\n"
-            "    r = await c.complete(c.resolve('openai/gpt-4o-mini'), [], OfflineTurn('a', '@x'))\n"
-            "    await c.aclose()\n"
-            "    return r\n"
-            "r = asyncio.run(main())\n"
-            "print(r.text, r.cost is not None, 'openai' in sys.modules, 'litellm' in sys.modules)\n"
-        )
-        out = python_output(code)
-    assert out.split() == ["over", "the", "SDK", "True", "True", "False"]
+        out = _run_in_a_new_process(server.api_base, 8)
+    assert out == ["over", "the", "SDK", "True", "True", "False", "False"]
+
+
+def test_a_wide_run_sends_through_the_sdks_aiohttp_transport() -> None:
+    with fake_openai(Behaviour(text="over aiohttp")) as server:
+        out = _run_in_a_new_process(server.api_base, WIDE_RUN)
+        assert server.requests[0]["messages"] == []
+    assert out == ["over", "aiohttp", "True", "True", "False", "True"]
+
+
+def test_a_wide_run_has_a_connection_for_every_call_in_flight() -> None:
+    """httpx's and the SDK's pools stop at 1,000 connections: a wider run gets a larger one."""
+    from fems_runtime.endpoints import OpenAIClients, OpenAIRoute
+
+    async def pool_size(width: int) -> int:
+        clients = OpenAIClients(width)
+        client = clients.client(OpenAIRoute("http://127.0.0.1:9/v1", "k", "m"))
+        try:
+            return client._client._transport.limits.max_connections
+        finally:
+            await clients.aclose()
+
+    assert asyncio.run(pool_size(2000)) == 2000
+    assert asyncio.run(pool_size(WIDE_RUN)) == 1000
 
 
 @pytest.mark.parametrize(
