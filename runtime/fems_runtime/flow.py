@@ -11,6 +11,7 @@ that cancel the losers (§12.6), ``for``/``par`` loops with branch-local loop va
 from __future__ import annotations
 
 import asyncio
+import functools
 import sys
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -259,7 +260,7 @@ class Context:
             self.frame.assign(name, op, value, key)
         trace = self.services.trace
         if not trace.active:
-            return
+            return  # the usual case: an event nothing reads is not built
         trace.write(
             "assign",
             node=self.node,
@@ -300,7 +301,7 @@ class Context:
         caller: FrameType,
     ) -> TurnResult:
         action, line = self._action(fields.pop("action", ""), caller)
-        scope = tuple(ScopeItem.of(item) for item in fields.pop("scope", ()))
+        scope = _scope_items(tuple(fields.pop("scope", ())))
         if fields.get("outs") is not None:
             fields["outs"] = tuple(OutSpec.of(out) for out in fields["outs"])
         spec = TurnSpec(executor, kind=kind, action=action, line=line, scope=scope, **fields)
@@ -317,13 +318,13 @@ class Context:
     async def step(self, node: str, action: ActionFunction | None = None) -> None:
         """Count one execution of ``node`` (§12.10), remember where this branch is, and run
         the node's ``action`` if it has one."""
-        line = self.services.lines.at(sys._getframe(1))
+        services, steps = self.services, self.steps
+        line = services.lines.at(sys._getframe(1))
         self.node, self.line = node, line
-        self.steps.step(node, self.services.file, line)
-        trace = self.services.trace
-        if trace.active:
-            trace.write("step", node=node, line=line)
-        if self.path or self.steps.total % YIELD_EVERY == 0:
+        steps.step(node, services.file, line)
+        if services.trace.active:
+            services.trace.write("step", node=node, line=line)
+        if self.path or steps.total % YIELD_EVERY == 0:
             # a point where a cancelled branch (join(n)) stops and the other branches run; a
             # flow with nothing beside it only lets other tasks (the stage) in now and then
             await asyncio.sleep(0)
@@ -519,6 +520,12 @@ async def _run_all(
             tasks.extend(group.create_task(c) for c in coroutines)
     except BaseExceptionGroup as group:
         raise _first_error(group) from None
+
+
+@functools.lru_cache(maxsize=1024)
+def _scope_items(items: tuple[ScopeItem | str, ...]) -> tuple[ScopeItem, ...]:
+    """A ``scope:`` as generated code writes it (a constant tuple per action), parsed once."""
+    return tuple(ScopeItem.of(item) for item in items)
 
 
 def _snapshot(items: Any) -> list[Any] | None:

@@ -29,6 +29,8 @@ class LineTable:
         self._script_lines = [script_line for _, script_line in pairs]
         self._target = os.path.realpath(module_file) if module_file else None
         self._files: dict[str, bool] = {}  # co_filename → whether it is the module
+        # (code, line) of a frame → its .fems line: every step asks, from a handful of places
+        self._at: dict[tuple[CodeType, int], int | None] = {}
 
     def line(self, module_line: int) -> int | None:
         """The ``.fems`` line of ``module_line`` (that of the nearest entry at or above it)."""
@@ -45,9 +47,14 @@ class LineTable:
 
     def at(self, frame: FrameType | None) -> int | None:
         """The ``.fems`` line a frame of the module is executing (None for other frames)."""
-        if frame is None or not self.owns(frame.f_code):
+        if frame is None:
             return None
-        return self.line(frame.f_lineno)
+        key = (frame.f_code, frame.f_lineno)
+        try:
+            return self._at[key]
+        except KeyError:
+            line = self._at[key] = self.line(key[1]) if self.owns(key[0]) else None
+            return line
 
     def of_function(self, code: CodeType) -> int | None:
         """The ``.fems`` line of a generated function (its construct: action, module, flow)."""

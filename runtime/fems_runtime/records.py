@@ -46,6 +46,7 @@ again (at-least-once); which branches win a ``join(n)`` race is decided again on
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -107,6 +108,9 @@ class TraceWriter:
             self._owned = True
         else:
             self._stream = target
+        #: Whether events go anywhere, a file or a listener: callers (every flow step) skip
+        #: building an event when not. A plain attribute, kept up to date by listen/close.
+        self.active = self._stream is not None
 
     @property
     def enabled(self) -> bool:
@@ -116,12 +120,7 @@ class TraceWriter:
     def listen(self, listener: Callable[[dict[str, Any]], None]) -> None:
         """Call ``listener`` with each event from now on, in the thread that writes it."""
         self._listeners.append(listener)
-
-    @property
-    def active(self) -> bool:
-        """Whether events go anywhere, a file or a listener (callers skip building them when
-        not)."""
-        return self._stream is not None or bool(self._listeners)
+        self.active = True
 
     def write(self, event: str, **fields: Any) -> None:
         """Write ``{"event": event, **fields}`` as one line; actors become ``"@name"``."""
@@ -142,6 +141,7 @@ class TraceWriter:
             if self._owned and self._stream is not None:
                 self._stream.close()
             self._stream = None
+            self.active = bool(self._listeners)
 
     def __enter__(self) -> TraceWriter:
         return self
@@ -243,8 +243,8 @@ class StepCounter:
         self.label = label
         self.count = 0
         self._root = root
+        self._limit = sys.maxsize if max_steps is None else max_steps
         self._last: deque[str] = deque(maxlen=self.KEEP)
-        self._lock = threading.Lock()
 
     @property
     def total(self) -> int:
@@ -256,14 +256,14 @@ class StepCounter:
         return StepCounter(max_steps, label, root=self._root or self)
 
     def step(self, node: str, file: str | None = None, line: int | None = None) -> None:
-        """Count one execution of ``node``; raise :class:`RunError` past the limit."""
+        """Count one execution of ``node``; raise :class:`RunError` past the limit. Steps are
+        taken by flow code, which runs on the run's one event loop: no lock (this is the
+        engine's hottest path, once per node)."""
         if self._root is not None:
             self._root.step(node, file, line)
-        with self._lock:
-            self.count += 1
-            self._last.append(node)
-            over = self.max_steps is not None and self.count > self.max_steps
-        if over:
+        self.count += 1
+        self._last.append(node)
+        if self.count > self._limit:
             nodes = " -> ".join(f"[{n}]" for n in self._last)
             raise RunError(
                 f"max_steps ({self.max_steps}) exceeded in {self.label}; last nodes: {nodes}",

@@ -691,7 +691,8 @@ async def _ai_turn(
     result = TurnResult()
     attempt = 0
     while True:
-        reply, interrupted = await calls.reply(replace(offline_base, attempt=attempt), result)
+        offline = offline_base if attempt == 0 else replace(offline_base, attempt=attempt)
+        reply, interrupted = await calls.reply(offline, result)
         result.reply = reply
         if interrupted:
             result.interrupted = True
@@ -1190,6 +1191,8 @@ def _trace_call(
     attempt: int,
 ) -> None:
     services.model_calls += 1
+    if not services.trace.active:
+        return  # the event (the scope sorted, the tool calls as messages) is not built
     services.trace.write(
         "llm_call",
         node=ctx.node,

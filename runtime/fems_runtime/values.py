@@ -97,7 +97,7 @@ class LiteralError(ValueError):
 
 MAX_DEPTH = 100  # §10.3: deeper lists and dicts are invalid values
 MAX_INT_DIGITS = 4000  # §10.3: also for the results of += and -=
-_INT_LIMIT = 10**MAX_INT_DIGITS
+INT_LIMIT = 10**MAX_INT_DIGITS
 _LONG_INT = f"(an integer of more than {MAX_INT_DIGITS:,} digits)"
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 _INVALID_TEXT = re.compile(r"[\ud800-\udfff\ufffd]")
@@ -116,7 +116,7 @@ def check_value(value: Any, what: str = "value") -> Any:
     ``1e308 + 1e308``)."""
     if isinstance(value, bool):
         return value
-    if isinstance(value, int) and not -_INT_LIMIT < value < _INT_LIMIT:
+    if isinstance(value, int) and not -INT_LIMIT < value < INT_LIMIT:
         raise LiteralError(f"the {what} has more than {MAX_INT_DIGITS:,} digits")
     if isinstance(value, float) and not math.isfinite(value):
         raise LiteralError(f"the {what} is not a finite number ({value})")
@@ -388,7 +388,7 @@ def to_json(value: Any) -> Any:
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, int):
-        return value if -_INT_LIMIT < value < _INT_LIMIT else _LONG_INT
+        return value if -INT_LIMIT < value < INT_LIMIT else _LONG_INT
     if isinstance(value, float):
         return value if math.isfinite(value) else str(value)
     if isinstance(value, Mapping):

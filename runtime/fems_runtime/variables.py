@@ -25,6 +25,7 @@ from typing import Any, Literal
 from fems_runtime.records import RunError
 from fems_runtime.values import (
     ACTOR_NAME,
+    INT_LIMIT,
     Actor,
     FemDict,
     LiteralError,
@@ -338,9 +339,10 @@ class Frame:
         """
         if op not in OPS:
             raise ValueError(f"unknown assignment operator {op!r}")
-        if name in STATIC_ATTRS and key is not _MISSING and not self.declared(name):
+        if key is not _MISSING and name in STATIC_ATTRS and not self.declared(name):
             raise RunError(f"'{name}' is a fixed attribute of actors and cannot be assigned")
-        value = self.variables.adopt(value)
+        if type(value) not in _PLAIN:
+            value = self.variables.adopt(value)
         with self.variables.lock:
             found = self._find(name)
             if found is None:
@@ -438,19 +440,23 @@ class Frame:
 
 
 _PLAIN = frozenset({int, float, bool, type(None)})
+_NUMBERS = frozenset({int, float})  # by exact type: a bool is not a number to += (§4.2)
+_OPPOSITE = {"+=": "-=", "-=": "+="}
 
 
 def _combine(name: Any, current: Any, op: str, value: Any) -> tuple[Any, str | None, Any]:
     """``current op value`` and the operation that undoes it (None: nothing changed)."""
     if op in ("+=", "-="):
+        if type(current) in _NUMBERS and type(value) in _NUMBERS:  # the usual case, first
+            return _number(name, current, op, value), _OPPOSITE[op], value
         if isinstance(current, bool) or isinstance(value, bool):
             raise RunError(f"cannot apply {op} to a boolean ('{name}')")
         if op == "-=":
             if isinstance(current, int | float) and isinstance(value, int | float):
-                return _number(name, lambda: current - value), "+=", value
+                return _number(name, current, op, value), "+=", value
             raise RunError(f"cannot subtract {value!r} from '{name}' ({current!r})")
         if isinstance(current, int | float) and isinstance(value, int | float):
-            return _number(name, lambda: current + value), "-=", value
+            return _number(name, current, op, value), "-=", value
         if isinstance(current, str) and isinstance(value, str):
             return current + value, "=", current
         if isinstance(current, list):
@@ -464,15 +470,19 @@ def _combine(name: Any, current: Any, op: str, value: Any) -> tuple[Any, str | N
     return current, ("add" if value in current else None), value
 
 
-def _number(name: Any, compute: Callable[[], int | float]) -> int | float:
-    """The result of ``+=``/``-=`` when it is within the limits of §10.3 (at most 4,000 digits,
-    finite), else a :class:`RunError` (a signal that would produce it is rejected); a float
-    and an int too large for one (``1.5 + 9…9``) overflow, which is the same."""
-    what = f"result for '{name}'"
+def _number(name: Any, current: Any, op: str, value: Any) -> int | float:
+    """``current + value`` (``op`` ``+=``) or ``current - value`` when it is within the limits
+    of §10.3 (at most 4,000 digits, finite), else a :class:`RunError` (a signal that would
+    produce it is rejected); a float and an int too large for one (``1.5 + 9…9``) overflow,
+    which is the same."""
     try:
-        return check_value(compute(), what)
+        result = current + value if op == "+=" else current - value
     except OverflowError:
-        raise RunError(f"the {what} is not a finite number") from None
+        raise RunError(f"the result for '{name}' is not a finite number") from None
+    if type(result) is int and -INT_LIMIT < result < INT_LIMIT:
+        return result  # the usual case, without building the message of the checks below
+    try:
+        return check_value(result, f"result for '{name}'")
     except LiteralError as error:
         raise RunError(str(error)) from None
 
