@@ -239,9 +239,10 @@ class ModelClient:
         script's applies. ``tools`` are the offered tools' entries of the ``tools`` request
         parameter (§15.5)."""
         if choice.model in OFFLINE_MODELS:
-            offered = tuple(tool["function"] for tool in tools)
-            result = self._offline(choice, messages, replace(turn, tools=offered))
-            return _numbered(result, messages)
+            if tools or turn.tools:  # the offered tools, as the model sees them
+                turn = replace(turn, tools=tuple(tool["function"] for tool in tools))
+            result = self._offline(choice, messages, turn)
+            return _numbered(result, messages) if result.tool_calls else result
         return await self._complete_remote(choice, messages, delay, tools)
 
     def _offline(

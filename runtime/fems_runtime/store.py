@@ -1262,6 +1262,8 @@ def _fields(new: NewMessage) -> dict[str, Any]:
 
 
 _CHECKPOINT_COLUMNS = ("session_id", "seq", "step", "node", "state", "created")
+# a checkpoint's state as JSON; one encoder for every row (json.dumps builds one per call)
+_STATE_JSON = json.JSONEncoder(ensure_ascii=False, sort_keys=True)
 
 
 def _checkpoint_row(
@@ -1269,7 +1271,7 @@ def _checkpoint_row(
 ) -> tuple[Any, ...]:
     """A checkpoint row (:data:`_CHECKPOINT_COLUMNS`); ``seq`` is the session's last sequence
     number when it was taken; ``extra`` entries are added to its state."""
-    state = json.dumps({**checkpoint.state, **extra}, ensure_ascii=False, sort_keys=True)
+    state = _STATE_JSON.encode({**checkpoint.state, **extra})
     return (session, seq, checkpoint.step, checkpoint.node, state, created)
 
 
