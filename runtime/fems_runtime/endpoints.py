@@ -12,9 +12,12 @@ becomes a `ModelCallError` that says whether retrying may help and what `Retry-A
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import re
+import ssl
+import sys
 import time
 import warnings
 from collections.abc import Mapping, Sequence
@@ -22,7 +25,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from fems_runtime.imports import import_large
+from fems_runtime.imports import import_large, large_imports
 from fems_runtime.prices import Usage
 
 TRANSIENT_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
@@ -329,13 +332,16 @@ class OpenAIClients:
         if client is None:
             wide = self._width >= WIDE_RUN
             openai = import_openai(with_aiohttp=wide)
-            client = openai.AsyncOpenAI(
-                api_key=route.api_key or "no-key",
-                base_url=route.base_url,
-                organization=route.organization,
-                max_retries=0,
-                http_client=_aiohttp_client(openai, self._width) if wide else None,
-            )
+            # the first client loads the HTTP library's connection code: without h2, whose
+            # HTTP/2 the SDK never asks for (~1.4 MB)
+            with large_imports(hide=("h2",)):
+                client = openai.AsyncOpenAI(
+                    api_key=route.api_key or "no-key",
+                    base_url=route.base_url,
+                    organization=route.organization,
+                    max_retries=0,
+                    http_client=_http_client(openai, route.base_url, self._width),
+                )
             self._clients[key] = client
         return client
 
@@ -390,20 +396,40 @@ class OpenAIClients:
             await client.close()
 
 
-def _aiohttp_client(openai: ModuleType, width: int) -> Any:
-    """The SDK's aiohttp transport with room for ``width`` connections, or None (the default
-    httpx transport) when aiohttp is not installed or the SDK was loaded in this process
-    before, without it."""
-    limits = openai.DEFAULT_CONNECTION_LIMITS
-    try:
-        return openai.DefaultAioHttpClient(
-            limits=type(limits)(
-                max_connections=max(width, limits.max_connections or 0),
-                max_keepalive_connections=max(width, limits.max_keepalive_connections or 0),
+def _http_client(openai: ModuleType, base_url: str, width: int) -> Any:
+    """The SDK's HTTP client for one base URL: its aiohttp transport with room for ``width``
+    connections for a wide run (unless aiohttp is not installed, or the SDK was loaded in this
+    process before without it), else its httpx one, with the process's TLS context."""
+    tls = _tls_context(openai, plain=base_url.startswith("http://"))
+    if width >= WIDE_RUN:
+        limits = openai.DEFAULT_CONNECTION_LIMITS
+        try:
+            return openai.DefaultAioHttpClient(
+                verify=tls,
+                limits=type(limits)(
+                    max_connections=max(width, limits.max_connections or 0),
+                    max_keepalive_connections=max(width, limits.max_keepalive_connections or 0),
+                ),
             )
-        )
-    except (AttributeError, RuntimeError):
-        return None
+        except (AttributeError, RuntimeError):
+            pass
+    return openai.DefaultAsyncHttpxClient(verify=tls)
+
+
+@functools.cache
+def _tls_context(openai: ModuleType, *, plain: bool) -> ssl.SSLContext:
+    """One TLS context per process, shared by every client (each client would make its own,
+    reading the CA certificates again: ~30 ms and ~1 MB).
+
+    **Decision:** a plain ``http://`` endpoint (a local server, a proxy) gets a context that
+    verifies certificates but trusts none: it never needs TLS, and the CA certificates are not
+    read for it. A redirect to ``https://`` then fails its certificate check; it is never sent
+    unverified.
+    """
+    if plain:
+        return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    http_library = sys.modules[type(openai.DEFAULT_CONNECTION_LIMITS).__module__.split(".")[0]]
+    return http_library.create_ssl_context()  # the SDK's HTTP library's default, as it would
 
 
 def _body_message(body: Any) -> str | None:

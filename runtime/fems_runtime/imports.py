@@ -12,28 +12,38 @@ cycles that were already garbage when the heap was frozen stay until the process
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib
 import sys
+from collections.abc import Iterator
 from types import ModuleType
 
 
 def import_large(name: str, *, hide: tuple[str, ...] = ()) -> ModuleType:
     """Import ``name`` with the garbage collector paused, then freeze the heap.
 
-    ``hide``: optional packages the import must not load (``import`` of them fails while it
-    runs), for a package that loads an optional dependency it can do without.
+    ``hide``: optional packages the import must not load (see `large_imports`).
     """
     module = sys.modules.get(name)
     if module is not None:
         return module
+    with large_imports(hide=hide):
+        return importlib.import_module(name)
+
+
+@contextlib.contextmanager
+def large_imports(*, hide: tuple[str, ...] = ()) -> Iterator[None]:
+    """Pause the garbage collector for the block (which imports large packages), then freeze
+    the heap. ``hide``: optional packages the block must not load (`import` of them fails
+    while it runs), for packages that load an optional dependency they can do without."""
     hidden = [other for other in hide if other not in sys.modules]
     for other in hidden:
         sys.modules[other] = None  # type: ignore[assignment]  # makes `import other` fail
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return importlib.import_module(name)
+        yield
     finally:
         for other in hidden:
             if sys.modules.get(other, 0) is None:

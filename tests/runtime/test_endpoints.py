@@ -235,7 +235,7 @@ def test_one_pooled_client_per_base_url_keeps_its_connection() -> None:
 
 def _run_in_a_new_process(api_base: str, max_concurrency: int) -> list[str]:
     """One call over the openai path in a fresh interpreter: its reply, whether it was priced,
-    and which of openai, litellm, aiohttp it loaded."""
+    and which of openai, litellm, aiohttp, h2 it loaded."""
     code = (
         "import asyncio, sys\n"
         "from fems_runtime.llm import ModelClient\n"
@@ -248,22 +248,38 @@ def _run_in_a_new_process(api_base: str, max_concurrency: int) -> list[str]:
         "    return r\n"
         "r = asyncio.run(main())\n"
         "print(r.text, r.cost is not None, *(m in sys.modules for m in ('openai', 'litellm', "
-        "'aiohttp')))\n"
+        "'aiohttp', 'h2')))\n"
     )
     return python_output(code).split()
 
 
-def test_a_run_on_the_openai_path_never_imports_litellm_nor_aiohttp() -> None:
+def test_a_run_on_the_openai_path_never_imports_litellm_aiohttp_nor_h2() -> None:
     with fake_openai(Behaviour(text="over the SDK")) as server:
         out = _run_in_a_new_process(server.api_base, 8)
-    assert out == ["over", "the", "SDK", "True", "True", "False", "False"]
+    assert out == ["over", "the", "SDK", "True", "True", "False", "False", "False"]
 
 
 def test_a_wide_run_sends_through_the_sdks_aiohttp_transport() -> None:
     with fake_openai(Behaviour(text="over aiohttp")) as server:
         out = _run_in_a_new_process(server.api_base, WIDE_RUN)
         assert server.requests[0]["messages"] == []
-    assert out == ["over", "aiohttp", "True", "True", "False", "True"]
+    assert out == ["over", "aiohttp", "True", "True", "False", "True", "False"]
+
+
+def test_one_tls_context_per_process_and_none_trusted_for_plain_http() -> None:
+    """Clients share the TLS context (CA certificates read once); a plain http:// endpoint
+    never needs one, so its context reads none, yet would still verify a certificate."""
+    import ssl
+
+    from fems_runtime.endpoints import _tls_context, import_openai
+
+    openai = import_openai()
+    secure = _tls_context(openai, plain=False)
+    assert _tls_context(openai, plain=False) is secure
+    assert secure.cert_store_stats()["x509_ca"] > 0
+    plain = _tls_context(openai, plain=True)
+    assert plain.cert_store_stats()["x509_ca"] == 0
+    assert (plain.verify_mode, plain.check_hostname) == (ssl.CERT_REQUIRED, True)
 
 
 def test_a_wide_run_has_a_connection_for_every_call_in_flight() -> None:
