@@ -78,13 +78,13 @@ def test_formatting_part_by_part_is_byte_identical_to_formatting_the_whole_modul
 
 def _count_black_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     calls: list[str] = []
-    real = black.format_str
+    real = build_module._black_once
 
-    def counting(source: str, *, mode: black.Mode) -> str:
+    def counting(source: str, mode: black.Mode) -> str:
         calls.append(source)
-        return real(source, mode=mode)
+        return real(source, mode)
 
-    monkeypatch.setattr(build_module.black, "format_str", counting)
+    monkeypatch.setattr(build_module, "_black_once", counting)
     return calls
 
 
