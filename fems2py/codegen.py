@@ -811,10 +811,12 @@ class _FlowEmitter:
             conditional = [edge.condition for edge in out if edge.condition is not None]
             if name not in self.stuck_nodes:
                 continue
-            row = tuple(
-                (condition.text, _reads(condition, self.generator.actor_names))
+            # lists, not tuples: black checks each one-element tuple's comma against the whole
+            # statement, which made a table of thousands of nodes quadratic to format
+            row = [
+                (condition.text, list(_reads(condition, self.generator.actor_names)))
                 for condition in conditional
-            )
+            ]
             rows.append((self.node_id(name), py(row)))
         if rows:
             self.generator.conditions.append((self.function, tuple(rows)))

@@ -75,12 +75,12 @@ async def main_flow(
 # What a "flow stuck" error lists (§12.3): per flow and node, each condition and what it reads.
 CONDITIONS: fr.ConditionTable = {
     "main_flow": {
-        "Check": (
-            ("(score < 5 and @Eve.type == ai)", ("score", "@Eve.type")),
-            ("(score >= 5 or hp.@Eve <= 0)", ("score", "hp.@Eve")),
-            ("(rules.is_over(score) == true)", ("score",)),
-        ),
-        "High": (("(done == true)", ("done",)),),
+        "Check": [
+            ("(score < 5 and @Eve.type == ai)", ["score", "@Eve.type"]),
+            ("(score >= 5 or hp.@Eve <= 0)", ["score", "hp.@Eve"]),
+            ("(rules.is_over(score) == true)", ["score"]),
+        ],
+        "High": [("(done == true)", ["done"])],
     },
 }
 # The input.fems line of each line above: "M=L" means from module line M on (fr.LineTable).

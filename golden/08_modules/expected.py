@@ -68,10 +68,10 @@ async def Day(ctx: fr.Context) -> str | None:
 # What a "flow stuck" error lists (§12.3): per flow and node, each condition and what it reads.
 CONDITIONS: fr.ConditionTable = {
     "main_flow": {
-        "Again": (("(day < 10)", ("day",)), ("(day >= 10)", ("day",))),
+        "Again": [("(day < 10)", ["day"]), ("(day >= 10)", ["day"])],
     },
     "Day": {
-        "Check": (("(day > 3)", ("day",)), ("(day <= 3)", ("day",))),
+        "Check": [("(day > 3)", ["day"]), ("(day <= 3)", ["day"])],
     },
 }
 # The input.fems line of each line above: "M=L" means from module line M on (fr.LineTable).

@@ -56,7 +56,7 @@ async def main_flow(ctx: fr.Context) -> str | None:
 # What a "flow stuck" error lists (§12.3): per flow and node, each condition and what it reads.
 CONDITIONS: fr.ConditionTable = {
     "main_flow": {
-        "B": (("(计数 < 3)", ("计数",)), ("(计数 >= 3)", ("计数",))),
+        "B": [("(计数 < 3)", ["计数"]), ("(计数 >= 3)", ["计数"])],
     },
 }
 # The input.fems line of each line above: "M=L" means from module line M on (fr.LineTable).

@@ -56,8 +56,8 @@ async def main_flow(ctx: fr.Context) -> str | None:
 # What a "flow stuck" error lists (§12.3): per flow and node, each condition and what it reads.
 CONDITIONS: fr.ConditionTable = {
     "main_flow": {
-        "L": (("(tries < 3)", ("tries",)), ("(tries >= 3)", ("tries",))),
-        "U": (("(talks < 2)", ("talks",)), ("(talks >= 2)", ("talks",))),
+        "L": [("(tries < 3)", ["tries"]), ("(tries >= 3)", ["tries"])],
+        "U": [("(talks < 2)", ["talks"]), ("(talks >= 2)", ["talks"])],
     },
 }
 # The input.fems line of each line above: "M=L" means from module line M on (fr.LineTable).

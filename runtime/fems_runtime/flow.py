@@ -54,7 +54,7 @@ ActionFunction = Callable[["Context"], Awaitable[None]]
 _Flow = TypeVar("_Flow", bound=Callable[..., Awaitable[str | None]])
 
 #: What a "flow stuck" error lists for one node: each condition as written and what it reads.
-Conditions = tuple[tuple[str, tuple[str, ...]], ...]
+Conditions = Sequence[tuple[str, Sequence[str]]]
 #: A generated module's ``CONDITIONS``: flow function → node → its conditions.
 ConditionTable = Mapping[str, Mapping[str, Conditions]]
 
