@@ -14,6 +14,7 @@ semantics makes.
 from __future__ import annotations
 
 import ast
+import functools
 import itertools
 import math
 from collections.abc import Sequence
@@ -38,7 +39,7 @@ _COMPLEMENTS = {
 
 def all_exclusive(conditions: Sequence[Expr]) -> bool:
     """Whether no two of ``conditions`` can hold at once."""
-    return _check(conditions, exhaustive=False)
+    return _check(tuple(condition.python for condition in conditions), exhaustive=False)
 
 
 def exactly_one(conditions: Sequence[Expr]) -> bool:
@@ -46,16 +47,19 @@ def exactly_one(conditions: Sequence[Expr]) -> bool:
     other and between them cover every case (through exact complements: ``==``/``!=``,
     ``in``/``not in``, ``is``/``is not`` of the same operands, ``x``/``not x``). The last
     one can then be an ``else``."""
-    return _check(conditions, exhaustive=True)
+    return _check(tuple(condition.python for condition in conditions), exhaustive=True)
 
 
-def _check(conditions: Sequence[Expr], *, exhaustive: bool) -> bool:
+@functools.lru_cache(maxsize=4096)
+def _check(conditions: tuple[str, ...], *, exhaustive: bool) -> bool:
+    """The proof, on the conditions' Python alone: kept per process, so a rebuild after an
+    edit (an editor, a watch loop) proves again only the nodes whose conditions changed."""
     trees = []
     for condition in conditions:
-        if "ctx.code(" in condition.python:
+        if "ctx.code(" in condition:
             return False
         try:
-            trees.append(ast.parse(condition.python, mode="eval").body)
+            trees.append(ast.parse(condition, mode="eval").body)
         except SyntaxError:
             return False
     atoms: dict[str, ast.expr] = {}
