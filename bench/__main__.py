@@ -13,7 +13,17 @@ import traceback
 
 from bench import COUNT, QUICK, Figure
 
-BENCHMARKS = ("frontend", "build", "signals", "context", "mock_calls", "steps", "width", "fuzz")
+BENCHMARKS = (
+    "frontend",
+    "build",
+    "signals",
+    "context",
+    "mock_calls",
+    "steps",
+    "width",
+    "fuzz",
+    "batch",
+)
 
 
 def table(figures: list[Figure]) -> str:

@@ -8,14 +8,16 @@ Python traceback.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from fems2py import __version__
 from fems2py.diagnostics import CompileError, Diagnostic
 
-EXIT_OK, EXIT_ERRORS, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_ERRORS, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 STRICT_HELP = (
     "treat every warning as an error (unreachable nodes, stub modules, problems inside "
     "actions no flow uses, …); exit 1 if there is any"
@@ -81,6 +83,8 @@ def _argument_parser() -> argparse.ArgumentParser:
     run.add_argument("--root", type=Path, metavar="DIR", help=ROOT_HELP)
     run.set_defaults(handler=_run)
 
+    _add_batch_parser(commands)
+
     graph = commands.add_parser("graph", help="draw a script's flows as a Mermaid flowchart")
     graph.add_argument("file", type=Path, metavar="FILE")
     graph.add_argument(
@@ -110,6 +114,111 @@ def _argument_parser() -> argparse.ArgumentParser:
     )
     lsp.set_defaults(handler=_lsp)
     return parser
+
+
+def _add_batch_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    batch = commands.add_parser(
+        "batch",
+        help="run many sessions of one build on local processes or a Ray cluster",
+        description="Build FILE once and run its sessions W at a time, each a normal session "
+        "of the database tagged with the batch; write a results table (CSV, JSON) and a "
+        "summary of the --collect variables. Running the same command again skips completed "
+        "sessions and resumes interrupted ones.",
+    )
+    batch.add_argument("file", type=Path, metavar="FILE")
+    batch.add_argument("--runs", type=int, metavar="N", help="how many seeds (1..N)")
+    batch.add_argument("--seeds", metavar="A..B", help="the seeds to run (default 1..N)")
+    repeatable: dict[str, Any] = {"action": "append", "default": []}
+    batch.add_argument(
+        "--set",
+        dest="sets",
+        metavar="VAR=VALUE",
+        help='the initial value of a variable of vars: (a literal: 3, "text", @actor, [..])',
+        **repeatable,
+    )
+    batch.add_argument(
+        "--model",
+        dest="models",
+        metavar="M",
+        help="the run's model; several: every seed runs under each of them (a comparison)",
+        **repeatable,
+    )
+    batch.add_argument(
+        "--workers", type=int, metavar="W", help="sessions at a time (default: CPUs)"
+    )
+    batch.add_argument("--db", help="database path or SQLAlchemy URL (default: meta.database)")
+    batch.add_argument(
+        "--collect",
+        metavar="VAR,…",
+        help="final variables for the table and the summary (e.g. --collect winner,day)",
+        **repeatable,
+    )
+    batch.add_argument("--out", type=Path, metavar="DIR", help="results folder (default: ./BATCH)")
+    batch.add_argument(
+        "--results",
+        type=Path,
+        metavar="FILE",
+        help="write the table to FILE.csv or FILE.json instead of --out (repeatable)",
+        **repeatable,
+    )
+    batch.add_argument("--batch", metavar="NAME", help="the batch's name (default: derived)")
+    batch.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        metavar="ADDRESS",
+        help="run as Ray tasks: on a local Ray, or the cluster at ADDRESS (needs fems2py[ray] "
+        "and a PostgreSQL --db)",
+    )
+    batch.add_argument(
+        "--human",
+        default="fems/mock",
+        help="who plays human actors: fems/mock (default) or a JSON answers file",
+    )
+    batch.add_argument("--replies", type=Path, metavar="FILE", help="replies for fems/script")
+    batch.add_argument("--souls", type=Path, metavar="FILE", help="personas to load first")
+    batch.add_argument("--timeout", type=float, metavar="S", help="seconds per model request")
+    batch.add_argument(
+        "--retry-budget", type=float, metavar="S", help="seconds a model call may retry"
+    )
+    batch.add_argument("--root", type=Path, metavar="DIR", help=ROOT_HELP)
+    batch.add_argument(
+        "--no-progress", action="store_false", dest="progress", help="no progress bar"
+    )
+    batch.set_defaults(handler=_batch)
+
+
+def _batch(args: argparse.Namespace) -> int:
+    from fems_runtime.records import RunError
+
+    from fems2py.batch.plan import UsageError
+    from fems2py.batch.runner import BatchOptions, run_batch
+    from fems2py.build import build_cached
+
+    if args.workers is not None and args.workers < 1:
+        print("fems2py batch: error: --workers must be at least 1", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        built = build_cached(args.file, root=args.root)
+    except CompileError as error:
+        _print_compile_error(error, args.file)
+        return EXIT_ERRORS
+    _print_diagnostics(built.warnings, args.file, _source_or_none(args.file))
+    names = [field.name for field in dataclasses.fields(BatchOptions) if field.name != "script"]
+    options = BatchOptions(script=args.file, **{name: getattr(args, name) for name in names})
+    try:
+        return run_batch(options, built.output)
+    except UsageError as error:
+        print(f"fems2py batch: error: {error}", file=sys.stderr)
+        if error.hint:
+            print(f"hint: {error.hint}", file=sys.stderr)
+        return EXIT_USAGE
+    except RunError as error:
+        print(f"fems2py batch: error: {error}", file=sys.stderr)
+        return EXIT_ERRORS
+    except KeyboardInterrupt:  # before the sessions started (those have their own handling)
+        print("fems2py batch: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 def _check(args: argparse.Namespace) -> int:

@@ -11,13 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,63 +25,6 @@ from fems2py.build import build_file
 
 ROOT = Path(__file__).resolve().parent.parent
 WEREWOLF = ROOT / "examples" / "werewolf"
-
-
-def _server_program(name: str) -> str:
-    found = shutil.which(name) or next(
-        (str(p) for p in sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"))), None
-    )
-    if found is None:
-        raise RuntimeError(f"{name} not found: install PostgreSQL (apt-get install postgresql)")
-    return found
-
-
-def _as_server_user(command: list[str]) -> list[str]:
-    """initdb refuses to run as root; CI runs as root, so the server runs as 'postgres'."""
-    return ["runuser", "-u", "postgres", "--", *command] if os.geteuid() == 0 else command
-
-
-@pytest.fixture(scope="session")
-def server() -> Iterator[str]:
-    """A PostgreSQL server on a Unix socket in a temporary folder; yields its base URL."""
-    folder = Path(tempfile.mkdtemp(prefix="fems-pg-"))
-    if os.geteuid() == 0:
-        shutil.chown(folder, "postgres")
-    data = folder / "data"
-    subprocess.run(
-        _as_server_user([_server_program("initdb"), "-D", str(data), "-A", "trust", "-U", "fems"]),
-        check=True,
-        capture_output=True,
-    )
-    options = f"-k {folder} -c listen_addresses='' -c fsync=off -c max_connections=300"
-    pg_ctl = _server_program("pg_ctl")
-    subprocess.run(
-        _as_server_user(
-            [pg_ctl, "-D", str(data), "-o", options, "-l", str(folder / "log"), "-w", "start"]
-        ),
-        check=True,
-        capture_output=True,
-    )
-    try:
-        yield f"postgresql+psycopg://fems@/{{database}}?host={folder}"
-    finally:
-        subprocess.run(
-            _as_server_user([pg_ctl, "-D", str(data), "-m", "immediate", "stop"]),
-            capture_output=True,
-        )
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-@pytest.fixture
-def url(server: str, request: pytest.FixtureRequest) -> str:
-    """A fresh database per test, so tests never see each other's sessions."""
-    name = "t_" + "".join(c if c.isalnum() else "_" for c in request.node.name.lower())[:50]
-    admin = Store(server.format(database="postgres"))
-    with admin.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as db:
-        db.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}"')
-        db.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    admin.close()
-    return server.format(database=name)
 
 
 def test_sessions_messages_and_scopes(url: str) -> None:

@@ -95,6 +95,16 @@ class NewMessage:
 
 
 @dataclass(frozen=True)
+class BatchTag:
+    """The place of a new session in a batch (``fems2py batch``): the batch's name, the run's
+    index in it and its JSON-ready settings (seed, model, variables set)."""
+
+    batch: str
+    index: int
+    settings: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
 class Checkpoint:
     """A checkpoint row to save with messages: JSON-ready ``state``, run step and node."""
 
@@ -329,9 +339,22 @@ def _schema() -> SimpleNamespace:
         sa.Column("blueprint", sa.Text),
         sa.Column("created", sa.Float, nullable=False),
     )
+    # a session run by `fems2py batch`: its batch and place in it, written with the session
+    # row (a table of its own, so databases made before it simply gain it, §14)
+    batch_runs = sa.Table(
+        "fems_batch_runs",
+        meta,
+        sa.Column("batch_id", sa.String(200), primary_key=True),
+        sa.Column("run_index", sa.Integer, primary_key=True),
+        sa.Column("session_id", sa.Integer, nullable=False, index=True),
+        sa.Column("settings", sa.Text, nullable=False),
+        sa.Column("result", sa.Text),
+        sa.Column("created", sa.Float, nullable=False),
+    )
     return SimpleNamespace(
         sa=sa,
         meta=meta,
+        batch_runs=batch_runs,
         sessions=sessions,
         souls=souls,
         users=users,
@@ -506,14 +529,17 @@ class Store:
         title: str | None = None,
         script: str | None = None,
         script_hash: str | None = None,
+        batch: BatchTag | None = None,
     ) -> int:
-        """Start or continue a session per ``meta.session`` (§3); never prompts."""
+        """Start or continue a session per ``meta.session`` (§3); never prompts. A new
+        session's ``batch`` tag is written in the same transaction as its row, so a batch
+        never loses track of a session it started."""
         number, create = parse_session_spec(spec)
         info = {"title": title, "script": script, "script_hash": script_hash}
         retries = 5
         while True:
             try:
-                return self._open_session(number, create, info)
+                return self._open_session(number, create, info, batch)
             except self._t.sa.exc.IntegrityError as error:
                 # another process created the same number first (not on SQLite or PostgreSQL,
                 # where numbering is serialized): take the next one, or continue ``N``
@@ -521,7 +547,9 @@ class Store:
                 if retries == 0:
                     raise RunError(f"cannot open a session: {error.orig}") from None
 
-    def _open_session(self, number: int | None, create: bool, info: dict[str, Any]) -> int:
+    def _open_session(
+        self, number: int | None, create: bool, info: dict[str, Any], batch: BatchTag | None
+    ) -> int:
         t, sa = self._t, self._t.sa
         with self._write() as db:
             if number is not None:
@@ -552,7 +580,76 @@ class Store:
                     **info,
                 )
             )
+            if batch is not None:
+                db.execute(
+                    t.batch_runs.insert().values(
+                        batch_id=batch.batch,
+                        run_index=batch.index,
+                        session_id=number,
+                        settings=json.dumps(batch.settings, ensure_ascii=False, sort_keys=True),
+                        created=time.time(),
+                    )
+                )
         return number
+
+    # ------------------------------------------------------------------ batches
+
+    def batch_runs(self, batch: str) -> dict[int, dict[str, Any]]:
+        """The runs of a batch by index: ``{"session", "status", "settings", "result"}``
+        (``result`` None until the run has ended), with the session's current status."""
+        t, sa = self._t, self._t.sa
+        runs, sessions = t.batch_runs, t.sessions
+        with self._read() as db:
+            rows = db.execute(
+                sa.select(
+                    runs.c.run_index,
+                    runs.c.session_id,
+                    runs.c.settings,
+                    runs.c.result,
+                    sessions.c.status,
+                )
+                .join(sessions, sessions.c.id == runs.c.session_id)
+                .where(runs.c.batch_id == batch)
+            ).all()
+        return {
+            row.run_index: {
+                "session": row.session_id,
+                "status": row.status,
+                "settings": json.loads(row.settings),
+                "result": json.loads(row.result) if row.result is not None else None,
+            }
+            for row in rows
+        }
+
+    def save_batch_result(self, batch: str, index: int, result: Mapping[str, Any]) -> None:
+        """Keep how a batch run ended (its row of the results table, JSON-ready)."""
+        t = self._t
+        where = (t.batch_runs.c.batch_id == batch) & (t.batch_runs.c.run_index == index)
+        text = json.dumps(result, ensure_ascii=False, sort_keys=True)
+        with self._write() as db:
+            db.execute(t.batch_runs.update().where(where).values(result=text))
+
+    def session_usage(self, session: int) -> dict[str, Any]:
+        """The model calls of a session and what they used: ``{"model_calls",
+        "prompt_tokens", "completion_tokens", "cost"}`` (a call's figures are stored once,
+        with its reply or its first tool call)."""
+        m, sa = self._t.messages, self._t.sa
+        with self._read() as db:
+            row = db.execute(
+                sa.select(
+                    sa.func.count(m.c.model),
+                    sa.func.coalesce(sa.func.sum(m.c.prompt_tokens), 0),
+                    sa.func.coalesce(sa.func.sum(m.c.completion_tokens), 0),
+                    sa.func.coalesce(sa.func.sum(m.c.cost), 0.0),
+                ).where(m.c.session_id == session)
+            ).one()
+        calls, prompt, completion, cost = row
+        return {
+            "model_calls": int(calls),
+            "prompt_tokens": int(prompt),
+            "completion_tokens": int(completion),
+            "cost": float(cost),
+        }
 
     def session(self, session: int) -> dict[str, Any] | None:
         t = self._t

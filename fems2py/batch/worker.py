@@ -1,0 +1,282 @@
+"""One session of a batch, run where a worker is: a process of the local pool or a Ray task.
+
+A worker imports the built module once (from its path, or from the source the batch ships when
+the path does not exist there: another machine of a Ray cluster) and runs each session it is
+given as a normal session of the store, tagged with the batch (:class:`BatchTag`). A session
+that was started before (an interrupted or failed run of this batch) is resumed from its turn
+records (§16.4), so nothing is called or stored twice. This module imports only the runtime.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import copy
+import hashlib
+import importlib.util
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from fems_runtime.app import Program
+from fems_runtime.records import RunError, to_json
+from fems_runtime.store import BatchTag, Store
+from fems_runtime.values import LiteralError, parse_literal
+
+
+@dataclass(frozen=True)
+class ModuleBundle:
+    """A built module as a worker needs it: its path, and its source and ``code:`` files
+    (by file name) for a machine where the path does not exist."""
+
+    path: str
+    source: str
+    code: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.source.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class BatchSpec:
+    """What every session of a batch shares, sent once to each worker."""
+
+    batch: str
+    module: ModuleBundle
+    db: str
+    human: str = "fems/mock"
+    project_dir: str | None = None
+    replies: Mapping[str, Any] | None = None
+    sets: Mapping[str, str] = field(default_factory=dict)  # --set NAME=VALUE, as written
+    timeout: float | None = None
+    retry_budget: float | None = None
+    root: str | None = None
+
+
+@dataclass(frozen=True)
+class Job:
+    """One session of the batch: its index, seed and model, and the session to resume
+    (None: start a new one)."""
+
+    index: int
+    seed: int
+    model: str | None
+    session: int | None = None
+
+    def settings(self, sets: Mapping[str, str]) -> dict[str, Any]:
+        """The run's settings as the store and the results table keep them."""
+        return {"seed": self.seed, "model": self.model, "set": dict(sets)}
+
+
+class SettingError(Exception):
+    """A ``--set`` the script cannot take: the message, and a hint when there is one."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+def initial_values(program: Program, sets: Mapping[str, str]) -> dict[str, Any]:
+    """The script variables ``--set NAME=VALUE`` replaces: each value read like a ``vars:``
+    literal (§4.2), ``@name`` being one of the script's actors."""
+    from difflib import get_close_matches
+
+    actors = {spec.name for spec in program.actors}
+    values: dict[str, Any] = {}
+    for name, text in sets.items():
+        if name not in program.variables:
+            close = get_close_matches(name, sorted(program.variables), n=1, cutoff=0.6)
+            hint = f"did you mean '{close[0]}'?" if close else "--set takes a variable of vars:"
+            raise SettingError(f"--set {name}: the script has no variable {name!r}", hint)
+        try:
+            values[name] = parse_literal(text, actors)
+        except LiteralError as error:
+            raise SettingError(
+                f"--set {name}={text}: {error}", "actors are written @name"
+            ) from None
+    return values
+
+
+def load_module(bundle: ModuleBundle) -> ModuleType:
+    """Import the built module, from its path when it is there with the same source, else from
+    a copy (with its code files beside it, where a module looks for them) in a folder named
+    after its digest."""
+    path = Path(bundle.path)
+    if not (path.is_file() and path.read_text(encoding="utf-8") == bundle.source):
+        folder = Path(tempfile.gettempdir()) / f"fems2py-batch-{bundle.digest[:16]}"
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, text in bundle.code.items():
+            _write_whole(folder / name, text)
+        path = folder / path.name
+        _write_whole(path, bundle.source)
+    spec = importlib.util.spec_from_file_location(f"fems_batch_{path.stem}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _write_whole(path: Path, text: str) -> None:
+    """Write a file another worker on the machine may be importing: never half-written."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(text, encoding="utf-8")
+    os.replace(temporary, path)
+
+
+_programs: dict[str, Program] = {}
+_stores: dict[str, Store] = {}
+
+
+def _program(spec: BatchSpec) -> Program:
+    """The batch's program, imported once per worker process, with the ``--set`` values."""
+    program = _programs.get(spec.batch)
+    if program is None:
+        module = load_module(spec.module)
+        program = copy.copy(module.PROGRAM)
+        if spec.project_dir is not None and Path(spec.project_dir).is_dir():
+            program.project_dir = spec.project_dir
+        program.variables = {**program.variables, **initial_values(program, spec.sets)}
+        _programs[spec.batch] = program
+    return program
+
+
+def _store(db: str) -> Store:
+    """The worker's own connection for tagging and accounting (a run opens its own)."""
+    store = _stores.get(db)
+    if store is None:
+        store = _stores[db] = Store(db)
+        atexit.register(store.close)
+    return store
+
+
+STOP_SIGNAL = signal.SIGUSR1  # the batch asks a pool worker to stop its session
+_in_pool = False
+
+
+def start_worker(log: str) -> None:
+    """A pool worker's initializer. Ctrl-C reaches the whole process group, but only the
+    batch decides how its workers stop (with :data:`STOP_SIGNAL`, see :func:`run_job`; SIGTERM
+    stays the pool's way to end a worker at once); what runs print on stderr (notices, run
+    warnings) goes to the batch's log, not over its progress."""
+    global _in_pool
+    _in_pool = True
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(STOP_SIGNAL, signal.SIG_IGN)
+    sys.stderr = open(log, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 (the process's)
+
+
+def run_job(spec: BatchSpec, job: Job) -> dict[str, Any]:
+    """Run (or resume) one session and return its row of the results table. A run error is
+    a ``failed`` row; :data:`STOP_SIGNAL` (in a pool worker) or a Ray cancel ends the session
+    as the runtime ends an interrupted one (its
+    store flushed, resumable) and the row is ``interrupted``."""
+    program = _program(spec)
+    store = _store(spec.db)
+    settings = job.settings(spec.sets)
+    session, resume = job.session, False
+    if session is None:
+        session = store.open_session(
+            "new",
+            title=str(program.script.meta.get("name") or "") or None,
+            script=program.script.file,
+            script_hash=program.script.sha256,
+            batch=BatchTag(spec.batch, job.index, settings),
+        )
+    elif (store.session(session) or {}).get("status") == "completed":
+        # it completed, but its worker died before reporting it
+        return completed_row(store, job, settings, store.batch_runs(spec.batch)[job.index])
+    else:
+        resume = store.run_records(session) is not None
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="fems2py-batch-") as folder:
+        result_file = Path(folder) / "result.json"
+        status, error = asyncio.run(_run(program, spec, job, session, resume, result_file))
+        ended = _read_result(result_file)
+    row: dict[str, Any] = {
+        "index": job.index,
+        **settings,
+        "session": session,
+        "status": status,
+        "steps": ended.get("steps", 0),
+        **store.session_usage(session),
+        "wall_s": round(time.perf_counter() - started, 3),
+        "resumed": resume,
+        "error": error,
+        "vars": ended.get("vars", {}),
+    }
+    if status != "interrupted":
+        store.save_batch_result(spec.batch, job.index, row)
+    return row
+
+
+def completed_row(
+    store: Store, job: Job, settings: Mapping[str, Any], run: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The row of a completed session (``run``: its entry of :meth:`Store.batch_runs`): the
+    one its worker kept, else (the worker died between the two writes) one from the store,
+    without final variables."""
+    if run["result"] is not None:
+        return dict(run["result"])
+    session = int(run["session"])
+    return {
+        "index": job.index,
+        **settings,
+        "session": session,
+        "status": "completed",
+        **store.session_usage(session),
+        "error": "final variables unknown: the worker stopped before keeping them",
+        "vars": {},
+    }
+
+
+async def _run(
+    program: Program, spec: BatchSpec, job: Job, session: int, resume: bool, result: Path
+) -> tuple[str, str | None]:
+    """The session on this event loop; in a pool worker, :data:`STOP_SIGNAL` cancels it."""
+    task = asyncio.ensure_future(
+        program.run_async(
+            model=job.model,
+            replies=spec.replies,
+            db=spec.db,
+            session=session,
+            resume=resume,
+            human=spec.human,
+            seed=job.seed,
+            result=result,
+            timeout=spec.timeout,
+            retry_budget=spec.retry_budget,
+            root=spec.root,
+        )
+    )
+    loop = asyncio.get_running_loop()
+    if _in_pool:
+        loop.add_signal_handler(STOP_SIGNAL, task.cancel)
+    try:
+        await task
+    except RunError as error:
+        return "failed", str(error)
+    except asyncio.CancelledError:
+        return "interrupted", "interrupted"
+    finally:
+        if _in_pool:
+            loop.remove_signal_handler(STOP_SIGNAL)
+            signal.signal(STOP_SIGNAL, signal.SIG_IGN)  # between sessions
+    return "completed", None
+
+
+def _read_result(path: Path) -> dict[str, Any]:
+    """The run's ``--result`` file (steps and final variables, in JSON form)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {"steps": data.get("steps", 0), "vars": to_json(data.get("vars") or {})}
