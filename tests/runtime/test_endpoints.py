@@ -266,6 +266,26 @@ def test_a_wide_run_sends_through_the_sdks_aiohttp_transport() -> None:
     assert out == ["over", "aiohttp", "True", "True", "False", "True", "False"]
 
 
+def test_a_wide_run_after_a_narrow_one_in_the_same_process_keeps_httpx() -> None:
+    """The SDK loaded without aiohttp has no aiohttp transport: a later wide run goes on
+    through httpx rather than fail."""
+    with fake_openai(Behaviour(text="still answered")) as server:
+        code = (
+            "import asyncio, sys\n"
+            "from fems_runtime.llm import ModelClient\n"
+            "from fems_runtime.offline import OfflineTurn\n"
+            f"env = {{'OPENAI_API_KEY': 'k', 'OPENAI_BASE_URL': {server.api_base!r}}}\n"
+            "async def call(width):\n"
+            "    c = ModelClient(environ=env, max_concurrency=width)\n"
+            "    r = await c.complete(c.resolve('openai/m'), [], OfflineTurn('a', '@x'))\n"
+            "    await c.aclose()\n"
+            "    return r.text\n"
+            f"print(asyncio.run(call(8)), asyncio.run(call({WIDE_RUN})), 'aiohttp' in sys.modules)\n"
+        )
+        out = python_output(code).split()
+    assert out == ["still", "answered", "still", "answered", "False"]
+
+
 def test_one_tls_context_per_process_and_none_trusted_for_plain_http() -> None:
     """Clients share the TLS context (CA certificates read once); a plain http:// endpoint
     never needs one, so its context reads none, yet would still verify a certificate."""
