@@ -16,6 +16,7 @@ from bench import COUNT, QUICK, Figure
 BENCHMARKS = (
     "frontend",
     "build",
+    "shape",
     "signals",
     "context",
     "mock_calls",

@@ -180,10 +180,18 @@ def py(value: Any) -> str:
     raise TypeError(f"no Python literal for {type(value).__name__}")
 
 
+def text_code(value: StringValue) -> str:
+    """A text value: a ``|`` block is ``fr.lines(...)`` however many lines it has, so cutting
+    a prompt to one line (or growing it from one) changes only that line of the module."""
+    if value.style == "block" and "\n" not in value.value:
+        return f"fr.lines(\n{value.value!r},\n)"
+    return py(value.value)
+
+
 def value_code(value: Value) -> str:
     """Python code building a FEM value literal (§4.2); actor references are ``fr.Actor``."""
     if isinstance(value, StringValue):
-        return py(value.value)
+        return text_code(value)
     if isinstance(value, NumberValue | BoolValue):
         return repr(value.value)
     if isinstance(value, NullValue):
@@ -301,6 +309,8 @@ class CodeGenerator:
         self.namer = Namer()
         self.items: list[ActionView | FlowView] = []
         self.conditions: list[tuple[str, tuple[tuple[str, str], ...]]] = []
+        # action functions named after their action (a module's behind its module's name)
+        self.named_after: set[str] = set()
 
     def comments_above(self, line: int) -> list[str]:
         """The author's ``#`` comment lines directly above ``line`` (1-based), in order."""
@@ -363,6 +373,8 @@ class CodeGenerator:
     ) -> None:
         for action in actions:
             scope.actions[action.name] = self.namer.take(prefix + action.name)
+            if scope.actions[action.name] == prefix + action.name:
+                self.named_after.add(scope.actions[action.name])
         for module in modules:
             scope.modules[module.name] = self.namer.take(prefix + module.name)
 
@@ -398,11 +410,19 @@ class CodeGenerator:
                     "IN",
                     f"module {module.name}{params}",
                     module.span.line,
-                    decorator=_call("fr.module", args),
+                    # one argument a line, as black lays out all but the smallest: adding a
+                    # variable or meta entry to a module then changes one line
+                    decorator=_call("fr.module", args, exploded=True),
                 )
             self.emit_modules(scope, module.modules)
 
     # -------------------------------------------------------------------- actions
+
+    def construct(self, text: str, function: str) -> str:
+        """The comment naming an action's construct, needed only when its function could not
+        be named after it (a name Python reserves, one taken twice): ``DevLoop_review``
+        with ``action="review"`` names the rest."""
+        return "" if function in self.named_after else text
 
     def action_view(self, scope: Scope, action: Action) -> ActionView:
         function = scope.actions[action.name]
@@ -413,7 +433,7 @@ class CodeGenerator:
             statements = tuple(
                 (line_marker(a.span.line), self.assign_code(a)) for a in action.assignments
             )
-            construct = _construct(f"action {action.name} @assign{where}", action.name, function)
+            construct = self.construct(f"action {action.name} @assign{where}", function)
             return ActionView(function, marker, construct, doc, "assign", statements=statements)
         args: list[tuple[str, str]] = []
         if action.kind == "func":
@@ -434,7 +454,7 @@ class CodeGenerator:
         else:
             args += self.turn_args(scope, action)
         spec_args = self.spec_args(action, args)
-        construct = _construct(f"action {action.name} {head}{where}", action.name, function)
+        construct = self.construct(f"action {action.name} {head}{where}", function)
         return ActionView(function, marker, construct, doc, action.kind, spec_args=spec_args)
 
     def turn_args(self, scope: Scope, action: Action) -> list[tuple[str, str]]:
@@ -442,9 +462,9 @@ class CodeGenerator:
         if action.role is not None:
             args.append(("role", py(action.role)))
         if action.prompt is not None:
-            args.append(("prompt", py(action.prompt.value.value)))
+            args.append(("prompt", text_code(action.prompt.value)))
         if action.showprompt is not None:
-            args.append(("showprompt", py(action.showprompt.value.value)))
+            args.append(("showprompt", text_code(action.showprompt.value)))
         if action.scope is not None:
             # as the script writes them: "@god", "wolves", "{alive}", "all"
             written = {"actor": "{}", "var": "{}", "expand": "{{{}}}", "all": "all"}
@@ -581,6 +601,8 @@ class CodeGenerator:
                 args.append(("caption", py(out.caption)))
             # a plain out is its name, as the script writes it
             items.append(args[0][1] if len(args) == 1 else _call("fr.OutSpec", args))
+        if len(items) == 1 and items[0].startswith("fr.OutSpec("):
+            return items[0]  # one spec needs no one-item tuple around it
         return _tuple_code(items)
 
     def call_args_code(self, scope: Scope, call: ModuleCall) -> str:
@@ -811,10 +833,13 @@ class _FlowEmitter:
             conditional = [edge.condition for edge in out if edge.condition is not None]
             if name not in self.stuck_nodes:
                 continue
-            # lists, not tuples: black checks each one-element tuple's comma against the whole
-            # statement, which made a table of thousands of nodes quadratic to format
+            # a list, not a tuple: black checks each one-element tuple's comma against the
+            # whole statement, which made a table of thousands of nodes quadratic to format
             row = [
-                (condition.text, list(_reads(condition, self.generator.actor_names)))
+                (
+                    _unwrapped(condition.text),
+                    " ".join(_reads(condition, self.generator.actor_names)),
+                )
                 for condition in conditional
             ]
             rows.append((self.node_id(name), py(row)))
@@ -829,7 +854,7 @@ MARK = "\ue000"  # private use: never in a comment made from user text (see comm
 _NUMBERED_MARKER = re.compile(rf"# {MARK}(\d+)")
 _MARKER_LINE = re.compile(rf"^[ \t]*# {MARK}[ \t]*$")
 LINES_PLACEHOLDER = 'LINES = ""\n'
-_ENDS = re.compile(r"^\s*return ['\"]")
+_ENDS = re.compile(r"^\s*return (await ctx\.step\()?['\"]")
 
 
 def line_marker(line: int) -> str:
@@ -972,12 +997,6 @@ def _body_name(function: str, loop: Loop) -> str:
     return f"{name}_in_{iterable}" if iterable.isidentifier() else name
 
 
-def _construct(text: str, name: str, function: str) -> str:
-    """The comment naming an action's construct, needed only when its function could not be
-    named after it (a module's action, a name Python reserves): the code names the rest."""
-    return text if name != function else ""
-
-
 def _in_module(scope: Scope) -> str:
     """`` in module Outer/Inner`` for a module's action."""
     return f" in module {scope.key.removeprefix('module:')}" if scope.key != "main" else ""
@@ -987,9 +1006,11 @@ def _meta_dict(entries: Iterable[MetaEntry]) -> dict[str, Any]:
     return {entry.key: plain_value(entry.value) for entry in entries}
 
 
-def _call(function: str, args: Iterable[tuple[str, str]]) -> str:
+def _call(function: str, args: Iterable[tuple[str, str]], exploded: bool = False) -> str:
+    """``function(args)``; ``exploded`` adds the trailing comma that has black put one
+    argument on each line."""
     rendered = [f"{name}={code}" if name else code for name, code in args]
-    return f"{function}({', '.join(rendered)})"
+    return f"{function}({', '.join(rendered)}{',' if exploded else ''})"
 
 
 def _tuple_code(items: Iterable[str]) -> str:
@@ -1033,6 +1054,24 @@ def _method_code(method: Method) -> str:
     )
 
 
+def _unwrapped(text: str) -> str:
+    """A condition without the parentheses around all of it (``if (…)`` in the script); the
+    stuck error puts them back."""
+    if not (text.startswith("(") and text.endswith(")")):
+        return text
+    depth, quote = 0, ""
+    for index, ch in enumerate(text):
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "\"'":
+            quote = ch
+        else:
+            depth += {"(": 1, ")": -1}.get(ch, 0)
+            if depth == 0 and index < len(text) - 1:
+                return text  # `(a) or (b)`: the first pair closes early
+    return text[1:-1].strip()
+
+
 def _reads(expr: Expr, actors: frozenset[str]) -> tuple[str, ...]:
     """The FEM paths a condition reads, as written (``x``, ``hp.@x``, ``@x.type``), once each;
     before an attribute of an actor variable, the variable itself (``@x``: whose ``hp``)."""
@@ -1040,7 +1079,7 @@ def _reads(expr: Expr, actors: frozenset[str]) -> tuple[str, ...]:
     for ref in expr.reads:
         if ref.attr is not None and ref.name not in actors:
             seen.setdefault((ref.name, None), ref.name)
-        seen.setdefault((ref.name, ref.attr), _written(expr, ref))
+        seen.setdefault((ref.name, ref.attr), "".join(_written(expr, ref).split()))
     return tuple(seen.values())
 
 

@@ -128,6 +128,9 @@ def _opening(
     statements: list[Statement] = list(code.body(name))
     edges = graph.edges.get(name, ())
     if not graph.is_body and name in TERMINALS:
+        step = statements[-1] if statements else None
+        if isinstance(step, str) and step.startswith("await ctx.step("):
+            return [*statements[:-1], f"return {step}"], edges, True  # step returns the node
         return [*statements, f"return {name!r}"], edges, True
     if not edges:
         return [*statements, "return None"], edges, True
@@ -270,9 +273,7 @@ class _Structurer:
                 raise _Unstructured(name)
         if name in self.headers and all(loop.header != name for loop in loops):
             loop = self.loop_of(name)
-            body = self.node(name, None, (*loops, loop))
-            if body and body[-1] == "continue":
-                body.pop()  # the end of the loop's body goes round again anyway
+            body = _without_final_continue(self.node(name, None, (*loops, loop)))
             statements: list[Statement] = [Block("while True:", body)]
             if loop.exit is not None:
                 statements += self.sequence(loop.exit, stop, loops)
@@ -308,6 +309,17 @@ class _Structurer:
         if after is not None:
             statements += self.sequence(after, stop, loops)
         return statements
+
+
+def _without_final_continue(body: list[Statement]) -> list[Statement]:
+    """A loop's body without the ``continue`` that ends it, or ends the ``else`` of the
+    ``if`` that ends it: the end of the body goes round again anyway."""
+    last = body[-1] if body else None
+    if last == "continue":
+        return body[:-1]
+    if isinstance(last, If) and last.orelse:
+        return [*body[:-1], If(last.arms, _without_final_continue(last.orelse))]
+    return body
 
 
 def _branch(
@@ -456,10 +468,20 @@ def render(statements: Sequence[Statement], depth: int = 1) -> list[str]:
                 lines += [pad + line for line in before]
                 lines.append(f"{pad}{'elif' if index else 'if'} {condition}:")
                 lines += _body(body, depth + 1)
-            if statement.orelse is not None:
-                lines.append(pad + "else:")
-                lines += _body(statement.orelse, depth + 1)
+            if all(_jumps(body) for _, _, body in statement.arms):
+                lines += render(statement.orelse or [], depth)  # no `else` after a jump
+                continue
+            orelse = render(statement.orelse or [], depth + 1)
+            if not all(line.lstrip().startswith("#") for line in orelse):
+                lines.append(pad + "else:")  # an else doing nothing is left out
+                lines += orelse
     return lines
+
+
+def _jumps(statements: Sequence[Statement]) -> bool:
+    """Whether ``statements`` end in a jump (what follows them never runs after them)."""
+    last = statements[-1] if statements else None
+    return isinstance(last, str) and last.startswith(("return", "raise", "continue", "break"))
 
 
 def _body(statements: Sequence[Statement], depth: int) -> list[str]:

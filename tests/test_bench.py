@@ -8,7 +8,17 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCHMARKS = ("frontend", "build", "signals", "context", "mock_calls", "steps", "width", "batch")
+BENCHMARKS = (
+    "frontend",
+    "build",
+    "shape",
+    "signals",
+    "context",
+    "mock_calls",
+    "steps",
+    "width",
+    "batch",
+)
 
 
 def test_every_benchmark_runs_in_quick_mode() -> None:

@@ -14,6 +14,7 @@ import black
 import jinja2
 import pytest
 
+from bench.bench_shape import EXAMPLES, MAIN_FLOW_TARGET, TARGET, measure
 from fems2py import __version__
 from fems2py.build import BLACK_MODE, build_source
 from fems2py.codegen import Namer, environment, py, python_name, python_of
@@ -202,7 +203,7 @@ def test_exclusive_conditions_are_if_elif_and_a_label_loop_is_a_while(tmp_path: 
     assert "    while True:\n" in body
     assert '        if ctx["score"] > 5:\n' in body
     assert '        elif ctx["score"] <= 2:\n            continue\n' in body
-    assert '            raise ctx.stuck("A")\n' in body
+    assert '        raise ctx.stuck("A")\n' in body  # after the arms, all of which jump
     assert "fork" not in body and "match" not in body
 
 
@@ -316,3 +317,11 @@ def test_a_ladder_of_forks_too_deep_to_nest_becomes_a_flat_dispatch(tmp_path: Pa
     script.write_text("\n".join(lines) + "\n", encoding="utf-8")
     text = build_source(script)
     assert "while node is not None" in text and '        if node == "N199":\n' in text
+
+
+def test_werewolf_is_at_most_two_and_a_half_module_lines_per_code_line() -> None:
+    """Issue #12's size targets (``python -m bench shape`` prints every example's figure)."""
+    shape = measure(EXAMPLES / "werewolf" / "werewolf.fems")
+    assert shape.code_lines == 249  # the count the issue measured 4.4 against
+    assert shape.ratio <= TARGET
+    assert shape.main_flow_lines <= MAIN_FLOW_TARGET

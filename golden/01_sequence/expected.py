@@ -47,8 +47,7 @@ async def main_flow(ctx: fr.Context) -> str | None:
     await ctx.step("START")
     await ctx.step("greet", greet)
     await ctx.step("reply", reply)
-    await ctx.step("END")
-    return "END"
+    return await ctx.step("END")
 
 
 # What a "flow stuck" error lists (§12.3): per flow and node, each condition and what it reads.
@@ -66,11 +65,8 @@ PROGRAM = fr.Program(
     lines=LINES,
     conditions=CONDITIONS,
 )
-
-
 run = PROGRAM.run  # run(model=…, db=…, …): the options of the command line (--help)
 run_async = PROGRAM.run_async  # the same, inside a running event loop
-
 
 if __name__ == "__main__":
     raise SystemExit(PROGRAM.main())

@@ -57,8 +57,7 @@ async def main_flow(ctx: fr.Context) -> str | None:
     await ctx.loop("for", "@speaker", ctx["alive"], main_flow_for_speaker_in_alive)
     await ctx.step("count_round", count_round)
     await ctx.step("wrap_up", wrap_up)
-    await ctx.step("END")
-    return "END"
+    return await ctx.step("END")
 
 
 async def main_flow_for_speaker_in_alive(ctx: fr.Context) -> None:
@@ -71,7 +70,7 @@ async def main_flow_for_speaker_in_alive(ctx: fr.Context) -> None:
 # What a "flow stuck" error lists (§12.3): per flow and node, each condition and what it reads.
 CONDITIONS: fr.ConditionTable = {}
 # The input.fems line of each line above: "M=L" means from module line M on (fr.LineTable).
-LINES = "29=10 37=14 45=18 46=19 49=21 50=22 53=24 54=25 56=26 58=29 64=26 65=27 67=28"
+LINES = "29=10 37=14 45=18 46=19 49=21 50=22 53=24 54=25 56=26 58=29 63=26 64=27 66=28"
 
 
 PROGRAM = fr.Program(
@@ -83,11 +82,8 @@ PROGRAM = fr.Program(
     lines=LINES,
     conditions=CONDITIONS,
 )
-
-
 run = PROGRAM.run  # run(model=…, db=…, …): the options of the command line (--help)
 run_async = PROGRAM.run_async  # the same, inside a running event loop
-
 
 if __name__ == "__main__":
     raise SystemExit(PROGRAM.main())

@@ -34,7 +34,7 @@ async def vote(ctx: fr.Context) -> None:
         "@voter",
         prompt="Vote for someone among {voters}.",
         scope=("@voter",),
-        outs=(fr.OutSpec("@VOTE", type="actor", caption="your vote"),),
+        outs=fr.OutSpec("@VOTE", type="actor", caption="your vote"),
     )
 
 
@@ -48,8 +48,7 @@ async def main_flow(ctx: fr.Context) -> str | None:
     await ctx.step("P")
     await ctx.step("par_voter")
     await ctx.loop("par", "@voter", ctx["voters"], main_flow_par_voter_in_voters)
-    await ctx.step("END")
-    return "END"
+    return await ctx.step("END")
 
 
 async def main_flow_par_voter_in_voters(ctx: fr.Context) -> None:
@@ -60,7 +59,7 @@ async def main_flow_par_voter_in_voters(ctx: fr.Context) -> None:
 # What a "flow stuck" error lists (§12.3): per flow and node, each condition and what it reads.
 CONDITIONS: fr.ConditionTable = {}
 # The input.fems line of each line above: "M=L" means from module line M on (fr.LineTable).
-LINES = "32=13 41=18 42=19 43=20 46=22 47=23 49=24 51=26 55=24 56=25"
+LINES = "32=13 41=18 42=19 43=20 46=22 47=23 49=24 51=26 54=24 55=25"
 
 
 PROGRAM = fr.Program(
@@ -72,11 +71,8 @@ PROGRAM = fr.Program(
     lines=LINES,
     conditions=CONDITIONS,
 )
-
-
 run = PROGRAM.run  # run(model=…, db=…, …): the options of the command line (--help)
 run_async = PROGRAM.run_async  # the same, inside a running event loop
-
 
 if __name__ == "__main__":
     raise SystemExit(PROGRAM.main())

@@ -32,43 +32,43 @@ async def main_flow(ctx: fr.Context) -> str | None:
     await ctx.step("&Outer")
     if not await ctx.call(Outer, "outer"):
         return None
-    await ctx.step("END")
-    return "END"
+    return await ctx.step("END")
 
 
-# action note @assign in module Outer
 async def Outer_note(ctx: fr.Context) -> None:
     ctx.assign("log", "+=", ctx["x"])
 
 
-@fr.module("Outer", params=("x",))
+@fr.module(
+    "Outer",
+    params=("x",),
+)
 async def Outer(ctx: fr.Context) -> str | None:
     await ctx.step("IN")
     await ctx.step("note", Outer_note)
     await ctx.step("&Inner")
     if not await ctx.call(Outer_Inner):
         return None
-    await ctx.step("OUT")
-    return "OUT"
+    return await ctx.step("OUT")
 
 
-# action note @assign in module Outer/Inner
 async def Outer_Inner_note(ctx: fr.Context) -> None:
     ctx.assign("log", "+=", "inner")
 
 
-@fr.module("Inner")
+@fr.module(
+    "Inner",
+)
 async def Outer_Inner(ctx: fr.Context) -> str | None:
     await ctx.step("IN")
     await ctx.step("note", Outer_Inner_note)
-    await ctx.step("OUT")
-    return "OUT"
+    return await ctx.step("OUT")
 
 
 # What a "flow stuck" error lists (§12.3): per flow and node, each condition and what it reads.
 CONDITIONS: fr.ConditionTable = {}
 # The input.fems line of each line above: "M=L" means from module line M on (fr.LineTable).
-LINES = "25=5 26=6 29=19 30=20 39=9 41=10 44=8 46=17 55=12 57=13 60=11 62=15"
+LINES = "25=5 26=6 29=19 30=20 38=9 39=10 42=8 47=17 55=12 56=13 59=11 63=15"
 
 
 PROGRAM = fr.Program(
@@ -80,11 +80,8 @@ PROGRAM = fr.Program(
     lines=LINES,
     conditions=CONDITIONS,
 )
-
-
 run = PROGRAM.run  # run(model=…, db=…, …): the options of the command line (--help)
 run_async = PROGRAM.run_async  # the same, inside a running event loop
-
 
 if __name__ == "__main__":
     raise SystemExit(PROGRAM.main())

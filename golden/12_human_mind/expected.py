@@ -34,7 +34,7 @@ async def ask_player(ctx: fr.Context) -> None:
         role="@Wolf",
         prompt="You are the wolf. Who do you eat?",
         scope=("@Max",),
-        outs=(fr.OutSpec("answer", type="dropdown", choices=tuple(ctx["players"])),),
+        outs=fr.OutSpec("answer", type="dropdown", choices=tuple(ctx["players"])),
     )
 
 
@@ -50,8 +50,7 @@ async def main_flow(ctx: fr.Context) -> str | None:
     await ctx.step("START")
     await ctx.step("ask_player", ask_player)
     await ctx.step("speak", speak)
-    await ctx.step("END")
-    return "END"
+    return await ctx.step("END")
 
 
 # What a "flow stuck" error lists (§12.3): per flow and node, each condition and what it reads.
@@ -69,11 +68,8 @@ PROGRAM = fr.Program(
     lines=LINES,
     conditions=CONDITIONS,
 )
-
-
 run = PROGRAM.run  # run(model=…, db=…, …): the options of the command line (--help)
 run_async = PROGRAM.run_async  # the same, inside a running event loop
-
 
 if __name__ == "__main__":
     raise SystemExit(PROGRAM.main())

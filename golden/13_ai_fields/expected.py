@@ -87,7 +87,7 @@ async def choose_again(ctx: fr.Context) -> None:
         "@w",
         prompt="Again.",
         scope=("{alive}",),
-        outs=(fr.OutSpec("pick", type="enum", choices=("@w", "@v")),),
+        outs=fr.OutSpec("pick", type="enum", choices=("@w", "@v")),
         fallback=lambda: ctx.call(Backup),
         interrupt=fr.InterruptSpec("human_except", actors=("@god",)),
     )
@@ -97,22 +97,22 @@ async def main_flow(ctx: fr.Context) -> str | None:
     await ctx.step("START")
     await ctx.step("choose", choose)
     await ctx.step("choose_again", choose_again)
-    await ctx.step("END")
-    return "END"
+    return await ctx.step("END")
 
 
-@fr.module("Backup")
+@fr.module(
+    "Backup",
+)
 async def Backup(ctx: fr.Context) -> str | None:
     await ctx.step("IN")
     await ctx.step("pick_auto", pick_auto)
-    await ctx.step("OUT")
-    return "OUT"
+    return await ctx.step("OUT")
 
 
 # What a "flow stuck" error lists (§12.3): per flow and node, each condition and what it reads.
 CONDITIONS: fr.ConditionTable = {}
 # The input.fems line of each line above: "M=L" means from module line M on (fr.LineTable).
-LINES = "60=35 61=36 64=42 70=46 80=53 85=56 96=63 97=64 104=38 106=40"
+LINES = "60=35 61=36 64=42 70=46 80=53 85=56 96=63 97=64 103=38 107=40"
 
 
 PROGRAM = fr.Program(
@@ -125,11 +125,8 @@ PROGRAM = fr.Program(
     lines=LINES,
     conditions=CONDITIONS,
 )
-
-
 run = PROGRAM.run  # run(model=…, db=…, …): the options of the command line (--help)
 run_async = PROGRAM.run_async  # the same, inside a running event loop
-
 
 if __name__ == "__main__":
     raise SystemExit(PROGRAM.main())

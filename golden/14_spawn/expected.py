@@ -38,7 +38,7 @@ async def work(ctx: fr.Context) -> None:
     await ctx.ai(
         "@coder",
         prompt="Write the code.",
-        outs=(fr.OutSpec("done", key="@coder", type="bool"),),
+        outs=fr.OutSpec("done", key="@coder", type="bool"),
     )
 
 
@@ -48,8 +48,7 @@ async def main_flow(ctx: fr.Context) -> str | None:
     await ctx.step("P")
     await ctx.step("par_coder")
     await ctx.loop("par", "@coder", ctx["team"], main_flow_par_coder_in_team)
-    await ctx.step("END")
-    return "END"
+    return await ctx.step("END")
 
 
 async def main_flow_par_coder_in_team(ctx: fr.Context) -> None:
@@ -59,7 +58,7 @@ async def main_flow_par_coder_in_team(ctx: fr.Context) -> None:
 # What a "flow stuck" error lists (§12.3): per flow and node, each condition and what it reads.
 CONDITIONS: fr.ConditionTable = {}
 # The input.fems line of each line above: "M=L" means from module line M on (fr.LineTable).
-LINES = "28=13 32=14 37=17 45=21 46=22 49=23 51=25 55=23 56=24"
+LINES = "28=13 32=14 37=17 45=21 46=22 49=23 51=25 54=23 55=24"
 
 
 PROGRAM = fr.Program(
@@ -72,11 +71,8 @@ PROGRAM = fr.Program(
     lines=LINES,
     conditions=CONDITIONS,
 )
-
-
 run = PROGRAM.run  # run(model=…, db=…, …): the options of the command line (--help)
 run_async = PROGRAM.run_async  # the same, inside a running event loop
-
 
 if __name__ == "__main__":
     raise SystemExit(PROGRAM.main())

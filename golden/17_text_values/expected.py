@@ -56,8 +56,7 @@ async def main_flow(ctx: fr.Context) -> str | None:
     await ctx.step("START")
     await ctx.step("tell", tell)
     await ctx.step("read", read)
-    await ctx.step("END")
-    return "END"
+    return await ctx.step("END")
 
 
 # What a "flow stuck" error lists (§12.3): per flow and node, each condition and what it reads.
@@ -75,11 +74,8 @@ PROGRAM = fr.Program(
     lines=LINES,
     conditions=CONDITIONS,
 )
-
-
 run = PROGRAM.run  # run(model=…, db=…, …): the options of the command line (--help)
 run_async = PROGRAM.run_async  # the same, inside a running event loop
-
 
 if __name__ == "__main__":
     raise SystemExit(PROGRAM.main())

@@ -46,14 +46,12 @@ async def kill(ctx: fr.Context) -> None:
     await ctx.human(
         "@wolf",
         prompt="Who goes tonight?",
-        outs=(
-            fr.OutSpec(
-                "wolf_pick",
-                key="@wolf",
-                type="dropdown",
-                choices=tuple(ctx["alive"]),
-                caption="tonight's victim",
-            ),
+        outs=fr.OutSpec(
+            "wolf_pick",
+            key="@wolf",
+            type="dropdown",
+            choices=tuple(ctx["alive"]),
+            caption="tonight's victim",
         ),
     )
 
@@ -73,8 +71,7 @@ async def main_flow(ctx: fr.Context) -> str | None:
     await ctx.loop("for", "i", range(2), main_flow_for_i)
     await ctx.step("for_wolf")
     await ctx.loop("for", "@wolf", [ctx["@you"]], main_flow_for_wolf)
-    await ctx.step("END")
-    return "END"
+    return await ctx.step("END")
 
 
 async def main_flow_for_i(ctx: fr.Context) -> None:
@@ -89,7 +86,7 @@ async def main_flow_for_wolf(ctx: fr.Context) -> None:
 # What a "flow stuck" error lists (§12.3): per flow and node, each condition and what it reads.
 CONDITIONS: fr.ConditionTable = {}
 # The input.fems line of each line above: "M=L" means from module line M on (fr.LineTable).
-LINES = "32=14 36=16 45=18 49=20 61=22 62=23 63=24 64=25 65=26 66=27 67=28 70=30 71=31 74=33 76=35 80=31 81=32 85=33 86=34"
+LINES = "32=14 36=16 45=18 49=20 59=22 60=23 61=24 62=25 63=26 64=27 65=28 68=30 69=31 72=33 74=35 77=31 78=32 82=33 83=34"
 
 
 PROGRAM = fr.Program(
@@ -101,11 +98,8 @@ PROGRAM = fr.Program(
     lines=LINES,
     conditions=CONDITIONS,
 )
-
-
 run = PROGRAM.run  # run(model=…, db=…, …): the options of the command line (--help)
 run_async = PROGRAM.run_async  # the same, inside a running event loop
-
 
 if __name__ == "__main__":
     raise SystemExit(PROGRAM.main())

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from fems_runtime import funcs
 from fems_runtime.flow import (
-    Conditions,
+    ConditionTable,
     Context,
     FlowFunction,
     FuncSpec,
@@ -205,7 +205,7 @@ class Program:
         methods: Sequence[MethodSpec] = (),
         module_file: str,
         lines: str = "",
-        conditions: Mapping[str, Mapping[str, Conditions]] | None = None,
+        conditions: ConditionTable | None = None,
     ) -> None:
         self.script = script
         self.actors = tuple(actors)
@@ -216,7 +216,7 @@ class Program:
         self.module_file = module_file
         self.project_dir: str | None = None  # set by `fems2py run`: the script's directory
         self.lines = LineTable(lines, module_file)
-        self.conditions: Mapping[str, Mapping[str, Conditions]] = conditions or {}
+        self.conditions: ConditionTable = conditions or {}
 
     def run(self, **options: Any) -> RunResult:
         """Run to the end (see :meth:`run_async` for the options)."""

@@ -53,10 +53,11 @@ class DispatchFunction(Protocol):
 ActionFunction = Callable[["Context"], Awaitable[None]]
 _Flow = TypeVar("_Flow", bound=Callable[..., Awaitable[str | None]])
 
-#: What a "flow stuck" error lists for one node: each condition as written and what it reads.
-Conditions = Sequence[tuple[str, Sequence[str]]]
-#: A generated module's ``CONDITIONS``: flow function → node → its conditions.
-ConditionTable = Mapping[str, Mapping[str, Conditions]]
+#: What a "flow stuck" error lists for one node: each condition as written and what it reads
+#: (the paths one string apart, as generated modules write them, or a sequence).
+Conditions = Sequence[tuple[str, str | Sequence[str]]]
+#: A generated module's ``CONDITIONS``: (flow function, node) → its conditions.
+ConditionTable = Mapping[tuple[str, str], Conditions]
 
 
 def eq(left: object, right: object) -> bool:
@@ -68,6 +69,16 @@ def eq(left: object, right: object) -> bool:
 def ne(left: object, right: object) -> bool:
     """``left != right`` (see :func:`eq`)."""
     return left != right
+
+
+def _outs(outs: Any) -> tuple[OutSpec, ...] | None:
+    """An action's outs as generated: a tuple of ``OutSpec``s and plain names, or one
+    ``OutSpec`` (``outs=fr.OutSpec(…)``, without the one-item tuple around it)."""
+    if outs is None:
+        return None
+    if isinstance(outs, OutSpec):
+        return (outs,)
+    return tuple(OutSpec.of(out) for out in outs)
 
 
 def lines(*parts: str) -> str:
@@ -138,7 +149,7 @@ class RunServices(Protocol):
     file: str
     trace: TraceWriter
     lines: LineTable
-    conditions: Mapping[str, Mapping[str, Conditions]]
+    conditions: ConditionTable
 
     def code(self, alias: str) -> Any: ...
 
@@ -288,8 +299,7 @@ class Context:
         """An ``@func(code.function)`` action: the author's Python in a worker thread (§9.7,
         §9.8); ``fields`` as :class:`FuncSpec`'s."""
         action, line = self._action(fields.pop("action", ""), sys._getframe(1))
-        outs = fields.pop("outs", None)
-        outs = None if outs is None else tuple(OutSpec.of(out) for out in outs)
+        outs = _outs(fields.pop("outs", None))
         spec = FuncSpec(code, function, action=action, line=line, outs=outs, **fields)
         return await self.services.func(self, spec)
 
@@ -303,7 +313,7 @@ class Context:
         action, line = self._action(fields.pop("action", ""), caller)
         scope = _scope_items(tuple(fields.pop("scope", ())))
         if fields.get("outs") is not None:
-            fields["outs"] = tuple(OutSpec.of(out) for out in fields["outs"])
+            fields["outs"] = _outs(fields["outs"])
         spec = TurnSpec(executor, kind=kind, action=action, line=line, scope=scope, **fields)
         return await self.services.turn(self, spec)
 
@@ -315,9 +325,10 @@ class Context:
 
     # ------------------------------------------------------------------ flow
 
-    async def step(self, node: str, action: ActionFunction | None = None) -> None:
+    async def step(self, node: str, action: ActionFunction | None = None) -> str:
         """Count one execution of ``node`` (§12.10), remember where this branch is, and run
-        the node's ``action`` if it has one."""
+        the node's ``action`` if it has one. Returns ``node``: a flow ends with
+        ``return await ctx.step("END")``."""
         services, steps = self.services, self.steps
         line = services.lines.at(sys._getframe(1))
         self.node, self.line = node, line
@@ -330,15 +341,17 @@ class Context:
             await asyncio.sleep(0)
         if action is not None:
             await action(self)
+        return node
 
     def stuck(self, node: str) -> RunError:
         """The "flow stuck" error (§12.3) at the line of the node's first condition: every
         condition and the values it read (from the module's ``CONDITIONS`` table)."""
         caller = sys._getframe(1)
-        conditions = self.services.conditions.get(caller.f_code.co_name, {}).get(node, ())
+        conditions = self.services.conditions.get((caller.f_code.co_name, node), ())
         parts = []
         for text, reads in conditions:
-            values = ", ".join(f"{path} = {self._show(path)}" for path in reads)
+            paths = reads.split() if isinstance(reads, str) else reads
+            values = ", ".join(f"{path} = {self._show(path)}" for path in paths)
             shown = text if text.startswith("(") and text.endswith(")") else f"({text})"
             parts.append(f"  if {shown}" + (f"  where {values}" if values else ""))
         message = f"flow stuck after [{node}]: no out-edge condition holds\n" + "\n".join(parts)
