@@ -52,8 +52,7 @@ async def main_flow(
             continue
         if node == "M":
             await ctx.step("M", merge)
-            await ctx.step("END")
-            return "END"
+            return await ctx.step("END")
         if node == "set_b":
             await ctx.step("set_b", set_b)
             node = "M"
@@ -65,7 +64,7 @@ async def main_flow(
 # What a "flow stuck" error lists (§12.3): per flow and node, each condition and what it reads.
 CONDITIONS: fr.ConditionTable = {}
 # The input.fems line of each line above: "M=L" means from module line M on (fr.LineTable).
-LINES = "27=7 28=8 31=10 32=11 35=13 36=14 39=16 44=17 50=19 54=21 58=20"
+LINES = "27=7 28=8 31=10 32=11 35=13 36=14 39=16 44=17 50=19 54=21 57=20"
 
 
 PROGRAM = fr.Program(
@@ -77,11 +76,8 @@ PROGRAM = fr.Program(
     lines=LINES,
     conditions=CONDITIONS,
 )
-
-
 run = PROGRAM.run  # run(model=…, db=…, …): the options of the command line (--help)
 run_async = PROGRAM.run_async  # the same, inside a running event loop
-
 
 if __name__ == "__main__":
     raise SystemExit(PROGRAM.main())

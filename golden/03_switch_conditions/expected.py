@@ -66,22 +66,19 @@ async def main_flow(
                 raise ctx.stuck("High")
             continue
         if node == "END":
-            await ctx.step("END")
-            return "END"
+            return await ctx.step("END")
         raise ctx.unknown_node(node)
     return node
 
 
 # What a "flow stuck" error lists (§12.3): per flow and node, each condition and what it reads.
 CONDITIONS: fr.ConditionTable = {
-    "main_flow": {
-        "Check": [
-            ("(score < 5 and @Eve.type == ai)", ["score", "@Eve.type"]),
-            ("(score >= 5 or hp.@Eve <= 0)", ["score", "hp.@Eve"]),
-            ("(rules.is_over(score) == true)", ["score"]),
-        ],
-        "High": [("(done == true)", ["done"])],
-    },
+    ("main_flow", "Check"): [
+        ("score < 5 and @Eve.type == ai", "score @Eve.type"),
+        ("score >= 5 or hp.@Eve <= 0", "score hp.@Eve"),
+        ("rules.is_over(score) == true", "score"),
+    ],
+    ("main_flow", "High"): [("done == true", "done")],
 }
 # The input.fems line of each line above: "M=L" means from module line M on (fr.LineTable).
 LINES = "28=14 29=15 32=17 33=18 36=20 41=21 47=24 49=25 51=26 54=24 62=25 63=28 69=26"
@@ -96,11 +93,8 @@ PROGRAM = fr.Program(
     lines=LINES,
     conditions=CONDITIONS,
 )
-
-
 run = PROGRAM.run  # run(model=…, db=…, …): the options of the command line (--help)
 run_async = PROGRAM.run_async  # the same, inside a running event loop
-
 
 if __name__ == "__main__":
     raise SystemExit(PROGRAM.main())

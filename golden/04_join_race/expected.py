@@ -53,8 +53,7 @@ async def main_flow(
         if node == "join":
             await ctx.step("join")
             await ctx.step("Next")
-            await ctx.step("END")
-            return "END"
+            return await ctx.step("END")
         raise ctx.unknown_node(node)
     return node
 
@@ -74,11 +73,8 @@ PROGRAM = fr.Program(
     lines=LINES,
     conditions=CONDITIONS,
 )
-
-
 run = PROGRAM.run  # run(model=…, db=…, …): the options of the command line (--help)
 run_async = PROGRAM.run_async  # the same, inside a running event loop
-
 
 if __name__ == "__main__":
     raise SystemExit(PROGRAM.main())

@@ -29,7 +29,7 @@ async def curie_comments(ctx: fr.Context) -> None:
     await ctx.ai(
         "@Curie",
         prompt="Comment in one sentence.",
-        outs=(fr.OutSpec("comments", key="@Curie", type="string", caption="comment"),),
+        outs=fr.OutSpec("comments", key="@Curie", type="string", caption="comment"),
     )
 
 
@@ -37,7 +37,7 @@ async def darwin_comments(ctx: fr.Context) -> None:
     await ctx.ai(
         "@Darwin",
         prompt="Comment in one sentence.",
-        outs=(fr.OutSpec("comments", key="@Darwin", type="string", caption="comment"),),
+        outs=fr.OutSpec("comments", key="@Darwin", type="string", caption="comment"),
     )
 
 
@@ -62,8 +62,7 @@ async def main_flow(
         if node == "join":
             await ctx.step("join")
             await ctx.step("Close")
-            await ctx.step("END")
-            return "END"
+            return await ctx.step("END")
         raise ctx.unknown_node(node)
     return node
 
@@ -83,11 +82,8 @@ PROGRAM = fr.Program(
     lines=LINES,
     conditions=CONDITIONS,
 )
-
-
 run = PROGRAM.run  # run(model=…, db=…, …): the options of the command line (--help)
 run_async = PROGRAM.run_async  # the same, inside a running event loop
-
 
 if __name__ == "__main__":
     raise SystemExit(PROGRAM.main())

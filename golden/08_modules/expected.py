@@ -38,44 +38,39 @@ async def main_flow(ctx: fr.Context) -> str | None:
             continue
         elif ctx["day"] >= 10:
             await ctx.step("finish", finish)
-            await ctx.step("END")
-            return "END"
-        else:
-            raise ctx.stuck("Again")
+            return await ctx.step("END")
+        raise ctx.stuck("Again")
 
 
-# action tick @assign in module Day
 async def Day_tick(ctx: fr.Context) -> None:
     ctx.assign("day", "+=", ctx["n"])
     ctx.assign("seen", "+=", 1)
 
 
-@fr.module("Day", params=("n",), variables={"seen": 0}, meta={"max_steps": 20})
+@fr.module(
+    "Day",
+    params=("n",),
+    variables={"seen": 0},
+    meta={"max_steps": 20},
+)
 async def Day(ctx: fr.Context) -> str | None:
     await ctx.step("IN")
     await ctx.step("tick", Day_tick)
     await ctx.step("Check")
     if ctx["day"] > 3:
-        await ctx.step("BREAK")
-        return "BREAK"
+        return await ctx.step("BREAK")
     elif ctx["day"] <= 3:
-        await ctx.step("OUT")
-        return "OUT"
-    else:
-        raise ctx.stuck("Check")
+        return await ctx.step("OUT")
+    raise ctx.stuck("Check")
 
 
 # What a "flow stuck" error lists (§12.3): per flow and node, each condition and what it reads.
 CONDITIONS: fr.ConditionTable = {
-    "main_flow": {
-        "Again": [("(day < 10)", ["day"]), ("(day >= 10)", ["day"])],
-    },
-    "Day": {
-        "Check": [("(day > 3)", ["day"]), ("(day <= 3)", ["day"])],
-    },
+    ("main_flow", "Again"): [("day < 10", "day"), ("day >= 10", "day")],
+    ("Day", "Check"): [("day > 3", "day"), ("day <= 3", "day")],
 }
 # The input.fems line of each line above: "M=L" means from module line M on (fr.LineTable).
-LINES = "26=19 27=20 30=22 31=23 37=24 39=25 44=24 47=11 49=12 50=13 53=6 55=15 58=16 61=17 65=16"
+LINES = "26=19 27=20 30=22 31=23 37=24 39=25 42=24 45=11 46=12 47=13 50=6 57=15 60=16 62=17 64=16"
 
 
 PROGRAM = fr.Program(
@@ -87,11 +82,8 @@ PROGRAM = fr.Program(
     lines=LINES,
     conditions=CONDITIONS,
 )
-
-
 run = PROGRAM.run  # run(model=…, db=…, …): the options of the command line (--help)
 run_async = PROGRAM.run_async  # the same, inside a running event loop
-
 
 if __name__ == "__main__":
     raise SystemExit(PROGRAM.main())

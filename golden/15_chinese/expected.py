@@ -47,20 +47,16 @@ async def main_flow(ctx: fr.Context) -> str | None:
         if ctx["计数"] < 3:
             continue
         elif ctx["计数"] >= 3:
-            await ctx.step("END")
-            return "END"
-        else:
-            raise ctx.stuck("B")
+            return await ctx.step("END")
+        raise ctx.stuck("B")
 
 
 # What a "flow stuck" error lists (§12.3): per flow and node, each condition and what it reads.
 CONDITIONS: fr.ConditionTable = {
-    "main_flow": {
-        "B": [("(计数 < 3)", ["计数"]), ("(计数 >= 3)", ["计数"])],
-    },
+    ("main_flow", "B"): [("计数 < 3", "计数"), ("计数 >= 3", "计数")],
 }
 # The input.fems line of each line above: "M=L" means from module line M on (fr.LineTable).
-LINES = "29=13 37=17 38=18 41=20 42=21 47=22 49=23 53=22"
+LINES = "29=13 37=17 38=18 41=20 42=21 47=22 49=23 51=22"
 
 
 PROGRAM = fr.Program(
@@ -72,11 +68,8 @@ PROGRAM = fr.Program(
     lines=LINES,
     conditions=CONDITIONS,
 )
-
-
 run = PROGRAM.run  # run(model=…, db=…, …): the options of the command line (--help)
 run_async = PROGRAM.run_async  # the same, inside a running event loop
-
 
 if __name__ == "__main__":
     raise SystemExit(PROGRAM.main())

@@ -39,29 +39,24 @@ async def main_flow(ctx: fr.Context) -> str | None:
             continue
         elif ctx["tries"] >= 3:
             break
-        else:
-            raise ctx.stuck("L")
+        raise ctx.stuck("L")
     while True:
         await ctx.step("T", talk)
         await ctx.step("U")
         if ctx["talks"] < 2:
             continue
         elif ctx["talks"] >= 2:
-            await ctx.step("END")
-            return "END"
-        else:
-            raise ctx.stuck("U")
+            return await ctx.step("END")
+        raise ctx.stuck("U")
 
 
 # What a "flow stuck" error lists (§12.3): per flow and node, each condition and what it reads.
 CONDITIONS: fr.ConditionTable = {
-    "main_flow": {
-        "L": [("(tries < 3)", ["tries"]), ("(tries >= 3)", ["tries"])],
-        "U": [("(talks < 2)", ["talks"]), ("(talks >= 2)", ["talks"])],
-    },
+    ("main_flow", "L"): [("tries < 3", "tries"), ("tries >= 3", "tries")],
+    ("main_flow", "U"): [("talks < 2", "talks"), ("talks >= 2", "talks")],
 }
 # The input.fems line of each line above: "M=L" means from module line M on (fr.LineTable).
-LINES = "26=6 27=7 30=9 31=10 34=12 35=13 40=14 43=13 45=15 49=16 53=15"
+LINES = "26=6 27=7 30=9 31=10 34=12 35=13 40=14 42=13 44=15 48=16 50=15"
 
 
 PROGRAM = fr.Program(
@@ -73,11 +68,8 @@ PROGRAM = fr.Program(
     lines=LINES,
     conditions=CONDITIONS,
 )
-
-
 run = PROGRAM.run  # run(model=…, db=…, …): the options of the command line (--help)
 run_async = PROGRAM.run_async  # the same, inside a running event loop
-
 
 if __name__ == "__main__":
     raise SystemExit(PROGRAM.main())
