@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import resource
 import time
 from pathlib import Path
 from tempfile import TemporaryDirectory
@@ -22,7 +23,7 @@ from fems2py.batch.runner import BatchOptions, run_batch
 from fems2py.build import build_cached
 
 WEREWOLF = Path(__file__).resolve().parent.parent / "examples" / "werewolf"
-SESSIONS = 4 if quick() else 24
+SESSIONS = 4 if quick() else 200
 
 
 def worker_counts() -> list[int]:
@@ -30,8 +31,18 @@ def worker_counts() -> list[int]:
     return [1, 2] if quick() else sorted({1, 2, max(4, os.cpu_count() or 1)})
 
 
-def sessions_per_second(workers: int, folder: Path) -> float:
-    """The rate of one batch of :data:`SESSIONS` werewolf games on ``workers`` processes."""
+def cpu_seconds() -> float:
+    """CPU time of this process and its ended children (the pool's workers, once shut down)."""
+    own, children = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def sessions_per_second(workers: int, folder: Path) -> tuple[float, float]:
+    """The rate of one batch of :data:`SESSIONS` werewolf games on ``workers`` processes, and
+    the CPU milliseconds it spent per session (workers and the batch itself)."""
     options = BatchOptions(
         script=WEREWOLF / "werewolf.fems",
         runs=SESSIONS,
@@ -45,12 +56,12 @@ def sessions_per_second(workers: int, folder: Path) -> float:
     )
     module = build_cached(options.script).output
     with contextlib.redirect_stderr(io.StringIO()):
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), cpu_seconds()
         status = run_batch(options, module)
-        elapsed = time.perf_counter() - started
+        elapsed, cpu = time.perf_counter() - started, cpu_seconds() - cpu
     if status != 0:
         raise RuntimeError(f"the batch on {workers} workers ended with status {status}")
-    return SESSIONS / elapsed
+    return SESSIONS / elapsed, cpu / SESSIONS * 1000
 
 
 def main() -> list[Figure]:
@@ -58,11 +69,12 @@ def main() -> list[Figure]:
     rates: dict[int, float] = {}
     with TemporaryDirectory() as folder:
         for workers in worker_counts():
-            rates[workers] = sessions_per_second(workers, Path(folder))
+            rates[workers], cpu_ms = sessions_per_second(workers, Path(folder))
             scaling = rates[workers] / rates[1]
             print(
                 f"   {SESSIONS} werewolf sessions on {workers} worker(s): "
-                f"{rates[workers]:.2f} sessions/s ({scaling:.2f}× one worker)"
+                f"{rates[workers]:.2f} sessions/s ({scaling:.2f}× one worker), "
+                f"{cpu_ms:.0f} ms CPU per session"
             )
             figures.append(
                 Figure(
