@@ -179,3 +179,28 @@ def test_a_worker_without_the_build_runs_the_shipped_module(tmp_path: Path) -> N
     assert Path(module.__file__).parent.name == f"fems2py-batch-{bundle.digest[:16]}"
     result = module.run(model="fems/mock", seed=2, db=str(tmp_path / "far.db"))
     assert result.status == "completed" and result.variables["winner"] in ("Ann", "Bob")
+
+
+def test_failed_sessions_are_resumed_by_the_next_invocation(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Scripted replies that run out fail every session (exit 1, the error in its row); with
+    enough replies, the same batch resumes them from their records and completes them."""
+    script = coin_script(tmp_path, rounds=2)
+    short, full = tmp_path / "short.json", tmp_path / "full.json"
+    short.write_text(json.dumps({"toss": ["heads"], "answer": ["ok"]}), encoding="utf-8")
+    replies = {"toss": ["heads", "tails"], "answer": ["ok", "ok"], "decide": ["Ann"]}
+    full.write_text(json.dumps(replies), encoding="utf-8")
+    db = str(tmp_path / "f.db")
+    args = ["--runs", "3", "--workers", "2", "--db", db, "--batch", "scripted"]
+    status, err = batch(capsys, script, *args, "--replies", str(short), "--collect", "winner")
+    assert status == 1, err
+    rows = json.loads((tmp_path / "out" / "results.json").read_text(encoding="utf-8"))["rows"]
+    assert [row["status"] for row in rows] == ["failed"] * 3
+    assert all("coin.fems:" in row["error"] for row in rows)
+
+    status, err = batch(capsys, script, *args, "--replies", str(full), "--collect", "winner")
+    assert status == 0, err
+    runs = tagged_sessions(db)
+    assert {run["status"] for run in runs} == {"completed"} and session_count(db) == 3
+    assert all(run["result"]["resumed"] and run["result"]["model_calls"] == 5 for run in runs)
