@@ -65,7 +65,9 @@ def _fresh(arguments: list[str]) -> float:
     """Wall time of a fresh Python process running ``arguments``."""
     environment = {**os.environ, "PYTHONPATH": str(ROOT)}
     started = time.perf_counter()
-    subprocess.run([sys.executable, *arguments], check=True, env=environment, cwd=ROOT)
+    subprocess.run(
+        [sys.executable, *arguments], check=True, env=environment, cwd=ROOT, capture_output=True
+    )
     return time.perf_counter() - started
 
 
