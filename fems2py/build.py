@@ -28,7 +28,7 @@ from fems2py import __version__
 from fems2py.cache import cache_root
 from fems2py.codegen import PART_SEPARATOR, generate_parts, split_parts
 from fems2py.diagnostics import Diagnostic
-from fems2py.frontend import analyze_file
+from fems2py.frontend import analyze_file, gc_paused
 from fems2py.nodes import Script, StringValue
 from fems2py.sources import read_regular
 from fems2py.visitor import NodeVisitor
@@ -238,7 +238,8 @@ def _compile(
         )
         for alias, file in code_files.items()
     }
-    parts = generate_parts(checked, path.name, sha, code_paths=code_paths)
+    with gc_paused():
+        parts = generate_parts(checked, path.name, sha, code_paths=code_paths)
     raw = PART_SEPARATOR.join(parts.texts)
     try:
         compile(raw, f"<generated from {path.name}>", "exec")
@@ -298,7 +299,8 @@ def _black_parts(parts: Sequence[str], mode: black.Mode) -> list[str]:
     parts one to one, each part is formatted on its own."""
     if len(parts) < 2:
         return [_black_once(part, mode) for part in parts]
-    pieces = split_parts(_black_once(PART_SEPARATOR.join(parts), mode))
+    with gc_paused():
+        pieces = split_parts(_black_once(PART_SEPARATOR.join(parts), mode))
     if len(pieces) == len(parts):
         return pieces
     return [_black_once(part, mode) for part in parts]
