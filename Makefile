@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-postgres lint golden bench demo clean
+.PHONY: install system-packages test test-postgres lint golden bench demo clean
 
 $(STAMP): pyproject.toml runtime/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,11 +14,15 @@ $(STAMP): pyproject.toml runtime/pyproject.toml
 
 install: $(STAMP)
 
-test: $(STAMP)
+# PostgreSQL's server programs and Chromium, which the tests start (apt-get when missing).
+system-packages:
+	bash .ci/system-packages
+
+test: $(STAMP) system-packages
 	$(BIN)/pytest
 
-# The storage suite again on a throwaway PostgreSQL server (needs initdb/pg_ctl; CI has them).
-test-postgres: $(STAMP)
+# The storage suite again on a throwaway PostgreSQL server.
+test-postgres: $(STAMP) system-packages
 	$(BIN)/pytest tests_postgres
 
 lint: $(STAMP)
