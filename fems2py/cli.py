@@ -12,10 +12,13 @@ import dataclasses
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fems2py import __version__
 from fems2py.diagnostics import CompileError, Diagnostic
+
+if TYPE_CHECKING:
+    from fems2py.build import BuildResult
 
 EXIT_OK, EXIT_ERRORS, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 STRICT_HELP = (
@@ -193,17 +196,13 @@ def _batch(args: argparse.Namespace) -> int:
 
     from fems2py.batch.plan import UsageError
     from fems2py.batch.runner import BatchOptions, run_batch
-    from fems2py.build import build_cached
 
     if args.workers is not None and args.workers < 1:
         print("fems2py batch: error: --workers must be at least 1", file=sys.stderr)
         return EXIT_USAGE
-    try:
-        built = build_cached(args.file, root=args.root)
-    except CompileError as error:
-        _print_compile_error(error, args.file)
+    built = _build_to_run(args.file, args.root)
+    if built is None:
         return EXIT_ERRORS
-    _print_diagnostics(built.warnings, args.file, _source_or_none(args.file))
     names = [field.name for field in dataclasses.fields(BatchOptions) if field.name != "script"]
     options = BatchOptions(script=args.file, **{name: getattr(args, name) for name in names})
     try:
@@ -261,15 +260,26 @@ def _build(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _run(args: argparse.Namespace) -> int:
-    from fems2py.build import build_cached, run_module
+def _build_to_run(file: Path, root: Path | None) -> BuildResult | None:
+    """The cached build of ``file`` for ``run`` and ``batch``, its warnings printed (on every
+    run, a reused build's too); None, the errors printed, when it does not build."""
+    from fems2py.build import build_cached
 
     try:
-        built = build_cached(args.file, root=args.root)
+        built = build_cached(file, root=root)
     except CompileError as error:
-        _print_compile_error(error, args.file)
+        _print_compile_error(error, file)
+        return None
+    _print_diagnostics(built.warnings, file, _source_or_none(file))
+    return built
+
+
+def _run(args: argparse.Namespace) -> int:
+    from fems2py.build import run_module
+
+    built = _build_to_run(args.file, args.root)
+    if built is None:
         return EXIT_ERRORS
-    _print_diagnostics(built.warnings, args.file, _source_or_none(args.file))
     module_args = list(args.module_args)
     if args.root is not None:  # the same folder bounds the run's tools (§15.5)
         module_args += ["--root", str(args.root)]
