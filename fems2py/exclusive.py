@@ -50,6 +50,11 @@ def exactly_one(conditions: Sequence[Expr]) -> bool:
     return _check(tuple(condition.python for condition in conditions), exhaustive=True)
 
 
+def forget_proofs() -> None:
+    """Drop the proofs this process keeps (see :func:`_check`)."""
+    _check.cache_clear()
+
+
 @functools.lru_cache(maxsize=4096)
 def _check(conditions: tuple[str, ...], *, exhaustive: bool) -> bool:
     """The proof, on the conditions' Python alone: kept per process, so a rebuild after an
