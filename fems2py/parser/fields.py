@@ -87,10 +87,7 @@ class FieldsParser(ActorsParser):
                 if not self.lines[sub].blank:
                     tokens += self.tokens(sub)
             sub = end
-        while bracket_depth(tokens) > 0 and sub < end:
-            if not self.lines[sub].blank:
-                tokens += self.tokens(sub)
-            sub += 1
+        sub = self.continue_open_brackets(tokens, sub, end)
         if sub < end:
             self.no_body(sub - 1, end, f"'{what}:'")
         if not tokens:

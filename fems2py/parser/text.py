@@ -287,14 +287,23 @@ class TextParser(ParserBase):
         if rest in ("|",) or rest.startswith("file") or not rest:
             return self.parse_text_value(index, col, end, what)
         tokens = self.tokens(index, start=col)
-        sub = index + 1
-        while bracket_depth(tokens) > 0 and sub < end:
-            if not self.lines[sub].blank:
-                tokens += self.tokens(sub)
-            sub += 1
+        sub = self.continue_open_brackets(tokens, index + 1, end)
         if sub < end:
             self.no_body(sub - 1, end, f"'{what}'")
         return self.parse_value(tokens, owner=owner)
+
+    def continue_open_brackets(self, tokens: list[Token], sub: int, end: int) -> int:
+        """Append to ``tokens`` the lines from ``sub`` on while a bracket of them stays open
+        (a value continued on the following lines); return the first line not taken. The
+        depth is counted per line added, not again over all the tokens."""
+        depth = bracket_depth(tokens)
+        while depth > 0 and sub < end:
+            if not self.lines[sub].blank:
+                more = self.tokens(sub)
+                tokens += more
+                depth += bracket_depth(more)
+            sub += 1
+        return sub
 
     def parse_value(self, tokens: list[Token], owner: bool = False) -> Value:
         """A whole value from its tokens; anything that is not a literal is bare text."""
