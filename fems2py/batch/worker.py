@@ -88,14 +88,13 @@ class SettingError(Exception):
 def initial_values(program: Program, sets: Mapping[str, str]) -> dict[str, Any]:
     """The script variables ``--set NAME=VALUE`` replaces: each value read like a ``vars:``
     literal (§4.2), ``@name`` being one of the script's actors."""
-    from difflib import get_close_matches
-
     actors = {spec.name for spec in program.actors}
     values: dict[str, Any] = {}
     for name, text in sets.items():
         if name not in program.variables:
-            close = get_close_matches(name, sorted(program.variables), n=1, cutoff=0.6)
-            hint = f"did you mean '{close[0]}'?" if close else "--set takes a variable of vars:"
+            from fems2py.diagnostics import suggest
+
+            hint = suggest(name, program.variables) or "--set takes a variable of vars:"
             raise SettingError(f"--set {name}: the script has no variable {name!r}", hint)
         try:
             values[name] = parse_literal(text, actors)
