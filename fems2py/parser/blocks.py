@@ -18,7 +18,6 @@ from fems2py.nodes import ActionBlock, Module, Script, Span
 from fems2py.parser.actions import ActionsParser
 from fems2py.parser.base import Abort, Definitions
 from fems2py.parser.flows import is_flow_line
-from fems2py.parser.text import closing_bracket, split_commas
 
 TOP_LEVEL_BLOCKS = (
     "meta",
@@ -171,10 +170,8 @@ class Parser(ActionsParser):
         pos = 2
         params: list[str] = []
         if pos < len(tokens) and tokens[pos].text == "(":
-            close = closing_bracket(tokens, pos)
-            if close < 0:
-                self.fail("'(' is never closed", self.tok_span(tokens[pos]))
-            for piece in split_commas(tokens[pos + 1 : close]):
+            pieces, close = self.bracketed(tokens, pos)
+            for piece in pieces:
                 if len(piece) != 1 or piece[0].kind not in ("name", "actor"):
                     at = piece[0] if piece else tokens[pos]
                     self.fail("module parameters are names", self.tok_span(at))

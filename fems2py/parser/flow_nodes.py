@@ -10,7 +10,6 @@ from fems2py.nodes import Binding, Edge, Expr, FlowNode, Graph, Loop, ModuleCall
 from fems2py.parser.base import Abort, Declaration, ParserBase
 from fems2py.parser.definitions import RESERVED
 from fems2py.parser.fields import FieldsParser
-from fems2py.parser.text import closing_bracket, split_commas
 
 RESERVED_NODE_NAMES = frozenset({"START", "END", "IN", "OUT", "BREAK"})
 
@@ -240,10 +239,8 @@ class FlowNodesParser(FieldsParser):
         pos += 2
         args: list[Expr] = []
         if pos < len(tokens) and tokens[pos].text == "(":
-            close = closing_bracket(tokens, pos)
-            if close < 0:
-                self.fail("'(' is never closed", self.tok_span(tokens[pos]))
-            for piece in split_commas(tokens[pos + 1 : close]):
+            pieces, close = self.bracketed(tokens, pos)
+            for piece in pieces:
                 if not piece:
                     self.fail("empty module argument", self.tok_span(tokens[pos]))
                 expr = self.expression(piece, value=True)

@@ -359,17 +359,22 @@ class TextParser(ParserBase):
             return NullValue(span)
         return StringValue(token.text, "bare", span)
 
+    def bracketed(self, tokens: list[Token], pos: int) -> tuple[list[list[Token]], int]:
+        """The comma-separated pieces inside the bracket opened at ``tokens[pos]`` and the index
+        of the bracket closing it; an error when it is never closed."""
+        close = closing_bracket(tokens, pos)
+        if close < 0:
+            self.fail(f"'{tokens[pos].text}' is never closed", self.tok_span(tokens[pos]))
+        return split_commas(tokens[pos + 1 : close]), close
+
     def parse_literal(
         self, tokens: list[Token], pos: int, owner: bool = False
     ) -> tuple[Value, int]:
         """A list or dict literal at ``tokens[pos]``; returns it and the position after it."""
         opener = tokens[pos]
-        close = closing_bracket(tokens, pos)
-        if close < 0:
-            self.fail(f"'{opener.text}' is never closed", self.tok_span(opener))
+        pieces, close = self.bracketed(tokens, pos)
         items: list[Value] = []
         pairs: list[tuple[Value, Value]] = []
-        pieces = split_commas(tokens[pos + 1 : close])
         if len(pieces) > 1 and not pieces[-1]:
             pieces.pop()  # a trailing comma, as in Python
         for piece in pieces:
