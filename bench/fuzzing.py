@@ -365,13 +365,15 @@ class Runner:
     """One generated module of :data:`SCRIPT`, built once, run with scripted replies."""
 
     def __init__(self, folder: Path) -> None:
+        from bench.modules import import_path
         from fems2py.build import build_file
 
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "tools.py").write_text(TOOLS, encoding="utf-8")
         (folder / "fuzz.fems").write_text(SCRIPT, encoding="utf-8")
         self.folder = folder
-        self.module = _load(build_file(folder / "fuzz.fems", folder / "fuzz.py").output)
+        built = build_file(folder / "fuzz.fems", folder / "fuzz.py").output
+        self.module = import_path(built, f"fuzz_{folder.name}")
         self.check_run(["fine"])  # the first run imports the database layer: not a case
 
     def check_run(self, replies: list[str]) -> str:
@@ -384,16 +386,6 @@ class Runner:
         written = json.loads(result.read_text(encoding="utf-8"))
         assert written["status"] in ("completed", "failed")
         return str(written["status"])
-
-
-def _load(path: Path) -> Any:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(f"fuzz_{path.parent.name}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def script_folder() -> Path:

@@ -15,7 +15,12 @@ def load_module(folder: Path, name: str, source: str) -> ModuleType:
     script.write_text(source, encoding="utf-8")
     module_path = folder / f"{name}.py"
     module_path.write_text(build_source(script), encoding="utf-8")
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", module_path)
+    return import_path(module_path, f"bench_{name}")
+
+
+def import_path(module_path: Path, name: str) -> ModuleType:
+    """Import the module at ``module_path`` under ``name`` (it is not on ``sys.path``)."""
+    spec = importlib.util.spec_from_file_location(name, module_path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
