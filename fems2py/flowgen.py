@@ -478,10 +478,14 @@ def render(statements: Sequence[Statement], depth: int = 1) -> list[str]:
     return lines
 
 
+#: The first word of a simple statement after which the next one never runs.
+_JUMP_WORDS = ("return", "raise", "continue", "break")
+
+
 def _jumps(statements: Sequence[Statement]) -> bool:
     """Whether ``statements`` end in a jump (what follows them never runs after them)."""
     last = statements[-1] if statements else None
-    return isinstance(last, str) and last.startswith(("return", "raise", "continue", "break"))
+    return isinstance(last, str) and last.startswith(_JUMP_WORDS)
 
 
 def _body(statements: Sequence[Statement], depth: int) -> list[str]:
@@ -518,7 +522,7 @@ def falls_off(statements: Sequence[Statement]) -> bool:
         return True
     last = statements[-1]
     if isinstance(last, str):
-        return not last.startswith(("return", "raise", "continue", "break"))
+        return not last.startswith(_JUMP_WORDS)
     if isinstance(last, Block):
         return last.header != "while True:" or _breaks(last.body)
     arms = [body for _, _, body in last.arms]
