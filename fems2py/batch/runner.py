@@ -336,12 +336,11 @@ def make_executor(options: BatchOptions, spec: BatchSpec, workers: int) -> Execu
         raise UsageError(
             "--ray needs Ray, which is not installed", "pip install 'fems2py[ray]'"
         ) from None
-    sqlite = spec.db.startswith("sqlite")
     executor = RayExecutor(spec, workers, options.ray)
-    if sqlite and executor.machines() > 1:
+    if spec.db.startswith("sqlite") and (machines := executor.machines()) > 1:
         executor.close()
         raise UsageError(
-            f"the running Ray cluster has {executor.machines()} machines: they cannot share "
+            f"the running Ray cluster has {machines} machines: they cannot share "
             f"the SQLite file {spec.db}",
             "give --db a PostgreSQL URL every machine reaches",
         )
