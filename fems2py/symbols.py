@@ -24,6 +24,7 @@ from typing import Literal
 from fems2py.expressions import ALLOWED_CALLS
 from fems2py.kinds import FIELD_NAMES
 from fems2py.lexer import SourceLine, Token, split_lines, tokenize
+from fems2py.parser.text import closing_bracket, split_commas
 
 SymbolKind = Literal["action", "module", "variable", "actor", "node", "code", "function", "method"]
 
@@ -558,29 +559,12 @@ def _precedes(tokens: list[Token], i: int, text: str) -> bool:
 
 
 def _closing(tokens: list[Token], i: int) -> int:
-    """The index of the bracket closing ``tokens[i]`` (or the last token)."""
-    depth = 0
-    for j in range(i, len(tokens)):
-        if tokens[j].text in "([{" and tokens[j].kind == "op":
-            depth += 1
-        elif tokens[j].text in ")]}" and tokens[j].kind == "op":
-            depth -= 1
-            if depth == 0:
-                return j
-    return len(tokens) - 1
+    """The index of the bracket closing ``tokens[i]`` (or the last token: the line may be
+    half typed)."""
+    close = closing_bracket(tokens, i)
+    return close if close >= 0 else len(tokens) - 1
 
 
 def _items(tokens: list[Token]) -> list[list[Token]]:
-    """Comma-separated items at bracket depth 0."""
-    items: list[list[Token]] = [[]]
-    depth = 0
-    for token in tokens:
-        if token.kind == "op" and token.text in "([{":
-            depth += 1
-        elif token.kind == "op" and token.text in ")]}":
-            depth -= 1
-        if token.text == "," and depth == 0:
-            items.append([])
-        else:
-            items[-1].append(token)
-    return [item for item in items if item]
+    """Comma-separated items at bracket depth 0, empty ones left out."""
+    return [item for item in split_commas(tokens) if item]
