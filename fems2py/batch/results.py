@@ -142,12 +142,11 @@ def write_results(
     path: Path, batch: str, rows: list[dict[str, Any]], summary: dict[str, Any]
 ) -> None:
     """``.csv``: the table; ``.json``: the batch id, the table and the summary."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    from fems2py.build import write_atomic
+
     if path.suffix.lower() == ".csv":
         text = csv_text(rows)
     else:
         data = {"batch": batch, "rows": rows, "summary": summary}
         text = json.dumps(data, ensure_ascii=False, indent=2) + "\n"
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(text, encoding="utf-8")
-    temporary.replace(path)
+    write_atomic(path, text)
