@@ -199,9 +199,10 @@ class TurnServices:
         meta = dict(script.meta)
         if replies is not None and model is None:
             model = "fems/script"
+        project_dirs = _project_dirs(program, base_dir)
         try:
             models = ModelClient.for_project(
-                *_project_dirs(program, base_dir),
+                *project_dirs,
                 meta_model=_text(meta.get("model")) or None,
                 run_model=model,
                 max_concurrency=int(meta.get("max_concurrency", 8)),
@@ -230,9 +231,7 @@ class TurnServices:
             human=_human_provider(human, seed or 0),
             code=code,
             log=log,
-            toolbox=Toolbox(
-                root if root is not None else _project_dirs(program, base_dir)[0], code
-            ),
+            toolbox=Toolbox(root if root is not None else project_dirs[0], code),
             all_tools=_script_tools(variables),
             max_tool_rounds=int(meta.get("max_tool_rounds", DEFAULT_MAX_TOOL_ROUNDS)),
         )
