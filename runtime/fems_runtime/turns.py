@@ -774,10 +774,9 @@ class _Calls:
                     return str(record["result"]["reply"]), bool(record["result"].get("interrupted"))
                 rounds += 1
                 continue
-            call = await self._live_call(offline)
+            call, reply = await self._live_call(offline)
             result.calls += 1
             if call is None or not call.tool_calls:
-                reply = INTERRUPTED if call is None else valid_text(call.text)
                 self._save_reply(reply, call, attempt)
                 return reply, call is None
             if rounds >= limit:
@@ -801,7 +800,9 @@ class _Calls:
             ]
             self.added += _tool_messages(str(done.get("text", "")), outcomes)
 
-    async def _live_call(self, offline: OfflineTurn) -> CallResult | None:
+    async def _live_call(self, offline: OfflineTurn) -> tuple[CallResult | None, str]:
+        """One model call and its reply text as traced and stored (None and
+        ``[Interrupted]`` when `interrupt:` cut it)."""
         services, ctx, spec = self.services, self.ctx, self.spec
         if self.opening is None:  # earlier calls were replayed: rebuild what was sent
             before = self.first.get("before") if self.first is not None else None
@@ -815,7 +816,7 @@ class _Calls:
         _trace_call(
             services, ctx, spec, self.room, self.choice, messages, reply, call, offline.attempt
         )
-        return call
+        return call, reply
 
     async def _run_tools(self, call: CallResult, rounds: int, attempt: int) -> None:
         """Run the calls of one reply in order, store them with their results, and add them
