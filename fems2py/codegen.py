@@ -776,12 +776,14 @@ class _FlowEmitter:
             statements = flowgen.without_tail_returns(statements)
             if statements[-2:-1] and statements[-1] == "    return None":
                 # a module call ending the body: its caller's branch ends there either way
-                statements[-2:] = [str(statements[-2]).replace("if not await", "await")[:-1]]
+                call = str(statements[-2])  # "if not await ctx.call(…):"
+                statements[-2:] = ["await " + call.removeprefix("if not await ").removesuffix(":")]
         elif structured and flowgen.falls_off(statements):
             statements.append("return None")
         lines = flowgen.render(statements)
         if returns == "None":
-            lines = [line.replace("return None", "return") for line in lines]
+            # whole statements only: a condition may hold the words in a string
+            lines = [_BARE_RETURN.sub(r"\1return", line) for line in lines]
         if all(line.lstrip().startswith("#") for line in lines):
             lines.append("    pass")
         return not structured, returns, lines
@@ -855,6 +857,7 @@ _NUMBERED_MARKER = re.compile(rf"# {MARK}(\d+)")
 _MARKER_LINE = re.compile(rf"^[ \t]*# {MARK}[ \t]*$")
 LINES_PLACEHOLDER = 'LINES = ""\n'
 _ENDS = re.compile(r"^\s*return (await ctx\.step\()?['\"]")
+_BARE_RETURN = re.compile(r"^(\s*)return None$")
 
 
 def line_marker(line: int) -> str:

@@ -1028,3 +1028,30 @@ def test_par_branch_rule_and_write_back_in_finish_order(tmp_path: Path) -> None:
     assert values["d"] == {"1": 10, "2": 20, "3": 30}
     assert (values["count"], values["seen"]) == (3, [3, 2, 1])
     assert (values["last"], values["mine"], values["after"]) == (1, 10, 1)
+
+
+def test_a_loop_body_compares_strings_that_read_like_code_as_written(tmp_path: Path) -> None:
+    """The code generator rewrites the body's own `return None` statements to `return`;
+    a condition's string holding those words stays as the author wrote it."""
+    source = """
+        vars:
+            word = "return None"
+            names = [1, 2]
+            same = 0
+            other = 0
+
+        action count_same @assign:
+            out: same += 1
+
+        action count_other @assign:
+            out: other += 1
+
+        mainflow:
+            [START] -> [P]
+            [P] -> for i in names:
+                -> if (word == "return None") -> count_same ->
+                -> if (word != "return None") -> count_other ->
+            -> [END]
+    """
+    result, _ = run_script(tmp_path, source)
+    assert (result.variables["same"], result.variables["other"]) == (2, 0)
