@@ -124,7 +124,7 @@ class TraceWriter:
 
     def write(self, event: str, **fields: Any) -> None:
         """Write ``{"event": event, **fields}`` as one line; actors become ``"@name"``."""
-        if self._stream is None and not self._listeners:
+        if not self.active:
             return
         record = {"event": event, **to_json(fields)}
         for listener in self._listeners:
