@@ -66,11 +66,6 @@ ACTION_KINDS: dict[str, ActionKind] = {
 }
 
 
-def executor_kinds() -> frozenset[str]:
-    """The kinds that run as an executor's turn (the runtime's ``TURN_KINDS``)."""
-    return frozenset(name for name, kind in ACTION_KINDS.items() if kind.has_executor)
-
-
 def kinds_with(field: str) -> list[str]:
     """The kinds that accept ``field``, in the table's order."""
     return [name for name, kind in ACTION_KINDS.items() if field in kind.fields]

@@ -153,6 +153,20 @@ def test_human_answers_file_keyed_by_out_label(tmp_path: Path) -> None:
     assert result.variables["d"] == {"7": 9}
 
 
+def test_an_answers_file_value_that_does_not_fit_is_a_run_error(tmp_path: Path) -> None:
+    """§10.8: a terminal asks again; a file cannot, so the run stops naming action, out and
+    value (a model's bad signal is only a warning)."""
+    answers = tmp_path / "answers.json"
+    vars_ = {"wolf_pick.@wolf": "@Nobody", "d[i]": 9}
+    answers.write_text(json.dumps({"kill": [{"text": "ok", "vars": vars_}]}), encoding="utf-8")
+    with pytest.raises(fr.RunError) as raised:
+        run_script(tmp_path, HUMAN, human=str(answers))
+    assert raised.value.line == 9  # the action's line
+    assert raised.value.message.startswith(
+        f"action kill: {answers} answers out wolf_pick.@wolf with @Nobody, which does not fit: "
+    )
+
+
 def test_a_func_out_whose_key_variable_is_null_is_a_located_run_error(tmp_path: Path) -> None:
     """``out: e[k]`` with ``k = null`` would otherwise replace the whole dict ``e``."""
     source = """

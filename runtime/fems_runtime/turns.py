@@ -61,6 +61,7 @@ from fems_runtime.offline import OfflineTurn, named_actors, offline_out
 from fems_runtime.prompts import render
 from fems_runtime.records import RunError, TraceWriter, TurnLog
 from fems_runtime.signals import (
+    Rejected,
     SignalOutcome,
     aapply_signals,
     apply_values,
@@ -1284,6 +1285,8 @@ async def _human_turn(
     )
     services.inputs.notify(str(room.executor))
     outcome = apply_values(answer.vars, frame, spec.outs)
+    if outcome.rejected and isinstance(services.human, AnswersFileHuman):
+        raise _unfit_answer(services, spec, services.human.origin, outcome.rejected[0])
     verdict = await _validate(services, frame, spec, prompt, answer.text, outcome)
     _set_variable(frame, outcome)
     if verdict.problems:
@@ -1292,4 +1295,18 @@ async def _human_turn(
         reply=answer.text,
         assigned={_label(a.target, a.key): a.value for a in outcome.applied},
         rejected=outcome.SET_VARIABLE,
+    )
+
+
+def _unfit_answer(
+    services: TurnServices, spec: TurnSpec, origin: str, rejected: Rejected
+) -> RunError:
+    """An answers file's value that does not fit its out (§10.8): a run error, not the lenient
+    warning a model's signal gets, since a file cannot be asked again."""
+    out, _, value = rejected.raw.partition(" = ")
+    return RunError(
+        f"action {spec.action}: {origin} answers out {out} with {value}, which does not fit: "
+        f"{rejected.reason}; correct the answer in {origin}",
+        services.file,
+        spec.line,
     )
