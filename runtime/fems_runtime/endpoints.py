@@ -303,8 +303,12 @@ def import_openai(*, with_aiohttp: bool = False) -> ModuleType:
     The SDK imports aiohttp whenever it is installed (litellm depends on it), for a transport
     used only when asked for; that costs ~11 MB and ~0.4 s of every run's start. The import is
     hidden while the SDK loads (the SDK handles its absence), then unhidden for litellm.
+    `openai.types` (the models of every OpenAI API, which requests posted as JSON never use)
+    loads only the modules the client imports: its package ``__init__``s, which only
+    re-export, run when one of their names is first asked for (`deferred_inits`).
     """
-    return import_large("openai", hide=() if with_aiohttp else ("aiohttp",))
+    hide = () if with_aiohttp else ("aiohttp",)
+    return import_large("openai", hide=hide, defer=("openai.types",))
 
 
 class OpenAIClients:
