@@ -67,7 +67,6 @@ _TAKEN = ALLOWED_CALLS | frozenset(
         "tuple",
         "__file__",
         "__name__",
-        "annotations",
         "fr",
         "ctx",
         "node",
@@ -147,8 +146,6 @@ class ScriptView:
     """The whole module."""
 
     file: str
-    compiler: str
-    docstring: str
     script_info_code: str
     actors_code: tuple[str, ...]
     blueprints_code: tuple[str, ...]
@@ -223,6 +220,13 @@ def plain_value(value: Value) -> Any:
 
 def _hashable(value: Any) -> Any:
     return tuple(value) if isinstance(value, list) else value
+
+
+def docstring_text(text: str) -> str:
+    """Text safe inside a one-line triple-quoted docstring, whose value it stays: backslashes
+    and quotes escaped (no closing quotes can form), line breaks and other unsafe characters
+    written as escapes (see :func:`comment_text`)."""
+    return comment_text(text.replace("\\", "\\\\").replace('"', '\\"'))
 
 
 def comment_text(text: str) -> str:
@@ -335,9 +339,6 @@ class CodeGenerator:
             )
         self.emit_modules(root, script.modules)
         meta = _meta_dict(script.meta)
-        title = meta.get("name")
-        source = comment_text(self.file)
-        heading = f"{title}, compiled from {source}." if title else f"Compiled from {source}."
         info_args = [
             ("file", py(self.file)),
             ("sha256", py(self.sha256)),
@@ -357,8 +358,6 @@ class CodeGenerator:
         )
         return ScriptView(
             file=self.file,
-            compiler=__version__,
-            docstring=docstring(heading, indent=""),
             script_info_code=_call("fr.ScriptInfo", info_args),
             actors_code=tuple(_actor_code(actor) for actor in script.actors),
             blueprints_code=blueprints,
@@ -1125,6 +1124,7 @@ def environment() -> jinja2.Environment:
     )
     env.filters["py"] = py
     env.filters["comment"] = comment_text
+    env.filters["docstring_text"] = docstring_text
     return env
 
 

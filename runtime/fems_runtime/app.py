@@ -65,14 +65,19 @@ def _major_minor(version: str) -> str:
 
 @dataclass(frozen=True)
 class ScriptInfo:
-    """The compiled script's identity and settings: file name, source hash, ``meta:``, and the
-    ``code:`` files as paths relative to the generated module."""
+    """The compiled script's identity and settings: file name, source hash, the fems2py version
+    that compiled it, ``meta:``, and the ``code:`` files as paths relative to the generated
+    module. Made first thing in a generated module, it checks that this runtime can run it
+    (:func:`require_runtime`), so importing a module built for another runtime fails at once."""
 
     file: str
     sha256: str
     compiler: str
     meta: Mapping[str, Any] = field(default_factory=dict)
     code: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        require_runtime(self.compiler)
 
 
 @dataclass
