@@ -15,7 +15,6 @@ import os
 import random
 import re
 import sys
-import tomllib
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -115,9 +114,13 @@ def load_model_map(path: str | Path) -> dict[str, str | dict[str, Any]]:
     """The `[models]` table of a `fems.toml` (empty when the file or the table is absent)."""
     try:
         with open(path, "rb") as fh:
-            data = tomllib.load(fh)
+            text = fh.read().decode()
     except FileNotFoundError:
         return {}
+    import tomllib  # only for a project that has the file: ~6 ms of every start otherwise
+
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise RunError(f"{path}: invalid TOML: {exc}") from None
     models = data.get("models", {})
@@ -164,6 +167,8 @@ class ModelClient:
         self._rng = random.Random(seed)
         self._openai = OpenAIClients(width=max(1, int(max_concurrency)))
         self.prices: PriceTable = PRICES
+        self._choices: dict[tuple[str | None, str | None], ModelChoice] = {}
+        self._routes: dict[int, tuple[ModelChoice, OpenAIRoute | None]] = {}
 
     @classmethod
     def for_project(
@@ -188,7 +193,16 @@ class ModelClient:
         **Decision:** an offline model chosen for the run (`--model fems/mock`, `--model
         fems/script`, `--replies`, or `FEMS_MODEL`) replaces every model of the script, so any
         script, whatever its actors' sources, can be tried and tested without a network.
+        Each (action model, source) pair is resolved once per client, that is once per run:
+        the model map and the environment are read when a pair is first called for.
         """
+        key = (action_model, source)
+        choice = self._choices.get(key)
+        if choice is None:
+            choice = self._choices[key] = self._resolve(action_model, source)
+        return choice
+
+    def _resolve(self, action_model: str | None, source: str | None) -> ModelChoice:
         if self.run_model in OFFLINE_MODELS:
             return ModelChoice(self.run_model, {}, "run")
         for rung, name in (
@@ -268,12 +282,7 @@ class ModelClient:
     ) -> CallResult:
         """Send the request until it succeeds, a non-transient error ends it, or the retry
         budget (counted from the first attempt) runs out (§15.4)."""
-        route = openai_route(choice.model, choice.options, self.environ)
-        if route is not None and (variable := missing_key(choice.model, route)):
-            raise RunError(
-                f"model {choice.model} has no API key: set {variable} (a .env file next to the "
-                "script or in the working directory is read too)"
-            )
+        route = self._route(choice)
         timeout = float(choice.options.get("timeout") or self.timeout)
         loop = asyncio.get_running_loop()
         deadline: float | None = None  # set when the first attempt starts, not while queued
@@ -303,6 +312,23 @@ class ModelClient:
                         f"({self.retry.budget:g} s retry budget): {error}"
                     ) from None
                 await asyncio.sleep(wait)
+
+    def _route(self, choice: ModelChoice) -> OpenAIRoute | None:
+        """The `openai` SDK route of ``choice`` (None: litellm's), worked out once per choice
+        (`resolve` hands out the same choice for the same call site); a missing key is a run
+        error."""
+        known = self._routes.get(id(choice))
+        if known is not None and known[0] is choice:
+            route = known[1]
+        else:
+            route = openai_route(choice.model, choice.options, self.environ)
+            self._routes[id(choice)] = (choice, route)
+        if route is not None and (variable := missing_key(choice.model, route)):
+            raise RunError(
+                f"model {choice.model} has no API key: set {variable} (a .env file next to the "
+                "script or in the working directory is read too)"
+            )
+        return route
 
     async def _send(
         self,

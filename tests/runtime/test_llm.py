@@ -118,6 +118,28 @@ def test_fems_toml_table_entry_and_env_key(tmp_path: Path) -> None:
     assert client.resolve(None, "fast").model == "openai/gpt-4o-mini"
 
 
+def test_each_call_site_is_resolved_once_and_keeps_failing_without_a_key() -> None:
+    """Resolution and routing are done once per (action model, source) of a run, not per
+    call: the environment is asked once; a route without its key still fails every call."""
+
+    class CountingEnviron(dict[str, str]):
+        asked = 0
+
+        def get(self, key: str, default: object = None) -> object:  # type: ignore[override]
+            self.asked += 1
+            return super().get(key, default)
+
+    environ = CountingEnviron()
+    client = ModelClient(environ=environ, retry=RetryPolicy(base=10.0, cap=10.0))
+    first = client.resolve(None, "openai/gpt-4o-mini")
+    asked = environ.asked
+    assert client.resolve(None, "openai/gpt-4o-mini") is first
+    assert environ.asked == asked
+    for _ in range(2):
+        with pytest.raises(RunError, match="has no API key: set OPENAI_API_KEY"):
+            asyncio.run(client.complete(first, MESSAGES, TURN))
+
+
 def test_missing_api_key_env_is_a_run_error() -> None:
     client = ModelClient(model_map={"x": {"model": "openai/x", "api_key_env": "NOPE"}}, environ={})
     with pytest.raises(RunError, match="NOPE"):
