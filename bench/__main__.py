@@ -22,6 +22,7 @@ BENCHMARKS = (
     "mock_calls",
     "steps",
     "width",
+    "start",
     "fuzz",
     "batch",
 )

@@ -2,7 +2,8 @@
 
 ``par`` over 2,000 under ``fems/mock`` is the engine alone; ``par`` over 200 against a fake
 OpenAI-compatible server on 127.0.0.1 answering after 50 ms (``bench/fake_server.py``, in its
-own process) is the network path, whose floor is one round of 50 ms. Times are inside the
+own process) is the network path, whose floor is one round of 50 ms plus the SDK's own work
+(§15.1: the same requests through the SDK alone are timed too). Times are inside the
 run (``run()``), the fastest of three after a warm-up run of the same module (imports and
 first connections are start-up, measured by ``../shared/bench/compare.py`` instead), with
 the CPU time and the times the run waited (see ``bench_mock_calls``).
@@ -55,6 +56,39 @@ def _timed(module, **options) -> str:
     return f"{timing.wall:.3f} s ({timing.cpu:.3f} s CPU)"
 
 
+def _sdk_alone(width: int) -> str:
+    """The floor of the network half under §15.1: ``width`` requests at once through one
+    `AsyncOpenAI` client on the transport and pool a run of that width gets
+    (`fems_runtime.endpoints.OpenAIClients`), without the engine; timed as `_timed` does."""
+    import asyncio
+
+    from fems_runtime.endpoints import OpenAIClients, openai_route
+
+    route = openai_route("openai/fake-model", {}, os.environ)
+    assert route is not None
+
+    async def requests() -> None:
+        clients = OpenAIClients(width=width)
+        client = clients.client(route)
+        await asyncio.gather(
+            *(
+                client.post(
+                    "/chat/completions",
+                    body={"model": route.model, "messages": [{"role": "user", "content": f"{i}"}]},
+                    cast_to=object,
+                    options={"timeout": 60.0},
+                )
+                for i in range(width)
+            )
+        )
+        await clients.aclose()
+
+    asyncio.run(requests())
+    timing, _ = timed(lambda: asyncio.run(requests()), 1 if quick() else 3)
+    print(f"   ({timing.cpu:.3f} s of CPU, {timing.waits} waits)")
+    return f"{timing.wall:.3f} s ({timing.cpu:.3f} s CPU)"
+
+
 def main() -> list[Figure]:
     print(f"   ({load()})")
     with TemporaryDirectory() as folder:
@@ -78,13 +112,14 @@ def main() -> list[Figure]:
             )
             try:
                 network = _timed(module, model="openai/fake-model")
+                sdk = _sdk_alone(NETWORK_WIDTH)
             finally:
                 os.environ.clear()
                 os.environ.update(saved)
                 server.stdin.close()
         print(
             f"   par over {NETWORK_WIDTH}, {LATENCY_MS} ms per call: {network} inside the "
-            f"run (floor {LATENCY_MS / 1000:.3f} s)"
+            f"run (floor {LATENCY_MS / 1000:.3f} s); the SDK alone: {sdk}"
         )
     return [
         Figure(f"par over {MOCK_WIDTH:,}, fems/mock, inside the run", mock, "≤ 1 s"),
@@ -93,6 +128,7 @@ def main() -> list[Figure]:
             network,
             "≤ 0.25 s",
         ),
+        Figure(f"the same {NETWORK_WIDTH} requests through the SDK alone", sdk, "(floor)"),
     ]
 
 

@@ -5,19 +5,27 @@
 Prints its port on the first line of stdout, answers every ``POST …/chat/completions`` after
 DELAY_MS milliseconds (concurrent requests wait side by side) with a short reply, keeps
 connections alive like a real endpoint, and exits when its standard input closes (the
-benchmark that started it is gone).
+benchmark that started it is gone). The reply is the text of the last ``FAKE_REPLY[[…]]`` in
+the request's last message when there is one (a prompt can dictate a signal, as with
+``../shared/bench``'s server). ``GET /arrivals`` answers the arrival times (``time.time()``)
+of the completion requests since the previous ``GET /arrivals``: a benchmark measures its
+time to first request and the gaps between requests with them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
+import time
 
 REPLY = "Work unit finished."
+MARKER = re.compile(r"FAKE_REPLY\[\[(.*?)\]\]", re.S)
+ARRIVALS: list[float] = []
 
 
-def _completion(model: str) -> bytes:
+def _completion(model: str, reply: str) -> bytes:
     body = {
         "id": "chatcmpl-bench",
         "object": "chat.completion",
@@ -26,7 +34,7 @@ def _completion(model: str) -> bytes:
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": REPLY},
+                "message": {"role": "assistant", "content": reply},
                 "finish_reason": "stop",
             }
         ],
@@ -35,15 +43,27 @@ def _completion(model: str) -> bytes:
     return json.dumps(body).encode()
 
 
+def _reply(request: dict) -> str:
+    """The text the request's last message dictates with ``FAKE_REPLY[[…]]``, else `REPLY`."""
+    messages = request.get("messages") or [{}]
+    found = MARKER.findall(str(messages[-1].get("content") or ""))
+    return found[-1] if found else REPLY
+
+
 async def _serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay: float) -> None:
     try:
         while head := await reader.readuntil(b"\r\n\r\n"):
             lines = head.decode("latin-1").split("\r\n")
             headers = dict(line.split(": ", 1) for line in lines[1:] if ": " in line)
             length = int(next((v for k, v in headers.items() if k.lower() == "content-length"), 0))
-            request = json.loads(await reader.readexactly(length) or b"{}")
-            await asyncio.sleep(delay)
-            data = _completion(str(request.get("model", "fake")))
+            if lines[0].startswith("GET /arrivals"):
+                data = json.dumps(ARRIVALS).encode()
+                ARRIVALS.clear()
+            else:
+                ARRIVALS.append(time.time())
+                request = json.loads(await reader.readexactly(length) or b"{}")
+                await asyncio.sleep(delay)
+                data = _completion(str(request.get("model", "fake")), _reply(request))
             writer.write(
                 b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                 + f"Content-Length: {len(data)}\r\n\r\n".encode()

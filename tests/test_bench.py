@@ -17,6 +17,7 @@ BENCHMARKS = (
     "mock_calls",
     "steps",
     "width",
+    "start",
     "batch",
 )
 

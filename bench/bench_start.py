@@ -1,0 +1,242 @@
+"""Start-up and the network path, against their floor: the `openai` SDK alone (#13 items 1–2).
+
+Spec §15.1 sends every OpenAI-protocol call through the official SDK's async client, so the
+SDK's own costs are a floor no engine can go under. Each figure is measured twice, in fresh
+processes run in turn against ``bench/fake_server.py`` at 0 ms (its arrival times give the
+time to first request and the gaps between requests):
+
+- **fems2py**: the generated module of ``../shared/bench``'s ``par_10`` or ``chain_200`` with
+  ``--model openai/fake-model``, a SQLite file as its store;
+- **the SDK alone**: a process that imports the SDK as the runtime does (aiohttp hidden,
+  `openai.types` deferred: `fems_runtime.imports`, loaded alone), makes one `AsyncOpenAI`
+  client and posts the same number of requests, the conversation growing as a chain's does.
+
+Figures are medians over the runs, with the peak RSS of each process; FemWA's side is
+``../shared/bench/compare.py``'s. The fems2py runs also print where the time to first request
+goes: interpreter, runtime imported, store opened (SQLAlchemy imported, tables, session),
+the SDK imported and its client made, the first request on the server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from tempfile import TemporaryDirectory, TemporaryFile
+
+import fems_runtime.imports
+
+from bench import Figure, load, quick
+from fems2py.build import build_source
+
+RUNS = 1 if quick() else 5
+CHAIN = 10 if quick() else 200
+
+PAR_10 = """\
+meta:
+  name = bench-par-10
+  session = new
+vars:
+  workers = [@w0, @w1, @w2, @w3, @w4, @w5, @w6, @w7, @w8, @w9]
+  @w = ""
+actors:
+{actors}
+action work @ai(@w):
+  prompt: "You are {{@w}}. Do one unit of work. FAKE_REPLY[[Work unit finished.]]"
+  scope: [@w]
+mainflow:
+  [START] -> [A] -> par @w in workers:
+    -> [W]:work ->
+  -> [END]
+""".format(actors="\n".join(f"  ai @w{i} = soul:bench_w{i}" for i in range(10)))
+
+CHAIN_N = f"""\
+meta:
+  name = bench-chain
+  session = new
+vars:
+  n = 0
+actors:
+  ai @eve = soul:bench_eve
+action ask @ai(@eve):
+  prompt: "Step {{n}}: say something short. FAKE_REPLY[[Step done. SET VARIABLE: <<n += 1>>]]"
+  scope: [@eve]
+mainflow:
+  [A]: ask
+  [B]: ask
+  [START] -> [A] -> [B]
+  [B] -> if (n < {CHAIN}) -> [A]
+  [B] -> if (n >= {CHAIN}) -> [END]
+"""
+
+# Runs a generated module (argv[1:]) and prints, as JSON, when (time.time()) and at which peak
+# RSS (MB) it reached each phase before its first request.
+PHASES = """\
+import json, runpy, sys, time
+def peak():
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) / 1024 for line in status if line.startswith("VmHWM"))
+marks = [("interpreter started", time.time(), peak())]
+def mark(name):
+    if name not in (m[0] for m in marks):
+        marks.append((name, time.time(), peak()))
+import fems_runtime.turns as turns, fems_runtime.endpoints as endpoints
+mark("runtime imported")
+open_store, client = turns._open_store, endpoints.OpenAIClients.client
+def _open_store(*args, **kwargs):
+    found = open_store(*args, **kwargs)
+    mark("store opened")
+    return found
+def first_client(self, route):
+    made = client(self, route)
+    mark("SDK imported, client made")
+    return made
+turns._open_store, endpoints.OpenAIClients.client = _open_store, first_client
+sys.argv = sys.argv[1:]
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+finally:
+    print(json.dumps(marks))
+"""
+
+# The SDK alone: argv[1] = fems_runtime/imports.py, argv[2] = the number of requests.
+SDK_ALONE = """\
+import asyncio, importlib.util, sys
+spec = importlib.util.spec_from_file_location("fems_imports", sys.argv[1])
+imports = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(imports)
+openai = imports.import_large("openai", hide=("aiohttp",), defer=("openai.types",))
+async def main(calls):
+    client = openai.AsyncOpenAI(max_retries=0)
+    messages = [{"role": "system", "content": "You are Eve."}]
+    for n in range(calls):
+        prompt = f"Step {n}: say something short. FAKE_REPLY[[Step done. SET VARIABLE: <<n += 1>>]]"
+        messages.append({"role": "user", "content": prompt})
+        body = {"model": "fake-model", "messages": messages}
+        reply = await client.post(
+            "/chat/completions", body=body, cast_to=object, options={"timeout": 60.0}
+        )
+        messages.append({"role": "assistant", "content": reply["choices"][0]["message"]["content"]})
+    await client.close()
+asyncio.run(main(int(sys.argv[2])))
+"""
+
+
+def _arrivals(base: str) -> list[float]:
+    with urllib.request.urlopen(f"{base}/arrivals") as answer:
+        return list(json.load(answer))
+
+
+def _run(command: list[str], env: dict[str, str], base: str) -> dict[str, object]:
+    """One process: its wall time, peak RSS (MB), time to first request and mean gap between
+    requests (from the server's arrival times), and the phases it printed."""
+    _arrivals(base)  # forget earlier requests
+    with TemporaryFile() as out, TemporaryFile() as err:
+        started = time.time()
+        process = subprocess.Popen(command, env=env, stdout=out, stderr=err)
+        _, status, usage = os.wait4(process.pid, 0)  # wait4: the peak RSS of this process
+        process.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.time() - started
+        out.seek(0)
+        err.seek(0)
+        assert process.returncode == 0, err.read().decode()
+        lines = out.read().decode().strip().splitlines()
+    arrivals = _arrivals(base)
+    phases = [(name, at - started, rss) for name, at, rss in json.loads(lines[-1])] if lines else []
+    return {
+        "wall": wall,
+        "rss": usage.ru_maxrss / 1024,
+        "ttfr": arrivals[0] - started,
+        "gap": (arrivals[-1] - arrivals[0]) / max(1, len(arrivals) - 1),
+        "phases": phases,
+    }
+
+
+def _median(runs: list[dict[str, object]], key: str) -> float:
+    return statistics.median(float(run[key]) for run in runs)  # type: ignore[arg-type]
+
+
+def _phases(runs: list[dict[str, object]]) -> None:
+    """Where the time to first request goes (medians of the fems2py runs)."""
+    names = [name for name, _, _ in runs[0]["phases"]]  # type: ignore[attr-defined]
+    previous = 0.0
+    for index, name in enumerate(names):
+        at = statistics.median(run["phases"][index][1] for run in runs)  # type: ignore[index]
+        rss = statistics.median(run["phases"][index][2] for run in runs)  # type: ignore[index]
+        print(f"     {at:6.3f} s (+{at - previous:5.3f})  peak RSS {rss:5.1f} MB  {name}")
+        previous = at
+    ttfr = _median(runs, "ttfr")
+    print(f"     {ttfr:6.3f} s (+{ttfr - previous:5.3f})  first request on the server")
+
+
+def main() -> list[Figure]:
+    print(f"   ({load()}; {RUNS} runs of each, in turn)")
+    with (
+        TemporaryDirectory() as folder,
+        subprocess.Popen(
+            [sys.executable, "-m", "bench.fake_server", "0"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        ) as server,
+    ):
+        assert server.stdout is not None and server.stdin is not None
+        base = f"http://127.0.0.1:{server.stdout.readline().strip()}"
+        env = dict(os.environ, OPENAI_API_KEY="sk-fake-local", OPENAI_BASE_URL=f"{base}/v1")
+        imports_py = str(Path(fems_runtime.imports.__file__))
+        results: dict[tuple[str, str], list[dict[str, object]]] = {}
+        for bench, source, calls in (("par_10", PAR_10, 10), ("chain", CHAIN_N, CHAIN)):
+            script = Path(folder) / f"{bench}.fems"
+            script.write_text(source, encoding="utf-8")
+            module = Path(folder) / f"{bench}.py"
+            module.write_text(build_source(script), encoding="utf-8")
+            database = str(Path(folder) / f"{bench}.db")
+            fems2py = [sys.executable, "-c", PHASES, str(module), "--model", "openai/fake-model"]
+            sdk = [sys.executable, "-c", SDK_ALONE, imports_py, str(calls)]
+            for _ in range(RUNS):
+                for name, command in (("fems2py", fems2py), ("sdk", sdk)):
+                    for stale in Path(folder).glob(f"{bench}.db*"):
+                        stale.unlink()
+                    extra = ["--db", database] if name == "fems2py" else []
+                    run = _run(command + extra, env, base)
+                    results.setdefault((bench, name), []).append(run)
+        server.stdin.close()
+    par, par_sdk = results[("par_10", "fems2py")], results[("par_10", "sdk")]
+    chain, chain_sdk = results[("chain", "fems2py")], results[("chain", "sdk")]
+    print("   par_10 at 0 ms, fems2py: where the time to first request goes (medians)")
+    _phases(par)
+    for label, runs in (("fems2py", par), ("the SDK alone", par_sdk)):
+        print(
+            f"   par_10, {label}: first request {_median(runs, 'ttfr'):.3f} s, process "
+            f"{_median(runs, 'wall'):.3f} s, peak RSS {_median(runs, 'rss'):.1f} MB"
+        )
+    for label, runs in (("fems2py", chain), ("the SDK alone", chain_sdk)):
+        print(
+            f"   chain of {CHAIN}, {label}: {1000 * _median(runs, 'gap'):.2f} ms between requests"
+        )
+    return [
+        Figure(
+            "time to first request, par_10: fems2py / the SDK alone",
+            f"{_median(par, 'ttfr'):.3f} s / {_median(par_sdk, 'ttfr'):.3f} s",
+            "≤ FemWA's (compare.py)",
+        ),
+        Figure(
+            "peak RSS, par_10: fems2py / the SDK alone",
+            f"{_median(par, 'rss'):.1f} MB / {_median(par_sdk, 'rss'):.1f} MB",
+            "≤ 1.3× FemWA's",
+        ),
+        Figure(
+            f"gap between requests, chain of {CHAIN}: fems2py / the SDK alone",
+            f"{1000 * _median(chain, 'gap'):.2f} ms / {1000 * _median(chain_sdk, 'gap'):.2f} ms",
+            "≤ 0.1× FemWA's",
+        ),
+    ]
+
+
+if __name__ == "__main__":
+    main()
