@@ -1,28 +1,39 @@
-"""Embedded Python in FEM (§12.2): validate with parso, rewrite FEM paths into ``ctx`` calls.
+"""Embedded Python in FEM (§12.2): validate, rewrite FEM paths into ``ctx`` calls.
 
 FEM paths (``@x.type``, ``hp.@x``, ``alive.@m``) are not Python, so ``@name`` is first replaced
 by a same-length placeholder identifier (``_name``) whose start position is remembered; the
-text is then parsed by parso, the tree is walked, and ``Expr.python`` is emitted leaf by leaf
-following the naming convention of docs/ARCHITECTURE.md. Columns never move, so every parso
-position maps straight back to the user's character in the ``.fems`` file.
+text is then parsed, the tree is walked, and ``Expr.python`` is emitted leaf by leaf following
+the naming convention of docs/ARCHITECTURE.md. Columns never move, so every position maps
+straight back to the user's character in the ``.fems`` file.
+
+Two parsers, one result. parso is the reference: its error recovery and positions make the
+diagnostics, and its tree is walked to emit the Python. But loading it (its import, its grammar,
+its tokenizer's regexes) is a good part of a cold build, so an expression made only of the
+common forms (names, paths, literals, operators, comparisons, subscripts, calls of the allowed
+builtins and of ``code:`` functions) is first parsed by Python's own :mod:`ast`, and emitted
+from that tree to exactly the text the parso walk would give (``tests/test_expressions.py``
+compares both on every expression of the examples, the goldens and the tests). Anything else,
+and every expression Python rejects, goes to parso, which then reports the errors as before: a
+script whose expressions are all common never imports parso.
 """
 
 from __future__ import annotations
 
+import ast
 import keyword
 import re
 import sys
 import warnings
 from collections.abc import Iterable
-
-import parso
-from parso.python.token import PythonTokenTypes
-from parso.python.tree import Leaf
-from parso.tree import BaseNode, NodeOrLeaf
+from typing import TYPE_CHECKING
 
 from fems2py.cache import pickled
 from fems2py.diagnostics import Diagnostics, suggest
 from fems2py.nodes import MAX_DEPTH, Expr, PathRef, Span
+
+if TYPE_CHECKING:
+    import parso
+    from parso.tree import BaseNode, Leaf, NodeOrLeaf
 
 ALLOWED_CALLS = frozenset(
     [
@@ -63,6 +74,28 @@ _BAD_LOGIC = re.compile(r"&&|\|\|")
 _BARE_TEXT_FORBIDDEN = set("()[]{}=<>+-*/%&|\"'.,:")
 _NUMBER = re.compile(r"\d+(?:\.\d*)?(?:[eE][-+]?\d+)?")
 
+_SPACE = re.compile(r"[ \t\f\r\n]+")
+"""Whitespace between tokens; parso's walk emits any run of it as one space."""
+_DOTTED = re.compile(r"[ \t\f\r\n]*\.[ \t\f\r\n]*(\w+)")
+"""What follows ``name`` in ``name.attribute`` (the attribute's name is not an :mod:`ast` node)."""
+_STRING = re.compile(
+    r"""[rRbBuU]{0,2}(?:'[^'\\\r\n]*(?:\\.[^'\\\r\n]*)*'|"[^"\\\r\n]*(?:\\.[^"\\\r\n]*)*")"""
+)
+"""One string literal on one line: what parso keeps as one leaf, the fast path as is."""
+_GENERIC_NODES = (
+    ast.BoolOp,
+    ast.BinOp,
+    ast.UnaryOp,
+    ast.IfExp,
+    ast.Dict,
+    ast.Set,
+    ast.List,
+    ast.Tuple,
+    ast.Subscript,
+    ast.Slice,
+)
+"""Nodes whose Python is their children's with the text between them, whitespace collapsed."""
+
 _grammar: parso.Grammar | None = None
 
 
@@ -71,6 +104,9 @@ def _load_grammar() -> parso.Grammar:
     every process, a good part of the first build."""
     global _grammar
     if _grammar is None:
+        import parso
+        from parso.python.token import PythonTokenTypes
+
         version = f"{sys.version_info[0]}.{sys.version_info[1]}"
         _grammar = pickled(
             f"parso-{parso.__version__}-python-{version}-grammar",
@@ -138,6 +174,7 @@ class _Compiler:
         self.actor_starts: set[tuple[int, int]] = set()
         self.reads: list[PathRef] = []
         self.ok = True
+        self.masked = ""  # the text with the inside of its strings blanked (_pretokenize)
 
     # ------------------------------------------------------------------ positions
 
@@ -163,7 +200,7 @@ class _Compiler:
     # ------------------------------------------------------------------ pre-tokenizing
 
     def _pretokenize(self) -> str | None:
-        masked = _mask_strings(self.text)
+        masked = self.masked = _mask_strings(self.text)
         too_deep = _too_deep(masked)
         if too_deep is not None:  # refused before parso recurses into it
             line, col = self._offset_pos(too_deep)
@@ -207,6 +244,27 @@ class _Compiler:
         if not source.strip():
             self.error("expected an expression", self.span)
             return None
+        python = self._emit_with_ast(source)
+        if python is None:
+            python = self._emit_with_parso(source)
+        if python is None:
+            return None
+        try:
+            # Python's own warnings (``1(2)``, ``x is 1``) are mistakes the author should fix
+            # at build time, and must not depend on the interpreter's warning filters.
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", SyntaxWarning)
+                compile(python, "<fems expression>", "eval")
+        except (SyntaxError, SyntaxWarning, ValueError) as exc:
+            reason = exc.msg if isinstance(exc, SyntaxError) else str(exc)
+            self.error(f"invalid expression: {reason}", self.span)
+            return None
+        return Expr(self.text, python, tuple(self.reads), self.span)
+
+    def _emit_with_parso(self, source: str) -> str | None:
+        """The Python for ``source`` from parso's tree; None after reporting an error."""
+        import parso
+
         grammar = _load_grammar()
         try:
             tree = grammar.parse(source, error_recovery=False, start_symbol="eval_input")
@@ -229,19 +287,7 @@ class _Compiler:
         ):
             body = body.children[1]  # ``if (x == 1)``: the parentheses only delimit
         python = self.emit(body).strip()
-        if not self.ok:
-            return None
-        try:
-            # Python's own warnings (``1(2)``, ``x is 1``) are mistakes the author should fix
-            # at build time, and must not depend on the interpreter's warning filters.
-            with warnings.catch_warnings():
-                warnings.simplefilter("error", SyntaxWarning)
-                compile(python, "<fems expression>", "eval")
-        except (SyntaxError, SyntaxWarning, ValueError) as exc:
-            reason = exc.msg if isinstance(exc, SyntaxError) else str(exc)
-            self.error(f"invalid expression: {reason}", self.span)
-            return None
-        return Expr(self.text, python, tuple(self.reads), self.span)
+        return python if self.ok else None
 
     def _lone_name(self) -> Expr | None:
         """A single variable or actor (``alive``, ``@speaker``), the most common expression
@@ -262,10 +308,146 @@ class _Compiler:
         span = self._at(1, lead, 1, lead + len(stripped))
         return Expr(self.text, f"ctx[{stripped!r}]", (PathRef(stripped, span),), self.span)
 
+    # ------------------------------------------------------------------ the stdlib fast path
+
+    def _emit_with_ast(self, source: str) -> str | None:
+        """The Python for ``source`` from :mod:`ast`'s tree, exactly as :meth:`_emit_with_parso`
+        would emit it; None leaves it to parso: a form this path does not emit, a comment or a
+        line continuation (parso keeps them as whitespace), or an expression Python rejects
+        (parso reports it). Nothing is reported here."""
+        if "\r" in source or "#" in self.masked or "\\" in self.masked:
+            return None
+        try:
+            with warnings.catch_warnings():  # the compile() after the emission reports them
+                warnings.simplefilter("ignore")
+                tree = ast.parse(source, mode="eval")
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return None
+        self._source = source
+        self._line_starts = [0, 0]  # offsets of lines 1, 2, … (ast counts lines from 1)
+        self._line_starts += [at + 1 for at, char in enumerate(source) if char == "\n"]
+        body = tree.body
+        before, after = source[: self._offset(body)], source[self._end_offset(body) :]
+        if before.lstrip().startswith("("):  # ``if (x == 1)``: parso drops one pair
+            before = before.replace("(", "", 1)
+            after = after[: after.rindex(")")] + after[after.rindex(")") + 1 :]
+        try:
+            python = _SPACE.sub(" ", before) + self._fast(body) + _SPACE.sub(" ", after)
+        except _NotCommon:
+            self.reads.clear()
+            return None
+        return python.strip()
+
+    def _position(self, line: int, byte_col: int) -> tuple[int, int]:
+        """parso's position (1-based line, column in characters) of an ast position."""
+        if self._source.isascii():
+            return line, byte_col
+        start = self._line_starts[line]
+        text = self._source[start : start + byte_col]  # at least the byte_col characters
+        return line, len(text.encode("utf-8")[:byte_col].decode("utf-8"))
+
+    def _offset(self, node: ast.expr) -> int:
+        line, col = self._position(node.lineno, node.col_offset)
+        return self._line_starts[line] + col
+
+    def _end_offset(self, node: ast.expr) -> int:
+        assert node.end_lineno is not None and node.end_col_offset is not None
+        line, col = self._position(node.end_lineno, node.end_col_offset)
+        return self._line_starts[line] + col
+
+    def _text(self, node: ast.expr) -> str:
+        return self._source[self._offset(node) : self._end_offset(node)]
+
+    def _fast(self, node: ast.expr) -> str:
+        if isinstance(node, ast.Name):
+            line, col = self._position(node.lineno, node.col_offset)
+            text = self._text(node)
+            return self._emit_free_name(text, (line, col), (line, col + len(text)))
+        if isinstance(node, ast.Constant):
+            text = self._text(node)
+            if isinstance(node.value, str | bytes) and not _STRING.fullmatch(text):
+                raise _NotCommon  # several literals in a row, or a long string
+            return text
+        if isinstance(node, ast.Attribute):
+            return self._fast_attribute(node, is_call=False)
+        if isinstance(node, ast.Call):
+            return self._fast_call(node)
+        if isinstance(node, ast.Compare):
+            if len(node.ops) == 2 and isinstance(node.ops[0], ast.In | ast.NotIn):
+                raise _NotCommon  # maybe §12.2's reading of a chained 'in', with its warning
+            return self._fast_between(node, node, [node.left, *node.comparators])
+        if isinstance(node, _GENERIC_NODES):
+            if isinstance(node, ast.Dict) and None in node.keys:
+                raise _NotCommon  # ``**mapping``
+            children = [
+                child for child in ast.iter_child_nodes(node) if isinstance(child, ast.expr)
+            ]
+            children.sort(key=lambda child: (child.lineno, child.col_offset))
+            return self._fast_between(node, node, children)
+        raise _NotCommon
+
+    def _fast_between(self, node: ast.expr, start: ast.expr, children: list[ast.expr]) -> str:
+        """``children``'s Python with the text between them, from the end of ``start`` (itself
+        when it is ``node``: from its start) to the end of ``node``."""
+        at = self._offset(node) if start is node else self._end_offset(start)
+        out = []
+        for child in children:
+            out.append(_SPACE.sub(" ", self._source[at : self._offset(child)]))
+            out.append(self._fast(child))
+            at = self._end_offset(child)
+        out.append(_SPACE.sub(" ", self._source[at : self._end_offset(node)]))
+        return "".join(out)
+
+    def _fast_call(self, node: ast.Call) -> str:
+        """A call of an allowed builtin or of a ``code:`` function (or on a FEM path, as parso's
+        walk allows); anything else is an error parso reports."""
+        function = node.func
+        if node.keywords or self._offset(function) != self._offset(node):
+            raise _NotCommon  # keyword arguments, or ``(f)(x)``
+        if isinstance(function, ast.Name):
+            name = self._text(function)
+            at = self._position(function.lineno, function.col_offset)
+            if name not in ALLOWED_CALLS or at in self.actor_starts:
+                raise _NotCommon
+            head = name
+        elif isinstance(function, ast.Attribute):
+            head = self._fast_attribute(function, is_call=True)
+        else:
+            raise _NotCommon
+        return head + self._fast_between(node, function, node.args)
+
+    def _fast_attribute(self, node: ast.Attribute, is_call: bool) -> str:
+        """``name.attribute``: a FEM path (one side an actor) or a ``code:`` alias's member,
+        as :meth:`_emit_trailers` emits them; any other attribute is an error parso reports."""
+        head = node.value
+        if not isinstance(head, ast.Name) or self._offset(head) != self._offset(node):
+            raise _NotCommon  # ``a.b.c``, ``f(x).a``, ``(a).b``
+        dotted = _DOTTED.fullmatch(self._source, self._end_offset(head), self._end_offset(node))
+        if dotted is None:
+            raise _NotCommon
+        name, attribute = self._text(head), dotted.group(1)
+        start = self._position(head.lineno, head.col_offset)
+        assert node.end_lineno is not None and node.end_col_offset is not None
+        end = self._position(node.end_lineno, node.end_col_offset)
+        head_actor = start in self.actor_starts
+        attribute_actor = (end[0], end[1] - len(attribute)) in self.actor_starts
+        if head_actor and attribute_actor:
+            raise _NotCommon
+        if head_actor or attribute_actor:
+            actor, attr = (name, attribute) if head_actor else (attribute, name)
+            actor = "@" + actor[1:]
+            self.reads.append(PathRef(actor, self._at(*start, *end), attr=attr))
+            return f"ctx.attr({actor!r}, {attr!r})"
+        if self._is_code_alias(name, is_call):
+            return f"ctx.code({name!r}).{attribute}"
+        raise _NotCommon
+
     # ------------------------------------------------------------------ emission
 
     def emit(self, node: NodeOrLeaf) -> str:
         """Python for ``node``, including the whitespace before it (collapsed to one space)."""
+        from parso.tree import BaseNode, Leaf
+
         if isinstance(node, Leaf):
             return _prefix(node) + self._emit_leaf(node)
         assert isinstance(node, BaseNode)
@@ -292,6 +474,8 @@ class _Compiler:
             )
             return ""
         if node.type in ("atom_expr", "power") and node.children[0].type == "name":
+            if node.children[1].type != "trailer":  # ``x ** 2``: a power, not a name's trailers
+                return self._emit_children(node.children)
             return _prefix(node) + self._emit_trailers(node)
         if node.type == "comparison":
             return self._emit_comparison(node)
@@ -317,19 +501,23 @@ class _Compiler:
         return "@" + leaf.value[1:] if self._is_actor(leaf) else leaf.value
 
     def _emit_name(self, leaf: Leaf) -> str:
-        """A free name: a variable, an actor, a FEM constant or a type word."""
-        if self._is_actor(leaf):
-            name = self._fem_name(leaf)
-            self.reads.append(PathRef(name, self._leaf_span(leaf)))
+        return self._emit_free_name(leaf.value, leaf.start_pos, leaf.end_pos)
+
+    def _emit_free_name(self, value: str, start: tuple[int, int], end: tuple[int, int]) -> str:
+        """A free name: a variable, an actor, a FEM constant or a type word (``start`` and
+        ``end``: parso positions)."""
+        if start in self.actor_starts:
+            name = "@" + value[1:]
+            self.reads.append(PathRef(name, self._at(*start, *end)))
             return f"ctx[{name!r}]"
-        if leaf.value.lower() in _BOOLEANS:  # any case, as in vars: (§12.2)
-            return _BOOLEANS[leaf.value.lower()]
-        if leaf.value in _CONSTANTS:
-            return _CONSTANTS[leaf.value]
-        if leaf.value in _TYPE_WORDS:
-            return repr(leaf.value)
-        self.reads.append(PathRef(leaf.value, self._leaf_span(leaf)))
-        return f"ctx[{leaf.value!r}]"
+        if value.lower() in _BOOLEANS:  # any case, as in vars: (§12.2)
+            return _BOOLEANS[value.lower()]
+        if value in _CONSTANTS:
+            return _CONSTANTS[value]
+        if value in _TYPE_WORDS:
+            return repr(value)
+        self.reads.append(PathRef(value, self._at(*start, *end)))
+        return f"ctx[{value!r}]"
 
     def _emit_trailers(self, node: BaseNode) -> str:
         """``name trailer*``: FEM paths, code calls, builtin calls, subscripts."""
@@ -424,6 +612,8 @@ def _prefix(node: NodeOrLeaf) -> str:
 
 
 def _op_text(node: NodeOrLeaf) -> str:
+    from parso.tree import BaseNode, Leaf
+
     if isinstance(node, Leaf):
         return node.value
     assert isinstance(node, BaseNode)
@@ -478,9 +668,26 @@ def _is_simple_python(text: str) -> bool:
 
 
 def _is_python(text: str) -> bool:
+    """Whether parso parses ``text`` (its actors made names) as an expression. What Python's
+    own parser accepts, parso accepts too (this text holds no brackets, quotes or operators
+    where parso's grammar is the looser), so parso is asked only about the rest."""
     source = _ACTOR.sub(lambda m: "_" + m.group()[1:], text)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ast.parse(source, mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        pass
+    else:
+        return True
+    import parso
+
     try:
         _load_grammar().parse(source, error_recovery=False, start_symbol="eval_input")
     except (parso.ParserSyntaxError, RecursionError):
         return False
     return True
+
+
+class _NotCommon(Exception):
+    """The fast path leaves this expression to parso."""

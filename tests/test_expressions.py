@@ -184,3 +184,169 @@ def test_lone_names_compile_as_the_general_path_does(
     fast = compile_expression(text, at(text), Diagnostics())
     monkeypatch.setattr("fems2py.expressions._Compiler._lone_name", lambda self: None)
     assert compile_expression(text, at(text), Diagnostics()) == fast
+
+
+# The stdlib fast path (fems2py/expressions.py's module docstring) must emit, read and report
+# exactly what the parso walk does: each expression is compiled both ways and compared.
+
+TRICKY = [
+    "x ** 2",
+    "2 ** len(x) ** 2",
+    "(x)",
+    "((x))",
+    "( (x) )",
+    "(a, b)",
+    "((a, b))",
+    "(a,)",
+    "()",
+    "  (  x   ==   1  )  ",
+    "(a or b) and (c)",
+    "(a) if b else c",
+    "a . b",
+    "x[1:2]",
+    "x[::2]",
+    "x[a:b:c]",
+    "x[1, 2]",
+    "{1: a, 'k': [b, {c}]}",
+    "{**d}",
+    "[a, *b]",
+    "-x + ~y ^ z",
+    "not (a or b)",
+    "a < b <= c",
+    "x is 1",
+    "1if x else 2",
+    "@x.role == 'wolf'",
+    "role.@x",
+    "role . @x",
+    "@x.@y",
+    "(@x).role",
+    "@x.items[0]",
+    "@x.f(1)",
+    "@f(x)",
+    "votes.@x + 1",
+    "game.deal(players, 3)",
+    "game.deal (players)",
+    "game.table[0]",
+    "game.a.b",
+    "gmae.f(x)",
+    "(game.f)(x)",
+    "(len)(x)",
+    "len(x)(y)",
+    "len (alive) > 2 and @x.hp >= 1",
+    "round(x, ndigits=2)",
+    "sum(x for x in y)",
+    "foo(x)",
+    "x.y",
+    '"a" "b"',
+    "'it\\'s'",
+    "r'raw\\d' + b'x'",
+    "'''long'''",
+    "f'{x}'",
+    "x in alive == false",
+    "x not in alive != TRUE",
+    "x in alive == y",
+    "TRUE or False and null == None",
+    "ai == human",
+    "...",
+    "@玩家.hp > 0",
+    "玩家 == '狼人' and '测试' in 名单",
+    "ｘ + 1",
+    "ｌｅｎ(x)",
+    "a @ b",
+    "await x",
+    "lambda: 1",
+    "(x := 1)",
+    "a ==\n  b",
+    "(a ==\n  @b.hp)",
+    "(a ==\n    @玩家.hp)",
+    "a \\\n + b",
+    "day +",
+    "x if y",
+    "pass == true",
+]
+
+
+def _both_ways(
+    text: str, span: Span, aliases: set[str] | None, monkeypatch: pytest.MonkeyPatch
+) -> list[tuple]:
+    results = []
+    for fast in (True, False):
+        with monkeypatch.context() as patch:
+            if not fast:
+                patch.setattr("fems2py.expressions._Compiler._emit_with_ast", lambda *_: None)
+            diagnostics = Diagnostics()
+            expr = compile_expression(text, span, diagnostics, aliases)
+        results.append((expr, [(d.severity, d.message, d.span, d.hint) for d in diagnostics]))
+    return results
+
+
+@pytest.mark.parametrize("aliases", [None, ALIASES])
+@pytest.mark.parametrize("text", TRICKY)
+def test_the_fast_path_compiles_as_parso_does(
+    text: str, aliases: set[str] | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fast, parso = _both_ways(text, at(text), aliases, monkeypatch)
+    assert fast == parso
+
+
+def test_every_expression_of_the_repository_compiles_the_same_both_ways(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every condition, value and argument of the examples, goldens, error cases and docs."""
+    from pathlib import Path
+
+    from fems2py import expressions
+    from fems2py.frontend import analyze_source
+
+    seen: list[tuple[str, Span, set[str] | None]] = []
+    compile_one = expressions._Compiler.compile
+
+    def remember(self: expressions._Compiler) -> object:
+        seen.append((self.text, self.span, self.code_aliases))
+        return compile_one(self)
+
+    root = Path(__file__).resolve().parent.parent
+    scripts = [
+        path
+        for folder in ("examples", "golden", "tests", "docs")
+        for path in sorted((root / folder).rglob("*.fems"))
+    ]
+    with monkeypatch.context() as patch:
+        patch.setattr(expressions._Compiler, "compile", remember)
+        for script in scripts:
+            analyze_source(script.read_text(encoding="utf-8"), str(script), script.parent)
+    assert len(scripts) > 100 and len(seen) > 300
+    for text, span, aliases in seen:
+        fast, parso = _both_ways(text, span, aliases, monkeypatch)
+        assert fast == parso, text
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_the_power_operator_after_a_name_compiles(
+    fast: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """parso reads ``hp ** 2`` as a power whose first child is the name, not as the name's
+    trailers (its walk used to crash on it)."""
+    if not fast:
+        monkeypatch.setattr("fems2py.expressions._Compiler._emit_with_ast", lambda *_: None)
+    assert compile_ok("hp ** 2 > 10") == ("ctx['hp'] ** 2 > 10", [("hp", None, 11, 13)])
+
+
+def test_a_script_of_common_expressions_never_loads_parso() -> None:
+    """werewolf's conditions and values all take the fast path: its build never imports parso
+    (its import, grammar and tokenizer were a fifth of a cold build)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "examples" / "werewolf" / "werewolf.fems"
+    program = (
+        "import sys\n"
+        "from fems2py.build import build_source\n"
+        f"build_source({str(script)!r})\n"
+        "print('parso' in sys.modules)\n"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, check=True
+    )
+    assert completed.stdout.strip() == "False"
