@@ -20,8 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from fems_runtime.tools import BUILTIN_TOOLS
-
 from fems2py.checks.codefiles import CodeFileError, FuncSignature, Param, read_signatures
 from fems2py.checks.flows import FlowChecker
 from fems2py.checks.scope import Namespace, Use
@@ -433,6 +431,10 @@ class Checker:
                 self.check_tool(name, span)
 
     def check_tool(self, name: str, span: Span) -> None:
+        # Here, not at the top: the runtime's tools module (asyncio, pydantic's adapters) is
+        # loaded only by a script that names tools.
+        from fems_runtime.tools import BUILTIN_TOOLS
+
         if name in BUILTIN_TOOLS:
             return
         alias, dot, function = name.partition(".")

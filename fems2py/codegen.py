@@ -887,7 +887,7 @@ class Parts:
 
     def attach_line_table(self, module: str) -> str:
         """The formatted ``module`` without its markers and with the table they make
-        (``LINES``, read by :class:`fems_runtime.lines.LineTable`): ``12=5`` says module line
+        (``LINES``, read by :class:`fems_runtime.linetable.LineTable`): ``12=5`` says module line
         12 and the lines after it come from ``.fems`` line 5, until the next entry."""
         kept: list[str] = []
         entries: dict[int, int] = {}

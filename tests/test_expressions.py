@@ -330,23 +330,3 @@ def test_the_power_operator_after_a_name_compiles(
     if not fast:
         monkeypatch.setattr("fems2py.expressions._Compiler._emit_with_ast", lambda *_: None)
     assert compile_ok("hp ** 2 > 10") == ("ctx['hp'] ** 2 > 10", [("hp", None, 11, 13)])
-
-
-def test_a_script_of_common_expressions_never_loads_parso() -> None:
-    """werewolf's conditions and values all take the fast path: its build never imports parso
-    (its import, grammar and tokenizer were a fifth of a cold build)."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    script = Path(__file__).resolve().parent.parent / "examples" / "werewolf" / "werewolf.fems"
-    program = (
-        "import sys\n"
-        "from fems2py.build import build_source\n"
-        f"build_source({str(script)!r})\n"
-        "print('parso' in sys.modules)\n"
-    )
-    completed = subprocess.run(
-        [sys.executable, "-c", program], capture_output=True, text=True, check=True
-    )
-    assert completed.stdout.strip() == "False"

@@ -10,7 +10,7 @@ import pytest
 from fems_helpers import run_script, steps_of
 from fems_runtime import RunError
 from fems_runtime.flow import Context, module
-from fems_runtime.lines import LineTable
+from fems_runtime.linetable import LineTable
 from fems_runtime.records import StepCounter, TraceWriter
 from fems_runtime.variables import Variables
 

@@ -4,6 +4,8 @@ can be read knowing only the modules below it, and none of them half-initialised
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -92,3 +94,42 @@ def test_the_runtime_never_imports_the_compiler() -> None:
             if any(name.split(".")[0] == "fems2py" for name in names):
                 importing.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert importing == []
+
+
+def _loaded_after(program: str) -> set[str]:
+    """The modules a fresh process has loaded after running ``program``."""
+    completed = subprocess.run(
+        [sys.executable, "-c", f"import sys\n{program}\nprint(' '.join(sys.modules))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return set(completed.stdout.split())
+
+
+def test_a_build_loads_neither_parso_nor_the_engine() -> None:
+    """Building werewolf (its expressions are the common forms the stdlib parses) imports
+    neither parso nor the runtime's engine: both were a good part of a cold build (#13)."""
+    script = ROOT / "examples" / "werewolf" / "werewolf.fems"
+    loaded = _loaded_after(f"from fems2py.build import build_source\nbuild_source({str(script)!r})")
+    assert "fems2py.codegen" in loaded and "fems_runtime.paths" in loaded
+    assert not loaded & {"parso", "asyncio", "fems_runtime.app", "fems_runtime.flow"}
+
+
+def test_the_runtime_exports_load_on_first_use_whatever_was_imported_before() -> None:
+    program = (
+        "import fems_runtime.linetable, fems_runtime.paths\n"
+        "import fems_runtime as fr\n"
+        "from fems_runtime import flow\n"
+        "assert fr.lines is flow.lines and fr.Program.__module__ == 'fems_runtime.app'\n"
+        "from fems_runtime import *\n"
+        "assert ScriptInfo is fr.ScriptInfo and __version__ == fr.__version__\n"
+        "try:\n"
+        "    fr.no_such_name\n"
+        "except AttributeError as error:\n"
+        "    assert 'no_such_name' in str(error)\n"
+        "else:\n"
+        "    raise SystemExit('no AttributeError')\n"
+    )
+    assert "fems_runtime.app" in _loaded_after(program)
+    assert "fems_runtime.app" not in _loaded_after("import fems_runtime, fems_runtime.paths")

@@ -2,25 +2,60 @@
 
 Importing this package is cheap: it never imports litellm (that happens on the first real model
 call) and never imports the compiler. ``__all__`` is exactly what generated code may use.
+
+The names of ``__all__`` are loaded at the first use of any of them (all together, PEP 562), not
+when the package is imported: the compiler reads two small modules of the runtime (``paths``,
+and ``tools``' names), and a build should not load the engine (asyncio, the store, the flow
+runner) to get them.
 """
 
-from fems_runtime.app import Program, RunResult, ScriptInfo, require_runtime
-from fems_runtime.flow import (
-    ConditionTable,
-    Context,
-    FuncSpec,
-    MethodSpec,
-    eq,
-    lines,
-    module,
-    ne,
-)
-from fems_runtime.records import RunError
-from fems_runtime.signals import OutSpec
-from fems_runtime.specs import InterruptSpec, ResolveSpec, ScopeItem, TurnSpec
-from fems_runtime.values import Actor
-from fems_runtime.variables import ActorSpec, BlueprintSpec
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from fems_runtime.version import __version__
+
+if TYPE_CHECKING:
+    from fems_runtime.app import Program, RunResult, ScriptInfo, require_runtime
+    from fems_runtime.flow import (
+        ConditionTable,
+        Context,
+        FuncSpec,
+        MethodSpec,
+        eq,
+        lines,
+        module,
+        ne,
+    )
+    from fems_runtime.records import RunError
+    from fems_runtime.signals import OutSpec
+    from fems_runtime.specs import InterruptSpec, ResolveSpec, ScopeItem, TurnSpec
+    from fems_runtime.values import Actor
+    from fems_runtime.variables import ActorSpec, BlueprintSpec
+
+_SOURCES = {
+    "app": ("Program", "RunResult", "ScriptInfo", "require_runtime"),
+    "flow": ("ConditionTable", "Context", "FuncSpec", "MethodSpec", "eq", "lines", "module", "ne"),
+    "records": ("RunError",),
+    "signals": ("OutSpec",),
+    "specs": ("InterruptSpec", "ResolveSpec", "ScopeItem", "TurnSpec"),
+    "values": ("Actor",),
+    "variables": ("ActorSpec", "BlueprintSpec"),
+}
+"""The module of ``fems_runtime`` each exported name comes from."""
+
+
+def __getattr__(name: str) -> Any:
+    """An exported name at its first use: every exported name is loaded then, as an eager
+    import of them all would (no submodule is named like an exported name, so none hides one)."""
+    if not any(name in names for names in _SOURCES.values()):
+        raise AttributeError(f"module 'fems_runtime' has no attribute {name!r}")
+    for source, names in _SOURCES.items():
+        loaded = importlib.import_module(f"fems_runtime.{source}")
+        globals().update((exported, getattr(loaded, exported)) for exported in names)
+    return globals()[name]
+
 
 __all__ = [
     "Actor",

@@ -5,7 +5,7 @@ flow functions, and hands them to a :class:`Program`. The program builds the run
 (variables, store, models, trace, the author's ``code:`` modules), runs the main flow, and turns
 every failure into ``script.fems:LINE: error: …``: a :class:`RunError` keeps its location, any
 other exception is located through the traceback's innermost frame in the generated module and
-the module's line table (``LINES``, see :mod:`fems_runtime.lines`, §16.2).
+the module's line table (``LINES``, see :mod:`fems_runtime.linetable`, §16.2).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from fems_runtime.flow import (
     MethodSpec,
     failed_node,
 )
-from fems_runtime.lines import LineTable
+from fems_runtime.linetable import LineTable
 from fems_runtime.records import RunError, StepCounter, TraceWriter, TurnLog, write_result
 from fems_runtime.store import Checkpoint, hide_password
 from fems_runtime.transcript import Transcript

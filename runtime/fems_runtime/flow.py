@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any, Literal, Protocol, TypeVar
 
-from fems_runtime.lines import LineTable
+from fems_runtime.linetable import LineTable
 from fems_runtime.records import RunError, StepCounter, TraceWriter
 from fems_runtime.signals import OutSpec
 from fems_runtime.specs import ScopeItem, TurnKind, TurnResult, TurnSpec

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from fems_runtime.flow import Context
 from fems_runtime.human import AnswersFileHuman
-from fems_runtime.lines import LineTable
+from fems_runtime.linetable import LineTable
 from fems_runtime.llm import CallResult, ModelChoice, ModelClient
 from fems_runtime.offline import OfflineTurn
 from fems_runtime.records import RunError, StepCounter, TraceWriter
