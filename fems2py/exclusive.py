@@ -17,7 +17,7 @@ import ast
 import functools
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from fems2py.nodes import Expr
 
@@ -68,76 +68,83 @@ def _check(conditions: tuple[str, ...], *, exhaustive: bool) -> bool:
         except SyntaxError:
             return False
     atoms: dict[str, ast.expr] = {}
+    indexes: dict[int, int] = {}  # id of each atom node of the trees: its atom's index
     for tree in trees:
-        _collect(tree, atoms)
+        _collect(tree, atoms, indexes)
     if len(atoms) > _MAX_ATOMS:
         return False
-    keys = list(atoms)
+    found = list(atoms.values())
+    dump = functools.cache(ast.dump)  # the atoms' operands are compared pair by pair
     conflicts = [
         (i, j)
-        for i, j in itertools.combinations(range(len(keys)), 2)
-        if _contradict(atoms[keys[i]], atoms[keys[j]])
+        for i, j in itertools.combinations(range(len(found)), 2)
+        if _contradict(found[i], found[j], dump)
     ]
     complements = [
         (i, j)
-        for i, j in itertools.combinations(range(len(keys)), 2)
-        if _complement(atoms[keys[i]], atoms[keys[j]])
+        for i, j in itertools.combinations(range(len(found)), 2)
+        if _complement(found[i], found[j], dump)
     ]
-    for values in itertools.product((False, True), repeat=len(keys)):
+    for values in itertools.product((False, True), repeat=len(found)):
         if any(values[i] and values[j] for i, j in conflicts):
             continue
         if any(values[i] == values[j] for i, j in complements):
             continue
-        truth = dict(zip(keys, values, strict=True))
-        holding = sum(_holds(tree, truth) for tree in trees)
+        holding = sum(_holds(tree, values, indexes) for tree in trees)
         if holding > 1 or (exhaustive and holding == 0):
             return False
     return True
 
 
-def _collect(tree: ast.expr, atoms: dict[str, ast.expr]) -> None:
+def _collect(tree: ast.expr, atoms: dict[str, ast.expr], indexes: dict[int, int]) -> None:
+    """The atoms of ``tree`` into ``atoms`` (one per distinct ``ast.dump``), and the index of
+    each atom node's atom into ``indexes``."""
     if isinstance(tree, ast.BoolOp):
         for value in tree.values:
-            _collect(value, atoms)
+            _collect(value, atoms, indexes)
     elif isinstance(tree, ast.UnaryOp) and isinstance(tree.op, ast.Not):
-        _collect(tree.operand, atoms)
+        _collect(tree.operand, atoms, indexes)
     else:
-        atoms.setdefault(ast.dump(tree), tree)
+        key = ast.dump(tree)
+        if key not in atoms:
+            atoms[key] = tree
+        indexes[id(tree)] = list(atoms).index(key)
 
 
-def _holds(tree: ast.expr, truth: dict[str, bool]) -> bool:
+def _holds(tree: ast.expr, values: tuple[bool, ...], indexes: dict[int, int]) -> bool:
+    """Whether ``tree`` holds when its atoms have ``values`` (in the order of ``indexes``)."""
     if isinstance(tree, ast.BoolOp):
-        results = (_holds(value, truth) for value in tree.values)
+        results = (_holds(value, values, indexes) for value in tree.values)
         return all(results) if isinstance(tree.op, ast.And) else any(results)
     if isinstance(tree, ast.UnaryOp) and isinstance(tree.op, ast.Not):
-        return not _holds(tree.operand, truth)
-    return truth[ast.dump(tree)]
+        return not _holds(tree.operand, values, indexes)
+    return values[indexes[id(tree)]]
 
 
 _EXACT = {ast.Eq: ast.NotEq, ast.NotEq: ast.Eq, ast.In: ast.NotIn, ast.NotIn: ast.In}
 _EXACT.update({ast.Is: ast.IsNot, ast.IsNot: ast.Is})
 
 
-def _complement(a: ast.expr, b: ast.expr) -> bool:
+def _complement(a: ast.expr, b: ast.expr, dump: Callable[[ast.AST], str]) -> bool:
     """Whether atom ``b`` is exactly ``not a`` (``x == y`` / ``x != y`` …): one of them holds."""
     if not (isinstance(a, ast.Compare) and isinstance(b, ast.Compare)):
         return False
     if len(a.ops) != 1 or len(b.ops) != 1:
         return False
-    same = ast.dump(a.left) == ast.dump(b.left)
-    same = same and ast.dump(a.comparators[0]) == ast.dump(b.comparators[0])
+    same = dump(a.left) == dump(b.left)
+    same = same and dump(a.comparators[0]) == dump(b.comparators[0])
     return same and _EXACT.get(type(a.ops[0])) is type(b.ops[0])
 
 
-def _contradict(a: ast.expr, b: ast.expr) -> bool:
+def _contradict(a: ast.expr, b: ast.expr, dump: Callable[[ast.AST], str]) -> bool:
     """Whether atoms ``a`` and ``b`` can never both be true."""
     if not (isinstance(a, ast.Compare) and isinstance(b, ast.Compare)):
         return False
-    if len(a.ops) != 1 or len(b.ops) != 1 or ast.dump(a.left) != ast.dump(b.left):
+    if len(a.ops) != 1 or len(b.ops) != 1 or dump(a.left) != dump(b.left):
         return False
     op_a, op_b = type(a.ops[0]), type(b.ops[0])
     right_a, right_b = a.comparators[0], b.comparators[0]
-    if ast.dump(right_a) == ast.dump(right_b) and _COMPLEMENTS.get(op_a) is op_b:
+    if dump(right_a) == dump(right_b) and _COMPLEMENTS.get(op_a) is op_b:
         return True
     if not (isinstance(right_a, ast.Constant) and isinstance(right_b, ast.Constant)):
         return False
