@@ -76,7 +76,6 @@ class _Compiled:
     source: str
     warnings: tuple[Diagnostic, ...]
     code_files: dict[str, Path]
-    key: str
 
 
 def build_source(
@@ -153,8 +152,8 @@ def build_cached(
     path = Path(path)
     directory = Path(cache_dir) if cache_dir else _cache_dir(path)
     preview = _analyze(path, root=Path(root) if root is not None else None)
-    output = directory / f"{_safe_stem(path)}-{preview[1][:16]}.py"
-    warnings = preview[2]
+    checked, warnings, sha = preview
+    output = directory / f"{_safe_stem(path)}-{_cache_key(checked, sha)[:16]}.py"
     if output.is_file():
         return BuildResult(output, warnings)
     compiled = _compile(path, output, bundle=False, analyzed=preview, cache_formatting=True)
@@ -194,10 +193,14 @@ def run_module(
 
 def _analyze(
     path: Path, strict: bool = False, root: Path | None = None
-) -> tuple[Any, str, tuple[Diagnostic, ...], str]:
-    """Parse and check; return (checked, cache key, warnings, source sha256)."""
+) -> tuple[Any, tuple[Diagnostic, ...], str]:
+    """Parse and check; return (checked, warnings, source sha256)."""
     source, checked, diagnostics = analyze_file(path, strict, root)
-    sha = hashlib.sha256(source.encode("utf-8")).hexdigest()
+    return checked, tuple(diagnostics), hashlib.sha256(source.encode("utf-8")).hexdigest()
+
+
+def _cache_key(checked: Any, sha: str) -> str:
+    """What a cached build of the checked script (source sha256 ``sha``) depends on."""
     key = hashlib.sha256()
     key.update(f"fems2py {compiler_fingerprint()} black {black.__version__}\n".encode())
     key.update(sha.encode())
@@ -205,7 +208,7 @@ def _analyze(
         key.update(hashlib.sha256(embedded.encode("utf-8", "surrogatepass")).hexdigest().encode())
     for alias, code_path in sorted(checked.code_files.items()):
         key.update(f"{alias}={code_path}:{_digest(Path(code_path))}".encode())
-    return checked, key.hexdigest(), tuple(diagnostics), sha
+    return key.hexdigest()
 
 
 @functools.cache
@@ -225,10 +228,10 @@ def _compile(
     output: Path | None,
     *,
     bundle: bool,
-    analyzed: tuple[Any, str, tuple[Diagnostic, ...], str] | None = None,
+    analyzed: tuple[Any, tuple[Diagnostic, ...], str] | None = None,
     cache_formatting: bool = False,
 ) -> _Compiled:
-    checked, key, warnings, sha = analyzed or _analyze(path)
+    checked, warnings, sha = analyzed or _analyze(path)
     code_files = {
         alias.alias: Path(checked.code_files.get(alias.alias, path.parent / alias.path))
         for alias in checked.script.code
@@ -250,7 +253,7 @@ def _compile(
     store = _cache_dir(path) / f"{_safe_stem(path)}.black.json" if cache_formatting else None
     mode = black_mode(output if output else path)
     source = parts.attach_line_table(format_parts(parts.texts, store, mode))
-    return _Compiled(source, warnings, code_files, key)
+    return _Compiled(source, warnings, code_files)
 
 
 # ------------------------------------------------------------------------------ formatting

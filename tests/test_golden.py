@@ -55,7 +55,7 @@ def test_ruff_is_clean_on_golden_without_blanket_noqa() -> None:
 
 
 def _parts(script: Path) -> list[str]:
-    checked, _, _, sha = build_module._analyze(script)
+    checked, _, sha = build_module._analyze(script)
     return generate_parts(checked, script.name, sha).texts
 
 
