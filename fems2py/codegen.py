@@ -25,6 +25,7 @@ import jinja2
 from fems2py import __version__, flowgen
 from fems2py.cache import cache_folder
 from fems2py.expressions import ALLOWED_CALLS
+from fems2py.flowgen import Statement
 from fems2py.kinds import ACTION_KINDS
 from fems2py.nodes import (
     Action,
@@ -689,27 +690,26 @@ class _Fallback(BindingVisitor[str]):
         return f"ctx.call({generator.call_args_code(scope, call)})"
 
 
-class _BindingCode(BindingVisitor[list[str]]):
-    """The lines that step through a node (``node_id``, as Python) and run its binding."""
+class _BindingCode(BindingVisitor[list[Statement]]):
+    """The statements that step through a node (``node_id``, as Python) and run its binding."""
 
     def __init__(self, flow: _FlowEmitter) -> None:
         self.flow = flow
 
-    def visit_ActionName(self, action: str, node_id: str, name: str) -> list[str]:
+    def visit_ActionName(self, action: str, node_id: str, name: str) -> list[Statement]:
         function = self.flow.scope.actions.get(action, python_name(action))
         return [f"await ctx.step({node_id}, {function})"]
 
-    def visit_PassThrough(self, binding: None, node_id: str, name: str) -> list[str]:
+    def visit_PassThrough(self, binding: None, node_id: str, name: str) -> list[Statement]:
         return [f"await ctx.step({node_id})"]
 
     visit_Join = visit_PassThrough  # the fork before it does the joining (§12.6)
 
-    def visit_ModuleCall(self, call: ModuleCall, node_id: str, name: str) -> list[str]:
+    def visit_ModuleCall(self, call: ModuleCall, node_id: str, name: str) -> list[Statement]:
         args = self.flow.generator.call_args_code(self.flow.scope, call)
-        # a module that ends at [BREAK] (or never reaches [OUT]) ends the caller's branch
-        return [f"await ctx.step({node_id})", f"if not await ctx.call({args}):", "    return None"]
+        return [f"await ctx.step({node_id})", flowgen.Call(f"ctx.call({args})")]
 
-    def visit_Loop(self, loop: Loop, node_id: str, name: str) -> list[str]:
+    def visit_Loop(self, loop: Loop, node_id: str, name: str) -> list[Statement]:
         args = [py(loop.kind), py(loop.var), python_of(loop.iterable), self.flow.bodies[name]]
         return [f"await ctx.step({node_id})", f"await ctx.loop({', '.join(args)})"]
 
@@ -769,23 +769,13 @@ class _FlowEmitter:
         structured, statements = flowgen.emit(flow_graph, code)
         self.record_conditions(edges)
         returns = "str | None"
-        if structured and not any(_ENDS.search(line) for line in flowgen.render(statements)):
+        if structured and not flowgen.ends_flow(statements):
             # no path ends at [END]/[OUT]/[BREAK] (a loop body): the function returns nothing
             returns = "None"
-            statements = flowgen.without_tail_returns(statements)
-            if statements[-2:-1] and statements[-1] == "    return None":
-                # a module call ending the body: its caller's branch ends there either way
-                call = str(statements[-2])  # "if not await ctx.call(…):"
-                statements[-2:] = ["await " + call.removeprefix("if not await ").removesuffix(":")]
+            statements = flowgen.returning_nothing(statements)
         elif structured and flowgen.falls_off(statements):
             statements.append("return None")
-        lines = flowgen.render(statements)
-        if returns == "None":
-            # whole statements only: a condition may hold the words in a string
-            lines = [_BARE_RETURN.sub(r"\1return", line) for line in lines]
-        if all(line.lstrip().startswith("#") for line in lines):
-            lines.append("    pass")
-        return not structured, returns, lines
+        return not structured, returns, flowgen.render_body(statements)
 
     def node_id(self, name: str) -> str:
         return self.ids.get(name, name)
@@ -796,14 +786,14 @@ class _FlowEmitter:
         span: Span | None = getattr(node.binding, "span", None)
         return (span or node.bound_at or node.span).line
 
-    def node_body(self, name: str) -> list[str]:
+    def node_body(self, name: str) -> list[Statement]:
         """A node's marker, the author's comments above its line, and its step: the step line
         names the node and what it runs, so it needs no comment of its own."""
         node = self.nodes.get(name)
         if node is None or (self.loop is not None and name == self.loop.head):
             return []  # a loop body's head is the loop's own node, counted outside (§12.7)
         line = self.node_line(node)
-        lines = [line_marker(line)]
+        lines: list[Statement] = [line_marker(line)]
         if line not in self.commented:
             self.commented.add(line)
             lines += [f"# {comment_text(text)}" for text in self.generator.comments_above(line)]
@@ -855,8 +845,6 @@ MARK = "\ue000"  # private use: never in a comment made from user text (see comm
 _NUMBERED_MARKER = re.compile(rf"# {MARK}(\d+)")
 _MARKER_LINE = re.compile(rf"^[ \t]*# {MARK}[ \t]*$")
 LINES_PLACEHOLDER = 'LINES = ""\n'
-_ENDS = re.compile(r"^\s*return (await ctx\.step\()?['\"]")
-_BARE_RETURN = re.compile(r"^(\s*)return None$")
 
 
 def line_marker(line: int) -> str:

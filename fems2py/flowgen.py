@@ -20,7 +20,9 @@ A flow is a graph (§12); the generated function should read like the script. Tw
 
 The emitter works on the parser's node names and asks its owner for each node's code
 (:class:`NodeCode`); statements come back as a small tree (:class:`If`, :class:`Block`,
-strings) that :func:`render` indents.
+:class:`Call`, strings) that :func:`render` indents. What depends on the whole body (whether
+the function returns a terminal's name at all, see :func:`returning_nothing`) is decided on
+the tree, so a body is rendered once and its text never edited.
 """
 
 from __future__ import annotations
@@ -51,7 +53,17 @@ class Block:
     body: list[Statement]
 
 
-Statement = str | If | Block
+@dataclass
+class Call:
+    """A module call (``ctx.call(…)``) that ends the path when the module did not reach
+    ``[OUT]`` (it ended at ``[BREAK]`` or nowhere, §11): ``if not await CALL: END``, where
+    ``END`` is ``return None``, or ``return`` in a function that returns nothing."""
+
+    code: str
+    end: str = "return None"
+
+
+Statement = str | If | Block | Call
 
 
 @dataclass
@@ -73,8 +85,8 @@ class FlowGraph:
 class NodeCode:
     """What the owner of the emitter says about each node."""
 
-    # the lines that run node `name` (marker, comments, step, binding)
-    body: Callable[[str], list[str]]
+    # the statements that run node `name` (marker, comments, step, binding)
+    body: Callable[[str], list[Statement]]
     # the id of a node in the generated code (`"deal_2"`)
     node_id: Callable[[str], str]
     # a marker comment for a .fems line
@@ -460,14 +472,16 @@ def render(statements: Sequence[Statement], depth: int = 1) -> list[str]:
     for statement in statements:
         if isinstance(statement, str):
             lines.append(pad + statement)
+        elif isinstance(statement, Call):
+            lines += [f"{pad}if not await {statement.code}:", f"{pad}    {statement.end}"]
         elif isinstance(statement, Block):
             lines.append(pad + statement.header)
-            lines += _body(statement.body, depth + 1)
+            lines += render_body(statement.body, depth + 1)
         else:
             for index, (before, condition, body) in enumerate(statement.arms):
                 lines += [pad + line for line in before]
                 lines.append(f"{pad}{'elif' if index else 'if'} {condition}:")
-                lines += _body(body, depth + 1)
+                lines += render_body(body, depth + 1)
             if all(_jumps(body) for _, _, body in statement.arms):
                 lines += render(statement.orelse or [], depth)  # no `else` after a jump
                 continue
@@ -488,31 +502,60 @@ def _jumps(statements: Sequence[Statement]) -> bool:
     return isinstance(last, str) and last.startswith(_JUMP_WORDS)
 
 
-def _body(statements: Sequence[Statement], depth: int) -> list[str]:
+def render_body(statements: Sequence[Statement], depth: int = 1) -> list[str]:
+    """Like :func:`render`, with a ``pass`` when nothing but comments would be left."""
     lines = render(statements, depth)
     if all(line.lstrip().startswith("#") for line in lines):
         lines.append("    " * depth + "pass")
     return lines
 
 
-def without_tail_returns(statements: list[Statement]) -> list[Statement]:
-    """``statements`` minus a ``return None`` in tail position (the end of a function body,
-    also at the end of each arm of an ``if`` that ends it): the function returns None there
-    anyway. An ``else`` left with nothing but comments is dropped."""
-    if not statements:
-        return statements
-    *rest, last = statements
-    if last == "return None":
-        return rest
-    if isinstance(last, If):
-        arms = [(before, cond, without_tail_returns(body)) for before, cond, body in last.arms]
-        orelse = last.orelse
-        if orelse is not None:
-            orelse = without_tail_returns(orelse)
-            if all(isinstance(item, str) and item.startswith("#") for item in orelse):
-                orelse = None
-        return [*rest, If(arms, orelse)]
-    return statements
+def ends_flow(statements: Sequence[Statement]) -> bool:
+    """Whether some path of a structured body returns a terminal's name (``[END]``, ``[OUT]``,
+    ``[BREAK]``, see :func:`_opening`): the other returns are ``return None``."""
+    for statement in statements:
+        if isinstance(statement, str):
+            if statement.startswith("return ") and statement != "return None":
+                return True
+        elif isinstance(statement, Block):
+            if ends_flow(statement.body):
+                return True
+        elif isinstance(statement, If):
+            bodies = [body for _, _, body in statement.arms] + [statement.orelse or []]
+            if any(ends_flow(body) for body in bodies):
+                return True
+    return False
+
+
+def returning_nothing(statements: Sequence[Statement], tail: bool = True) -> list[Statement]:
+    """A structured body for a function that returns None (no path reaches a terminal, see
+    :func:`ends_flow`): a ``return None`` that ends it (also at the end of an arm of an ``if``
+    that ends it) is left out, any other is a bare ``return``, and a module call that ends it
+    is just awaited; an ``else`` left with nothing but comments is dropped. ``tail``: whether
+    ``statements`` end the function."""
+    items = list(statements)
+    if tail and items and items[-1] == "return None":
+        items.pop()  # the function returns None there anyway
+    result: list[Statement] = []
+    for index, statement in enumerate(items):
+        last = tail and index == len(items) - 1
+        if statement == "return None":
+            result.append("return")
+        elif isinstance(statement, Call):
+            result.append(f"await {statement.code}" if last else Call(statement.code, "return"))
+        elif isinstance(statement, Block):  # a `while True:` goes round again: nothing ends in it
+            result.append(Block(statement.header, returning_nothing(statement.body, False)))
+        elif isinstance(statement, If):
+            arms = [(b, cond, returning_nothing(body, last)) for b, cond, body in statement.arms]
+            orelse = statement.orelse
+            if orelse is not None:
+                orelse = returning_nothing(orelse, last)
+                if last and all(isinstance(s, str) and s.startswith("#") for s in orelse):
+                    orelse = None
+            result.append(If(arms, orelse))
+        else:
+            result.append(statement)
+    return result
 
 
 def falls_off(statements: Sequence[Statement]) -> bool:
@@ -523,6 +566,8 @@ def falls_off(statements: Sequence[Statement]) -> bool:
     last = statements[-1]
     if isinstance(last, str):
         return not last.startswith(_JUMP_WORDS)
+    if isinstance(last, Call):
+        return True
     if isinstance(last, Block):
         return last.header != "while True:" or _breaks(last.body)
     arms = [body for _, _, body in last.arms]

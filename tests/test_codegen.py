@@ -15,6 +15,7 @@ import jinja2
 import pytest
 
 from bench.bench_shape import EXAMPLES, MAIN_FLOW_TARGET, TARGET, measure
+from fems2py import flowgen
 from fems2py.build import BLACK_MODE, build_source
 from fems2py.codegen import Namer, environment, py, python_name, python_of
 from fems2py.golden import GOLDEN_DIR, INPUT
@@ -336,3 +337,22 @@ def test_werewolf_is_at_most_two_and_a_half_module_lines_per_code_line() -> None
     assert shape.code_lines == 249  # the count the issue measured 4.4 against
     assert shape.ratio <= TARGET
     assert shape.main_flow_lines <= MAIN_FLOW_TARGET
+
+
+def test_a_body_that_returns_nothing_is_made_from_its_statement_tree() -> None:
+    """Module calls, returns and dead ``else``\\ s are decided on the tree: a condition or an
+    argument holding the words "return None" or "if not await" is never touched."""
+    call = flowgen.Call('ctx.call(M, "if not await x")')
+    arm = ([], 'ctx["w"] == "return None"', [call, "return None"])
+    loop = flowgen.Block("while True:", [call, "return None"])
+    body: list[flowgen.Statement] = [loop, flowgen.If([arm], ["# stuck", "return None"])]
+    assert not flowgen.ends_flow(body)
+    assert flowgen.ends_flow([*body, 'return await ctx.step("END")'])
+    assert flowgen.render_body(flowgen.returning_nothing(body)) == [
+        "    while True:",
+        '        if not await ctx.call(M, "if not await x"):',
+        "            return",
+        "        return",
+        '    if ctx["w"] == "return None":',
+        '        await ctx.call(M, "if not await x")',
+    ]
