@@ -16,11 +16,12 @@ import keyword
 import re
 import unicodedata
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from typing import Any, Protocol
 
 import jinja2
+from fems_runtime.names import call_node, declared_name, loop_node
 
 from fems2py import __version__, flowgen
 from fems2py.cache import cache_folder
@@ -120,6 +121,7 @@ class ActionView:
     construct: str  # a comment naming the source construct when the code cannot
     docstring: str | None
     kind: str
+    name: str  # the action's .fems name, which the function stands for when it can
     # ai/human/mind: arguments of ``fr.TurnSpec``; func: of ``fr.FuncSpec``
     spec_args: tuple[SpecArg, ...] = ()
     # assign: (marker, statement)
@@ -316,6 +318,8 @@ class CodeGenerator:
         self.conditions: list[tuple[str, tuple[tuple[str, str], ...]]] = []
         # action functions named after their action (a module's behind its module's name)
         self.named_after: set[str] = set()
+        # each module flow's function: its module's name and its decorator's other arguments
+        self.modules: dict[str, tuple[str, list[tuple[str, str]]]] = {}
 
     def comments_above(self, line: int) -> list[str]:
         """The author's ``#`` comment lines directly above ``line`` (1-based), in order."""
@@ -364,9 +368,39 @@ class CodeGenerator:
             blueprints_code=blueprints,
             methods_code=tuple(_method_code(method) for method in script.methods),
             variables=tuple((decl.name, value_code(decl.value)) for decl in script.variables),
-            items=tuple(self.items),
+            items=self.named_items(),
             conditions=tuple(self.conditions),
         )
+
+    def named_items(self) -> tuple[ActionView | FlowView, ...]:
+        """The items, each saying its ``.fems`` name where its function cannot stand for it
+        (:func:`fems_runtime.names.declared_name`, asked about the function's names as Python
+        reads them, NFKC-folded): ``action="x"`` in a turn or ``@func`` call, the name first in
+        ``@fr.module("x", …)``. Known once every module flow has its function's name."""
+        modules = frozenset(unicodedata.normalize("NFKC", name) for name in self.modules)
+
+        def stands_for(function: str, name: str) -> bool:
+            return declared_name(unicodedata.normalize("NFKC", function), modules) == name
+
+        items: list[ActionView | FlowView] = []
+        for item in self.items:
+            if isinstance(item, FlowView) and item.function in self.modules:
+                name, args = self.modules[item.function]
+                if not stands_for(item.function, name):
+                    args = [("", py(name)), *args]
+                # one argument a line, as black lays out all but the smallest: adding a
+                # variable or meta entry to a module then changes one line
+                item = replace(item, decorator_code=_call("fr.module", args, exploded=True))
+            elif (  # an assign action names nothing
+                isinstance(item, ActionView)
+                and item.kind != "assign"
+                and not stands_for(item.function, item.name)
+            ):
+                given = [arg for arg in item.spec_args if not arg.name]  # executor, or code.fn
+                named = SpecArg("action", py(item.name))
+                item = replace(item, spec_args=(*given, named, *item.spec_args[len(given) :]))
+            items.append(item)
+        return tuple(items)
 
     def declare(
         self, scope: Scope, actions: Iterable[Action], modules: Iterable[Module], prefix: str
@@ -393,7 +427,7 @@ class CodeGenerator:
             if module.flow is not None:
                 local_vars = _dict_code((v.name, value_code(v.value)) for v in module.variables)
                 methods = _tuple_code(_method_code(m) for m in module.methods)
-                args = [("", py(module.name))]
+                args: list[tuple[str, str]] = []
                 if module.params:
                     args.append(("params", py(module.params)))
                 if module.variables:
@@ -410,10 +444,8 @@ class CodeGenerator:
                     "IN",
                     f"module {module.name}{params}",
                     module.span.line,
-                    # one argument a line, as black lays out all but the smallest: adding a
-                    # variable or meta entry to a module then changes one line
-                    decorator=_call("fr.module", args, exploded=True),
                 )
+                self.modules[function] = (module.name, args)
             self.emit_modules(scope, module.modules)
 
     # -------------------------------------------------------------------- actions
@@ -434,7 +466,9 @@ class CodeGenerator:
                 (line_marker(a.span.line), self.assign_code(a)) for a in action.assignments
             )
             construct = self.construct(f"action {action.name} @assign{where}", function)
-            return ActionView(function, marker, construct, doc, "assign", statements=statements)
+            return ActionView(
+                function, marker, construct, doc, "assign", action.name, statements=statements
+            )
         args: list[tuple[str, str]] = []
         if action.kind == "func":
             assert action.func is not None
@@ -444,8 +478,6 @@ class CodeGenerator:
             assert action.executor is not None
             args.append(("", py(action.executor)))
             head = f"@{action.kind}({action.executor})"
-        if action.name != function:
-            args.append(("action", py(action.name)))
         if action.kind == "func":
             if action.inputs is not None:
                 args.append(("inputs", self.inputs_code(action.inputs)))
@@ -455,7 +487,9 @@ class CodeGenerator:
             args += self.turn_args(scope, action)
         spec_args = self.spec_args(action, args)
         construct = self.construct(f"action {action.name} {head}{where}", function)
-        return ActionView(function, marker, construct, doc, action.kind, spec_args=spec_args)
+        return ActionView(
+            function, marker, construct, doc, action.kind, action.name, spec_args=spec_args
+        )
 
     def turn_args(self, scope: Scope, action: Action) -> list[tuple[str, str]]:
         args: list[tuple[str, str]] = []
@@ -619,7 +653,6 @@ class CodeGenerator:
         start: str,
         construct: str,
         line: int,
-        decorator: str | None = None,
         loop: Loop | None = None,
         outer_ids: Mapping[str, str] | None = None,
     ) -> None:
@@ -645,7 +678,6 @@ class CodeGenerator:
                 returns=returns,
                 start=ids.get(start, start),
                 body=tuple(body),
-                decorator_code=decorator,
             )
         )
         for node_name, inner, body_function in later:
@@ -687,7 +719,7 @@ class _Fallback(BindingVisitor[str]):
         return f"{scope.actions.get(action, python_name(action))}(ctx)"
 
     def visit_ModuleCall(self, call: ModuleCall, generator: CodeGenerator, scope: Scope) -> str:
-        return f"ctx.call({generator.call_args_code(scope, call)})"
+        return f"ctx.run_module({generator.call_args_code(scope, call)})"
 
 
 class _BindingCode(BindingVisitor[list[Statement]]):
@@ -698,20 +730,26 @@ class _BindingCode(BindingVisitor[list[Statement]]):
 
     def visit_ActionName(self, action: str, node_id: str, name: str) -> list[Statement]:
         function = self.flow.scope.actions.get(action, python_name(action))
-        return [f"await ctx.step({node_id}, {function})"]
+        return [f"await ctx.step({py(node_id)}, {function})"]
 
     def visit_PassThrough(self, binding: None, node_id: str, name: str) -> list[Statement]:
-        return [f"await ctx.step({node_id})"]
+        return [f"await ctx.step({py(node_id)})"]
 
     visit_Join = visit_PassThrough  # the fork before it does the joining (§12.6)
 
     def visit_ModuleCall(self, call: ModuleCall, node_id: str, name: str) -> list[Statement]:
+        """``ctx.call`` counts the node's step itself; it is named ``&Module`` unless told."""
         args = self.flow.generator.call_args_code(self.flow.scope, call)
-        return [f"await ctx.step({node_id})", flowgen.Call(f"ctx.call({args})")]
+        if node_id != call_node(call.module):
+            args += f", node={py(node_id)}"
+        return [flowgen.Call(f"ctx.call({args})")]
 
     def visit_Loop(self, loop: Loop, node_id: str, name: str) -> list[Statement]:
+        """``ctx.loop`` counts the node's step itself; it is named ``for_x`` unless told."""
         args = [py(loop.kind), py(loop.var), python_of(loop.iterable), self.flow.bodies[name]]
-        return [f"await ctx.step({node_id})", f"await ctx.loop({', '.join(args)})"]
+        if node_id != loop_node(loop.kind, loop.var):
+            args.append(f"node={py(node_id)}")
+        return [f"await ctx.loop({', '.join(args)})"]
 
 
 class _FlowEmitter:
@@ -797,7 +835,7 @@ class _FlowEmitter:
         if line not in self.commented:
             self.commented.add(line)
             lines += [f"# {comment_text(text)}" for text in self.generator.comments_above(line)]
-        return lines + (_BindingCode(self).visit(node.binding, py(self.node_id(name)), name) or [])
+        return lines + (_BindingCode(self).visit(node.binding, self.node_id(name), name) or [])
 
     def fork_code(self, name: str) -> str:
         merge = self.generator.merge_node(self.scope.key, name)
@@ -965,11 +1003,10 @@ def _node_ids(graph: Graph, outer: Mapping[str, str]) -> dict[str, str]:
         if node.name in ids or not node.anonymous:
             ids.setdefault(node.name, node.name)
             continue
+        # the runtime's rules for loops and module calls (fems_runtime.names), so ctx.loop and
+        # ctx.call need no node= for them; an action, or &Module as written
         loop = _LoopOf().visit(node.binding)
-        if loop is not None:
-            base = f"{loop.kind}_{loop.var.lstrip('@')}"
-        else:
-            base = node.name.rsplit("@", 1)[0]  # an action, or &Module as written
+        base = loop_node(loop.kind, loop.var) if loop else node.name.rsplit("@", 1)[0]
         candidate, count = base, next_count.get(base, 2)
         while candidate in used:
             candidate, count = f"{base}_{count}", count + 1
@@ -1000,7 +1037,7 @@ def _call(function: str, args: Iterable[tuple[str, str]], exploded: bool = False
     """``function(args)``; ``exploded`` adds the trailing comma that has black put one
     argument on each line."""
     rendered = [f"{name}={code}" if name else code for name, code in args]
-    return f"{function}({', '.join(rendered)}{',' if exploded else ''})"
+    return f"{function}({', '.join(rendered)}{',' if exploded and rendered else ''})"
 
 
 def _tuple_code(items: Iterable[str]) -> str:

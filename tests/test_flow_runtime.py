@@ -11,6 +11,7 @@ from fems_helpers import run_script, steps_of
 from fems_runtime import RunError
 from fems_runtime.flow import Context, module
 from fems_runtime.linetable import LineTable
+from fems_runtime.names import declared_name
 from fems_runtime.records import StepCounter, TraceWriter
 from fems_runtime.variables import Variables
 
@@ -1055,3 +1056,12 @@ def test_a_loop_body_compares_strings_that_read_like_code_as_written(tmp_path: P
     """
     result, _ = run_script(tmp_path, source)
     assert (result.variables["same"], result.variables["other"]) == (2, 0)
+
+
+def test_a_function_stands_for_its_name_without_the_longest_module_prefix() -> None:
+    modules = {"Outer", "Outer_Inner"}
+    assert declared_name("Outer_Inner_note", modules) == "note"
+    assert declared_name("Outer_Inner", modules) == "Inner"
+    assert declared_name("Outer_note", modules) == "note"
+    assert declared_name("Outer", modules) == "Outer"
+    assert declared_name("Others_note", modules) == "Others_note"

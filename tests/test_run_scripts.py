@@ -367,6 +367,62 @@ def test_fems_names_that_clash_with_python_or_the_module_still_work(tmp_path: Pa
         assert f"async def {function}(ctx: fr.Context)" in text
 
 
+DECLARED_NAMES = """
+vars:
+    team = [@eve]
+actors:
+    ai @eve = soul:eve
+action Team_talk @ai(@eve):
+    prompt: Say hi.
+action ﬁx @ai(@eve):
+    prompt: Fix it.
+module Team:
+    action talk @ai(@eve):
+        prompt: Say hello.
+    action class @ai(@eve):
+        prompt: Say class.
+    flow:
+        [IN] -> talk -> class -> Team_talk -> [OUT]
+module Team_sub:
+    flow:
+        [IN] -> [OUT]
+mainflow:
+    [START] -> ﬁx -> &Team -> &Team_sub -> [Again]:&Team -> for @x in team:
+        -> ﬁx ->
+    -> for @x in team:
+        -> ﬁx ->
+    -> [END]
+"""
+
+
+def test_functions_stand_for_their_fems_names_and_say_them_where_they_cannot(
+    tmp_path: Path,
+) -> None:
+    """An action or module in module ``Team`` runs as ``Team_<name>`` and the runtime reads its
+    name back (fems_runtime.names); where that reading would be wrong (a top-level
+    ``Team_talk`` or module ``Team_sub`` beside module ``Team``, ``ﬁx`` that Python reads as
+    ``fix``) the module says the name. Loop and call nodes count their steps under the ids
+    the compiler gave them."""
+    result, events = run_script(tmp_path, DECLARED_NAMES, model="fems/mock", seed=1)
+    assert result.status == "completed"
+    turns = [e["action"] for e in events if e["event"] == "llm_call"]
+    assert turns == ["ﬁx", "talk", "class", "Team_talk", "talk", "class", "Team_talk", "ﬁx", "ﬁx"]
+    steps = [e["node"] for e in events if e["event"] == "step"]
+    assert steps == [
+        *["START", "ﬁx", "&Team", "IN", "talk", "class", "Team_talk", "OUT"],
+        *["&Team_sub", "IN", "OUT", "Again", "IN", "talk", "class", "Team_talk", "OUT"],
+        *["for_x", "ﬁx", "for_x_2", "ﬁx", "END"],
+    ]
+    text = (tmp_path / "t_gen.py").read_text(encoding="utf-8")
+    said = [line.strip() for line in text.splitlines() if "action=" in line]
+    # Team's talk runs as Team_talk_2, the top-level Team_talk having taken Team_talk
+    assert said == ['action="Team_talk",', 'action="ﬁx",', 'action="talk",']
+    assert "async def Team_class(" in text  # the name Python reserves is no problem here
+    assert "@fr.module()\nasync def Team(" in text
+    assert '@fr.module(\n    "Team_sub",\n)\nasync def Team_sub(' in text
+    assert 'ctx.call(Team, node="Again")' in text and 'node="for_x_2"' in text
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [

@@ -56,8 +56,7 @@ async def main_flow(
     return node
 
 
-# What a "flow stuck" error lists (§12.3): per flow and node, each condition and what it reads.
-CONDITIONS: fr.ConditionTable = {}
+CONDITIONS: fr.ConditionTable = {}  # what a "flow stuck" error shows (§12.3)
 # The input.fems line of each line above: "M=L" means from module line M on (fr.LineTable).
 LINES = "22=7 23=8 26=10 27=11 30=13 31=14 34=16 39=17 45=19 49=21 52=20"
 
@@ -67,7 +66,6 @@ PROGRAM = fr.Program(
     actors=ACTORS,
     variables=VARIABLES,
     main=main_flow,
-    module_file=__file__,
     lines=LINES,
     conditions=CONDITIONS,
 )

@@ -66,8 +66,7 @@ async def main_flow(
     return node
 
 
-# What a "flow stuck" error lists (§12.3): per flow and node, each condition and what it reads.
-CONDITIONS: fr.ConditionTable = {
+CONDITIONS: fr.ConditionTable = {  # what a "flow stuck" error shows (§12.3)
     ("main_flow", "Check"): [
         ("score < 5 and @Eve.type == ai", "score @Eve.type"),
         ("score >= 5 or hp.@Eve <= 0", "score hp.@Eve"),
@@ -84,7 +83,6 @@ PROGRAM = fr.Program(
     actors=ACTORS,
     variables=VARIABLES,
     main=main_flow,
-    module_file=__file__,
     lines=LINES,
     conditions=CONDITIONS,
 )

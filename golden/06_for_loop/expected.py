@@ -48,7 +48,6 @@ async def wrap_up(ctx: fr.Context) -> None:
 async def main_flow(ctx: fr.Context) -> str | None:
     await ctx.step("START")
     await ctx.step("P")
-    await ctx.step("for_speaker")
     await ctx.loop("for", "@speaker", ctx["alive"], main_flow_for_speaker_in_alive)
     await ctx.step("count_round", count_round)
     await ctx.step("wrap_up", wrap_up)
@@ -62,10 +61,9 @@ async def main_flow_for_speaker_in_alive(ctx: fr.Context) -> None:
         await ctx.step("human_speak", human_speak)
 
 
-# What a "flow stuck" error lists (§12.3): per flow and node, each condition and what it reads.
-CONDITIONS: fr.ConditionTable = {}
+CONDITIONS: fr.ConditionTable = {}  # what a "flow stuck" error shows (§12.3)
 # The input.fems line of each line above: "M=L" means from module line M on (fr.LineTable).
-LINES = "24=10 32=14 40=18 41=19 44=21 45=22 48=24 49=25 51=26 53=29 58=26 59=27 61=28"
+LINES = "24=10 32=14 40=18 41=19 44=21 45=22 48=24 49=25 51=26 52=29 57=26 58=27 60=28"
 
 
 PROGRAM = fr.Program(
@@ -73,7 +71,6 @@ PROGRAM = fr.Program(
     actors=ACTORS,
     variables=VARIABLES,
     main=main_flow,
-    module_file=__file__,
     lines=LINES,
     conditions=CONDITIONS,
 )

@@ -41,7 +41,6 @@ async def record(ctx: fr.Context) -> None:
 async def main_flow(ctx: fr.Context) -> str | None:
     await ctx.step("START")
     await ctx.step("P")
-    await ctx.step("par_voter")
     await ctx.loop("par", "@voter", ctx["voters"], main_flow_par_voter_in_voters)
     return await ctx.step("END")
 
@@ -51,10 +50,9 @@ async def main_flow_par_voter_in_voters(ctx: fr.Context) -> None:
     await ctx.step("record", record)
 
 
-# What a "flow stuck" error lists (§12.3): per flow and node, each condition and what it reads.
-CONDITIONS: fr.ConditionTable = {}
+CONDITIONS: fr.ConditionTable = {}  # what a "flow stuck" error shows (§12.3)
 # The input.fems line of each line above: "M=L" means from module line M on (fr.LineTable).
-LINES = "27=13 36=18 37=19 38=20 41=22 42=23 44=24 46=26 49=24 50=25"
+LINES = "27=13 36=18 37=19 38=20 41=22 42=23 44=24 45=26 48=24 49=25"
 
 
 PROGRAM = fr.Program(
@@ -62,7 +60,6 @@ PROGRAM = fr.Program(
     actors=ACTORS,
     variables=VARIABLES,
     main=main_flow,
-    module_file=__file__,
     lines=LINES,
     conditions=CONDITIONS,
 )

@@ -25,8 +25,7 @@ async def finish(ctx: fr.Context) -> None:
 async def main_flow(ctx: fr.Context) -> str | None:
     await ctx.step("START")
     while True:
-        await ctx.step("Loop")
-        if not await ctx.call(Day, 1):
+        if not await ctx.call(Day, 1, node="Loop"):
             return None
         await ctx.step("Again")
         if ctx["day"] < 10:
@@ -43,7 +42,6 @@ async def Day_tick(ctx: fr.Context) -> None:
 
 
 @fr.module(
-    "Day",
     params=("n",),
     variables={"seen": 0},
     meta={"max_steps": 20},
@@ -59,13 +57,12 @@ async def Day(ctx: fr.Context) -> str | None:
     raise ctx.stuck("Check")
 
 
-# What a "flow stuck" error lists (§12.3): per flow and node, each condition and what it reads.
-CONDITIONS: fr.ConditionTable = {
+CONDITIONS: fr.ConditionTable = {  # what a "flow stuck" error shows (§12.3)
     ("main_flow", "Again"): [("day < 10", "day"), ("day >= 10", "day")],
     ("Day", "Check"): [("day > 3", "day"), ("day <= 3", "day")],
 }
 # The input.fems line of each line above: "M=L" means from module line M on (fr.LineTable).
-LINES = "21=19 22=20 25=22 26=23 32=24 34=25 37=24 40=11 41=12 42=13 45=6 52=15 55=16 57=17 59=16"
+LINES = "21=19 22=20 25=22 26=23 31=24 33=25 36=24 39=11 40=12 41=13 44=6 50=15 53=16 55=17 57=16"
 
 
 PROGRAM = fr.Program(
@@ -73,7 +70,6 @@ PROGRAM = fr.Program(
     actors=ACTORS,
     variables=VARIABLES,
     main=main_flow,
-    module_file=__file__,
     lines=LINES,
     conditions=CONDITIONS,
 )

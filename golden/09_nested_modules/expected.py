@@ -24,7 +24,6 @@ async def note(ctx: fr.Context) -> None:
 async def main_flow(ctx: fr.Context) -> str | None:
     await ctx.step("START")
     await ctx.step("note", note)
-    await ctx.step("&Outer")
     if not await ctx.call(Outer, "outer"):
         return None
     return await ctx.step("END")
@@ -35,13 +34,11 @@ async def Outer_note(ctx: fr.Context) -> None:
 
 
 @fr.module(
-    "Outer",
     params=("x",),
 )
 async def Outer(ctx: fr.Context) -> str | None:
     await ctx.step("IN")
     await ctx.step("note", Outer_note)
-    await ctx.step("&Inner")
     if not await ctx.call(Outer_Inner):
         return None
     return await ctx.step("OUT")
@@ -51,19 +48,16 @@ async def Outer_Inner_note(ctx: fr.Context) -> None:
     ctx.assign("log", "+=", "inner")
 
 
-@fr.module(
-    "Inner",
-)
+@fr.module()
 async def Outer_Inner(ctx: fr.Context) -> str | None:
     await ctx.step("IN")
     await ctx.step("note", Outer_Inner_note)
     return await ctx.step("OUT")
 
 
-# What a "flow stuck" error lists (§12.3): per flow and node, each condition and what it reads.
-CONDITIONS: fr.ConditionTable = {}
+CONDITIONS: fr.ConditionTable = {}  # what a "flow stuck" error shows (§12.3)
 # The input.fems line of each line above: "M=L" means from module line M on (fr.LineTable).
-LINES = "20=5 21=6 24=19 25=20 33=9 34=10 37=8 42=17 50=12 51=13 54=11 58=15"
+LINES = "20=5 21=6 24=19 25=20 32=9 33=10 36=8 40=17 47=12 48=13 51=11 53=15"
 
 
 PROGRAM = fr.Program(
@@ -71,7 +65,6 @@ PROGRAM = fr.Program(
     actors=ACTORS,
     variables=VARIABLES,
     main=main_flow,
-    module_file=__file__,
     lines=LINES,
     conditions=CONDITIONS,
 )

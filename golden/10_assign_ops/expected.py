@@ -44,8 +44,7 @@ async def main_flow(ctx: fr.Context) -> str | None:
     return await ctx.step("END")
 
 
-# What a "flow stuck" error lists (§12.3): per flow and node, each condition and what it reads.
-CONDITIONS: fr.ConditionTable = {}
+CONDITIONS: fr.ConditionTable = {}  # what a "flow stuck" error shows (§12.3)
 # The input.fems line of each line above: "M=L" means from module line M on (fr.LineTable).
 LINES = "28=14 29=15 30=16 31=17 32=18 33=19 34=20 35=21 36=22 37=23 38=24 41=26 42=27"
 
@@ -55,7 +54,6 @@ PROGRAM = fr.Program(
     actors=ACTORS,
     variables=VARIABLES,
     main=main_flow,
-    module_file=__file__,
     lines=LINES,
     conditions=CONDITIONS,
 )

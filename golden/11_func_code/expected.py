@@ -44,8 +44,7 @@ async def main_flow(ctx: fr.Context) -> str | None:
     return await ctx.step("END")
 
 
-# What a "flow stuck" error lists (§12.3): per flow and node, each condition and what it reads.
-CONDITIONS: fr.ConditionTable = {}
+CONDITIONS: fr.ConditionTable = {}  # what a "flow stuck" error shows (§12.3)
 # The input.fems line of each line above: "M=L" means from module line M on (fr.LineTable).
 LINES = "27=16 31=17 36=20 40=23 41=24"
 
@@ -55,7 +54,6 @@ PROGRAM = fr.Program(
     actors=ACTORS,
     variables=VARIABLES,
     main=main_flow,
-    module_file=__file__,
     lines=LINES,
     conditions=CONDITIONS,
 )

@@ -83,7 +83,7 @@ async def choose_again(ctx: fr.Context) -> None:
         prompt="Again.",
         scope=("{alive}",),
         outs=fr.OutSpec("pick", type="enum", choices=("@w", "@v")),
-        fallback=lambda: ctx.call(Backup),
+        fallback=lambda: ctx.run_module(Backup),
         interrupt=fr.InterruptSpec("human_except", actors=("@god",)),
     )
 
@@ -95,19 +95,16 @@ async def main_flow(ctx: fr.Context) -> str | None:
     return await ctx.step("END")
 
 
-@fr.module(
-    "Backup",
-)
+@fr.module()
 async def Backup(ctx: fr.Context) -> str | None:
     await ctx.step("IN")
     await ctx.step("pick_auto", pick_auto)
     return await ctx.step("OUT")
 
 
-# What a "flow stuck" error lists (§12.3): per flow and node, each condition and what it reads.
-CONDITIONS: fr.ConditionTable = {}
+CONDITIONS: fr.ConditionTable = {}  # what a "flow stuck" error shows (§12.3)
 # The input.fems line of each line above: "M=L" means from module line M on (fr.LineTable).
-LINES = "55=35 56=36 59=42 65=46 75=53 80=56 91=63 92=64 98=38 102=40"
+LINES = "55=35 56=36 59=42 65=46 75=53 80=56 91=63 92=64 98=38 100=40"
 
 
 PROGRAM = fr.Program(
@@ -116,7 +113,6 @@ PROGRAM = fr.Program(
     methods=METHODS,
     variables=VARIABLES,
     main=main_flow,
-    module_file=__file__,
     lines=LINES,
     conditions=CONDITIONS,
 )

@@ -41,7 +41,6 @@ async def main_flow(ctx: fr.Context) -> str | None:
     await ctx.step("START")
     await ctx.step("spawn_team", spawn_team)
     await ctx.step("P")
-    await ctx.step("par_coder")
     await ctx.loop("par", "@coder", ctx["team"], main_flow_par_coder_in_team)
     return await ctx.step("END")
 
@@ -50,10 +49,9 @@ async def main_flow_par_coder_in_team(ctx: fr.Context) -> None:
     await ctx.step("work", work)
 
 
-# What a "flow stuck" error lists (§12.3): per flow and node, each condition and what it reads.
-CONDITIONS: fr.ConditionTable = {}
+CONDITIONS: fr.ConditionTable = {}  # what a "flow stuck" error shows (§12.3)
 # The input.fems line of each line above: "M=L" means from module line M on (fr.LineTable).
-LINES = "23=13 27=14 32=17 40=21 41=22 44=23 46=25 49=23 50=24"
+LINES = "23=13 27=14 32=17 40=21 41=22 44=23 45=25 48=23 49=24"
 
 
 PROGRAM = fr.Program(
@@ -62,7 +60,6 @@ PROGRAM = fr.Program(
     blueprints=BLUEPRINTS,
     variables=VARIABLES,
     main=main_flow,
-    module_file=__file__,
     lines=LINES,
     conditions=CONDITIONS,
 )

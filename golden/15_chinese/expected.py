@@ -46,8 +46,7 @@ async def main_flow(ctx: fr.Context) -> str | None:
         raise ctx.stuck("B")
 
 
-# What a "flow stuck" error lists (§12.3): per flow and node, each condition and what it reads.
-CONDITIONS: fr.ConditionTable = {
+CONDITIONS: fr.ConditionTable = {  # what a "flow stuck" error shows (§12.3)
     ("main_flow", "B"): [("计数 < 3", "计数"), ("计数 >= 3", "计数")],
 }
 # The input.fems line of each line above: "M=L" means from module line M on (fr.LineTable).
@@ -59,7 +58,6 @@ PROGRAM = fr.Program(
     actors=ACTORS,
     variables=VARIABLES,
     main=main_flow,
-    module_file=__file__,
     lines=LINES,
     conditions=CONDITIONS,
 )

@@ -45,8 +45,7 @@ async def main_flow(ctx: fr.Context) -> str | None:
         raise ctx.stuck("U")
 
 
-# What a "flow stuck" error lists (§12.3): per flow and node, each condition and what it reads.
-CONDITIONS: fr.ConditionTable = {
+CONDITIONS: fr.ConditionTable = {  # what a "flow stuck" error shows (§12.3)
     ("main_flow", "L"): [("tries < 3", "tries"), ("tries >= 3", "tries")],
     ("main_flow", "U"): [("talks < 2", "talks"), ("talks >= 2", "talks")],
 }
@@ -59,7 +58,6 @@ PROGRAM = fr.Program(
     actors=ACTORS,
     variables=VARIABLES,
     main=main_flow,
-    module_file=__file__,
     lines=LINES,
     conditions=CONDITIONS,
 )

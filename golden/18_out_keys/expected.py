@@ -62,9 +62,7 @@ async def note(ctx: fr.Context) -> None:
 
 async def main_flow(ctx: fr.Context) -> str | None:
     await ctx.step("START")
-    await ctx.step("for_i")
     await ctx.loop("for", "i", range(2), main_flow_for_i)
-    await ctx.step("for_wolf")
     await ctx.loop("for", "@wolf", [ctx["@you"]], main_flow_for_wolf)
     return await ctx.step("END")
 
@@ -78,10 +76,9 @@ async def main_flow_for_wolf(ctx: fr.Context) -> None:
     await ctx.step("kill", kill)
 
 
-# What a "flow stuck" error lists (§12.3): per flow and node, each condition and what it reads.
-CONDITIONS: fr.ConditionTable = {}
+CONDITIONS: fr.ConditionTable = {}  # what a "flow stuck" error shows (§12.3)
 # The input.fems line of each line above: "M=L" means from module line M on (fr.LineTable).
-LINES = "27=14 31=16 40=18 44=20 54=22 55=23 56=24 57=25 58=26 59=27 60=28 63=30 64=31 67=33 69=35 72=31 73=32 77=33 78=34"
+LINES = "27=14 31=16 40=18 44=20 54=22 55=23 56=24 57=25 58=26 59=27 60=28 63=30 64=31 66=33 67=35 70=31 71=32 75=33 76=34"
 
 
 PROGRAM = fr.Program(
@@ -89,7 +86,6 @@ PROGRAM = fr.Program(
     actors=ACTORS,
     variables=VARIABLES,
     main=main_flow,
-    module_file=__file__,
     lines=LINES,
     conditions=CONDITIONS,
 )

@@ -32,6 +32,7 @@ from fems_runtime.flow import (
     failed_node,
 )
 from fems_runtime.linetable import LineTable
+from fems_runtime.names import DeclaredNames
 from fems_runtime.records import RunError, StepCounter, TraceWriter, TurnLog, write_result
 from fems_runtime.store import Checkpoint, hide_password
 from fems_runtime.transcript import Transcript
@@ -108,6 +109,7 @@ class _Services:
         self.file = program.script.file
         self.lines = program.lines
         self.conditions = program.conditions
+        self.names = program.names
         self.variables = variables
         self.trace = trace
         self._turns = turns
@@ -195,7 +197,8 @@ class RunObserver(Protocol):
 class Program:
     """A generated module's script, ready to run any number of times. ``source`` is the
     ``.fems`` file when the caller knows where it is (``fems2py run``); the stage draws the
-    flow from it (§17)."""
+    flow from it (§17). ``module_file`` is the generated module's file (by default, the one
+    ``main`` was defined in): ``code:`` paths are relative to it and ``lines`` describes it."""
 
     source: Path | None = None
 
@@ -208,7 +211,7 @@ class Program:
         main: FlowFunction,
         blueprints: Sequence[BlueprintSpec] = (),
         methods: Sequence[MethodSpec] = (),
-        module_file: str,
+        module_file: str | None = None,
         lines: str = "",
         conditions: ConditionTable | None = None,
     ) -> None:
@@ -218,10 +221,13 @@ class Program:
         self.methods = tuple(methods)
         self.variables = variables
         self.main_flow = main
-        self.module_file = module_file
+        # the generated module's globals: its file, its module flows (for their names)
+        namespace: Mapping[str, Any] = getattr(main, "__globals__", {})
+        self.module_file = module_file or str(namespace.get("__file__", ""))
         self.project_dir: str | None = None  # set by `fems2py run`: the script's directory
-        self.lines = LineTable(lines, module_file)
+        self.lines = LineTable(lines, self.module_file)
         self.conditions: ConditionTable = conditions or {}
+        self.names = DeclaredNames(namespace)  # the .fems names of its functions
 
     def run(self, **options: Any) -> RunResult:
         """Run to the end (see :meth:`run_async` for the options)."""

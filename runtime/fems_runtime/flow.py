@@ -19,6 +19,7 @@ from types import FrameType
 from typing import Any, Literal, Protocol, TypeVar
 
 from fems_runtime.linetable import LineTable
+from fems_runtime.names import DeclaredNames, call_node, loop_node
 from fems_runtime.records import RunError, StepCounter, TraceWriter
 from fems_runtime.signals import OutSpec
 from fems_runtime.specs import ScopeItem, TurnKind, TurnResult, TurnSpec
@@ -56,7 +57,8 @@ _Flow = TypeVar("_Flow", bound=Callable[..., Awaitable[str | None]])
 #: What a "flow stuck" error lists for one node: each condition as written and what it reads
 #: (the paths one string apart, as generated modules write them, or a sequence).
 Conditions = Sequence[tuple[str, str | Sequence[str]]]
-#: A generated module's ``CONDITIONS``: (flow function, node) → its conditions.
+#: A generated module's ``CONDITIONS``: (flow function, node) → its conditions, each as written
+#: with what it reads: what a "flow stuck" error lists (§12.3).
 ConditionTable = Mapping[tuple[str, str], Conditions]
 
 
@@ -115,9 +117,10 @@ class MethodSpec:
 
 @dataclass(frozen=True)
 class ModuleSpec:
-    """What a module call needs besides its flow function: parameters, fresh locals (§11)."""
+    """What a module call needs besides its flow function: parameters, fresh locals (§11).
+    ``name`` None: the module is named after its function (:mod:`fems_runtime.names`)."""
 
-    name: str
+    name: str | None
     params: tuple[str, ...] = ()
     variables: Mapping[str, Any] = field(default_factory=dict)
     meta: Mapping[str, Any] = field(default_factory=dict)
@@ -125,14 +128,15 @@ class ModuleSpec:
 
 
 def module(
-    name: str,
+    name: str | None = None,
     *,
     params: tuple[str, ...] = (),
     variables: Mapping[str, Any] | None = None,
     meta: Mapping[str, Any] | None = None,
     methods: tuple[MethodSpec, ...] = (),
 ) -> Callable[[_Flow], _Flow]:
-    """Decorator marking a generated flow function as module ``name``; it stays callable as is
+    """Decorator marking a generated flow function as module ``name`` (by default, the name
+    its function stands for, see :mod:`fems_runtime.names`); it stays callable as is
     (concurrent branches re-enter it at a node) and carries its :class:`ModuleSpec`."""
     spec = ModuleSpec(name, params, dict(variables or {}), dict(meta or {}), methods)
 
@@ -150,6 +154,7 @@ class RunServices(Protocol):
     trace: TraceWriter
     lines: LineTable
     conditions: ConditionTable
+    names: DeclaredNames
 
     def code(self, alias: str) -> Any: ...
 
@@ -318,10 +323,12 @@ class Context:
         return await self.services.turn(self, spec)
 
     def _action(self, action: str, caller: FrameType) -> tuple[str, int]:
-        """An action's name and line: the generated function that runs it is named after the
-        action (else the name is given) and its first line is in the module's line table."""
+        """An action's name and line: the generated function that runs it stands for the
+        action's name (see :mod:`fems_runtime.names`; else the name is given) and its first
+        line is in the module's line table."""
         code = caller.f_code
-        return action or code.co_name, self.services.lines.of_function(code) or 0
+        name = action or self.services.names.of(code.co_name)
+        return name, self.services.lines.of_function(code) or 0
 
     # ------------------------------------------------------------------ flow
 
@@ -329,8 +336,16 @@ class Context:
         """Count one execution of ``node`` (§12.10), remember where this branch is, and run
         the node's ``action`` if it has one. Returns ``node``: a flow ends with
         ``return await ctx.step("END")``."""
+        await self._count_step(node, sys._getframe(1))
+        if action is not None:
+            await action(self)
+        return node
+
+    async def _count_step(self, node: str, caller: FrameType) -> None:
+        """One execution of ``node``, at the ``.fems`` line of the generated line ``caller``
+        runs: counted, traced, and remembered as where this branch is."""
         services, steps = self.services, self.steps
-        line = services.lines.at(sys._getframe(1))
+        line = services.lines.at(caller)
         self.node, self.line = node, line
         steps.step(node, services.file, line)
         if services.trace.active:
@@ -339,9 +354,6 @@ class Context:
             # a point where a cancelled branch (join(n)) stops and the other branches run; a
             # flow with nothing beside it only lets other tasks (the stage) in now and then
             await asyncio.sleep(0)
-        if action is not None:
-            await action(self)
-        return node
 
     def stuck(self, node: str) -> RunError:
         """The "flow stuck" error (§12.3) at the line of the node's first condition: every
@@ -438,11 +450,16 @@ class Context:
         var: str,
         items: Iterable[Any],
         body: FlowFunction,
+        *,
+        node: str | None = None,
     ) -> None:
-        """``for``/``par VAR in items`` (§12.7, §12.8): ``items`` is snapshotted on entry; each
-        iteration binds ``var`` in its own frame; ``par`` runs all iterations concurrently as
-        branches and writes their own values back when all have finished."""
-        line = self.services.lines.at(sys._getframe(1))
+        """The loop node ``node`` (default: named after the loop, ``par_coder``, see
+        :mod:`fems_runtime.names`), one step, then ``for``/``par VAR in items`` (§12.7,
+        §12.8): ``items`` is snapshotted on entry; each iteration binds ``var`` in its own
+        frame; ``par`` runs all iterations concurrently as branches and writes their own values
+        back when all have finished."""
+        await self._count_step(node or loop_node(kind, var), sys._getframe(1))
+        line = self.line
         snapshot = _snapshot(items)
         if snapshot is None:
             raise RunError(
@@ -469,21 +486,34 @@ class Context:
         self.frame.merge(frames)
         trace.write("join", node=self.node, line=line, cancelled=[])
 
-    async def call(self, flow: FlowFunction, *args: Any) -> bool:
-        """Call a module (§11): a fresh frame with parameters and locals, its own step limit.
+    async def call(self, flow: FlowFunction, *args: Any, node: str | None = None) -> bool:
+        """The module call node ``node`` (default: ``&Name``, see :mod:`fems_runtime.names`),
+        one step, then the call (:meth:`run_module`). Returns whether the caller continues."""
+        spec, name = self._module(flow)
+        await self._count_step(node or call_node(name), sys._getframe(1))
+        return await self._run_module(flow, spec, name, args)
+
+    async def run_module(self, flow: FlowFunction, *args: Any) -> bool:
+        """Call a module (§11) that is no node of the flow (an action's ``fallback:``, §10.6,
+        which counts no step): a fresh frame with parameters and locals, its own step limit.
         Returns whether the caller continues: True when a path of the module reached
         ``[OUT]``, False when it ended at ``[BREAK]`` or nowhere (the caller's branch stops)."""
+        return await self._run_module(flow, *self._module(flow), args)
+
+    def _module(self, flow: FlowFunction) -> tuple[ModuleSpec, str]:
+        """The module a flow function is, and its name."""
         spec: ModuleSpec = flow.fems_module  # type: ignore[attr-defined]
+        return spec, spec.name or self.services.names.of(flow.__name__)
+
+    async def _run_module(
+        self, flow: FlowFunction, spec: ModuleSpec, name: str, args: tuple[Any, ...]
+    ) -> bool:
         if len(args) != len(spec.params):
-            raise self.error(
-                f"module {spec.name} takes {len(spec.params)} arguments, got {len(args)}"
-            )
-        frame = self.frame.module(
-            spec.name, dict(zip(spec.params, args, strict=True)), spec.variables
-        )
+            raise self.error(f"module {name} takes {len(spec.params)} arguments, got {len(args)}")
+        frame = self.frame.module(name, dict(zip(spec.params, args, strict=True)), spec.variables)
         max_steps = spec.meta.get("max_steps")
         steps = self.steps.child(
-            int(max_steps) if max_steps is not None else None, f"module {spec.name}"
+            int(max_steps) if max_steps is not None else None, f"module {name}"
         )
         methods = {**self.methods, **{m.name: m for m in spec.methods}}
         inner = Context(
