@@ -2,9 +2,9 @@
 
 "Cold" is the first build in a fresh process (imports done, the compiler's caches of its own
 tables warm, the script never built), best of several processes; "black alone" is black's first
-formatting of the finished module in another fresh process (imports done), with the same mode,
-best of as many processes: both pay what a process pays the first time it does the work. Black
-again in that process (warm, best of three) is printed too. The same comparison as two commands,
+formatting of the finished module in another fresh process that imports black alone, with the
+same mode, best of as many processes: both pay what a process pays the first time it does the
+work. Black again in that process (warm, best of three) is printed too. The same comparison as two commands,
 what an author waits for: ``python -m fems2py build`` against ``python -m black`` on the finished
 module, each a fresh process (imports included), best of several. Every fresh process keeps
 Python's bytecode (in a temporary ``PYTHONPYCACHEPREFIX``, after one untimed run), as an
@@ -26,8 +26,6 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-
-import black
 
 from bench import Figure, quick
 from bench.shapes import per_node_times, print_table
@@ -57,7 +55,7 @@ def _best(run: Callable[[], object], times: int) -> float:
 
 def cold_once(output: str) -> None:
     """In a fresh process: the first build of werewolf (JSON: seconds), its module written to
-    ``output`` for :func:`black_once`."""
+    ``output`` for :data:`BLACK_ALONE`."""
     with tempfile.TemporaryDirectory() as folder:
         script = _copy_example(Path(folder))
         started = time.perf_counter()
@@ -67,20 +65,29 @@ def cold_once(output: str) -> None:
     print(json.dumps({"cold": cold, "lines": module.count("\n")}))
 
 
-def black_once(output: str) -> None:
-    """In a fresh process: black's first formatting of the module at ``output`` in the build's
-    mode, then its best of three more (JSON: seconds)."""
-    module = Path(output).read_text(encoding="utf-8")
+BLACK_ALONE = """
+import json, sys, time
+import black
+module = open(sys.argv[1], encoding="utf-8").read()
+versions = {black.TargetVersion[name] for name in sys.argv[2].split(",")}
+mode = black.Mode(target_versions=versions, line_length=int(sys.argv[3]))
+times = []
+for _ in range(4):
     started = time.perf_counter()
-    black.format_str(module, mode=BLACK_MODE)
-    first = time.perf_counter() - started
-    warm = _best(lambda: black.format_str(module, mode=BLACK_MODE), 3)
-    print(json.dumps({"first": first, "warm": warm}))
+    black.format_str(module, mode=mode)
+    times.append(time.perf_counter() - started)
+print(json.dumps({"first": times[0], "warm": min(times[1:])}))
+"""
+"""A fresh process that imports black alone (what else a process holds slows black down: its
+collector walks it) and formats the module at ``argv[1]`` in the build's mode, four times: the
+first time and the best of the other three (JSON: seconds)."""
 
 
 def _environment(pycache: Path) -> dict[str, str]:
-    """A fresh process's environment: the repository importable, bytecode kept in ``pycache``."""
-    environment = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONPYCACHEPREFIX": str(pycache)}
+    """A fresh process's environment: this checkout's compiler and runtime importable, bytecode
+    kept in ``pycache``."""
+    path = os.pathsep.join([str(ROOT), str(ROOT / "runtime")])
+    environment = {**os.environ, "PYTHONPATH": path, "PYTHONPYCACHEPREFIX": str(pycache)}
     environment.pop("PYTHONDONTWRITEBYTECODE", None)
     return environment
 
@@ -105,22 +112,27 @@ def _timed(arguments: list[str], environment: dict[str, str]) -> float:
     return time.perf_counter() - started
 
 
-def _call(function: str, output: Path, environment: dict[str, str]) -> dict[str, float]:
-    """The JSON that ``function`` of this module prints in a fresh process."""
-    code = f"from bench.bench_build import {function}; {function}({str(output)!r})"
+def _cold_build(output: Path, environment: dict[str, str]) -> dict[str, float]:
+    code = f"from bench.bench_build import cold_once; cold_once({str(output)!r})"
     return json.loads(_fresh(["-c", code], environment).splitlines()[-1])
+
+
+def _black_alone(output: Path, environment: dict[str, str]) -> dict[str, float]:
+    versions = ",".join(sorted(version.name for version in BLACK_MODE.target_versions))
+    arguments = ["-c", BLACK_ALONE, str(output), versions, str(BLACK_MODE.line_length)]
+    return json.loads(_fresh(arguments, environment).splitlines()[-1])
 
 
 def _cold(folder: Path, environment: dict[str, str]) -> tuple[float, float, float, int]:
     """Best cold build, best first black and best warm black over :data:`RUNS` pairs of fresh
     processes (after one untimed pair that writes the bytecode), and the module's lines."""
     output = folder / "werewolf.py"
-    _call("cold_once", output, environment)
-    _call("black_once", output, environment)
+    _cold_build(output, environment)
+    _black_alone(output, environment)
     builds, blacks = [], []
     for _ in range(RUNS):
-        builds.append(_call("cold_once", output, environment))
-        blacks.append(_call("black_once", output, environment))
+        builds.append(_cold_build(output, environment))
+        blacks.append(_black_alone(output, environment))
     return (
         min(b["cold"] for b in builds),
         min(b["first"] for b in blacks),
