@@ -86,8 +86,11 @@ def _method_name(visitor: type, node: type) -> str | None:
 
 
 @functools.cache
-def _node_fields(cls: type) -> tuple[str, ...]:
-    """The fields of a node class that may hold child nodes (a span never does)."""
+def _node_fields(cls: type) -> tuple[str, ...] | None:
+    """The fields of a node class that may hold child nodes (a span never does); None for a
+    class whose instances are no nodes (plain values, spans, classes themselves)."""
+    if not dataclasses.is_dataclass(cls) or issubclass(cls, Span):
+        return None
     return tuple(
         item.name for item in dataclasses.fields(cls) if item.name not in ("span", "field_spans")
     )
@@ -101,14 +104,15 @@ def children(node: Any) -> Iterator[Any]:
     """
     if isinstance(node, tuple):
         values: Any = node
-    elif dataclasses.is_dataclass(node) and not isinstance(node, type | Span):
-        values = (getattr(node, name) for name in _node_fields(type(node)))
     else:
-        return
+        fields = _node_fields(node.__class__)
+        if fields is None:
+            return
+        values = (getattr(node, name) for name in fields)
     for value in values:
         if isinstance(value, tuple):
             yield from children(value)
-        elif dataclasses.is_dataclass(value) and not isinstance(value, type | Span):
+        elif _node_fields(value.__class__) is not None:
             yield value
 
 
