@@ -187,9 +187,12 @@ def normalize(text: str, flow: bool = False) -> str:
 # --------------------------------------------------------------------------- tokens
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Token:
-    """A token of a syntax line; ``col`` is 0-based in the line, ``end`` one past the end."""
+    """A token of a syntax line; ``col`` is 0-based in the line, ``end`` one past the end.
+
+    Never changed once made, but not a frozen dataclass: a frozen one sets each field through
+    ``object.__setattr__``, which made making the tokens of a script half of tokenizing it."""
 
     kind: str  # name, actor, number, string, op, other
     text: str
