@@ -36,6 +36,9 @@ EXAMPLE = ROOT / "examples" / "werewolf"
 PROMPT_LINE = "Speak once to the village"
 SIZES = (50, 200) if quick() else (1_000, 10_000)
 RUNS = 1 if quick() else 5
+PROCESSES = 1 if quick() else 10
+"""Fresh processes per figure of the cold comparisons: each lasts about a second, and on a
+loaded machine the best of ten is what the work costs when the process had a core to itself."""
 
 
 def _copy_example(folder: Path) -> Path:
@@ -124,13 +127,13 @@ def _black_alone(output: Path, environment: dict[str, str]) -> dict[str, float]:
 
 
 def _cold(folder: Path, environment: dict[str, str]) -> tuple[float, float, float, int]:
-    """Best cold build, best first black and best warm black over :data:`RUNS` pairs of fresh
+    """Best cold build, best first black and best warm black over :data:`PROCESSES` pairs of fresh
     processes (after one untimed pair that writes the bytecode), and the module's lines."""
     output = folder / "werewolf.py"
     _cold_build(output, environment)
     _black_alone(output, environment)
     builds, blacks = [], []
-    for _ in range(RUNS):
+    for _ in range(PROCESSES):
         builds.append(_cold_build(output, environment))
         blacks.append(_black_alone(output, environment))
     return (
@@ -143,10 +146,10 @@ def _cold(folder: Path, environment: dict[str, str]) -> tuple[float, float, floa
 
 def _commands(folder: Path, environment: dict[str, str]) -> tuple[float, float]:
     """Best wall of ``fems2py build`` (a script never built) and of ``black`` on the finished
-    module (its cache in a fresh folder, so it formats), over :data:`RUNS` runs after an
+    module (its cache in a fresh folder, so it formats), over :data:`PROCESSES` runs after an
     untimed one of each."""
     builds, blacks = [], []
-    for run in range(RUNS + 1):
+    for run in range(PROCESSES + 1):
         (folder / str(run)).mkdir()
         script = _copy_example(folder / str(run))  # a new folder: no formatting kept from before
         output = folder / f"werewolf_{run}.py"
@@ -187,7 +190,7 @@ def main() -> list[Figure]:
         warm = _warm(Path(folder))
     print(
         f"   output: {lines} lines; black alone {alone * 1000:.0f} ms first in a fresh "
-        f"process, {warm_black * 1000:.0f} ms warm (best of {RUNS} processes)"
+        f"process, {warm_black * 1000:.0f} ms warm (best of {PROCESSES} processes)"
     )
     print(
         f"   cold build {cold * 1000:.0f} ms = {cold / alone:.2f} × black alone "
