@@ -778,11 +778,8 @@ class _FlowEmitter:
 
     def emit(self) -> tuple[bool, str, list[str]]:
         if not self.nodes and self.loop is None:
-            return (
-                False,
-                "str | None",
-                ['    return "OUT"  # a stub module (empty flow:): calling it does nothing'],
-            )
+            stub = 'return "OUT"  # a stub module (empty flow:): calling it does nothing'
+            return False, "str | None", flowgen.render_body([stub])
         edges: dict[str, list[Edge]] = {}
         for edge in self.graph.edges:
             edges.setdefault(edge.source, []).append(edge)

@@ -27,7 +27,7 @@ the tree, so a body is rendered once and its text never edited.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from fems2py.checks.graphs import dominators, immediate_post_dominators, reachable
@@ -513,18 +513,10 @@ def render_body(statements: Sequence[Statement], depth: int = 1) -> list[str]:
 def ends_flow(statements: Sequence[Statement]) -> bool:
     """Whether some path of a structured body returns a terminal's name (``[END]``, ``[OUT]``,
     ``[BREAK]``, see :func:`_opening`): the other returns are ``return None``."""
-    for statement in statements:
-        if isinstance(statement, str):
-            if statement.startswith("return ") and statement != "return None":
-                return True
-        elif isinstance(statement, Block):
-            if ends_flow(statement.body):
-                return True
-        elif isinstance(statement, If):
-            bodies = [body for _, _, body in statement.arms] + [statement.orelse or []]
-            if any(ends_flow(body) for body in bodies):
-                return True
-    return False
+    return any(
+        statement.startswith("return ") and statement != "return None"
+        for statement in _simple_statements(statements, into_loops=True)
+    )
 
 
 def returning_nothing(statements: Sequence[Statement], tail: bool = True) -> list[Statement]:
@@ -576,11 +568,18 @@ def falls_off(statements: Sequence[Statement]) -> bool:
 
 def _breaks(statements: Sequence[Statement]) -> bool:
     """Whether a ``break`` in ``statements`` leaves the loop they are the body of."""
+    return "break" in _simple_statements(statements, into_loops=False)
+
+
+def _simple_statements(statements: Sequence[Statement], into_loops: bool) -> Iterator[str]:
+    """The simple statements of ``statements``, those in the arms of their ``if``\\ s too,
+    and with ``into_loops`` those in their ``while`` loops (whose ``break`` is their own)."""
     for statement in statements:
-        if statement == "break":
-            return True
-        if isinstance(statement, If):
-            bodies = [body for _, _, body in statement.arms] + [statement.orelse or []]
-            if any(_breaks(body) for body in bodies):
-                return True
-    return False
+        if isinstance(statement, str):
+            yield statement
+        elif isinstance(statement, If):
+            for _, _, body in statement.arms:
+                yield from _simple_statements(body, into_loops)
+            yield from _simple_statements(statement.orelse or [], into_loops)
+        elif isinstance(statement, Block) and into_loops:
+            yield from _simple_statements(statement.body, into_loops)
