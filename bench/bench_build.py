@@ -144,6 +144,14 @@ def _cold(folder: Path, environment: dict[str, str]) -> tuple[float, float, floa
     )
 
 
+_BLACK_OPTIONS = [
+    f"--line-length={BLACK_MODE.line_length}",
+    *(f"--target-version={version.name.lower()}" for version in BLACK_MODE.target_versions),
+]
+"""The build's mode on black's command line (unset, black would infer the target versions from
+the module, work the build does not do)."""
+
+
 def _commands(folder: Path, environment: dict[str, str]) -> tuple[float, float]:
     """Best wall of ``fems2py build`` (a script never built) and of ``black`` on the finished
     module (its cache in a fresh folder, so it formats), over :data:`PROCESSES` runs after an
@@ -155,7 +163,7 @@ def _commands(folder: Path, environment: dict[str, str]) -> tuple[float, float]:
         output = folder / f"werewolf_{run}.py"
         build = _timed(["-m", "fems2py", "build", str(script), "-o", str(output)], environment)
         black_cache = {**environment, "BLACK_CACHE_DIR": str(folder / f"black-cache-{run}")}
-        formatting = _timed(["-m", "black", "-q", str(output)], black_cache)
+        formatting = _timed(["-m", "black", "-q", *_BLACK_OPTIONS, str(output)], black_cache)
         if run:  # the first run writes the bytecode
             builds.append(build)
             blacks.append(formatting)
