@@ -27,9 +27,10 @@ import black
 from fems2py import __version__
 from fems2py.cache import cache_root
 from fems2py.codegen import PART_SEPARATOR, generate_parts, split_parts
+from fems2py.collector import gc_paused
 from fems2py.diagnostics import Diagnostic
 from fems2py.exclusive import forget_proofs
-from fems2py.frontend import analyze_file, gc_paused
+from fems2py.frontend import analyze_file
 from fems2py.nodes import Script, StringValue
 from fems2py.sources import read_regular
 from fems2py.visitor import NodeVisitor

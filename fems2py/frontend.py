@@ -6,14 +6,12 @@ the same diagnostics for the same file.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import gc
-from collections.abc import Iterator
 from pathlib import Path
 
 from fems2py.checker import CheckedScript, check
 from fems2py.checks.usage import excuse_unused
+from fems2py.collector import gc_paused
 from fems2py.diagnostics import CompileError, Diagnostic
 from fems2py.nodes import Span
 from fems2py.parser import parse
@@ -69,22 +67,6 @@ def analyze_source(
         checked = check(script, base_dir, root)
     excused = excuse_unused(diagnostics, checked.unused_actions)
     return checked, sorted([*excused, *checked.diagnostics], key=_position)
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Python's cycle collector off for one compile stage. A stage allocates many objects that
-    all live until it ends (syntax trees, black's lines), so the collector's runs during it find
-    nothing to free and walk an ever larger heap: a third of the time of checking a long
-    script, and more the longer it is. The garbage is collected at the next run after it."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def analyze(path: Path, root: Path | None = None) -> tuple[CheckedScript, list[Diagnostic]]:

@@ -133,3 +133,20 @@ def test_the_runtime_exports_load_on_first_use_whatever_was_imported_before() ->
     )
     assert "fems_runtime.app" in _loaded_after(program)
     assert "fems_runtime.app" not in _loaded_after("import fems_runtime, fems_runtime.paths")
+
+
+@pytest.mark.parametrize("own_process", [True, False])
+def test_the_command_freezes_what_loading_the_compiler_made(own_process: bool) -> None:
+    """The fems2py command, in its own process, keeps the collector off the modules it loads;
+    a program calling the command line keeps its collector as it was."""
+    program = (
+        "import gc\n"
+        "from fems2py.collector import loading_modules\n"
+        f"with loading_modules(own_process={own_process}):\n"
+        "    import fems2py.build\n"
+        "print(gc.isenabled(), gc.get_freeze_count() > 10_000)\n"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, check=True
+    )
+    assert completed.stdout.split() == ["True", str(own_process)]
