@@ -317,13 +317,11 @@ class _Compiler:
         (parso reports it). Nothing is reported here."""
         if "\r" in source or "#" in self.masked or "\\" in self.masked:
             return None
-        try:
-            with warnings.catch_warnings():  # the compile() after the emission reports them
-                warnings.simplefilter("ignore")
-                tree = ast.parse(source, mode="eval")
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
+        tree = _ast_tree(source)  # its warnings: the compile() after the emission reports them
+        if tree is None:
             return None
         self._source = source
+        self._ascii = source.isascii()
         self._line_starts = [0, 0]  # offsets of lines 1, 2, … (ast counts lines from 1)
         self._line_starts += [at + 1 for at, char in enumerate(source) if char == "\n"]
         body = tree.body
@@ -340,19 +338,27 @@ class _Compiler:
 
     def _position(self, line: int, byte_col: int) -> tuple[int, int]:
         """parso's position (1-based line, column in characters) of an ast position."""
-        if self._source.isascii():
+        if self._ascii:
             return line, byte_col
         start = self._line_starts[line]
         text = self._source[start : start + byte_col]  # at least the byte_col characters
         return line, len(text.encode("utf-8")[:byte_col].decode("utf-8"))
 
+    def _start(self, node: ast.expr) -> tuple[int, int]:
+        """parso's position of the start of ``node``."""
+        return self._position(node.lineno, node.col_offset)
+
+    def _end(self, node: ast.expr) -> tuple[int, int]:
+        """parso's position of the end of ``node``."""
+        assert node.end_lineno is not None and node.end_col_offset is not None
+        return self._position(node.end_lineno, node.end_col_offset)
+
     def _offset(self, node: ast.expr) -> int:
-        line, col = self._position(node.lineno, node.col_offset)
+        line, col = self._start(node)
         return self._line_starts[line] + col
 
     def _end_offset(self, node: ast.expr) -> int:
-        assert node.end_lineno is not None and node.end_col_offset is not None
-        line, col = self._position(node.end_lineno, node.end_col_offset)
+        line, col = self._end(node)
         return self._line_starts[line] + col
 
     def _text(self, node: ast.expr) -> str:
@@ -360,7 +366,7 @@ class _Compiler:
 
     def _fast(self, node: ast.expr) -> str:
         if isinstance(node, ast.Name):
-            line, col = self._position(node.lineno, node.col_offset)
+            line, col = self._start(node)
             text = self._text(node)
             return self._emit_free_name(text, (line, col), (line, col + len(text)))
         if isinstance(node, ast.Constant):
@@ -406,8 +412,7 @@ class _Compiler:
             raise _NotCommon  # keyword arguments, or ``(f)(x)``
         if isinstance(function, ast.Name):
             name = self._text(function)
-            at = self._position(function.lineno, function.col_offset)
-            if name not in ALLOWED_CALLS or at in self.actor_starts:
+            if name not in ALLOWED_CALLS or self._start(function) in self.actor_starts:
                 raise _NotCommon
             head = name
         elif isinstance(function, ast.Attribute):
@@ -426,20 +431,16 @@ class _Compiler:
         if dotted is None:
             raise _NotCommon
         name, attribute = self._text(head), dotted.group(1)
-        start = self._position(head.lineno, head.col_offset)
-        assert node.end_lineno is not None and node.end_col_offset is not None
-        end = self._position(node.end_lineno, node.end_col_offset)
+        start, end = self._start(head), self._end(node)
         head_actor = start in self.actor_starts
         attribute_actor = (end[0], end[1] - len(attribute)) in self.actor_starts
         if head_actor and attribute_actor:
             raise _NotCommon
         if head_actor or attribute_actor:
             actor, attr = (name, attribute) if head_actor else (attribute, name)
-            actor = "@" + actor[1:]
-            self.reads.append(PathRef(actor, self._at(*start, *end), attr=attr))
-            return f"ctx.attr({actor!r}, {attr!r})"
+            return self._emit_path(actor, attr, start, end)
         if self._is_code_alias(name, is_call):
-            return f"ctx.code({name!r}).{attribute}"
+            return _code_member(name, attribute)
         raise _NotCommon
 
     # ------------------------------------------------------------------ emission
@@ -545,15 +546,12 @@ class _Compiler:
                         "write '@x.attr' or 'attr.@x'",
                     )
                     return ""
-                actor_leaf, attr = (first, attr_leaf) if head_actor else (attr_leaf, first)
-                actor = self._fem_name(actor_leaf)
-                span = self._at(*first.start_pos, *attr_leaf.end_pos)
-                self.reads.append(PathRef(actor, span, attr=attr.value))
-                head = f"ctx.attr({actor!r}, {attr.value!r})"
+                actor, attr = (first, attr_leaf) if head_actor else (attr_leaf, first)
+                head = self._emit_path(actor.value, attr.value, first.start_pos, attr_leaf.end_pos)
                 return head + self._emit_children(trailers[1:])
             is_call = len(trailers) > 1 and trailers[1].children[0].value == "("
             if self._is_code_alias(first.value, is_call):
-                head = f"ctx.code({first.value!r}).{attr_leaf.value}"
+                head = _code_member(first.value, attr_leaf.value)
                 return head + self._emit_children(trailers[1:])
             if is_call:
                 self.error(
@@ -576,6 +574,15 @@ class _Compiler:
             )
             return ""
         return self._emit_name(first) + self._emit_children(trailers)
+
+    def _emit_path(
+        self, actor: str, attr: str, start: tuple[int, int], end: tuple[int, int]
+    ) -> str:
+        """A FEM path (``@x.attr`` or ``attr.@x``) from ``start`` to ``end`` (parso positions);
+        ``actor`` is the actor's placeholder name (``_x``)."""
+        name = "@" + actor[1:]
+        self.reads.append(PathRef(name, self._at(*start, *end), attr=attr))
+        return f"ctx.attr({name!r}, {attr!r})"
 
     def _is_code_alias(self, name: str, is_call: bool) -> bool:
         if self.code_aliases is None:
@@ -604,6 +611,11 @@ class _Compiler:
                 inner = self._emit_children(children[:3]).strip()
                 return f"{_prefix(node)}({inner})" + self._emit_children(children[3:])
         return self._emit_children(children)
+
+
+def _code_member(alias: str, member: str) -> str:
+    """``alias.member`` of a ``code:`` file."""
+    return f"ctx.code({alias!r}).{member}"
 
 
 def _prefix(node: NodeOrLeaf) -> str:
@@ -672,13 +684,7 @@ def _is_python(text: str) -> bool:
     own parser accepts, parso accepts too (this text holds no brackets, quotes or operators
     where parso's grammar is the looser), so parso is asked only about the rest."""
     source = _ACTOR.sub(lambda m: "_" + m.group()[1:], text)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            ast.parse(source, mode="eval")
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        pass
-    else:
+    if _ast_tree(source) is not None:
         return True
     import parso
 
@@ -687,6 +693,17 @@ def _is_python(text: str) -> bool:
     except (parso.ParserSyntaxError, RecursionError):
         return False
     return True
+
+
+def _ast_tree(source: str) -> ast.Expression | None:
+    """:mod:`ast`'s tree of expression ``source``, its warnings silenced; None where Python
+    rejects it."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return ast.parse(source, mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
 
 
 class _NotCommon(Exception):
