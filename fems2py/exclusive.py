@@ -67,13 +67,13 @@ def _check(conditions: tuple[str, ...], *, exhaustive: bool) -> bool:
             trees.append(ast.parse(condition, mode="eval").body)
         except SyntaxError:
             return False
-    atoms: dict[str, ast.expr] = {}
+    atoms: dict[str, tuple[int, ast.expr]] = {}  # each atom's dump: its index, its first node
     indexes: dict[int, int] = {}  # id of each atom node of the trees: its atom's index
     for tree in trees:
         _collect(tree, atoms, indexes)
     if len(atoms) > _MAX_ATOMS:
         return False
-    found = list(atoms.values())
+    found = [node for _, node in atoms.values()]
     dump = functools.cache(ast.dump)  # the atoms' operands are compared pair by pair
     conflicts = [
         (i, j)
@@ -96,19 +96,18 @@ def _check(conditions: tuple[str, ...], *, exhaustive: bool) -> bool:
     return True
 
 
-def _collect(tree: ast.expr, atoms: dict[str, ast.expr], indexes: dict[int, int]) -> None:
-    """The atoms of ``tree`` into ``atoms`` (one per distinct ``ast.dump``), and the index of
-    each atom node's atom into ``indexes``."""
+def _collect(
+    tree: ast.expr, atoms: dict[str, tuple[int, ast.expr]], indexes: dict[int, int]
+) -> None:
+    """The atoms of ``tree`` into ``atoms`` (one per distinct ``ast.dump``, numbered in order),
+    and the index of each atom node's atom into ``indexes``."""
     if isinstance(tree, ast.BoolOp):
         for value in tree.values:
             _collect(value, atoms, indexes)
     elif isinstance(tree, ast.UnaryOp) and isinstance(tree.op, ast.Not):
         _collect(tree.operand, atoms, indexes)
     else:
-        key = ast.dump(tree)
-        if key not in atoms:
-            atoms[key] = tree
-        indexes[id(tree)] = list(atoms).index(key)
+        indexes[id(tree)] = atoms.setdefault(ast.dump(tree), (len(atoms), tree))[0]
 
 
 def _holds(tree: ast.expr, values: tuple[bool, ...], indexes: dict[int, int]) -> bool:
