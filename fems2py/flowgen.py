@@ -486,7 +486,7 @@ def render(statements: Sequence[Statement], depth: int = 1) -> list[str]:
                 lines += render(statement.orelse or [], depth)  # no `else` after a jump
                 continue
             orelse = render(statement.orelse or [], depth + 1)
-            if not all(line.lstrip().startswith("#") for line in orelse):
+            if not _only_comments(orelse):
                 lines.append(pad + "else:")  # an else doing nothing is left out
                 lines += orelse
     return lines
@@ -505,9 +505,14 @@ def _jumps(statements: Sequence[Statement]) -> bool:
 def render_body(statements: Sequence[Statement], depth: int = 1) -> list[str]:
     """Like :func:`render`, with a ``pass`` when nothing but comments would be left."""
     lines = render(statements, depth)
-    if all(line.lstrip().startswith("#") for line in lines):
+    if _only_comments(lines):
         lines.append("    " * depth + "pass")
     return lines
+
+
+def _only_comments(lines: Sequence[str]) -> bool:
+    """Whether rendered ``lines`` hold no statement (none at all, or only comments)."""
+    return all(line.lstrip().startswith("#") for line in lines)
 
 
 def ends_flow(statements: Sequence[Statement]) -> bool:
