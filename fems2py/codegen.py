@@ -25,7 +25,7 @@ from fems_runtime.names import call_node, declared_name, loop_node
 
 from fems2py import __version__, flowgen
 from fems2py.cache import cache_folder
-from fems2py.expressions import ALLOWED_CALLS
+from fems2py.expressions import ALLOWED_CALLS, mask_strings
 from fems2py.flowgen import Statement
 from fems2py.kinds import ACTION_KINDS
 from fems2py.nodes import (
@@ -1083,16 +1083,11 @@ def _unwrapped(text: str) -> str:
     stuck error puts them back."""
     if not (text.startswith("(") and text.endswith(")")):
         return text
-    depth, quote = 0, ""
-    for index, ch in enumerate(text):
-        if quote:
-            quote = "" if ch == quote else quote
-        elif ch in "\"'":
-            quote = ch
-        else:
-            depth += {"(": 1, ")": -1}.get(ch, 0)
-            if depth == 0 and index < len(text) - 1:
-                return text  # `(a) or (b)`: the first pair closes early
+    depth = 0
+    for ch in mask_strings(text)[:-1]:  # the brackets inside string literals blanked
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth == 0:
+            return text  # `(a) or (b)`: the first pair closes early
     return text[1:-1].strip()
 
 

@@ -130,7 +130,7 @@ def _too_deep(masked: str) -> int | None:
     return None
 
 
-def _mask_strings(text: str) -> str:
+def mask_strings(text: str) -> str:
     """``text`` with the inside of Python string literals blanked (same length)."""
     out = list(text)
     quote: str | None = None
@@ -200,7 +200,7 @@ class _Compiler:
     # ------------------------------------------------------------------ pre-tokenizing
 
     def _pretokenize(self) -> str | None:
-        masked = self.masked = _mask_strings(self.text)
+        masked = self.masked = mask_strings(self.text)
         too_deep = _too_deep(masked)
         if too_deep is not None:  # refused before parso recurses into it
             line, col = self._offset_pos(too_deep)
