@@ -196,7 +196,7 @@ def _add_batch_parser(commands: argparse._SubParsersAction[argparse.ArgumentPars
 def _batch(args: argparse.Namespace) -> int:
     from fems_runtime.records import RunError
 
-    from fems2py.batch.plan import UsageError
+    from fems2py.batch import UsageError
     from fems2py.batch.runner import BatchOptions, run_batch
 
     if args.workers is not None and args.workers < 1:

@@ -5,3 +5,11 @@
 ``runner`` hands sessions to workers and follows them, ``results`` writes the table and the
 summary. This package imports nothing at import time, so a worker starts quickly.
 """
+
+
+class UsageError(Exception):
+    """A mistake in the command line: its message, and a hint when there is one."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint

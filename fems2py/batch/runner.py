@@ -27,14 +27,13 @@ from typing import Any, Protocol
 
 from fems_runtime.records import RunError
 
-from fems2py.batch import results
-from fems2py.batch.plan import Plan, UsageError, batch_id, make_plan, parse_sets
+from fems2py.batch import UsageError, results
+from fems2py.batch.plan import Plan, batch_id, make_plan, parse_sets
 from fems2py.batch.worker import (
     STOP_SIGNAL,
     BatchSpec,
     Job,
     ModuleBundle,
-    SettingError,
     completed_row,
     initial_values,
     load_module,
@@ -44,7 +43,7 @@ from fems2py.batch.worker import (
 
 MAX_RESTARTS = 3  # pools rebuilt after a worker died, per invocation
 STOP_GRACE_S = 15.0  # how long stopped sessions may take to flush and mark themselves
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 
 
 @dataclass
@@ -99,10 +98,7 @@ def prepare(options: BatchOptions, module_path: Path) -> Prepared:
     source = module_path.read_text(encoding="utf-8")
     module = load_module(ModuleBundle(str(module_path), source))
     program = module.PROGRAM
-    try:
-        initial_values(program, sets)
-    except SettingError as error:
-        raise UsageError(str(error), error.hint) from None
+    initial_values(program, sets)  # a --set the script cannot take: a UsageError
     collect = [name.strip() for item in options.collect for name in item.split(",")]
     collect = [name for name in dict.fromkeys(collect) if name]
     for name in collect:

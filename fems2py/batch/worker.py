@@ -31,6 +31,8 @@ from fems_runtime.records import RunError, to_json
 from fems_runtime.store import BatchTag, Store
 from fems_runtime.values import LiteralError, parse_literal
 
+from fems2py.batch import UsageError
+
 
 @dataclass(frozen=True)
 class ModuleBundle:
@@ -77,17 +79,10 @@ class Job:
         return {"seed": self.seed, "model": self.model, "set": dict(sets)}
 
 
-class SettingError(Exception):
-    """A ``--set`` the script cannot take: the message, and a hint when there is one."""
-
-    def __init__(self, message: str, hint: str | None = None) -> None:
-        super().__init__(message)
-        self.hint = hint
-
-
 def initial_values(program: Program, sets: Mapping[str, str]) -> dict[str, Any]:
     """The script variables ``--set NAME=VALUE`` replaces: each value read like a ``vars:``
-    literal (§4.2), ``@name`` being one of the script's actors."""
+    literal (§4.2), ``@name`` being one of the script's actors; a :class:`UsageError` for a
+    ``--set`` the script cannot take (the batch checks them before any worker starts)."""
     actors = {spec.name for spec in program.actors}
     values: dict[str, Any] = {}
     for name, text in sets.items():
@@ -95,13 +90,11 @@ def initial_values(program: Program, sets: Mapping[str, str]) -> dict[str, Any]:
             from fems2py.diagnostics import suggest
 
             hint = suggest(name, program.variables) or "--set takes a variable of vars:"
-            raise SettingError(f"--set {name}: the script has no variable {name!r}", hint)
+            raise UsageError(f"--set {name}: the script has no variable {name!r}", hint)
         try:
             values[name] = parse_literal(text, actors)
         except LiteralError as error:
-            raise SettingError(
-                f"--set {name}={text}: {error}", "actors are written @name"
-            ) from None
+            raise UsageError(f"--set {name}={text}: {error}", "actors are written @name") from None
     return values
 
 
