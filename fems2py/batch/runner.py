@@ -96,8 +96,7 @@ def prepare(options: BatchOptions, module_path: Path) -> Prepared:
             "use --human fems/mock or an answers file",
         )
     source = module_path.read_text(encoding="utf-8")
-    module = load_module(ModuleBundle(str(module_path), source))
-    program = module.PROGRAM
+    program = load_module(ModuleBundle(str(module_path), source)).PROGRAM
     initial_values(program, sets)  # a --set the script cannot take: a UsageError
     collect = [name.strip() for item in options.collect for name in item.split(",")]
     collect = [name for name in dict.fromkeys(collect) if name]

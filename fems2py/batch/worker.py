@@ -13,7 +13,6 @@ import asyncio
 import atexit
 import copy
 import hashlib
-import importlib.util
 import json
 import os
 import signal
@@ -27,6 +26,7 @@ from types import ModuleType
 from typing import Any
 
 from fems_runtime.app import Program
+from fems_runtime.funcs import load_code
 from fems_runtime.records import RunError, to_json
 from fems_runtime.store import BatchTag, Store
 from fems_runtime.values import LiteralError, parse_literal
@@ -99,9 +99,9 @@ def initial_values(program: Program, sets: Mapping[str, str]) -> dict[str, Any]:
 
 
 def load_module(bundle: ModuleBundle) -> ModuleType:
-    """Import the built module, from its path when it is there with the same source, else from
-    a copy (with its code files beside it, where a module looks for them) in a folder named
-    after its digest."""
+    """Import the built module (once per process, :func:`fems_runtime.funcs.load_code`), from
+    its path when it is there with the same source, else from a copy (with its code files
+    beside it, where a module looks for them) in a folder named after its digest."""
     path = Path(bundle.path)
     if not (path.is_file() and path.read_text(encoding="utf-8") == bundle.source):
         folder = Path(tempfile.gettempdir()) / f"fems2py-batch-{bundle.digest[:16]}"
@@ -110,11 +110,7 @@ def load_module(bundle: ModuleBundle) -> ModuleType:
             _write_whole(folder / name, text)
         path = folder / path.name
         _write_whole(path, bundle.source)
-    spec = importlib.util.spec_from_file_location(f"fems_batch_{path.stem}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_code(path)
 
 
 def _write_whole(path: Path, text: str) -> None:
