@@ -27,7 +27,7 @@ from typing import Any
 
 from fems_runtime.app import Program
 from fems_runtime.funcs import load_code
-from fems_runtime.records import RunError, to_json
+from fems_runtime.records import RunError
 from fems_runtime.store import BatchTag, Store
 from fems_runtime.values import LiteralError, parse_literal
 
@@ -262,9 +262,9 @@ async def _run(
 
 
 def _read_result(path: Path) -> dict[str, Any]:
-    """The run's ``--result`` file (steps and final variables, in JSON form)."""
+    """The run's ``--result`` file: steps and final variables (JSON-ready as written)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
-    return {"steps": data.get("steps", 0), "vars": to_json(data.get("vars") or {})}
+    return {"steps": data.get("steps", 0), "vars": data.get("vars") or {}}
