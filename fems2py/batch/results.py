@@ -138,6 +138,11 @@ def csv_text(rows: Sequence[dict[str, Any]]) -> str:
     return buffer.getvalue()
 
 
+def json_text(data: Any) -> str:
+    """A results file's JSON: indented and with text as written, for people to read too."""
+    return json.dumps(data, ensure_ascii=False, indent=2) + "\n"
+
+
 def write_results(
     path: Path, batch: str, rows: list[dict[str, Any]], summary: dict[str, Any]
 ) -> None:
@@ -147,6 +152,13 @@ def write_results(
     if path.suffix.lower() == ".csv":
         text = csv_text(rows)
     else:
-        data = {"batch": batch, "rows": rows, "summary": summary}
-        text = json.dumps(data, ensure_ascii=False, indent=2) + "\n"
+        text = json_text({"batch": batch, "rows": rows, "summary": summary})
     write_atomic(path, text)
+
+
+def write_summary(folder: Path, batch: str, summary: dict[str, Any]) -> None:
+    """``summary.json`` (with the batch id) and ``summary.txt`` (as printed) in ``folder``."""
+    from fems2py.build import write_atomic
+
+    write_atomic(folder / "summary.json", json_text({"batch": batch, **summary}))
+    write_atomic(folder / "summary.txt", summary_text(summary) + "\n")

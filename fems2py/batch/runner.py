@@ -596,12 +596,7 @@ def _write(
     if not targets:
         folder = results_folder(options, batch)
         targets = [folder / "results.csv", folder / "results.json"]
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "summary.json").write_text(
-            json.dumps({"batch": batch, **summary}, ensure_ascii=False, indent=2) + "\n",
-            encoding="utf-8",
-        )
-        (folder / "summary.txt").write_text(results.summary_text(summary) + "\n", encoding="utf-8")
+        results.write_summary(folder, batch, summary)
     for path in targets:
         results.write_results(path, batch, table, summary)
     shown = ", ".join(str(path) for path in targets)
