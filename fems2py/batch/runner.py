@@ -426,14 +426,7 @@ def _error_row(job: Job, error: BaseException) -> dict[str, Any]:
     next invocation."""
     status = "interrupted" if isinstance(error, KeyboardInterrupt) else "failed"
     message = str(error).strip().splitlines()
-    return {
-        "index": job.index,
-        "seed": job.seed,
-        "model": job.model,
-        "session": job.session,
-        "status": status,
-        "error": f"{type(error).__name__}: {message[0] if message else ''}",
-    }
+    return job.row(status, error=f"{type(error).__name__}: {message[0] if message else ''}")
 
 
 class RichDisplay:
@@ -561,13 +554,7 @@ def _all_rows(
     found = {**prepared.rows, **outcome.rows}
     missing = refresh([job for job in plan.jobs() if job.index not in found])
     for job in missing:
-        found[job.index] = {
-            "index": job.index,
-            "seed": job.seed,
-            "model": job.model,
-            "session": job.session,
-            "status": "interrupted" if job.session is not None else "pending",
-        }
+        found[job.index] = job.row("interrupted" if job.session is not None else "pending")
     sets = dict(prepared.spec.sets)
     return [{"set": sets, **found[index]} for index in sorted(found)]
 

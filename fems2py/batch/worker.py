@@ -78,6 +78,18 @@ class Job:
         """The run's settings as the store and the results table keep them."""
         return {"seed": self.seed, "model": self.model, "set": dict(sets)}
 
+    def row(self, status: str, **cells: Any) -> dict[str, Any]:
+        """The results-table row of a session that did not run to an end here (a failed
+        worker, not started, stopped): who it is, its status, and ``cells``."""
+        return {
+            "index": self.index,
+            "seed": self.seed,
+            "model": self.model,
+            "session": self.session,
+            "status": status,
+            **cells,
+        }
+
 
 def initial_values(program: Program, sets: Mapping[str, str]) -> dict[str, Any]:
     """The script variables ``--set NAME=VALUE`` replaces: each value read like a ``vars:``
