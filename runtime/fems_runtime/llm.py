@@ -316,13 +316,14 @@ class ModelClient:
     def _route(self, choice: ModelChoice) -> OpenAIRoute | None:
         """The `openai` SDK route of ``choice`` (None: litellm's), worked out once per choice
         (`resolve` hands out the same choice for the same call site); a missing key is a run
-        error."""
+        error. An entry keeps its choice alive, so no other choice can have its ``id``."""
         known = self._routes.get(id(choice))
-        if known is not None and known[0] is choice:
-            route = known[1]
-        else:
-            route = openai_route(choice.model, choice.options, self.environ)
-            self._routes[id(choice)] = (choice, route)
+        if known is None:
+            known = self._routes[id(choice)] = (
+                choice,
+                openai_route(choice.model, choice.options, self.environ),
+            )
+        route = known[1]
         if route is not None and (variable := missing_key(choice.model, route)):
             raise RunError(
                 f"model {choice.model} has no API key: set {variable} (a .env file next to the "
