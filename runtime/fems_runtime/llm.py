@@ -255,8 +255,7 @@ class ModelClient:
         if choice.model in OFFLINE_MODELS:
             if tools or turn.tools:  # the offered tools, as the model sees them
                 turn = replace(turn, tools=tuple(tool["function"] for tool in tools))
-            result = self._offline(choice, messages, turn)
-            return _numbered(result, messages) if result.tool_calls else result
+            return _numbered(self._offline(choice, messages, turn), messages)
         return await self._complete_remote(choice, messages, delay, tools)
 
     def _offline(
@@ -403,6 +402,8 @@ def reply_tool_calls(message: Mapping[str, Any] | None) -> tuple[ToolCall, ...]:
 
 def _numbered(result: CallResult, messages: Sequence[Mapping[str, Any]]) -> CallResult:
     """Offline calls get ids unique within the turn's conversation, as a provider's are."""
+    if not result.tool_calls:
+        return result  # the usual reply: nothing to number, no copy
     calls = tuple(
         replace(call, id=f"call_{len(messages)}_{index}")
         for index, call in enumerate(result.tool_calls)
