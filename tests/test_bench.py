@@ -7,19 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bench.__main__ import BENCHMARKS
+
 ROOT = Path(__file__).resolve().parent.parent
-BENCHMARKS = (
-    "frontend",
-    "build",
-    "shape",
-    "signals",
-    "context",
-    "mock_calls",
-    "steps",
-    "width",
-    "start",
-    "batch",
-)
 
 
 def test_every_benchmark_runs_in_quick_mode() -> None:
