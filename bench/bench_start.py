@@ -32,7 +32,7 @@ from tempfile import TemporaryDirectory, TemporaryFile
 import fems_runtime.imports
 
 from bench import Figure, load, quick
-from fems2py.build import build_source
+from bench.modules import build_module
 
 RUNS = 1 if quick() else 5
 CHAIN = 10 if quick() else 200
@@ -191,10 +191,7 @@ def main() -> list[Figure]:
         imports_py = str(Path(fems_runtime.imports.__file__))
         results: dict[tuple[str, str], list[dict[str, object]]] = {}
         for bench, source, calls in (("par_10", PAR_10, 10), ("chain", CHAIN_N, CHAIN)):
-            script = Path(folder) / f"{bench}.fems"
-            script.write_text(source, encoding="utf-8")
-            module = Path(folder) / f"{bench}.py"
-            module.write_text(build_source(script), encoding="utf-8")
+            module = build_module(Path(folder), bench, source)
             database = str(Path(folder) / f"{bench}.db")
             fems2py = [sys.executable, "-c", PHASES, str(module), "--model", "openai/fake-model"]
             sdk = [sys.executable, "-c", SDK_ALONE, imports_py, str(calls)]

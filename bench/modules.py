@@ -11,11 +11,16 @@ from fems2py.build import build_source
 
 def load_module(folder: Path, name: str, source: str) -> ModuleType:
     """Write ``source`` as ``folder/name.fems``, build it and import the module."""
+    return import_path(build_module(folder, name, source), f"bench_{name}")
+
+
+def build_module(folder: Path, name: str, source: str) -> Path:
+    """Write ``source`` as ``folder/name.fems`` and build it to ``folder/name.py``."""
     script = folder / f"{name}.fems"
     script.write_text(source, encoding="utf-8")
     module_path = folder / f"{name}.py"
     module_path.write_text(build_source(script), encoding="utf-8")
-    return import_path(module_path, f"bench_{name}")
+    return module_path
 
 
 def import_path(module_path: Path, name: str) -> ModuleType:
