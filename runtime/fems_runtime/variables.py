@@ -451,12 +451,10 @@ def _combine(name: Any, current: Any, op: str, value: Any) -> tuple[Any, str | N
             return _number(name, current, op, value), _OPPOSITE[op], value
         if isinstance(current, bool) or isinstance(value, bool):
             raise RunError(f"cannot apply {op} to a boolean ('{name}')")
-        if op == "-=":
-            if isinstance(current, int | float) and isinstance(value, int | float):
-                return _number(name, current, op, value), "+=", value
-            raise RunError(f"cannot subtract {value!r} from '{name}' ({current!r})")
         if isinstance(current, int | float) and isinstance(value, int | float):
-            return _number(name, current, op, value), "-=", value
+            return _number(name, current, op, value), _OPPOSITE[op], value  # their subclasses
+        if op == "-=":
+            raise RunError(f"cannot subtract {value!r} from '{name}' ({current!r})")
         if isinstance(current, str) and isinstance(value, str):
             return current + value, "=", current
         if isinstance(current, list):
