@@ -24,7 +24,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from bench import Figure, quick
@@ -45,15 +44,6 @@ def _copy_example(folder: Path) -> Path:
     workdir = folder / "werewolf"
     shutil.copytree(EXAMPLE, workdir, ignore=shutil.ignore_patterns("build", ".fems-cache"))
     return workdir / "werewolf.fems"
-
-
-def _best(run: Callable[[], object], times: int) -> float:
-    best = float("inf")
-    for _ in range(times):
-        started = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - started)
-    return best
 
 
 def cold_once(output: str) -> None:
