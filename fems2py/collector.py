@@ -6,6 +6,8 @@ import contextlib
 import gc
 from collections.abc import Iterator
 
+from fems_runtime.imports import large_imports
+
 
 @contextlib.contextmanager
 def gc_paused() -> Iterator[None]:
@@ -31,10 +33,10 @@ def loading_modules(own_process: bool) -> Iterator[None]:
     seventy-odd collections the imports set off find nothing to free (~20 ms of ``fems2py
     build``), and no later collection walks them again. Pausing without freezing would cost more
     than it saves: the first collection after it walks everything the imports made. A program
-    that calls the command line in its own process (``own_process`` false) keeps its collector."""
+    that calls the command line in its own process (``own_process`` false) keeps its collector.
+    The runtime's `large_imports` does this for its own large imports; the compiler uses it too."""
     if not own_process:
         yield
         return
-    with gc_paused():
+    with large_imports():
         yield
-        gc.freeze()

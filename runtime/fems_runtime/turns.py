@@ -1286,7 +1286,7 @@ async def _human_turn(
     services.inputs.notify(str(room.executor))
     outcome = apply_values(answer.vars, frame, spec.outs)
     if outcome.rejected and isinstance(services.human, AnswersFileHuman):
-        raise _unfit_answer(services, spec, services.human.origin, outcome.rejected[0])
+        raise _unfit_answer(services, spec, services.human, outcome.rejected[0])
     verdict = await _validate(services, frame, spec, prompt, answer.text, outcome)
     _set_variable(frame, outcome)
     if verdict.problems:
@@ -1299,14 +1299,14 @@ async def _human_turn(
 
 
 def _unfit_answer(
-    services: TurnServices, spec: TurnSpec, origin: str, rejected: Rejected
+    services: TurnServices, spec: TurnSpec, answers: AnswersFileHuman, rejected: Rejected
 ) -> RunError:
     """An answers file's value that does not fit its out (§10.8): a run error, not the lenient
     warning a model's signal gets, since a file cannot be asked again."""
-    out, _, value = rejected.raw.partition(" = ")
+    out, _, value = rejected.raw.partition(" = ")  # apply_values' "name = value"
     return RunError(
-        f"action {spec.action}: {origin} answers out {out} with {value}, which does not fit: "
-        f"{rejected.reason}; correct the answer in {origin}",
+        f"action {spec.action}: {answers.origin} answers out {out} with {value}, which does "
+        f"not fit: {rejected.reason}; correct the answer in {answers.origin}",
         services.file,
         spec.line,
     )
