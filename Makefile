@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install system-packages test test-postgres lint golden bench demo clean
+.PHONY: install system-packages editor-deps vsix test test-postgres lint golden bench demo clean
 
 $(STAMP): pyproject.toml runtime/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,7 +18,19 @@ install: $(STAMP)
 system-packages:
 	bash .ci/system-packages
 
-test: $(STAMP) system-packages
+# The VS Code extension's npm packages (its client, esbuild, vsce, and VS Code's TextMate engine
+# that the grammar test runs on), as package-lock.json pins them.
+EDITOR := editors/vscode
+$(EDITOR)/node_modules/.package-lock.json: $(EDITOR)/package.json $(EDITOR)/package-lock.json
+	cd $(EDITOR) && npm ci --no-audit --no-fund --loglevel=error
+
+editor-deps: $(EDITOR)/node_modules/.package-lock.json
+
+# editors/vscode/fems.vsix: install it with `code --install-extension editors/vscode/fems.vsix`.
+vsix: editor-deps
+	cd $(EDITOR) && npm run --silent package
+
+test: $(STAMP) system-packages editor-deps
 	$(BIN)/pytest
 
 # The storage suite again on a throwaway PostgreSQL server.
@@ -44,4 +56,4 @@ demo: $(STAMP)
 		--transcript --show winner,win_reason,day $(if $(SERVE),--serve)
 
 clean:
-	rm -rf $(VENV) .pytest_cache examples/*/build
+	rm -rf $(VENV) .pytest_cache examples/*/build $(EDITOR)/node_modules $(EDITOR)/dist $(EDITOR)/fems.vsix

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -53,15 +54,27 @@ def _owner(node: Any, regex: str) -> Any:
 
 def test_the_manifest_names_files_that_exist() -> None:
     manifest = json.loads((VSCODE / "package.json").read_text(encoding="utf-8"))
-    assert (VSCODE / manifest["main"]).is_file()
+    assert manifest["main"] == "./dist/extension.js"  # the esbuild bundle of src/extension.js
     grammar = manifest["contributes"]["grammars"][0]
     assert (VSCODE / grammar["path"]).is_file() and grammar["scopeName"] == GRAMMAR["scopeName"]
     language = manifest["contributes"]["languages"][0]
     assert language["extensions"] == [".fems"]
     json.loads((VSCODE / language["configuration"]).read_text(encoding="utf-8"))
-    # the extension starts the server itself: no npm dependencies to install
-    assert "dependencies" not in manifest
-    assert "fems2py" in (VSCODE / manifest["main"]).read_text(encoding="utf-8")
+    # the client is the ecosystem's, not one of our own
+    assert "vscode-languageclient" in manifest["dependencies"]
+    source = (VSCODE / "src" / "extension.js").read_text(encoding="utf-8")
+    assert 'require("vscode-languageclient/node")' in source and "fems2py" in source
+
+
+def test_the_grammar_reads_every_script_without_an_invalid_scope() -> None:
+    """editors/vscode/test/grammar.test.js tokenizes every .fems file of the repository with
+    VS Code's own TextMate engine (`make editor-deps` installs it)."""
+    assert (VSCODE / "node_modules" / "vscode-textmate").is_dir(), "run `make editor-deps`"
+    run = subprocess.run(
+        ["node", "--test", "test/"], cwd=VSCODE, capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "# pass 2" in run.stdout and "# fail 0" in run.stdout
 
 
 @pytest.mark.parametrize(("key", "regex"), list(patterns(GRAMMAR)))
