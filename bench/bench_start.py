@@ -85,9 +85,9 @@ marks = [("interpreter started", time.time(), peak())]
 def mark(name):
     if name not in (m[0] for m in marks):
         marks.append((name, time.time(), peak()))
-import fems_runtime.turns as turns, fems_runtime.endpoints as endpoints
+import fems_runtime.turns.services as turns, fems_runtime.endpoints as endpoints
 mark("runtime imported")
-open_store, client = turns._open_store, endpoints.OpenAIClients.client
+open_store, client = turns.open_store, endpoints.OpenAIClients.client
 def _open_store(*args, **kwargs):
     found = open_store(*args, **kwargs)
     mark("store opened")
@@ -96,7 +96,7 @@ def first_client(self, route):
     made = client(self, route)
     mark("SDK imported, client made")
     return made
-turns._open_store, endpoints.OpenAIClients.client = _open_store, first_client
+turns.open_store, endpoints.OpenAIClients.client = _open_store, first_client
 sys.argv = sys.argv[1:]
 try:
     runpy.run_path(sys.argv[0], run_name="__main__")

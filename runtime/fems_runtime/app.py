@@ -41,8 +41,6 @@ from fems_runtime.version import __version__
 
 if TYPE_CHECKING:
     from fems_runtime.human import HumanProvider
-    from fems_runtime.llm import ModelClient
-    from fems_runtime.specs import TurnResult, TurnSpec
     from fems_runtime.store import Store
     from fems_runtime.turns import TurnServices
 
@@ -102,7 +100,7 @@ class _Services:
         program: Program,
         variables: Variables,
         trace: TraceWriter,
-        turns: TurnRunner,
+        turns: TurnServices,
         code: funcs.CodeFiles,
     ) -> None:
         self.program = program
@@ -112,24 +110,18 @@ class _Services:
         self.names = program.names
         self.variables = variables
         self.trace = trace
-        self._turns = turns
+        self.turns = turns  # ctx.ai/human/mind run their turns there
         self._code = code
 
     def code(self, alias: str) -> ModuleType:
         """The ``code:`` file ``alias``, loaded once, relative to the generated module (§5)."""
         return self._code.module(alias)
 
-    async def turn(self, ctx: Context, spec: TurnSpec) -> TurnResult:
-        try:
-            return await self._turns.run(ctx, spec)
-        except RunError as error:
-            raise error.located(self.file, spec.line) from error.__cause__
-
     async def func(self, ctx: Context, spec: FuncSpec) -> Any:
         """Call ``alias.fn`` in a worker thread and write its return value to the outs (§9.7);
         ``system.spawn`` makes actors from blueprints (§9.8)."""
         name = f"action {spec.action} ({spec.code}.{spec.function})"
-        log = self._turns.log
+        log = self.turns.log
         key = log.key(ctx.path, ctx.node, spec.action, f"{spec.code}.{spec.function}")
         record = log.recorded(key)
         spawn = spec.code == "system" and spec.function == "spawn"  # built in (§9.8)
@@ -144,8 +136,8 @@ class _Services:
                 result: Any = funcs.spawn(
                     self.variables,
                     inputs.get("spawn_requests"),
-                    store=self._turns.store,
-                    session=self._turns.session,
+                    store=self.turns.store,
+                    session=self.turns.session,
                 )
             else:
                 function = self._code.function(spec.code, spec.function)
@@ -161,8 +153,8 @@ class _Services:
             done: dict[str, Any] = {"outs": [value for _, value in pairs]}
             if spawn:
                 done["actors"] = result
-            self._turns.store.submit(
-                self._turns.session,
+            self.turns.store.submit(
+                self.turns.session,
                 (),
                 Checkpoint(TurnLog.entry("func", key, None, done), ctx.steps.total, ctx.node),
             )
@@ -177,7 +169,7 @@ class _Services:
         result = None
         if "actors" in done:
             result = funcs.respawn(
-                self.variables, done["actors"], self._turns.store, self._turns.session
+                self.variables, done["actors"], self.turns.store, self.turns.session
             )
         outs = spec.outs or ()
         values = [self.variables.adopt(value) for value in done.get("outs", ())]
@@ -545,16 +537,3 @@ def _seconds(text: str) -> float:
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"{text!r}: give a number of seconds > 0")
     return value
-
-
-class TurnRunner(Protocol):
-    """The model/human side of a run (:class:`fems_runtime.turns.TurnServices`)."""
-
-    session: int
-    store: Store
-    log: TurnLog
-    models: ModelClient
-
-    async def run(self, ctx: Context, spec: TurnSpec) -> TurnResult: ...
-
-    def finish(self, status: str) -> None: ...

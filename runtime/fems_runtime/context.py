@@ -1,4 +1,5 @@
-"""What an actor sees (§13) and the messages of a model call; author memory/context methods (§8).
+"""What an actor sees (§13) and the messages of a model call: the built-in context, the author's
+memory/context methods (§8), the system blocks.
 
 The built-in context is default-deny: an actor sees exactly the stored messages whose scope
 tags include its soul (or its user, for humans with a source), oldest first.
@@ -14,7 +15,9 @@ from fems_runtime.records import RunError
 from fems_runtime.values import format_value
 
 if TYPE_CHECKING:
+    from fems_runtime.flow import MethodSpec
     from fems_runtime.store import ContextLine, Message, Store
+    from fems_runtime.turns.turn import Turn
     from fems_runtime.variables import Frame
 
 MEMORY_HEADER = "Relevant memory:"
@@ -184,3 +187,87 @@ def retry_messages(
 
 def _join(*blocks: str) -> str:
     return "\n\n".join(b.strip("\n") for b in blocks if b and b.strip())
+
+
+# ---------------------------------------------------------------------- one turn's messages
+
+
+def find_method(
+    methods: Mapping[str, MethodSpec], kind: str, name: str | None
+) -> MethodSpec | None:
+    """The action's ``memory:``/``context:`` method (by ``name``), else the first of that kind
+    in scope, else None (§8)."""
+    if name is not None:
+        method = methods.get(name)
+        if method is None or method.kind != kind:
+            raise RunError(f"no {kind} method named '{name}'")
+        return method
+    return next((m for m in methods.values() if m.kind == kind), None)
+
+
+async def method_block(turn: Turn, method: MethodSpec, outputs: list[tuple[str, Any]]) -> str:
+    """Call a memory/context method (§8) and return its block text; outs are assigned (and
+    listed in ``outputs``, for the turn record)."""
+    services, frame = turn.services, turn.frame
+    kwargs: dict[str, Any] = {}
+    for name, compute in method.inputs.items():
+        if compute is not None:
+            kwargs[name.lstrip("@")] = compute(turn.ctx)
+        else:
+            kwargs.update(
+                method_kwargs(
+                    [name],
+                    frame,
+                    prompt=turn.texts.prompt,
+                    session=services.session,
+                    turn=turn.id,
+                    actor_info=turn.room.voice.state(),
+                )
+            )
+    label = f"{method.kind} method {method.name}"
+    if services.code is None:
+        raise RunError(f"{label} needs the script's code: files")
+    function = getattr(services.code(method.code), method.function, None)
+    if not callable(function):
+        raise RunError(f"{label}: {method.code}.{method.function} is not a function")
+    value = await call_method(function, kwargs, name=label)
+    for out, out_value in method_outputs(value, method.outputs, name=label).items():
+        frame.assign(out, "=", out_value)
+        outputs.append((out, out_value))
+    return method_text(value)
+
+
+async def context_block(
+    turn: Turn, outputs: list[tuple[str, Any]], *, last: int | None = None
+) -> str:
+    """The turn's context: its action's context method, else the built-in context of the
+    executor (§13.2); ``last`` bounds the built-in one (a resumed turn's, §16.4)."""
+    method = find_method(turn.ctx.methods, "context", turn.spec.context)
+    if method is not None:
+        return await method_block(turn, method, outputs)
+    services, room = turn.services, turn.room
+    assert services.contexts is not None
+    return services.contexts.text(
+        services.session, soul=room.voice_soul, user=room.executor_spec.user, last=last
+    )
+
+
+async def model_messages(
+    turn: Turn, outputs: list[tuple[str, Any]], *, last: int | None = None
+) -> list[dict[str, str]]:
+    """The messages of the turn's first call (§13.3); ``last`` bounds the built-in context
+    to the messages stored before this turn (a resumed turn whose first attempts replayed)."""
+    context = await context_block(turn, outputs, last=last)
+    memory_method = find_method(turn.ctx.methods, "memory", turn.spec.memory)
+    memory = "" if memory_method is None else await method_block(turn, memory_method, outputs)
+    services = turn.services
+    return build_messages(
+        prompt=turn.texts.prompt,
+        safety=services.safety,
+        style=services.style,
+        persona=services.store.persona(turn.room.voice_soul),
+        user_info=services.store.profiles(services.owners),
+        context=context,
+        memory=memory,
+        narration=turn.texts.lead,
+    )

@@ -22,7 +22,7 @@ from fems_runtime.linetable import LineTable
 from fems_runtime.names import DeclaredNames, call_node, loop_node
 from fems_runtime.records import RunError, StepCounter, TraceWriter
 from fems_runtime.signals import OutSpec
-from fems_runtime.specs import ScopeItem, TurnKind, TurnResult, TurnSpec
+from fems_runtime.specs import ScopeItem, TurnResult, TurnSpec
 from fems_runtime.values import format_value
 from fems_runtime.variables import Frame
 
@@ -147,6 +147,16 @@ def module(
     return mark
 
 
+class TurnRunner(Protocol):
+    """Runs one turn of each kind (:class:`fems_runtime.turns.TurnServices`)."""
+
+    async def ai_turn(self, ctx: Context, spec: TurnSpec) -> TurnResult: ...
+
+    async def human_turn(self, ctx: Context, spec: TurnSpec) -> TurnResult: ...
+
+    async def mind_turn(self, ctx: Context, spec: TurnSpec) -> TurnResult: ...
+
+
 class RunServices(Protocol):
     """What a run provides to every context (built by :mod:`fems_runtime.app`)."""
 
@@ -156,9 +166,10 @@ class RunServices(Protocol):
     conditions: ConditionTable
     names: DeclaredNames
 
-    def code(self, alias: str) -> Any: ...
+    @property
+    def turns(self) -> TurnRunner: ...
 
-    async def turn(self, ctx: Context, spec: TurnSpec) -> TurnResult: ...
+    def code(self, alias: str) -> Any: ...
 
     async def func(self, ctx: Context, spec: FuncSpec) -> Any: ...
 
@@ -289,16 +300,19 @@ class Context:
     # ------------------------------------------------------------------ actions
 
     async def ai(self, executor: str, **fields: Any) -> TurnResult:
-        """An ``@ai`` turn (§9.1); ``fields`` as :class:`~fems_runtime.turns.TurnSpec`'s."""
-        return await self._turn("ai", executor, fields, sys._getframe(1))
+        """An ``@ai`` turn (§9.1); ``fields`` as :class:`~fems_runtime.specs.TurnSpec`'s."""
+        spec = self._turn_spec(executor, fields, sys._getframe(1))
+        return await self.services.turns.ai_turn(self, spec)
 
     async def human(self, executor: str, **fields: Any) -> TurnResult:
         """A ``@human`` turn (§9.1, §10.8)."""
-        return await self._turn("human", executor, fields, sys._getframe(1))
+        spec = self._turn_spec(executor, fields, sys._getframe(1))
+        return await self.services.turns.human_turn(self, spec)
 
     async def mind(self, executor: str, **fields: Any) -> TurnResult:
         """A ``@mind`` turn: ``@ai`` or ``@human`` by the executor's type (§9.1)."""
-        return await self._turn("mind", executor, fields, sys._getframe(1))
+        spec = self._turn_spec(executor, fields, sys._getframe(1))
+        return await self.services.turns.mind_turn(self, spec)
 
     async def func(self, code: str, function: str, **fields: Any) -> Any:
         """An ``@func(code.function)`` action: the author's Python in a worker thread (§9.7,
@@ -308,19 +322,12 @@ class Context:
         spec = FuncSpec(code, function, action=action, line=line, outs=outs, **fields)
         return await self.services.func(self, spec)
 
-    async def _turn(
-        self,
-        kind: TurnKind,
-        executor: str,
-        fields: dict[str, Any],
-        caller: FrameType,
-    ) -> TurnResult:
+    def _turn_spec(self, executor: str, fields: dict[str, Any], caller: FrameType) -> TurnSpec:
         action, line = self._action(fields.pop("action", ""), caller)
         scope = _scope_items(tuple(fields.pop("scope", ())))
         if fields.get("outs") is not None:
             fields["outs"] = _outs(fields["outs"])
-        spec = TurnSpec(executor, kind=kind, action=action, line=line, scope=scope, **fields)
-        return await self.services.turn(self, spec)
+        return TurnSpec(executor, action=action, line=line, scope=scope, **fields)
 
     def _action(self, action: str, caller: FrameType) -> tuple[str, int]:
         """An action's name and line: the generated function that runs it stands for the

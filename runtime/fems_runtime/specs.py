@@ -1,6 +1,8 @@
 """What an ``@ai`` / ``@human`` / ``@mind`` action declares (:class:`TurnSpec`) and what its
 turn did (:class:`TurnResult`): the data that :mod:`fems_runtime.flow` hands to
 :mod:`fems_runtime.turns` and gets back, kept apart so that those two do not import each other.
+Generated code never builds a spec: it calls ``ctx.ai(…)``, ``ctx.human(…)`` or ``ctx.mind(…)``
+with the action's fields, and the :class:`~fems_runtime.flow.Context` makes the spec.
 """
 
 from __future__ import annotations
@@ -66,9 +68,8 @@ class TurnSpec:
     """Everything an `@ai` / `@human` / `@mind` action declares, already compiled."""
 
     executor: str
-    # set by the Context method that runs the turn (ctx.ai/human/mind): the kind, the action's
-    # name and its .fems line
-    kind: TurnKind = "ai"
+    # set by the Context method that runs the turn (ctx.ai/human/mind): the action's name and
+    # its .fems line
     action: str = ""
     line: int = 0
     role: str | None = None

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 from fems_helpers import build_script, llm_calls, load, read_trace
-from fems_runtime import turns
 from fems_runtime.llm import RetryPolicy
+from fems_runtime.turns import services as turn_services
 
 from .fake_openai import Behaviour, Faults, fake_openai
 
@@ -60,7 +60,9 @@ def outcome(result: Any, trace: Path) -> tuple[dict[str, Any], list[tuple[str, s
 def test_a_50_call_script_survives_30_percent_faults(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:
-    monkeypatch.setattr(turns, "RetryPolicy", functools.partial(RetryPolicy, base=0.01, cap=0.05))
+    monkeypatch.setattr(
+        turn_services, "RetryPolicy", functools.partial(RetryPolicy, base=0.01, cap=0.05)
+    )
     module = load(build_script(tmp_path, SCRIPT))
 
     async def runs(api_base: str, count: int) -> list[Any]:

@@ -30,7 +30,7 @@ from fems_runtime.tools import (
     describe,
     offered_names,
 )
-from fems_runtime.turns import TurnServices, run_turn
+from fems_runtime.turns import TurnServices
 from fems_runtime.variables import ActorSpec, Variables
 from pydantic import BaseModel, Field
 
@@ -266,8 +266,8 @@ def events(trace: io.StringIO, name: str) -> list[dict[str, Any]]:
 
 def turn(services: TurnServices, **fields: Any) -> Any:
     variables = Variables({"found": ""}, ACTORS)
-    base = {"action": "search", "line": 7, "kind": "ai", "executor": "@eve", "prompt": "Look."}
-    return asyncio.run(run_turn(services, Ctx(variables.root), TurnSpec(**{**base, **fields})))
+    base = {"action": "search", "line": 7, "executor": "@eve", "prompt": "Look."}
+    return asyncio.run(services.ai_turn(Ctx(variables.root), TurnSpec(**{**base, **fields})))
 
 
 READ_NOTES = {"tool_calls": [{"name": "read", "arguments": {"path": "notes.txt"}}]}
@@ -366,8 +366,8 @@ def test_mock_never_writes(project: Path) -> None:
     actors = (ActorSpec("@eve", soul="eve", tools=("write",)),)
     services, trace, _ = services_for(project, model="fems/mock")
     variables = Variables({}, actors)
-    spec = TurnSpec(action="w", line=1, kind="ai", executor="@eve", prompt="Write.")
-    asyncio.run(run_turn(services, Ctx(variables.root), spec))
+    spec = TurnSpec(action="w", line=1, executor="@eve", prompt="Write.")
+    asyncio.run(services.ai_turn(Ctx(variables.root), spec))
     assert events(trace, "tool_call") == [] and sorted(p.name for p in project.iterdir()) == [
         "docs",
         "notes.txt",
@@ -387,11 +387,11 @@ def test_wire_format_against_an_openai_server(project: Path, path: str) -> None:
         services, trace, _ = services_for(project, model="test", client={"model_map": model_map})
         services.models.run_model = None
         variables = Variables({"found": ""}, ACTORS)
-        spec = TurnSpec(action="search", line=7, kind="ai", executor="@eve", model="test")
+        spec = TurnSpec(action="search", line=7, executor="@eve", model="test")
 
         async def run() -> Any:
             try:
-                return await run_turn(services, Ctx(variables.root), spec)
+                return await services.ai_turn(Ctx(variables.root), spec)
             finally:
                 await services.models.aclose()
 

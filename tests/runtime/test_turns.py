@@ -24,10 +24,6 @@ from fems_runtime.store import Store
 from fems_runtime.turns import (
     INTERRUPTED,
     TurnServices,
-    run_ai_turn,
-    run_human_turn,
-    run_mind_turn,
-    run_turn,
 )
 from fems_runtime.variables import ActorSpec, Frame, Variables
 
@@ -77,8 +73,10 @@ class Run:
         store = self.services.store
         return [m.content for m in store.visible_messages(self.services.session, soul=soul)]
 
-    def turn(self, spec: TurnSpec) -> Any:
-        return asyncio.run(run_turn(self.services, self.ctx, spec))
+    def turn(self, spec: TurnSpec, kind: str = "ai") -> Any:
+        """Run ``spec`` as an ``ai``, ``human`` or ``mind`` turn."""
+        run = getattr(self.services, f"{kind}_turn")
+        return asyncio.run(run(self.ctx, spec))
 
 
 def make_run(
@@ -111,7 +109,7 @@ def make_run(
 
 
 def spec(**fields: Any) -> TurnSpec:
-    base: dict[str, Any] = {"action": "pick", "line": 12, "kind": "ai", "executor": "@eve"}
+    base: dict[str, Any] = {"action": "pick", "line": 12, "executor": "@eve"}
     return TurnSpec(**{**base, **fields})
 
 
@@ -344,14 +342,12 @@ def test_interrupt_cancels_the_call_and_stores_marker(kind: str) -> None:
 
     async def scenario() -> Any:
         ai = asyncio.create_task(
-            run_ai_turn(run.services, run.ctx, spec(prompt="Talk.", interrupt=interrupt))
+            run.services.ai_turn(run.ctx, spec(prompt="Talk.", interrupt=interrupt))
         )
         await asyncio.sleep(0.05)
         if kind == "human":
-            await run_human_turn(
-                run.services,
-                run.ctx,
-                spec(action="speak", kind="human", executor="@ann", prompt="Say."),
+            await run.services.human_turn(
+                run.ctx, spec(action="speak", executor="@ann", prompt="Say.")
             )
         else:
             flag["night"] = True
@@ -372,14 +368,10 @@ def test_human_except_ignores_listed_actors() -> None:
 
     async def scenario() -> bool:
         ai = asyncio.create_task(
-            run_ai_turn(run.services, run.ctx, spec(prompt="x", interrupt=interrupt))
+            run.services.ai_turn(run.ctx, spec(prompt="x", interrupt=interrupt))
         )
         await asyncio.sleep(0.05)
-        await run_human_turn(
-            run.services,
-            run.ctx,
-            spec(action="speak", kind="human", executor="@ann", prompt="Say."),
-        )
+        await run.services.human_turn(run.ctx, spec(action="speak", executor="@ann", prompt="Say."))
         await asyncio.sleep(0.05)
         still_running = not ai.done()
         ai.cancel()
@@ -396,11 +388,11 @@ def test_human_turn_stores_text_and_applies_answers() -> None:
     result = run.turn(
         spec(
             action="vote",
-            kind="human",
             executor="@ann",
             prompt="Who?",
             outs=(OutSpec("kill", type="actor"),),
-        )
+        ),
+        kind="human",
     )
     assert result.reply == "Bob did it." and run.ctx.frame.get("kill") == "@bob"
     assert run.messages() == [("prompt", "Who?"), ("human", "Bob did it.")]
@@ -411,9 +403,7 @@ def test_human_turn_stores_text_and_applies_answers() -> None:
 @pytest.mark.parametrize(("executor", "kind"), [("@who", "human"), ("@eve", "llm_call")])
 def test_mind_turn_follows_executor_type(executor: str, kind: str) -> None:
     run = make_run({"*": ["hi"]}, answers={"*": ["hello"]})
-    asyncio.run(
-        run_mind_turn(run.services, run.ctx, spec(kind="mind", executor=executor, prompt="x"))
-    )
+    asyncio.run(run.services.mind_turn(run.ctx, spec(executor=executor, prompt="x")))
     assert len(run.events(kind)) == 1
 
 
@@ -474,7 +464,7 @@ def test_services_open_runs_turns_through_a_flow_context(tmp_path: Path) -> None
         file="game.fems",
         trace=services.trace,
         code=lambda alias: None,
-        turn=services.run,
+        turns=services,
         lines=LineTable(),
     )
     ctx = Context(run_services, variables.root, StepCounter())

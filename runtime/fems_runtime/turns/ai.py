@@ -1,0 +1,346 @@
+"""An `@ai` turn (§9, §10, §13, §15.5): the model calls of each attempt (tool rounds first, then
+the reply), the signals read from the reply, the validation loop, and their records (§16.4)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from fems_runtime.context import model_messages, retry_messages
+from fems_runtime.offline import OfflineTurn, named_actors, offline_out
+from fems_runtime.records import RunError
+from fems_runtime.signals import aapply_signals
+from fems_runtime.specs import TurnResult
+from fems_runtime.store import NewMessage
+from fems_runtime.tools import Tool, ToolCall, ToolOutcome, offered_names
+from fems_runtime.turns.turn import Room, Turn, Verdict, finish
+from fems_runtime.values import valid_text
+
+if TYPE_CHECKING:
+    from fems_runtime.flow import Context
+    from fems_runtime.llm import CallResult, ModelChoice
+    from fems_runtime.specs import InterruptSpec, TurnSpec
+    from fems_runtime.turns.services import TurnServices
+
+INTERRUPTED = "[Interrupted]"
+
+
+async def run_ai_turn(
+    services: TurnServices, ctx: Context, spec: TurnSpec, room: Room | None = None
+) -> TurnResult:
+    """Run an `@ai` turn; ``room`` when the caller has resolved it already (a mind turn)."""
+    turn = AiTurn.start(services, ctx, spec, room)
+    await turn.begin()
+    return await turn.play()
+
+
+@dataclass
+class AiTurn(Turn):
+    """An AI turn and its model calls: each attempt's tool rounds and reply (§10.6, §15.5).
+
+    ``first`` is the turn's first record when a resumed run replays it. ``first_call`` is
+    the first call's messages (built when the turn first goes live), ``added`` what later calls
+    carry after them: tool calls and results, rejected replies and feedback. ``unsaved`` are
+    messages stored with the next record, ``outputs`` what memory/context methods wrote (kept
+    in the turn's first record, for ``--resume``).
+    """
+
+    tools: list[Tool] = field(default_factory=list)
+    choice: ModelChoice | None = None
+    first: Mapping[str, Any] | None = None
+    first_call: list[dict[str, Any]] | None = None
+    added: list[dict[str, Any]] = field(default_factory=list)
+    unsaved: list[NewMessage] = field(default_factory=list)
+    outputs: list[tuple[str, Any]] = field(default_factory=list)
+    saved: bool = False
+
+    async def begin(self) -> None:
+        """Take the turn's id and the values its methods wrote from its first record when it
+        is replayed (§16.4), else a new id and the first call's messages."""
+        services, room = self.services, self.room
+        names = offered_names(room.executor_spec.tools, services.all_tools)
+        self.tools = services.toolbox.tools(names) if names else []
+        self.choice = services.models.resolve(self.spec.model, room.executor_spec.source)
+        # its first record is its first tool round's when it called tools, else its reply's
+        log = services.log
+        self.first = (log.peek(_round_key(self.key, 0)) if self.tools else None) or log.peek(
+            self.key
+        )
+        if self.first is not None:
+            self.id = int(self.first["turn"])
+            for name, value in self.first["result"].get("outputs", ()):
+                self.frame.assign(name, "=", self.frame.variables.adopt(value))
+        else:
+            self.id = services.new_turn()
+            self.first_call = await model_messages(self, self.outputs)
+        self.unsaved = self.opening_messages()
+
+    async def play(self) -> TurnResult:
+        """Call, read the signals, check them; retry with feedback while the action allows."""
+        spec, frame = self.spec, self.frame
+        base = self.offline_turn()
+        result = TurnResult()
+        attempt = 0
+        while True:
+            offline = base if attempt == 0 else replace(base, attempt=attempt)
+            reply, interrupted = await self.reply(offline, result)
+            result.reply = reply
+            if interrupted:
+                result.interrupted = True
+                return result
+            outcome = await aapply_signals(reply, frame, spec.outs)
+            verdict = await self.check(reply, outcome)
+            if not verdict.problems:
+                return finish(result, outcome)
+            if not spec.strict:
+                self.report(verdict.problems)
+                return finish(result, outcome)
+            outcome.rollback()
+            result.rejected = outcome.SET_VARIABLE
+            if attempt >= (spec.max_retries or 0):
+                return await self.give_up(reply, verdict, result)
+            attempt += 1
+            self.retry_with(reply, verdict)
+
+    def retry_with(self, reply: str, verdict: Verdict) -> None:
+        """The next attempt carries the rejected reply and the feedback; the feedback is stored
+        with the next reply, visible to the executor only (§13.1)."""
+        note = _feedback_text(verdict.shown)
+        self.unsaved.append(self.message("feedback", note, scope="executor", speaker=False))
+        self.added = retry_messages(self.added, reply, note)
+
+    async def give_up(self, reply: str, verdict: Verdict, result: TurnResult) -> TurnResult:
+        """Retries exhausted: run the fallback, or stop the run naming action, reply and problem."""
+        services, spec, problems = self.services, self.spec, verdict.problems
+        node = self.ctx.node
+        services.trace.write(
+            "rejected",
+            node=node,
+            action=spec.action,
+            actor=self.actor,
+            problems=problems,
+            final=True,
+        )
+        if spec.fallback is None:
+            shown = reply if len(reply) <= 500 else reply[:500] + "…"
+            raise RunError(
+                f"action {spec.action}: no valid reply from {self.actor} after {result.calls} "
+                f"call(s); last reply: {shown!r}; problem: {'; '.join(problems)}"
+            )
+        services.trace.write("fallback", node=node, action=spec.action, actor=self.actor)
+        await spec.fallback()
+        result.fell_back = True
+        return result
+
+    def offline_turn(self) -> OfflineTurn:
+        """What `fems/mock` and `fems/script` may know: outs, current values, candidate actors.
+
+        Candidates are the actors the rendered prompt names, else the others in scope (§15.3).
+        """
+        room, frame = self.room, self.frame
+        others = [str(a) for a in room.actors if a != room.voice]
+        candidates = named_actors(self.texts.shown, frame) or others or [self.actor]
+        outs = tuple(offline_out(out, frame) for out in self.spec.outs or ())
+        return OfflineTurn(self.spec.action, self.actor, self.id, 0, outs, tuple(candidates))
+
+    # ------------------------------------------------------------------ one attempt
+
+    async def reply(self, offline: OfflineTurn, result: TurnResult) -> tuple[str, bool]:
+        """The attempt's final reply (and whether `interrupt:` cut it), replayed from the
+        session's records or live; tool rounds come first, each one recorded (§16.4)."""
+        services, spec, attempt = self.services, self.spec, offline.attempt
+        limit = spec.max_tool_rounds
+        if limit is None:
+            limit = services.max_tool_rounds
+        rounds = 0
+        while True:
+            record = services.log.recorded(_round_key(self.key, rounds), attempt)
+            if record is None:
+                record = services.log.recorded(self.key, attempt)
+            if record is not None:
+                self.replay(offline, record)
+                result.calls += 1
+                if "calls" not in record["result"]:
+                    return str(record["result"]["reply"]), bool(record["result"].get("interrupted"))
+                rounds += 1
+                continue
+            call, reply = await self.live_call(offline)
+            result.calls += 1
+            if call is None or not call.tool_calls:
+                self.unsaved.append(self.message("reply", reply, call=call))
+                self.save_call({"reply": reply, "interrupted": call is None}, self.key, attempt)
+                return reply, call is None
+            if rounds >= limit:
+                raise RunError(
+                    f"action {spec.action}: the model still calls tools after {limit} rounds "
+                    f"(max_tool_rounds {limit}); raise max_tool_rounds or ask for an answer"
+                )
+            await self.run_tools(call, rounds, attempt)
+            rounds += 1
+
+    def replay(self, offline: OfflineTurn, record: Mapping[str, Any]) -> None:
+        """A recorded call of a resumed run: nothing is stored again, the conversation gets
+        its tool round, and a ``fems/script`` reply is consumed as the first run did."""
+        self.trace_replay(offline.attempt)
+        script = getattr(self.services.models, "script", None)
+        if self.choice is not None and self.choice.model == "fems/script" and script is not None:
+            with contextlib.suppress(RunError):  # the recorded reply stands
+                script.reply(offline)
+        self.unsaved = []  # stored by the interrupted run
+        done = record["result"]
+        if "calls" in done:
+            calls = [ToolCall(c["id"], c["name"], c["arguments"]) for c in done["calls"]]
+            outcomes = [
+                ToolOutcome(call, c["tool"], c["result"])
+                for call, c in zip(calls, done["calls"], strict=True)
+            ]
+            self.added += _tool_messages(str(done.get("text", "")), outcomes)
+
+    async def live_call(self, offline: OfflineTurn) -> tuple[CallResult | None, str]:
+        """One model call and its reply text as traced and stored (None and
+        ``[Interrupted]`` when `interrupt:` cut it)."""
+        if self.first_call is None:  # earlier calls were replayed: rebuild what was sent
+            before = self.first.get("before") if self.first is not None else None
+            self.first_call = await model_messages(self, self.outputs, last=before)
+        messages = [*self.first_call, *self.added]
+        call = await self.call(messages, offline)
+        reply = INTERRUPTED if call is None else valid_text(call.text)
+        self.trace_call(messages, reply, call, offline.attempt)
+        return call, reply
+
+    async def call(self, messages: list[dict[str, Any]], offline: OfflineTurn) -> CallResult | None:
+        """One model call; None when `interrupt:` fired first (the call is cancelled, §10.7).
+        The module's meta.delay spaces it (§3); the offered tools go with it (§15.5)."""
+        assert self.choice is not None
+        schemas = [tool.schema() for tool in self.tools]
+        request = self.services.models.complete(
+            self.choice, messages, offline, self.ctx.delay, schemas
+        )
+        interrupt = self.spec.interrupt
+        if interrupt is None:
+            return await request
+        call = asyncio.ensure_future(request)
+        watch = asyncio.ensure_future(self._interrupt_fired(interrupt))
+        try:
+            await asyncio.wait({call, watch}, return_when=asyncio.FIRST_COMPLETED)
+            return call.result() if call.done() else None
+        finally:
+            for task in (call, watch):
+                task.cancel()
+            await asyncio.gather(call, watch, return_exceptions=True)
+
+    async def _interrupt_fired(self, interrupt: InterruptSpec) -> None:
+        if interrupt.kind in ("human", "human_except"):
+            await self.services.inputs.wait(interrupt.actors)
+            return
+        if interrupt.check is None:
+            raise RunError("interrupt: a check form needs a check function")
+        while True:
+            await asyncio.sleep(self.services.poll)
+            fired = interrupt.check()
+            if inspect.isawaitable(fired):
+                fired = await fired
+            if fired:
+                return
+
+    def trace_call(
+        self, messages: list[dict[str, Any]], reply: str, call: CallResult | None, attempt: int
+    ) -> None:
+        services = self.services
+        services.model_calls += 1
+        if not services.trace.active:
+            return  # the event (the scope sorted, the tool calls as messages) is not built
+        assert self.choice is not None
+        services.trace.write(
+            "llm_call",
+            node=self.ctx.node,
+            action=self.spec.action,
+            actor=self.actor,
+            scope=self.room.names,
+            model=self.choice.model,
+            messages=messages,
+            reply=reply,
+            attempt=attempt,
+            interrupted=call is None,
+            tries=call.attempts if call else None,
+            prompt_tokens=call.prompt_tokens if call else None,
+            completion_tokens=call.completion_tokens if call else None,
+            cost=call.cost if call else None,
+            tool_calls=[c.as_message() for c in call.tool_calls] if call else [],
+        )
+
+    async def run_tools(self, call: CallResult, rounds: int, attempt: int) -> None:
+        """Run the calls of one reply in order, store them with their results, and add them
+        to the conversation (§15.5)."""
+        services, spec = self.services, self.spec
+        outcomes = []
+        for tool_call in call.tool_calls:
+            outcome = await services.toolbox.call(self.tools, tool_call)
+            services.trace.write(
+                "tool_call",
+                node=self.ctx.node,
+                action=spec.action,
+                actor=self.actor,
+                name=outcome.tool,
+                arguments=tool_call.arguments,
+                result=outcome.result,
+                round=rounds,
+                attempt=attempt,
+            )
+            outcomes.append(outcome)
+        for index, outcome in enumerate(outcomes):
+            said = valid_text(f"{outcome.tool}({outcome.call.arguments})")
+            usage = call if index == 0 else None  # the model call's figures, stored once
+            self.unsaved.append(self.message("tool_call", said, call=usage))
+            self.unsaved.append(self.message("tool_result", outcome.result, name=outcome.tool))
+        done: dict[str, Any] = {"text": call.text, "calls": [_done_call(o) for o in outcomes]}
+        self.save_call(done, _round_key(self.key, rounds), attempt)
+        self.added += _tool_messages(call.text, outcomes)
+
+    def save_call(self, done: dict[str, Any], key: Sequence[Any], attempt: int) -> None:
+        """Store the unsaved messages with the record of one call; the turn's first record
+        keeps what its memory/context methods wrote."""
+        if not self.saved and self.outputs:
+            done["outputs"] = [list(pair) for pair in self.outputs]
+        self.saved = True
+        self.save(self.unsaved, done, key=key, attempt=attempt)
+        self.unsaved = []
+
+
+def _round_key(key: Sequence[Any], rounds: int) -> list[Any]:
+    """The record key of a turn's tool round: the turn's key, then ``tools`` and the round."""
+    return [*key, "tools", rounds]
+
+
+def _done_call(outcome: ToolOutcome) -> dict[str, Any]:
+    """One tool call and its result as the round's record keeps it."""
+    call = outcome.call
+    return {
+        "id": call.id,
+        "name": call.name,
+        "arguments": call.arguments,
+        "tool": outcome.tool,
+        "result": outcome.result,
+    }
+
+
+def _tool_messages(text: str, outcomes: Sequence[ToolOutcome]) -> list[dict[str, Any]]:
+    """A tool round as the next call carries it: the assistant's calls, then one ``tool``
+    message per result (OpenAI protocol)."""
+    asked = {
+        "role": "assistant",
+        "content": text or None,
+        "tool_calls": [o.call.as_message() for o in outcomes],
+    }
+    return [asked, *(o.as_message() for o in outcomes)]
+
+
+def _feedback_text(problems: Sequence[str]) -> str:
+    lines = ["Your previous reply could not be accepted:"]
+    lines += [f"- {p}" for p in problems]
+    lines.append("Answer again; set each required variable with SET VARIABLE: <<name = value>>.")
+    return "\n".join(lines)

@@ -1,0 +1,113 @@
+"""A `@human` turn (§10.8): the person is shown the prompt and their context, answers with free
+text and out values, and the answer is stored and applied; a `@mind` turn is one or the other by
+the executor's type (§9.1)."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from fems_runtime.context import context_block
+from fems_runtime.human import AnswersFileHuman, HumanAnswer, HumanRequest
+from fems_runtime.records import RunError
+from fems_runtime.signals import Rejected, apply_values
+from fems_runtime.specs import TurnResult
+from fems_runtime.turns.ai import run_ai_turn
+from fems_runtime.turns.turn import Room, Turn, finish
+
+if TYPE_CHECKING:
+    from fems_runtime.flow import Context
+    from fems_runtime.specs import TurnSpec
+    from fems_runtime.turns.services import TurnServices
+
+
+async def run_mind_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -> TurnResult:
+    """`@mind(@x)`: an AI turn or a human turn by the executor's `type` (§9.1)."""
+    room = Room.of(services, ctx.frame, spec)
+    if room.executor_spec.type == "human":
+        return await run_human_turn(services, ctx, spec, room)
+    return await run_ai_turn(services, ctx, spec, room)
+
+
+async def run_human_turn(
+    services: TurnServices, ctx: Context, spec: TurnSpec, room: Room | None = None
+) -> TurnResult:
+    """Run a `@human` turn; ``room`` when the caller has resolved it already (a mind turn)."""
+    turn = HumanTurn.start(services, ctx, spec, room)
+    if services.human is None:
+        raise RunError("human turns need --human terminal or an answers file")
+    record = services.log.recorded(turn.key)
+    answer = turn.replay(record) if record is not None else await turn.ask()
+    return await turn.apply(answer)
+
+
+class HumanTurn(Turn):
+    """A person's turn: asked live, or replayed from a resumed run's record (§16.4)."""
+
+    record_kind: ClassVar[str] = "human"
+
+    def replay(self, record: Any) -> HumanAnswer:
+        """The recorded answer; an answers file gives up this answer as the first run did."""
+        self.id = int(record["turn"])
+        values = record["result"].get("vars") or {}
+        adopt = self.frame.variables.adopt
+        answer = HumanAnswer(
+            str(record["result"].get("text", "")),
+            {name: adopt(value) for name, value in values.items()},
+        )
+        self.trace_replay()
+        next_answer = getattr(self.services.human, "next_answer", None)
+        if callable(next_answer):
+            with contextlib.suppress(RunError):
+                next_answer(self.spec.action, str(self.room.executor))
+        return answer
+
+    async def ask(self) -> HumanAnswer:
+        """Ask the person, then store the opening, their text and the turn's record."""
+        services, spec, room = self.services, self.spec, self.room
+        assert services.human is not None
+        self.id = services.new_turn()
+        request = HumanRequest(
+            action=spec.action,
+            actor=str(room.executor),
+            prompt=self.texts.shown,
+            outs=tuple(spec.outs or ()),
+            context=await context_block(self, []),
+            role=self.actor if spec.role else None,
+            frame=self.frame,
+        )
+        answer = await services.human.ask(request)
+        said = self.message("human", answer.text)
+        done = {"text": answer.text, "vars": answer.vars}
+        self.save([*self.opening_messages(), said], done)
+        return answer
+
+    async def apply(self, answer: HumanAnswer) -> TurnResult:
+        """Trace the answer, wake `interrupt: HUMAN` watchers, write the out values."""
+        services, spec = self.services, self.spec
+        executor = str(self.room.executor)
+        services.trace.write(
+            "human",
+            node=self.ctx.node,
+            action=spec.action,
+            actor=executor,
+            text=answer.text,
+            vars=answer.vars,
+        )
+        services.inputs.notify(executor)
+        outcome = apply_values(answer.vars, self.frame, spec.outs)
+        if outcome.rejected and isinstance(services.human, AnswersFileHuman):
+            raise self._unfit_answer(services.human, outcome.rejected[0])
+        verdict = await self.check(answer.text, outcome)
+        if verdict.problems:
+            self.report(verdict.problems)
+        return finish(TurnResult(reply=answer.text), outcome)
+
+    def _unfit_answer(self, answers: AnswersFileHuman, rejected: Rejected) -> RunError:
+        """An answers file's value that does not fit its out (§10.8): a run error, not the
+        lenient warning a model's signal gets, since a file cannot be asked again."""
+        out, _, value = rejected.raw.partition(" = ")  # apply_values' "name = value"
+        return RunError(
+            f"action {self.spec.action}: {answers.origin} answers out {out} with {value}, which "
+            f"does not fit: {rejected.reason}; correct the answer in {answers.origin}"
+        )

@@ -1,0 +1,349 @@
+"""What every turn of one run shares (:class:`TurnServices`), and how a run opens them: the
+model client, the store and its session (new, or resumed from its turn records, §16.4), the
+provider of human answers, the trace, the warnings."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from fems_runtime.context import ContextCache
+from fems_runtime.human import AnswersFileHuman, HumanProvider, MockHuman, TerminalHuman
+from fems_runtime.llm import DEFAULT_RETRY_BUDGET, DEFAULT_TIMEOUT, ModelClient, RetryPolicy
+from fems_runtime.records import RunError, TraceWriter, TurnLog
+from fems_runtime.store import Store, parse_session_spec
+from fems_runtime.tools import DEFAULT_MAX_TOOL_ROUNDS, Toolbox
+from fems_runtime.transcript import Transcript
+from fems_runtime.turns.ai import run_ai_turn
+from fems_runtime.turns.human import run_human_turn, run_mind_turn
+
+if TYPE_CHECKING:
+    from fems_runtime.flow import Context
+    from fems_runtime.specs import TurnResult, TurnSpec
+    from fems_runtime.variables import ActorSpec, BlueprintSpec, Variables
+
+
+class HumanInputs:
+    """Tells in-flight model calls that a person just answered (`interrupt: HUMAN`, §10.7)."""
+
+    def __init__(self) -> None:
+        self._waiters: list[tuple[asyncio.Future[str], frozenset[str]]] = []
+
+    def notify(self, actor: str) -> None:
+        """A human turn by `actor` produced input."""
+        for future, excluded in self._waiters:
+            if actor not in excluded and not future.done():
+                future.set_result(actor)
+
+    async def wait(self, excluded: Iterable[str] = ()) -> str:
+        """Wait for the next input by someone not in `excluded`; return who answered."""
+        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        entry = (future, frozenset(excluded))
+        self._waiters.append(entry)
+        try:
+            return await future
+        finally:
+            self._waiters.remove(entry)
+
+
+class RunWarnings:
+    """Run warnings on stderr, each distinct text once, with its count if it came back
+    ("… (repeated 412 times)"), so a loop that repeats a problem does not bury the output.
+    They are printed when the run ends (completed or failed), in the order they first
+    happened; the trace keeps every event, and ``--transcript`` shows each problem live."""
+
+    def __init__(self, stream: IO[str] | None = None) -> None:
+        self.stream = stream
+        self.counts: dict[str, int] = {}
+
+    def __call__(self, text: str) -> None:
+        self.counts[text] = self.counts.get(text, 0) + 1
+
+    def flush(self) -> None:
+        """At the end of the run: every warning once, with how often it happened."""
+        for text, count in self.counts.items():
+            line = f"{text} (repeated {count} times)" if count > 1 else text
+            print(line, file=self.stream or sys.stderr)
+        self.counts.clear()
+
+
+@dataclass
+class TurnServices:
+    """What every turn of one run shares: models, store and session, trace, people, meta blocks.
+
+    ``ai``, ``human`` and ``mind`` run one turn of that kind; :class:`~fems_runtime.flow.Context`
+    calls them with the action's :class:`~fems_runtime.specs.TurnSpec`.
+    """
+
+    models: ModelClient
+    store: Store
+    session: int
+    trace: TraceWriter
+    file: str = ""
+    safety: str = ""
+    style: str = ""
+    owners: tuple[str, ...] = ()
+    human: HumanProvider | None = None
+    code: Callable[[str], Any] | None = None
+    warn: Callable[[str], None] = field(default_factory=RunWarnings)
+    poll: float = 0.05
+    inputs: HumanInputs = field(default_factory=HumanInputs)
+    transcript: Transcript | None = None
+    model_calls: int = 0
+    log: TurnLog = field(default_factory=TurnLog)
+    toolbox: Toolbox = field(default_factory=lambda: Toolbox(".", None))
+    all_tools: tuple[str, ...] = ()  # what `tools: true` offers besides read and list (§15.5)
+    max_tool_rounds: int = DEFAULT_MAX_TOOL_ROUNDS
+    contexts: ContextCache | None = None  # the actors' built-in contexts (made from `store`)
+    warned: set[tuple[str, str]] = field(default_factory=set)  # (what, actor) warned once
+
+    def __post_init__(self) -> None:
+        if self.contexts is None:
+            self.contexts = ContextCache(self.store)
+
+    @classmethod
+    def open(
+        cls,
+        program: Any,
+        variables: Variables,
+        trace: TraceWriter,
+        *,
+        model: str | None = None,
+        replies: str | Path | Mapping[str, Any] | None = None,
+        db: str | None = None,
+        session: str | int | None = None,
+        human: str | Mapping[str, Any] | HumanProvider | None = None,
+        seed: int | None = None,
+        code: Callable[[str], Any] | None = None,
+        base_dir: str | Path = ".",
+        resume: bool = False,
+        timeout: float | None = None,
+        retry_budget: float | None = None,
+        root: str | Path | None = None,
+    ) -> TurnServices:
+        """Build the run's services from a generated module's `Program` and the run options.
+
+        The model map and `.env` are read next to the generated module and in `base_dir` (the
+        working directory), which wins on a conflict (§15.2). A failure here (a session that
+        does not exist, a database that cannot be opened) is a run error located in the script.
+        ``resume`` continues the session's last run from its turn records (§16.4): ``session``
+        (or ``meta.session``) names it, else the newest session of this script.
+        ``timeout`` and ``retry_budget`` (seconds) win over ``meta:`` (§15.4). ``root`` is the
+        folder the built-in tools may reach (default: the script's folder, §15.5).
+        """
+        script = program.script
+        meta = dict(script.meta)
+        if replies is not None and model is None:
+            model = "fems/script"
+        project_dirs = _project_dirs(program, base_dir)
+        try:
+            models = ModelClient.for_project(
+                *project_dirs,
+                meta_model=_text(meta.get("model")) or None,
+                run_model=model,
+                seed=seed or 0,
+                replies=replies,
+                **_client_options(meta, timeout, retry_budget),
+            )
+            store, number, log = open_store(program, variables, db, session, resume)
+        except RunError as error:
+            raise error.located(script.file, None) from None
+        owners = meta.get("owner", ())
+        owners = owners if isinstance(owners, list | tuple) else (owners,)
+        return cls(
+            models=models,
+            store=store,
+            session=number,
+            trace=trace,
+            file=script.file,
+            safety=_text(meta.get("system_safety")),
+            style=_text(meta.get("output_style")),
+            owners=tuple(str(o) for o in owners if o not in (None, "")),
+            human=_human_provider(human, seed or 0),
+            code=code,
+            log=log,
+            toolbox=Toolbox(root if root is not None else project_dirs[0], code),
+            all_tools=_script_tools(variables),
+            max_tool_rounds=int(meta.get("max_tool_rounds", DEFAULT_MAX_TOOL_ROUNDS)),
+        )
+
+    async def ai_turn(self, ctx: Context, spec: TurnSpec) -> TurnResult:
+        """An `@ai` turn: prompt, context, model call, signals, validation loop (§9, §10, §13)."""
+        return await self._at_action(spec, run_ai_turn(self, ctx, spec))
+
+    async def human_turn(self, ctx: Context, spec: TurnSpec) -> TurnResult:
+        """A `@human` turn: show prompt and context, read text and out values (§10.8)."""
+        return await self._at_action(spec, run_human_turn(self, ctx, spec))
+
+    async def mind_turn(self, ctx: Context, spec: TurnSpec) -> TurnResult:
+        """A `@mind` turn: an AI turn or a human turn by the executor's `type` (§9.1)."""
+        return await self._at_action(spec, run_mind_turn(self, ctx, spec))
+
+    async def _at_action(self, spec: TurnSpec, turn: Awaitable[TurnResult]) -> TurnResult:
+        """Await ``turn`` with its run errors located at the action: the one place a turn's
+        errors get their ``.fems`` line, and the action's name when they do not say it."""
+        try:
+            return await turn
+        except RunError as error:
+            if error.line is None and not error.message.startswith(f"action {spec.action}"):
+                error.message = f"action {spec.action}: {error.message}"
+            raise error.located(self.file, spec.line) from error.__cause__
+
+    def warn_once(self, what: str, actor: str, text: str) -> None:
+        """A run warning given once per actor for ``what`` (trimming a context, §13.2a)."""
+        if (what, actor) not in self.warned:
+            self.warned.add((what, actor))
+            self.warn(text)
+
+    def new_turn(self) -> int:
+        """A live turn's id: the session's next one that no replayed record holds. Ids are
+        handed out in the order turns ask for them, so concurrent branches get the same ids
+        in every run (``fems/mock`` replies depend on them)."""
+        while True:
+            turn = self.store.new_turn(self.session)
+            if turn not in self.log.turns:
+                return turn
+
+    def finish(self, status: str) -> None:
+        """Print the run's warnings, record how the session ended, release the database."""
+        if isinstance(self.warn, RunWarnings):
+            self.warn.flush()
+        if self.log.turns:  # a resumed run: never hand out a replayed turn id again
+            self.store.set_last_turn(self.session, max(self.log.turns), at_least=True)
+        self.store.set_status(self.session, status)
+        self.store.close()
+
+
+def _client_options(
+    meta: Mapping[str, Any], timeout: float | None, retry_budget: float | None
+) -> dict[str, Any]:
+    """The model client's limits from ``meta:`` (§3), the run options winning (§15.4)."""
+    budget = float(retry_budget or meta.get("retry_budget") or DEFAULT_RETRY_BUDGET)
+    return {
+        "max_concurrency": int(meta.get("max_concurrency", 8)),
+        "delay": float(meta.get("delay", 0) or 0),
+        "timeout": float(timeout or meta.get("timeout") or DEFAULT_TIMEOUT),
+        "retry": RetryPolicy(budget=budget),
+    }
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def _script_tools(variables: Variables) -> tuple[str, ...]:
+    """Every tool the script names in an actor's or a blueprint's `tools:` list."""
+    specs: list[ActorSpec | BlueprintSpec] = [
+        *variables.actors.values(),
+        *variables.blueprints.values(),
+    ]
+    named = [name for spec in specs if isinstance(spec.tools, tuple | list) for name in spec.tools]
+    return tuple(dict.fromkeys(named))
+
+
+def _project_dirs(program: Any, base_dir: str | Path) -> list[Path]:
+    """Where `fems.toml` and `.env` are looked for: the script's folder (the program's
+    ``project_dir`` when ``fems2py run`` set it, else the generated module's), then
+    `base_dir`."""
+    dirs = [Path(base_dir).resolve()]
+    module_file = getattr(program, "module_file", None)
+    project_dir = getattr(program, "project_dir", None)
+    if project_dir or module_file:
+        module_dir = Path(str(project_dir or module_file)).resolve()
+        if not project_dir:
+            module_dir = module_dir.parent
+        if module_dir != dirs[0]:
+            dirs.insert(0, module_dir)
+    return dirs
+
+
+def open_store(
+    program: Any,
+    variables: Variables,
+    db: str | None,
+    session: str | int | None,
+    resume: bool = False,
+) -> tuple[Store, int, TurnLog]:
+    """Open the database and the session (§3 `database`, `session`), recording the actors;
+    a new run marks its start, a resumed one loads the records to replay (§16.4)."""
+    script = program.script
+    meta = script.meta
+    store = Store(db or _text(meta.get("database")) or None)
+    spec = meta.get("session") if session is None else session
+    try:
+        if resume:
+            number, log = _resume_session(store, script, spec)
+        else:
+            number = store.open_session(
+                spec,
+                title=_text(meta.get("name")) or None,
+                script=script.file,
+                script_hash=script.sha256,
+            )
+            store.start_run(number)
+            log = TurnLog()
+        store.record_actors(
+            number,
+            {
+                spec.name: {
+                    "type": spec.type,
+                    "soul_id": str(spec.soul),
+                    "source": spec.source,
+                    "blueprint": spec.blueprint,
+                }
+                for spec in variables.actors.values()
+            },
+        )
+        store.load_personas(str(spec.soul) for spec in variables.actors.values())
+    except BaseException:
+        store.close()
+        raise
+    return store, number, log
+
+
+def _resume_session(store: Store, script: Any, spec: str | int | None) -> tuple[int, TurnLog]:
+    """Check that session ``spec`` (or the newest of this script) can be resumed, then make
+    it ready: status running, turn counter back at its last run's start."""
+    number, _ = parse_session_spec(spec)
+    if number is None:
+        number = store.latest_session(script.file)
+        if number is None:
+            raise RunError(f"--resume: no session of {script.file} in this database to resume")
+    row = store.session(number)
+    if row is None:
+        raise RunError(f"--resume: session {number} does not exist")
+    if row["status"] == "completed":
+        raise RunError(
+            f"--resume: session {number} is completed; there is nothing to resume "
+            "(run without --resume to start a new run)"
+        )
+    if row["script_hash"] != script.sha256:
+        raise RunError(
+            f"--resume: session {number} was run from a different script "
+            f"({row['script'] or 'unknown'}, sha256 {str(row['script_hash'])[:12]}…); "
+            f"this is {script.file}, sha256 {script.sha256[:12]}…: resume with the module "
+            "built from the same source, or start a new session"
+        )
+    found = store.run_records(number)
+    if found is None:
+        raise RunError(f"--resume: session {number} has no checkpoints to resume from")
+    start, records = found
+    store.set_last_turn(number, int(start.get("turn") or 0))
+    store.set_status(number, "running")
+    return number, TurnLog(records, resumed=True)
+
+
+def _human_provider(
+    human: str | Mapping[str, Any] | HumanProvider | None, seed: int
+) -> HumanProvider:
+    if human is None or human == "terminal":
+        return TerminalHuman()
+    if human == "fems/mock":
+        return MockHuman(seed)
+    if isinstance(human, str | Mapping):
+        return AnswersFileHuman(human)
+    return human  # a provider object: the stage's page (§17)
