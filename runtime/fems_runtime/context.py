@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 
 MEMORY_HEADER = "Relevant memory:"
 NARRATOR = "narrator"
+#: Kinds in nobody's context (§13.1): the prompt, and a model's private reasoning, which its
+#: own later turns do not see either.
+PRIVATE_KINDS = frozenset({"prompt", "reasoning"})
 
 
 def format_context(messages: Iterable[Message]) -> str:
@@ -30,9 +33,12 @@ def format_context(messages: Iterable[Message]) -> str:
 
 
 def format_lines(lines: Iterable[ContextLine]) -> str:
-    """:func:`format_context` for ``(kind, speaker_name, speaker_soul, content)`` rows."""
+    """:func:`format_context` for ``(kind, speaker_name, speaker_soul, content)`` rows; the
+    private kinds are left out."""
     return "\n\n".join(
-        f"[{_speaker(kind, name, soul)}]: {content}" for kind, name, soul, content in lines
+        f"[{_speaker(kind, name, soul)}]: {content}"
+        for kind, name, soul, content in lines
+        if kind not in PRIVATE_KINDS
     )
 
 

@@ -56,8 +56,9 @@ class ModelChoice:
 
 @dataclass(frozen=True)
 class CallResult:
-    """One completed call: the reply text, the tools it calls (§15.5) and the usage figures
-    stored with the message."""
+    """One completed call: the reply text without its reasoning (§13.1), the tools it calls
+    (§15.5), the usage figures stored with the message, and why the reply ended (``length``:
+    ``max_tokens`` cut it, §15.4)."""
 
     text: str
     model: str
@@ -66,6 +67,46 @@ class CallResult:
     cost: float | None = None
     attempts: int = 1
     tool_calls: tuple[ToolCall, ...] = ()
+    reasoning: str = ""
+    reasoning_tokens: int | None = None
+    finish_reason: str | None = None
+
+
+class ReplyStream:
+    """What a call has received so far, for the transcript, the stage and an interrupt
+    (§10.7): the reply text and the reasoning. ``listener(kind, chunk)`` is told every piece
+    as it arrives, kind ``"text"`` or ``"reasoning"``."""
+
+    def __init__(self, listener: Callable[[str, str], None] | None = None) -> None:
+        self._listener = listener
+        self._text: list[str] = []
+        self._reasoning: list[str] = []
+
+    @property
+    def text(self) -> str:
+        """The reply so far, reasoning cut out."""
+        return "".join(self._text)
+
+    @property
+    def reasoning(self) -> str:
+        """The reasoning so far."""
+        return "".join(self._reasoning)
+
+    def add(self, kind: str, chunk: str) -> None:
+        """One piece of the reply (``"text"``) or of its reasoning (``"reasoning"``)."""
+        (self._text if kind == "text" else self._reasoning).append(chunk)
+        if self._listener is not None:
+            self._listener(kind, chunk)
+
+
+class ContextTooLong(RunError):
+    """The provider answered that the request exceeds the model's window (§13.2a): the turn
+    retries once with half the context, then reports."""
+
+    def __init__(self, model: str, detail: str) -> None:
+        super().__init__(f"model {model}: the request is longer than its context window ({detail})")
+        self.model = model
+        self.detail = detail
 
 
 @dataclass(frozen=True)
@@ -247,16 +288,40 @@ class ModelClient:
         turn: OfflineTurn,
         delay: float = 0.0,
         tools: Sequence[Mapping[str, Any]] = (),
+        *,
+        stream: ReplyStream | None = None,
+        max_tokens: int | None = None,
+        reasoning: str | None = None,
     ) -> CallResult:
         """One model call: offline models answer directly, real ones go out through
         `fems_runtime.endpoints`. ``delay`` is a module's meta.delay; the larger of it and the
         script's applies. ``tools`` are the offered tools' entries of the ``tools`` request
-        parameter (§15.5)."""
+        parameter (§15.5). ``stream`` gets the reply's text as it arrives; ``max_tokens`` (an
+        action's or meta's cap) wins over the model map's; ``reasoning`` (``deep_think``,
+        §15.7) asks for `reasoning_effort`."""
         if choice.model in OFFLINE_MODELS:
             if tools or turn.tools:  # the offered tools, as the model sees them
                 turn = replace(turn, tools=tuple(tool["function"] for tool in tools))
-            return _numbered(self._offline(choice, messages, turn), messages)
-        return await self._complete_remote(choice, messages, delay, tools)
+            result = _numbered(self._offline(choice, messages, turn), messages)
+        else:
+            fields: dict[str, Any] = {}
+            if max_tokens is not None:
+                fields["max_tokens"] = int(max_tokens)
+            if reasoning is not None:
+                fields["reasoning_effort"] = reasoning
+            result = await self._complete_remote(choice, messages, delay, tools, fields)
+        result = _without_reasoning(result)
+        if stream is not None:
+            if result.reasoning:
+                stream.add("reasoning", result.reasoning)
+            stream.add("text", result.text)
+        return result
+
+    def window(self, choice: ModelChoice) -> int | None:
+        """The model's context window in tokens (§13.2a): the model map's `context_window`,
+        else None (unknown)."""
+        own = choice.options.get("context_window")
+        return int(own) if own is not None else None
 
     def _offline(
         self, choice: ModelChoice, messages: list[dict[str, Any]], turn: OfflineTurn
@@ -278,10 +343,16 @@ class ModelClient:
         messages: list[dict[str, Any]],
         delay: float = 0.0,
         tools: Sequence[Mapping[str, Any]] = (),
+        fields: Mapping[str, Any] | None = None,
     ) -> CallResult:
         """Send the request until it succeeds, a non-transient error ends it, or the retry
-        budget (counted from the first attempt) runs out (§15.4)."""
+        budget (counted from the first attempt) runs out (§15.4). ``fields`` are the call's
+        own request fields (``max_tokens``, ``reasoning_effort``)."""
         route = self._route(choice)
+        if fields:
+            if route is not None:
+                route = replace(route, fields={**route.fields, **fields})
+            choice = replace(choice, options={**choice.options, **fields})
         timeout = float(choice.options.get("timeout") or self.timeout)
         loop = asyncio.get_running_loop()
         deadline: float | None = None  # set when the first attempt starts, not while queued
@@ -381,6 +452,20 @@ class ModelClient:
             attempts=attempts,
             tool_calls=reply_tool_calls(reply.message),
         )
+
+
+_THINK_BLOCK = re.compile(r"\s*<(think|thinking)>(.*?)(?:</\1>|\Z)", re.IGNORECASE | re.DOTALL)
+
+
+def _without_reasoning(result: CallResult) -> CallResult:
+    """A reply with its leading ``<think>``/``<thinking>`` block (closed or not) cut out into
+    its reasoning (§13.1)."""
+    block = _THINK_BLOCK.match(result.text)
+    if block is None:
+        return result
+    thought = block.group(2).strip()
+    reasoning = "\n\n".join(part for part in (result.reasoning, thought) if part)
+    return replace(result, text=result.text[block.end() :].lstrip(), reasoning=reasoning)
 
 
 def reply_tool_calls(message: Mapping[str, Any] | None) -> tuple[ToolCall, ...]:

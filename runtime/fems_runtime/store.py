@@ -120,7 +120,16 @@ CONTEXT_COLUMNS = ("kind", "speaker_name", "speaker_soul", "content")
 _SeqLine = tuple[int, ContextLine]  # a visible line with its sequence number
 
 ACTOR_FIELDS = ("type", "soul_id", "source", "blueprint")  # of a session's actor row
-MESSAGE_KINDS = ("prompt", "narration", "reply", "human", "feedback", "tool_call", "tool_result")
+MESSAGE_KINDS = (
+    "prompt",
+    "narration",
+    "reply",
+    "human",
+    "feedback",
+    "tool_call",
+    "tool_result",
+    "reasoning",  # in nobody's context (§13.1): not a visible kind
+)
 VISIBLE_KINDS = ("narration", "reply", "human", "feedback", "tool_call", "tool_result")
 _NO_LIMIT = 2**31 - 1  # above every sequence number (the column is a 32-bit integer on PostgreSQL)
 

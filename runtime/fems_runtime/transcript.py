@@ -3,7 +3,8 @@
 Each line says who spoke and in which room: ``@Alice ▸ den (@Moderator, @Alice, @Fay)``.
 Narration is set apart in italics, feedback from the validation loop is dimmed and marked as
 private, tool calls (§15.5) show with a one-line preview of their results, problems the lenient
-default ignores are flagged, prompts are never shown (they are private to the executor, §13.1).
+default ignores are flagged, prompts are never shown (they are private to the executor, §13.1),
+and a model's reasoning shows only as a folded line saying how long it was.
 ``rich`` is imported only when a transcript is printed, so importing the runtime stays cheap.
 """
 
@@ -31,6 +32,11 @@ class Transcript:
         from rich.text import Text
 
         if kind == "prompt":
+            return
+        if kind == "reasoning":  # private to the model (§13.1): folded, never the reply's text
+            self._console.print(
+                Text(f"  … {speaker} reasoned ({len(text)} characters)", style="dim")
+            )
             return
         where = self._room_label(room)
         if kind == "narration":

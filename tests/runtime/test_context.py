@@ -128,6 +128,23 @@ def test_format_context_falls_back_to_the_soul() -> None:
     assert format_context([message]) == "[9]: x"
 
 
+def test_reasoning_is_in_nobodys_context() -> None:
+    """Stored for the executor's soul, a model's reasoning is not part of its context (§13.1)."""
+    with Store(":memory:") as store:
+        session = store.open_session("new")
+        store.submit(
+            session,
+            [
+                NewMessage("reasoning", "I am the wolf.", souls=["1"], speaker_name="@Wolf"),
+                NewMessage("reply", "Good night.", souls=["1", "2"], speaker_name="@Wolf"),
+            ],
+        )
+        store.flush()
+        assert builtin_context(store, session, soul="1") == "[@Wolf]: Good night."
+    thought = Message(id=1, session=1, seq=1, kind="reasoning", content="x", speaker_name="@W")
+    assert format_context([thought]) == ""
+
+
 def test_method_kwargs() -> None:
     frame = Variables({"alive": ["@Eve"], "@speaker": "@Eve"}, [ActorSpec("@Eve")]).root
     kwargs = method_kwargs(

@@ -294,6 +294,7 @@ class FailingModels(ModelClient):
         turn: OfflineTurn,
         delay: float = 0.0,
         tools: Sequence[Mapping[str, Any]] = (),
+        **options: Any,
     ) -> CallResult:
         raise RunError("model openai/test: failed after 5 attempts: status 500")
 
@@ -319,6 +320,7 @@ class HangingModels(ModelClient):
         turn: OfflineTurn,
         delay: float = 0.0,
         tools: Sequence[Mapping[str, Any]] = (),
+        **options: Any,
     ) -> CallResult:
         try:
             await asyncio.Event().wait()
@@ -516,6 +518,7 @@ class CountingModels(ModelClient):
         turn: OfflineTurn,
         delay: float = 0.0,
         tools: Sequence[Mapping[str, Any]] = (),
+        **options: Any,
     ) -> CallResult:
         return CallResult("fine", choice.model, prompt_tokens=30, completion_tokens=4, cost=0.002)
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from fems_runtime.context import model_messages, retry_messages
+from fems_runtime.llm import ReplyStream
 from fems_runtime.offline import OfflineTurn, named_actors, offline_out
 from fems_runtime.records import RunError
 from fems_runtime.signals import aapply_signals
@@ -168,12 +169,15 @@ class AiTurn(Turn):
                     return str(record["result"]["reply"]), bool(record["result"].get("interrupted"))
                 rounds += 1
                 continue
-            call, reply = await self.live_call(offline)
+            answer = await self.live_call(offline)
             result.calls += 1
+            call = answer.call
+            self.keep_reasoning(answer)
             if call is None or not call.tool_calls:
-                self.unsaved.append(self.message("reply", reply, call=call))
-                self.save_call({"reply": reply, "interrupted": call is None}, self.key, attempt)
-                return reply, call is None
+                self.unsaved.append(self.message("reply", answer.text, call=call))
+                done = {"reply": answer.text, "interrupted": call is None}
+                self.save_call(done, self.key, attempt)
+                return answer.text, call is None
             if rounds >= limit:
                 raise RunError(
                     f"action {spec.action}: the model still calls tools after {limit} rounds "
@@ -200,25 +204,32 @@ class AiTurn(Turn):
             ]
             self.added += _tool_messages(str(done.get("text", "")), outcomes)
 
-    async def live_call(self, offline: OfflineTurn) -> tuple[CallResult | None, str]:
-        """One model call and its reply text as traced and stored (None and
-        ``[Interrupted]`` when `interrupt:` cut it)."""
+    async def live_call(self, offline: OfflineTurn) -> Answer:
+        """One model call as traced and stored: its reply without the reasoning (§13.1), or
+        what had arrived when `interrupt:` cut it (§10.7)."""
         if self.first_call is None:  # earlier calls were replayed: rebuild what was sent
             before = self.first.get("before") if self.first is not None else None
             self.first_call = await model_messages(self, self.outputs, last=before)
         messages = [*self.first_call, *self.added]
-        call = await self.call(messages, offline)
-        reply = INTERRUPTED if call is None else valid_text(call.text)
-        self.trace_call(messages, reply, call, offline.attempt)
-        return call, reply
+        stream = ReplyStream()
+        call = await self.call(messages, offline, stream)
+        if call is None:
+            answer = Answer(None, _interrupted(stream.text), valid_text(stream.reasoning))
+        else:
+            answer = Answer(call, valid_text(call.text), valid_text(call.reasoning))
+        self.trace_call(messages, answer, offline.attempt)
+        return answer
 
-    async def call(self, messages: list[dict[str, Any]], offline: OfflineTurn) -> CallResult | None:
-        """One model call; None when `interrupt:` fired first (the call is cancelled, §10.7).
-        The module's meta.delay spaces it (§3); the offered tools go with it (§15.5)."""
+    async def call(
+        self, messages: list[dict[str, Any]], offline: OfflineTurn, stream: ReplyStream
+    ) -> CallResult | None:
+        """One model call, filling ``stream`` as the reply arrives; None when `interrupt:`
+        fired first (the call is cancelled, which closes its stream, §10.7). The module's
+        meta.delay spaces it (§3); the offered tools go with it (§15.5)."""
         assert self.choice is not None
         schemas = [tool.schema() for tool in self.tools]
         request = self.services.models.complete(
-            self.choice, messages, offline, self.ctx.delay, schemas
+            self.choice, messages, offline, self.ctx.delay, schemas, stream=stream
         )
         interrupt = self.spec.interrupt
         if interrupt is None:
@@ -232,6 +243,12 @@ class AiTurn(Turn):
             for task in (call, watch):
                 task.cancel()
             await asyncio.gather(call, watch, return_exceptions=True)
+
+    def keep_reasoning(self, answer: Answer) -> None:
+        """The call's reasoning is stored with the executor's soul only: it is in nobody's
+        context, the executor's later turns included (§13.1)."""
+        if answer.reasoning:
+            self.unsaved.append(self.message("reasoning", answer.reasoning, scope="executor"))
 
     async def _interrupt_fired(self, interrupt: InterruptSpec) -> None:
         if interrupt.kind in ("human", "human_except"):
@@ -247,14 +264,13 @@ class AiTurn(Turn):
             if fired:
                 return
 
-    def trace_call(
-        self, messages: list[dict[str, Any]], reply: str, call: CallResult | None, attempt: int
-    ) -> None:
+    def trace_call(self, messages: list[dict[str, Any]], answer: Answer, attempt: int) -> None:
         services = self.services
         services.model_calls += 1
         if not services.trace.active:
             return  # the event (the scope sorted, the tool calls as messages) is not built
         assert self.choice is not None
+        call = answer.call
         services.trace.write(
             "llm_call",
             node=self.ctx.node,
@@ -263,12 +279,14 @@ class AiTurn(Turn):
             scope=self.room.names,
             model=self.choice.model,
             messages=messages,
-            reply=reply,
+            reply=answer.text,
+            reasoning=answer.reasoning,
             attempt=attempt,
             interrupted=call is None,
             tries=call.attempts if call else None,
             prompt_tokens=call.prompt_tokens if call else None,
             completion_tokens=call.completion_tokens if call else None,
+            reasoning_tokens=call.reasoning_tokens if call else None,
             cost=call.cost if call else None,
             tool_calls=[c.as_message() for c in call.tool_calls] if call else [],
         )
@@ -309,6 +327,22 @@ class AiTurn(Turn):
         self.saved = True
         self.save(self.unsaved, done, key=key, attempt=attempt)
         self.unsaved = []
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One model call as the turn stores and traces it: the reply text and the reasoning cut
+    out of it; ``call`` None when `interrupt:` cut the call."""
+
+    call: CallResult | None
+    text: str
+    reasoning: str
+
+
+def _interrupted(received: str) -> str:
+    """What an interrupted call stores: the text that had arrived, marked (§10.7)."""
+    text = valid_text(received).rstrip()
+    return f"{text} {INTERRUPTED}" if text else INTERRUPTED
 
 
 def _round_key(key: Sequence[Any], rounds: int) -> list[Any]:
