@@ -15,7 +15,7 @@ import pytest
 from fems_runtime.flow import Context
 from fems_runtime.human import AnswersFileHuman
 from fems_runtime.linetable import LineTable
-from fems_runtime.llm import CallResult, ModelChoice, ModelClient
+from fems_runtime.llm import CallResult, ModelChoice, ModelClient, ReplyStream
 from fems_runtime.offline import OfflineTurn
 from fems_runtime.records import RunError, StepCounter, TraceWriter
 from fems_runtime.signals import OutSpec
@@ -361,6 +361,52 @@ def test_interrupt_cancels_the_call_and_stores_marker(kind: str) -> None:
     assert ("reply", INTERRUPTED) in run.messages()
     (event,) = run.events("llm_call")
     assert event["interrupted"] is True
+
+
+class HalfwayModels(ModelClient):
+    """A model that streams a few words (and a thought), then never finishes."""
+
+    def __init__(self) -> None:
+        super().__init__(run_model="openai/slow", environ={})
+
+    async def complete(
+        self,
+        choice: ModelChoice,
+        messages: list[dict[str, Any]],
+        turn: OfflineTurn,
+        delay: float = 0.0,
+        tools: Sequence[Mapping[str, Any]] = (),
+        *,
+        stream: ReplyStream | None = None,
+        **options: Any,
+    ) -> CallResult:
+        assert stream is not None
+        stream.add("reasoning", "They suspect me.")
+        stream.add("text", "I was asleep, ")
+        stream.add("text", "I swear")
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+
+def test_an_interrupt_keeps_the_text_received_so_far() -> None:
+    run = make_run(models=HalfwayModels())
+    flag = {"night": False}
+    interrupt = InterruptSpec(kind="check", check=lambda: flag["night"])
+    run.services.poll = 0.01
+
+    async def scenario() -> Any:
+        ai = asyncio.create_task(
+            run.services.ai_turn(run.ctx, spec(prompt="Talk.", interrupt=interrupt))
+        )
+        await asyncio.sleep(0.05)
+        flag["night"] = True
+        return await ai
+
+    result = asyncio.run(scenario())
+    assert result.interrupted and result.reply == "I was asleep, I swear [Interrupted]"
+    assert ("reply", "I was asleep, I swear [Interrupted]") in run.messages()
+    assert ("reasoning", "They suspect me.") in run.messages()
+    assert run.visible("2") == [] and run.visible("1") == ["I was asleep, I swear [Interrupted]"]
 
 
 def test_human_except_ignores_listed_actors() -> None:
