@@ -86,8 +86,9 @@ def make_run(
     code: Mapping[str, Any] | None = None,
     answers: Mapping[str, Any] | None = None,
     owners: tuple[str, ...] = (),
+    actors: Sequence[ActorSpec] = ACTORS,
 ) -> Run:
-    variables = Variables(VALUES, ACTORS)
+    variables = Variables(VALUES, actors)
     store = Store(":memory:")
     trace = io.StringIO()
     warnings: list[str] = []
@@ -577,3 +578,71 @@ def test_reply_is_stored_with_usage_and_cost() -> None:
     assert (reply.prompt_tokens, reply.completion_tokens, reply.cost) == (30, 4, 0.002)
     (event,) = run.events("llm_call")
     assert (event["prompt_tokens"], event["cost"]) == (30, 0.002)
+
+
+class CutModels(ModelClient):
+    """A remote-looking model whose replies end at the length cap; it keeps what it was asked."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(environ={}, **options)
+        self.asked: list[dict[str, Any]] = []
+
+    async def complete(
+        self,
+        choice: ModelChoice,
+        messages: list[dict[str, Any]],
+        turn: OfflineTurn,
+        delay: float = 0.0,
+        tools: Sequence[Mapping[str, Any]] = (),
+        **options: Any,
+    ) -> CallResult:
+        self.asked.append({"tools": list(tools), **options})
+        return CallResult("I will tell you every", choice.model, finish_reason="length")
+
+
+@pytest.mark.parametrize(("action_cap", "map_cap", "named"), [(40, 90, "40"), (None, 90, "90")])
+def test_a_reply_cut_at_max_tokens_is_a_warning_naming_action_and_cap(
+    action_cap: int | None, map_cap: int, named: str
+) -> None:
+    models = CutModels(model_map={"fast": {"model": "openai/x", "max_tokens": map_cap}})
+    run = make_run(models=models)
+    result = run.turn(spec(prompt="Tell me everything.", model="fast", max_tokens=action_cap))
+    assert result.reply == "I will tell you every"
+    assert models.asked[0]["max_tokens"] == action_cap
+    assert run.warnings == [
+        f"game.fems:12: warning: action pick: the reply of @eve was cut at max_tokens ({named}): "
+        "raise max_tokens or ask for less"
+    ]
+    (event,) = run.events("llm_call")
+    assert event["finish_reason"] == "length"
+
+
+@pytest.mark.parametrize(("entry", "asked"), [("openai/x", "medium"), ("openai/x high", None)])
+def test_deep_think_asks_the_model_to_reason_unless_the_model_map_says(
+    entry: str, asked: str | None
+) -> None:
+    model, _, effort = entry.partition(" ")
+    table: dict[str, Any] = {"model": model, **({"reasoning": effort} if effort else {})}
+    models = CutModels(model_map={"deep": table})
+    thinker = ActorSpec("@eve", soul="1", source="deep", tools=("deep_think",))
+    run = make_run(models=models, actors=(thinker,))
+    run.turn(spec(prompt="Think hard."))
+    assert models.asked[0]["reasoning"] == asked
+    assert models.asked[0]["tools"] == []  # deep_think is not offered as a tool
+
+
+def test_the_checks_after_a_turn_see_it_stored_and_may_stop_the_run() -> None:
+    run = make_run({"*": ["One.", "Two."]})
+    seen: list[tuple[str, int]] = []
+
+    def count(done: TurnSpec) -> None:
+        run.services.store.flush()
+        seen.append((done.action, len(run.messages())))
+        if len(seen) == 2:
+            raise RunError("the session's recorded cost passed the cost limit")
+
+    run.services.after_turn.append(count)
+    run.turn(spec(prompt="First."))
+    with pytest.raises(RunError, match="passed the cost limit"):
+        run.turn(spec(action="again", prompt="Second."))
+    assert seen == [("pick", 2), ("again", 4)]  # each turn's prompt and reply stored first

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from fems_runtime.turns.services import TurnServices
 
 INTERRUPTED = "[Interrupted]"
+DEEP_THINK = "deep_think"  # in `tools:`, asks the model to reason (§15.7)
 
 
 async def run_ai_turn(
@@ -58,14 +59,18 @@ class AiTurn(Turn):
     unsaved: list[NewMessage] = field(default_factory=list)
     outputs: list[tuple[str, Any]] = field(default_factory=list)
     saved: bool = False
+    effort: str | None = None  # reasoning asked for by `deep_think` (§15.7)
 
     async def begin(self) -> None:
         """Take the turn's id and the values its methods wrote from its first record when it
         is replayed (§16.4), else a new id and the first call's messages."""
         services, room = self.services, self.room
         names = offered_names(room.executor_spec.tools, services.all_tools)
-        self.tools = services.toolbox.tools(names) if names else []
         self.choice = services.models.resolve(self.spec.model, room.executor_spec.source)
+        if DEEP_THINK in names:  # not a tool: a request to reason, unless the model map's
+            names = tuple(name for name in names if name != DEEP_THINK)
+            self.effort = None if self.choice.options.get("reasoning") else "medium"
+        self.tools = services.toolbox.tools(names) if names else []
         # its first record is its first tool round's when it called tools, else its reply's
         log = services.log
         self.first = (log.peek(_round_key(self.key, 0)) if self.tools else None) or log.peek(
@@ -218,7 +223,16 @@ class AiTurn(Turn):
         else:
             answer = Answer(call, valid_text(call.text), valid_text(call.reasoning))
         self.trace_call(messages, answer, offline.attempt)
+        if call is not None and call.finish_reason == "length":
+            self.warn(self.cut_short())
         return answer
+
+    def cut_short(self) -> str:
+        """The warning for a reply that ended at its length cap (§15.4)."""
+        assert self.choice is not None
+        cap = self.spec.max_tokens or self.choice.options.get("max_tokens")
+        limit = f"max_tokens ({cap})" if cap else "the model's length limit"
+        return f"the reply of {self.actor} was cut at {limit}: raise max_tokens or ask for less"
 
     async def call(
         self, messages: list[dict[str, Any]], offline: OfflineTurn, stream: ReplyStream
@@ -229,7 +243,14 @@ class AiTurn(Turn):
         assert self.choice is not None
         schemas = [tool.schema() for tool in self.tools]
         request = self.services.models.complete(
-            self.choice, messages, offline, self.ctx.delay, schemas, stream=stream
+            self.choice,
+            messages,
+            offline,
+            self.ctx.delay,
+            schemas,
+            stream=stream,
+            max_tokens=self.spec.max_tokens,
+            reasoning=self.effort,
         )
         interrupt = self.spec.interrupt
         if interrupt is None:
@@ -287,6 +308,7 @@ class AiTurn(Turn):
             prompt_tokens=call.prompt_tokens if call else None,
             completion_tokens=call.completion_tokens if call else None,
             reasoning_tokens=call.reasoning_tokens if call else None,
+            finish_reason=call.finish_reason if call else None,
             cost=call.cost if call else None,
             tool_calls=[c.as_message() for c in call.tool_calls] if call else [],
         )

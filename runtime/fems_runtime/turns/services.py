@@ -100,6 +100,9 @@ class TurnServices:
     max_tool_rounds: int = DEFAULT_MAX_TOOL_ROUNDS
     contexts: ContextCache | None = None  # the actors' built-in contexts (made from `store`)
     warned: set[tuple[str, str]] = field(default_factory=set)  # (what, actor) warned once
+    #: called with the spec after each turn, its messages submitted (a run's cost limit,
+    #: §15.6, stops the run there by raising a RunError)
+    after_turn: list[Callable[[TurnSpec], None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.contexts is None:
@@ -185,13 +188,17 @@ class TurnServices:
 
     async def _at_action(self, spec: TurnSpec, turn: Awaitable[TurnResult]) -> TurnResult:
         """Await ``turn`` with its run errors located at the action: the one place a turn's
-        errors get their ``.fems`` line, and the action's name when they do not say it."""
+        errors get their ``.fems`` line, and the action's name when they do not say it. Then
+        the checks of :attr:`after_turn` run."""
         try:
-            return await turn
+            result = await turn
         except RunError as error:
             if error.line is None and not error.message.startswith(f"action {spec.action}"):
                 error.message = f"action {spec.action}: {error.message}"
             raise error.located(self.file, spec.line) from error.__cause__
+        for check in self.after_turn:
+            check(spec)
+        return result
 
     def warn_once(self, what: str, actor: str, text: str) -> None:
         """A run warning given once per actor for ``what`` (trimming a context, §13.2a)."""

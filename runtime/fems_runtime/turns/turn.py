@@ -291,11 +291,16 @@ class Turn:
         services.trace.write(
             "rejected", node=self.ctx.node, action=spec.action, actor=self.actor, problems=problems
         )
-        where = f"{services.file}:{spec.line}" if services.file else f"line {spec.line}"
         for problem in problems:
-            services.warn(f"{where}: warning: action {spec.action}: {problem}")
-            if services.transcript is not None:
-                services.transcript.problem(spec.action, self.actor, problem)
+            self.warn(problem)
+
+    def warn(self, problem: str) -> None:
+        """A run warning located at the action, also shown live in the transcript."""
+        services, spec = self.services, self.spec
+        where = f"{services.file}:{spec.line}" if services.file else f"line {spec.line}"
+        services.warn(f"{where}: warning: action {spec.action}: {problem}")
+        if services.transcript is not None:
+            services.transcript.problem(spec.action, self.actor, problem)
 
 
 def assigned(outcome: SignalOutcome) -> dict[str, Any]:
