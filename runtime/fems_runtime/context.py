@@ -8,7 +8,12 @@ tags include its soul (or its user, for humans with a source), oldest first.
 from __future__ import annotations
 
 import asyncio
+import bisect
+import json
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import accumulate, islice
 from typing import TYPE_CHECKING, Any
 
 from fems_runtime.records import RunError
@@ -35,11 +40,16 @@ def format_context(messages: Iterable[Message]) -> str:
 def format_lines(lines: Iterable[ContextLine]) -> str:
     """:func:`format_context` for ``(kind, speaker_name, speaker_soul, content)`` rows; the
     private kinds are left out."""
-    return "\n\n".join(
+    return "\n\n".join(context_entries(lines))
+
+
+def context_entries(lines: Iterable[ContextLine]) -> list[str]:
+    """One ``[@speaker]: text`` entry per visible row, the private kinds left out."""
+    return [
         f"[{_speaker(kind, name, soul)}]: {content}"
         for kind, name, soul, content in lines
         if kind not in PRIVATE_KINDS
-    )
+    ]
 
 
 def _speaker(kind: str, name: str | None, soul: str | None) -> str:
@@ -67,6 +77,94 @@ def builtin_context(
     return format_lines(store.visible_lines(session, soul=soul, user=user, last=last))
 
 
+_WIDE = re.compile(
+    r"[\u1100-\u11ff\u2e80-\ua4cf\uac00-\ud7af\uf900-\ufaff\ufe30-\ufe4f\uff00-\uffef]"
+)
+MESSAGE_OVERHEAD = 4  # tokens a chat message costs besides its content (role, separators)
+
+
+def estimate_tokens(text: str) -> int:
+    """A size in tokens without a tokenizer (§13.2a), erring high: a CJK character is a token,
+    other text about 3 characters per one (tokenizers average about 4 on Latin text)."""
+    if text.isascii():
+        return -(-len(text) // 3)
+    wide = len(_WIDE.findall(text))
+    return wide + -(-(len(text) - wide) // 3)
+
+
+@dataclass(frozen=True)
+class ContextView:
+    """An actor's context as one turn sees it: its first ``count`` entries (messages), joined
+    by blank lines in ``text``; ``starts`` are where entries begin in the text. The lists are
+    shared with a :class:`ContextCache`, which appends later turns' entries; a view reads its
+    own. ``sizes`` holds the estimated tokens before each entry, worked out when a window asks
+    for them (§13.2a), so a run without a known window never estimates."""
+
+    text: str = ""
+    starts: list[int] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=lambda: [0])
+    count: int = 0
+
+    @classmethod
+    def of(cls, entries: Sequence[str]) -> ContextView:
+        """The view of ``entries``, oldest first."""
+        kept = _Kept()
+        kept.extend(entries)
+        return kept.view()
+
+    @property
+    def tokens(self) -> int:
+        return self._sizes()[self.count]
+
+    def newest_within(self, budget: int) -> int:
+        """How many of the newest entries fit in ``budget`` tokens."""
+        sizes = self._sizes()
+        first = bisect.bisect_left(sizes, sizes[self.count] - budget, 0, self.count + 1)
+        return max(0, self.count - first)
+
+    def block(self, keep: int | None = None) -> str:
+        """The context text of the newest ``keep`` entries (default: all), starting with a line
+        saying how many earlier ones are not shown (§13.2a)."""
+        if keep is None or keep >= self.count:
+            return self.text
+        left_out = self.count - keep
+        notice = (
+            f"({left_out} earlier {'message is' if left_out == 1 else 'messages are'} not shown)"
+        )
+        shown = self.text[self.starts[left_out] :] if keep else ""
+        return f"{notice}\n\n{shown}" if shown else notice
+
+    def _sizes(self) -> list[int]:
+        """``sizes`` up to this view's entries: each entry and the blank line after it."""
+        sizes, starts, text, count = self.sizes, self.starts, self.text, self.count
+        for index in range(len(sizes) - 1, count):
+            end = starts[index + 1] - 2 if index + 1 < count else len(text)
+            sizes.append(sizes[-1] + estimate_tokens(text[starts[index] : end]) + 1)
+        return sizes
+
+
+@dataclass
+class _Kept:
+    """An actor's context text as it grows, with where its entries start."""
+
+    text: str = ""
+    starts: list[int] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=lambda: [0])
+    seen: int = 0  # the last sequence number read
+
+    def extend(self, entries: Sequence[str]) -> None:
+        if not entries:
+            return
+        at = len(self.text) + 2 if self.text else 0
+        lengths = accumulate((len(entry) + 2 for entry in entries), initial=at)
+        self.starts.extend(islice(lengths, len(entries)))
+        added = "\n\n".join(entries)
+        self.text = f"{self.text}\n\n{added}" if self.text else added
+
+    def view(self) -> ContextView:
+        return ContextView(self.text, self.starts, self.sizes, len(self.starts))
+
+
 class ContextCache:
     """Each actor's built-in context kept between its turns (§13.2): a turn formats only the
     messages new to the actor since its last one, so the cost follows what is new, not the
@@ -74,22 +172,27 @@ class ContextCache:
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self._kept: dict[tuple[int, str | None, str | None], tuple[str, int]] = {}
+        self._kept: dict[tuple[int, str | None, str | None], _Kept] = {}
 
     def text(
         self, session: int, *, soul: str | None, user: str | None = None, last: int | None = None
     ) -> str:
         """:func:`builtin_context`, from the text kept for this actor and what is new."""
+        return self.view(session, soul=soul, user=user, last=last).text
+
+    def view(
+        self, session: int, *, soul: str | None, user: str | None = None, last: int | None = None
+    ) -> ContextView:
+        """The actor's context as a :class:`ContextView`; ``last`` as for :func:`builtin_context`."""
         if last is not None:  # a resumed turn's bounded context: rare, built whole
-            return builtin_context(self.store, session, soul=soul, user=user, last=last)
-        key = (session, soul, user)
-        text, seen = self._kept.get(key, ("", 0))
-        new, seen = self.store.visible_since(session, soul, user, after=seen)
-        if new:
-            added = format_lines(line for _, line in new)
-            text = f"{text}\n\n{added}" if text else added
-        self._kept[key] = (text, seen)
-        return text
+            lines = self.store.visible_lines(session, soul=soul, user=user, last=last)
+            return ContextView.of(context_entries(lines))
+        kept = self._kept.get((session, soul, user))
+        if kept is None:
+            kept = self._kept[(session, soul, user)] = _Kept()
+        new, kept.seen = self.store.visible_since(session, soul, user, after=kept.seen)
+        kept.extend(context_entries(line for _, line in new))
+        return kept.view()
 
 
 async def abuiltin_context(
@@ -171,14 +274,63 @@ def build_messages(
 ) -> list[dict[str, str]]:
     """The messages of one model call (§13.3): ``system`` (safety, style, persona, user_info)
     and ``user`` (context, memory under a short header, narration + prompt)."""
-    system = _join(safety, style, persona, user_info)
-    memory_block = f"{MEMORY_HEADER}\n{memory.strip()}" if memory.strip() else ""
-    user = _join(context, memory_block, _join(narration, prompt))
-    messages = []
-    if system:
-        messages.append({"role": "system", "content": system})
-    messages.append({"role": "user", "content": user})
-    return messages
+    return Request.of(
+        prompt=prompt,
+        system=(safety, style, persona, user_info),
+        context=ContextView.of([context] if context else []),
+        memory=memory,
+        narration=narration,
+    ).messages()
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a turn's first call sends (§13.3) in its parts, so that the context can be cut to
+    the model's window (§13.2a): the system text, the context, and the memory block and
+    prompt, which are never cut."""
+
+    system: str
+    context: ContextView
+    memory: str
+    prompt: str
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        prompt: str,
+        system: Sequence[str],
+        context: ContextView,
+        memory: str,
+        narration: str,
+    ) -> Request:
+        memory_block = f"{MEMORY_HEADER}\n{memory.strip()}" if memory.strip() else ""
+        return cls(_join(*system), context, memory_block, _join(narration, prompt))
+
+    def messages(self, keep: int | None = None) -> list[dict[str, str]]:
+        """The messages, with the newest ``keep`` context entries (default: all)."""
+        user = _join(self.context.block(keep), self.memory, self.prompt)
+        messages = []
+        if self.system:
+            messages.append({"role": "system", "content": self.system})
+        messages.append({"role": "user", "content": user})
+        return messages
+
+    @property
+    def fixed_tokens(self) -> int:
+        """The estimated size of what is never cut: system text, memory and prompt."""
+        parts = (self.system, self.memory, self.prompt)
+        return sum(estimate_tokens(part) + MESSAGE_OVERHEAD for part in parts if part)
+
+
+def estimate_messages(messages: Iterable[Mapping[str, Any]]) -> int:
+    """The estimated size of chat messages (tool calls as their JSON)."""
+    total = 0
+    for message in messages:
+        total += MESSAGE_OVERHEAD + estimate_tokens(str(message.get("content") or ""))
+        if message.get("tool_calls"):
+            total += estimate_tokens(json.dumps(message["tool_calls"], ensure_ascii=False))
+    return total
 
 
 def retry_messages(
@@ -243,37 +395,58 @@ async def method_block(turn: Turn, method: MethodSpec, outputs: list[tuple[str, 
     return method_text(value)
 
 
-async def context_block(
+async def context_view(
     turn: Turn, outputs: list[tuple[str, Any]], *, last: int | None = None
-) -> str:
-    """The turn's context: its action's context method, else the built-in context of the
-    executor (§13.2); ``last`` bounds the built-in one (a resumed turn's, §16.4)."""
+) -> ContextView:
+    """The turn's context: its action's context method's block (a message per paragraph),
+    else the built-in context of the executor (§13.2); ``last`` bounds the built-in one (a
+    resumed turn's, §16.4)."""
     method = find_method(turn.ctx.methods, "context", turn.spec.context)
     if method is not None:
-        return await method_block(turn, method, outputs)
+        text = await method_block(turn, method, outputs)
+        return ContextView.of(text.split("\n\n") if text else [])
     services, room = turn.services, turn.room
     assert services.contexts is not None
-    return services.contexts.text(
+    return services.contexts.view(
         services.session, soul=room.voice_soul, user=room.executor_spec.user, last=last
     )
 
 
-async def model_messages(
+async def model_request(
     turn: Turn, outputs: list[tuple[str, Any]], *, last: int | None = None
-) -> list[dict[str, str]]:
-    """The messages of the turn's first call (§13.3); ``last`` bounds the built-in context
-    to the messages stored before this turn (a resumed turn whose first attempts replayed)."""
-    context = await context_block(turn, outputs, last=last)
+) -> Request:
+    """What the turn's first call sends (§13.3); ``last`` bounds the built-in context to the
+    messages stored before this turn (a resumed turn whose first attempts replayed)."""
+    context = await context_view(turn, outputs, last=last)
     memory_method = find_method(turn.ctx.methods, "memory", turn.spec.memory)
     memory = "" if memory_method is None else await method_block(turn, memory_method, outputs)
     services = turn.services
-    return build_messages(
+    persona = services.store.persona(turn.room.voice_soul)
+    user_info = services.store.profiles(services.owners)
+    return Request.of(
         prompt=turn.texts.prompt,
-        safety=services.safety,
-        style=services.style,
-        persona=services.store.persona(turn.room.voice_soul),
-        user_info=services.store.profiles(services.owners),
+        system=(services.safety, services.style, persona, user_info),
         context=context,
         memory=memory,
         narration=turn.texts.lead,
     )
+
+
+def fit_to_window(
+    request: Request, added: Sequence[Mapping[str, Any]], budget: int, describe: Callable[[], str]
+) -> int:
+    """How many of the request's newest context entries fit in ``budget`` tokens with the
+    messages ``added`` after it (§13.2a). The system text, memory and prompt are never cut:
+    when they alone do not fit, a run error says so, with ``describe()`` naming the model and
+    its window."""
+    fixed = request.fixed_tokens + estimate_messages(added)
+    if fixed > budget:
+        raise RunError(
+            f"the system blocks, memory and prompt alone are about {fixed} tokens, more than "
+            f"{describe()} leaves for them ({budget}); shorten them or choose a larger model"
+        )
+    context = request.context
+    if context.tokens + fixed <= budget:
+        return context.count
+    notice = 12  # the line saying how many are not shown
+    return context.newest_within(budget - fixed - notice)

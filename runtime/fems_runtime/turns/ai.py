@@ -6,12 +6,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from fems_runtime.context import model_messages, retry_messages
-from fems_runtime.llm import ReplyStream
+from fems_runtime.context import (
+    Request,
+    estimate_messages,
+    estimate_tokens,
+    fit_to_window,
+    model_request,
+    retry_messages,
+)
+from fems_runtime.llm import ContextTooLong, ReplyStream
 from fems_runtime.offline import OfflineTurn, named_actors, offline_out
 from fems_runtime.records import RunError
 from fems_runtime.signals import aapply_signals
@@ -44,8 +52,8 @@ async def run_ai_turn(
 class AiTurn(Turn):
     """An AI turn and its model calls: each attempt's tool rounds and reply (§10.6, §15.5).
 
-    ``first`` is the turn's first record when a resumed run replays it. ``first_call`` is
-    the first call's messages (built when the turn first goes live), ``added`` what later calls
+    ``first`` is the turn's first record when a resumed run replays it. ``request`` is
+    what the first call sends (built when the turn first goes live), ``added`` what later calls
     carry after them: tool calls and results, rejected replies and feedback. ``unsaved`` are
     messages stored with the next record, ``outputs`` what memory/context methods wrote (kept
     in the turn's first record, for ``--resume``).
@@ -54,7 +62,8 @@ class AiTurn(Turn):
     tools: list[Tool] = field(default_factory=list)
     choice: ModelChoice | None = None
     first: Mapping[str, Any] | None = None
-    first_call: list[dict[str, Any]] | None = None
+    request: Request | None = None
+    halved: int | None = None  # the provider found the context too long: half of it is sent
     added: list[dict[str, Any]] = field(default_factory=list)
     unsaved: list[NewMessage] = field(default_factory=list)
     outputs: list[tuple[str, Any]] = field(default_factory=list)
@@ -82,7 +91,7 @@ class AiTurn(Turn):
                 self.frame.assign(name, "=", self.frame.variables.adopt(value))
         else:
             self.id = services.new_turn()
-            self.first_call = await model_messages(self, self.outputs)
+            self.request = await model_request(self, self.outputs)
         self.unsaved = self.opening_messages()
 
     async def play(self) -> TurnResult:
@@ -211,21 +220,80 @@ class AiTurn(Turn):
 
     async def live_call(self, offline: OfflineTurn) -> Answer:
         """One model call as traced and stored: its reply without the reasoning (§13.1), or
-        what had arrived when `interrupt:` cut it (§10.7)."""
-        if self.first_call is None:  # earlier calls were replayed: rebuild what was sent
+        what had arrived when `interrupt:` cut it (§10.7). The context is cut to the model's
+        window (§13.2a); a provider that still finds it too long gets half of it, once."""
+        if self.request is None:  # earlier calls were replayed: rebuild what was sent
             before = self.first.get("before") if self.first is not None else None
-            self.first_call = await model_messages(self, self.outputs, last=before)
-        messages = [*self.first_call, *self.added]
-        stream = ReplyStream()
-        call = await self.call(messages, offline, stream)
+            self.request = await model_request(self, self.outputs, last=before)
+        keep = self.window_keep()
+        while True:
+            messages = [*self.request.messages(keep), *self.added]
+            stream = ReplyStream()
+            try:
+                call = await self.call(messages, offline, stream)
+                break
+            except ContextTooLong as error:
+                if self.halved is not None:
+                    raise self.too_long(messages, error) from None
+                keep = self.halved = (self.request.context.count if keep is None else keep) // 2
         if call is None:
             answer = Answer(None, _interrupted(stream.text), valid_text(stream.reasoning))
         else:
             answer = Answer(call, valid_text(call.text), valid_text(call.reasoning))
-        self.trace_call(messages, answer, offline.attempt)
+        trimmed = self.request.context.count - keep if keep is not None else 0
+        self.trace_call(messages, answer, offline.attempt, trimmed)
+        if trimmed:
+            self.warn_trimmed(trimmed)
         if call is not None and call.finish_reason == "length":
             self.warn(self.cut_short())
         return answer
+
+    def window_keep(self) -> int | None:
+        """How many context entries the model's window leaves room for (§13.2a); None when
+        the window is unknown (everything is sent)."""
+        assert self.choice is not None and self.request is not None
+        window = self.services.models.window(self.choice)
+        if window is None:
+            return self.halved
+        room = self.reply_room(window)
+        schemas = [tool.schema() for tool in self.tools]
+        budget = window - room - (estimate_tokens(json.dumps(schemas)) if schemas else 0)
+        model = self.choice.model
+        keep = fit_to_window(
+            self.request,
+            self.added,
+            budget,
+            lambda: f"model {model}'s window of {window} tokens less {room} for the reply",
+        )
+        return keep if self.halved is None else min(keep, self.halved)
+
+    def reply_room(self, window: int) -> int:
+        """Tokens kept free for the reply: its cap, else a quarter of the window."""
+        assert self.choice is not None
+        cap = self.spec.max_tokens or self.choice.options.get("max_tokens")
+        return int(cap) if cap else window // 4
+
+    def too_long(self, messages: list[dict[str, Any]], error: ContextTooLong) -> RunError:
+        """The provider refused half the context too: say what was sent and to which window."""
+        assert self.choice is not None
+        window = self.services.models.window(self.choice)
+        return RunError(
+            f"model {self.choice.model} refuses the request as longer than its context window "
+            f"({window if window is not None else 'unknown'} tokens) even with half the "
+            f"context: about {estimate_messages(messages)} tokens were sent ({error.detail}); "
+            "set context_window in its model-map entry, or shorten the prompt and memory"
+        )
+
+    def warn_trimmed(self, trimmed: int) -> None:
+        """Trimming is warned once per actor (§13.2a); the trace counts every call's."""
+        assert self.choice is not None
+        if self.services.warned_once("window", self.actor):
+            return
+        window = self.services.models.window(self.choice)
+        self.warn(
+            f"the context of {self.actor} is longer than model {self.choice.model}'s window "
+            f"({window} tokens): the oldest messages are left out ({trimmed} on this call)"
+        )
 
     def cut_short(self) -> str:
         """The warning for a reply that ended at its length cap (§15.4)."""
@@ -285,7 +353,9 @@ class AiTurn(Turn):
             if fired:
                 return
 
-    def trace_call(self, messages: list[dict[str, Any]], answer: Answer, attempt: int) -> None:
+    def trace_call(
+        self, messages: list[dict[str, Any]], answer: Answer, attempt: int, trimmed: int
+    ) -> None:
         services = self.services
         services.model_calls += 1
         if not services.trace.active:
@@ -303,6 +373,7 @@ class AiTurn(Turn):
             reply=answer.text,
             reasoning=answer.reasoning,
             attempt=attempt,
+            trimmed=trimmed,
             interrupted=call is None,
             tries=call.attempts if call else None,
             prompt_tokens=call.prompt_tokens if call else None,

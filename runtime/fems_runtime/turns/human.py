@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from fems_runtime.context import context_block
+from fems_runtime.context import context_view
 from fems_runtime.human import AnswersFileHuman, HumanAnswer, HumanRequest
 from fems_runtime.records import RunError
 from fems_runtime.signals import Rejected, apply_values
@@ -72,7 +72,7 @@ class HumanTurn(Turn):
             actor=str(room.executor),
             prompt=self.texts.shown,
             outs=tuple(spec.outs or ()),
-            context=await context_block(self, []),
+            context=(await context_view(self, [])).text,
             role=self.actor if spec.role else None,
             frame=self.frame,
         )

@@ -200,11 +200,13 @@ class TurnServices:
             check(spec)
         return result
 
-    def warn_once(self, what: str, actor: str, text: str) -> None:
-        """A run warning given once per actor for ``what`` (trimming a context, §13.2a)."""
-        if (what, actor) not in self.warned:
-            self.warned.add((what, actor))
-            self.warn(text)
+    def warned_once(self, what: str, actor: str) -> bool:
+        """Whether ``actor`` was warned about ``what`` already; the first time, False (and it
+        now counts as warned): trimming a context is warned once per actor (§13.2a)."""
+        if (what, actor) in self.warned:
+            return True
+        self.warned.add((what, actor))
+        return False
 
     def new_turn(self) -> int:
         """A live turn's id: the session's next one that no replayed record holds. Ids are
