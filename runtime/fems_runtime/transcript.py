@@ -26,6 +26,7 @@ class Transcript:
         self._console = Console(file=stream or sys.stdout, highlight=False, soft_wrap=True)
         self._everyone = frozenset(everyone)
         self._styles: dict[str, str] = {}
+        self.last_live: LiveReply | None = None  # the streamed reply printed last, if any
 
     def message(self, kind: str, speaker: str, room: Collection[str], text: str) -> None:
         """Print one stored message; ``room`` is the scope it was stored for."""
@@ -33,6 +34,7 @@ class Transcript:
 
         if kind == "prompt":
             return
+        self.last_live = None
         if kind == "reasoning":  # private to the model (§13.1): folded, never the reply's text
             self._console.print(
                 Text(f"  … {speaker} reasoned ({len(text)} characters)", style="dim")
@@ -51,17 +53,41 @@ class Transcript:
         if kind == "tool_result":
             self._console.print(Text(f"    ↳ {speaker}: {_preview(text)}", style="dim"))
             return
+        self.header(speaker, where)
+        for line in text.splitlines() or [""]:
+            self.line(line)
+
+    def live(self, speaker: str, room: Collection[str]) -> LiveReply:
+        """A reply to print as it arrives (§15.4), by ``speaker`` in ``room``."""
+        return LiveReply(self, speaker, self._room_label(room))
+
+    def header(self, speaker: str, where: str, *, live: LiveReply | None = None) -> None:
+        """``@speaker ▸ room``, the line above a reply's text."""
+        from rich.text import Text
+
+        self.last_live = live
         header = Text(speaker, style=f"bold {self._style(speaker)}")
         header.append(f" ▸ {where}", style="dim")
         self._console.print(header)
-        for line in text.splitlines() or [""]:
-            style = "dim" if _is_signal(line) else ""
-            self._console.print(Text(f"    {line}", style=style))
+
+    def line(self, line: str) -> None:
+        """One line of a reply, indented; signal lines dimmed."""
+        from rich.text import Text
+
+        self._console.print(Text(f"    {line}", style="dim" if _is_signal(line) else ""))
+
+    def note(self, text: str) -> None:
+        """A dimmed line beside the dialog (a reply being reasoned about, a broken stream)."""
+        from rich.text import Text
+
+        self.last_live = None
+        self._console.print(Text(f"  {text}", style="dim"))
 
     def problem(self, action: str, actor: str, text: str) -> None:
         """A reply problem the lenient default reports and ignores (§10.6)."""
         from rich.text import Text
 
+        self.last_live = None
         self._console.print(Text(f"  ! {action} by {actor}: {text}", style="yellow"))
 
     def summary(
@@ -97,6 +123,50 @@ class Transcript:
         if speaker not in self._styles:
             self._styles[speaker] = _SPEAKER_STYLES[len(self._styles) % len(_SPEAKER_STYLES)]
         return self._styles[speaker]
+
+
+class LiveReply:
+    """A streamed reply printed as it arrives (§15.4): each line once it is complete, in the
+    format of a stored reply, under its speaker's header (repeated when another reply's lines
+    came in between). Its reasoning shows as one folded line, never as the reply's text."""
+
+    def __init__(self, transcript: Transcript, speaker: str, where: str) -> None:
+        self._transcript = transcript
+        self._speaker = speaker
+        self._where = where
+        self._held = ""  # the line still being written
+        self._received = ""
+        self._reasoning = False
+
+    def feed(self, kind: str, chunk: str) -> None:
+        """The stream's listener: ``kind`` ``text``, ``reasoning`` or ``discard``."""
+        if kind == "reasoning":
+            if not self._reasoning:
+                self._reasoning = True
+                self._transcript.note(f"… {self._speaker} is reasoning")
+            return
+        if kind == "discard":  # the stream broke off: the call is made again
+            self._held = self._received = ""
+            self._transcript.note(f"(the reply of {self._speaker} broke off; asked again)")
+            return
+        self._received += chunk
+        *lines, self._held = (self._held + chunk).split("\n")
+        for line in lines:
+            self._line(line)
+
+    def finish(self, final: str) -> None:
+        """The reply as stored: what it adds to the text received (an interrupt's marker) is
+        printed, then the last line."""
+        if final.startswith(self._received):
+            self.feed("text", final[len(self._received) :])
+        if self._held or self._transcript.last_live is not self:
+            self._line(self._held)
+        self._held = ""
+
+    def _line(self, line: str) -> None:
+        if self._transcript.last_live is not self:
+            self._transcript.header(self._speaker, self._where, live=self)
+        self._transcript.line(line)
 
 
 def _preview(text: str, limit: int = 160) -> str:

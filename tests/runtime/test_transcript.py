@@ -60,3 +60,36 @@ def test_lenient_problems_are_flagged(printed):
     transcript, stream = printed
     transcript.problem("vote", "@A", "rejected signal 'x'")
     assert stream.getvalue() == "  ! vote by @A: rejected signal 'x'\n"
+
+
+def test_a_streamed_reply_prints_each_line_as_it_completes(printed):
+    transcript, stream = printed
+    live = transcript.live("@A", ["@A", "@B"])
+    live.feed("reasoning", "they suspect me")
+    live.feed("text", "We strike")
+    assert "strike" not in stream.getvalue()  # the line is not complete yet
+    live.feed("text", " at dawn.\nSET VAR")
+    assert stream.getvalue().splitlines() == [
+        "  … @A is reasoning",
+        "@A ▸ @A, @B",
+        "    We strike at dawn.",
+    ]
+    other = transcript.live("@B", ["@A", "@B"])
+    other.feed("text", "Why?\n")
+    live.feed("text", "IABLE: <<x = 1>>")
+    live.finish("We strike at dawn.\nSET VARIABLE: <<x = 1>>")
+    assert stream.getvalue().splitlines()[3:] == [
+        "@B ▸ @A, @B",
+        "    Why?",
+        "@A ▸ @A, @B",  # another reply came in between: the header again
+        "    SET VARIABLE: <<x = 1>>",
+    ]
+    assert "suspect" not in stream.getvalue()
+
+
+def test_an_interrupted_stream_ends_with_the_marker(printed):
+    transcript, stream = printed
+    live = transcript.live("@A", ["@A"])
+    live.feed("text", "I was asleep")
+    live.finish("I was asleep [Interrupted]")
+    assert stream.getvalue().splitlines()[1:] == ["    I was asleep [Interrupted]"]

@@ -21,6 +21,7 @@ from fems_runtime.records import RunError, StepCounter, TraceWriter
 from fems_runtime.signals import OutSpec
 from fems_runtime.specs import InterruptSpec, ResolveSpec, ScopeItem, TurnSpec
 from fems_runtime.store import Store
+from fems_runtime.transcript import Transcript
 from fems_runtime.turns import (
     INTERRUPTED,
     TurnServices,
@@ -646,3 +647,53 @@ def test_the_checks_after_a_turn_see_it_stored_and_may_stop_the_run() -> None:
     with pytest.raises(RunError, match="passed the cost limit"):
         run.turn(spec(action="again", prompt="Second."))
     assert seen == [("pick", 2), ("again", 4)]  # each turn's prompt and reply stored first
+
+
+class StreamingModels(ModelClient):
+    """A remote-looking model that streams its reply a line at a time; it notes what the
+    transcript showed after the first line arrived."""
+
+    def __init__(self, shown: io.StringIO) -> None:
+        super().__init__(model_map={"fast": "openai/x"}, environ={})
+        self.shown = shown
+        self.seen_midway = ""
+
+    async def complete(
+        self,
+        choice: ModelChoice,
+        messages: list[dict[str, Any]],
+        turn: OfflineTurn,
+        delay: float = 0.0,
+        tools: Sequence[Mapping[str, Any]] = (),
+        *,
+        stream: ReplyStream | None = None,
+        **options: Any,
+    ) -> CallResult:
+        assert stream is not None
+        stream.add("reasoning", "Bob is the wolf, I am sure.")
+        stream.add("text", "I accuse Bob.\n")
+        await asyncio.sleep(0)
+        self.seen_midway = self.shown.getvalue()
+        stream.add("text", "SET VARIABLE: <<kill = @bob>>")
+        reply = "I accuse Bob.\nSET VARIABLE: <<kill = @bob>>"
+        return CallResult(reply, choice.model, reasoning="Bob is the wolf, I am sure.")
+
+
+def test_the_transcript_prints_a_streamed_reply_as_it_arrives() -> None:
+    shown = io.StringIO()
+    models = StreamingModels(shown)
+    run = make_run(models=models)
+    run.services.transcript = Transcript(everyone=["@eve", "@bob"], stream=shown)
+    run.turn(spec(prompt="Who?", model="fast", outs=(OutSpec("kill", type="actor"),)))
+    assert run.ctx.frame.get("kill") == "@bob"
+    assert models.seen_midway.splitlines() == [
+        "  … @eve is reasoning",
+        "@eve ▸ @eve",
+        "    I accuse Bob.",
+    ]
+    assert shown.getvalue().splitlines() == [
+        "  … @eve is reasoning",
+        "@eve ▸ @eve",
+        "    I accuse Bob.",
+        "    SET VARIABLE: <<kill = @bob>>",
+    ]  # printed once, the reasoning never as text

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from fems_runtime.flow import Context
     from fems_runtime.llm import CallResult, ModelChoice
     from fems_runtime.specs import InterruptSpec, TurnSpec
+    from fems_runtime.transcript import LiveReply
     from fems_runtime.turns.services import TurnServices
 
 INTERRUPTED = "[Interrupted]"
@@ -69,6 +70,7 @@ class AiTurn(Turn):
     outputs: list[tuple[str, Any]] = field(default_factory=list)
     saved: bool = False
     effort: str | None = None  # reasoning asked for by `deep_think` (§15.7)
+    shown_live: bool = False  # the transcript printed the last call's reply as it arrived
 
     async def begin(self) -> None:
         """Take the turn's id and the values its methods wrote from its first record when it
@@ -188,7 +190,7 @@ class AiTurn(Turn):
             call = answer.call
             self.keep_reasoning(answer)
             if call is None or not call.tool_calls:
-                self.unsaved.append(self.message("reply", answer.text, call=call))
+                self.unsaved.append(self.shown(self.message("reply", answer.text, call=call)))
                 done = {"reply": answer.text, "interrupted": call is None}
                 self.save_call(done, self.key, attempt)
                 return answer.text, call is None
@@ -226,9 +228,11 @@ class AiTurn(Turn):
             before = self.first.get("before") if self.first is not None else None
             self.request = await model_request(self, self.outputs, last=before)
         keep = self.window_keep()
+        live = self.live_printer()
+        self.shown_live = False
         while True:
             messages = [*self.request.messages(keep), *self.added]
-            stream = ReplyStream()
+            stream = ReplyStream(live.feed if live is not None else None)
             try:
                 call = await self.call(messages, offline, stream)
                 break
@@ -240,6 +244,9 @@ class AiTurn(Turn):
             answer = Answer(None, _interrupted(stream.text), valid_text(stream.reasoning))
         else:
             answer = Answer(call, valid_text(call.text), valid_text(call.reasoning))
+        if live is not None and (call is None or not call.tool_calls or answer.text):
+            live.finish(answer.text)
+            self.shown_live = True
         trimmed = self.request.context.count - keep if keep is not None else 0
         self.trace_call(messages, answer, offline.attempt, trimmed)
         if trimmed:
@@ -247,6 +254,14 @@ class AiTurn(Turn):
         if call is not None and call.finish_reason == "length":
             self.warn(self.cut_short())
         return answer
+
+    def live_printer(self) -> LiveReply | None:
+        """Where ``--transcript`` prints the reply as it arrives (§15.4); the offline models
+        answer at once, so their replies are printed as stored."""
+        transcript = self.services.transcript
+        if transcript is None or self.choice is None or self.choice.offline:
+            return None
+        return transcript.live(self.actor, self.room.names)
 
     def window_keep(self) -> int | None:
         """How many context entries the model's window leaves room for (§13.2a); None when
@@ -337,7 +352,14 @@ class AiTurn(Turn):
         """The call's reasoning is stored with the executor's soul only: it is in nobody's
         context, the executor's later turns included (§13.1)."""
         if answer.reasoning:
-            self.unsaved.append(self.message("reasoning", answer.reasoning, scope="executor"))
+            thought = self.message("reasoning", answer.reasoning, scope="executor")
+            self.unsaved.append(self.shown(thought))
+
+    def shown(self, message: NewMessage) -> NewMessage:
+        """``message``, noted as printed already when the transcript showed its call live."""
+        if self.shown_live:
+            self.printed.append(message)
+        return message
 
     async def _interrupt_fired(self, interrupt: InterruptSpec) -> None:
         if interrupt.kind in ("human", "human_except"):

@@ -138,6 +138,7 @@ class Turn:
     texts: Texts
     key: list[Any]
     id: int = 0
+    printed: list[NewMessage] = field(default_factory=list)  # shown in the transcript already
 
     @classmethod
     def start(
@@ -228,6 +229,8 @@ class Turn:
         services.store.submit(services.session, messages, record)
         if services.transcript is not None:
             for message in messages:
+                if any(message is printed for printed in self.printed):
+                    continue  # shown as it arrived (§15.4)
                 # feedback is stored without a speaker but is addressed to the executor
                 shown = self.actor if message.kind == "feedback" else message.speaker_name
                 services.transcript.message(
