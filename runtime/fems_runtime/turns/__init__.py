@@ -8,13 +8,14 @@ who is in scope, the rendered texts, the record key and the turn id.
 
 - :mod:`.services`: what every turn of a run shares, and opening it (store, session, resume);
 - :mod:`.turn`: the turn's state, storing its messages with its record, checking a reply;
-- :mod:`.ai`: model calls, tool rounds, the validation loop, interrupts;
+- :mod:`.calls`: one model call: cut to the window, streamed, interruptible, traced;
+- :mod:`.ai`: the attempts of an AI turn, its tool rounds, the validation loop, its records;
 - :mod:`.human`: a person's turn, and the `@mind` choice between the two.
 
 What the model receives (context, memory, system blocks) is built in :mod:`fems_runtime.context`.
 """
 
-from fems_runtime.turns.ai import INTERRUPTED
+from fems_runtime.turns.calls import INTERRUPTED
 from fems_runtime.turns.services import HumanInputs, RunWarnings, TurnServices
 
 __all__ = ["INTERRUPTED", "HumanInputs", "RunWarnings", "TurnServices"]

@@ -135,13 +135,11 @@ class TurnServices:
         does not exist, a database that cannot be opened) is a run error located in the script.
         ``resume`` continues the session's last run from its turn records (§16.4): ``session``
         (or ``meta.session``) names it, else the newest session of this script.
-        ``timeout`` and ``retry_budget`` (seconds) win over ``meta:`` (§15.4). ``root`` is the
-        folder the built-in tools may reach (default: the script's folder, §15.5).
-        """
+        ``timeout`` and ``retry_budget`` (seconds) win over ``meta:`` (§15.4); ``root``: the
+        folder the built-in tools may reach (default: the script's folder, §15.5)."""
         script = program.script
         meta = dict(script.meta)
-        if replies is not None and model is None:
-            model = "fems/script"
+        model = "fems/script" if replies is not None and model is None else model
         project_dirs = _project_dirs(program, base_dir)
         try:
             models = ModelClient.for_project(
@@ -155,8 +153,6 @@ class TurnServices:
             store, number, log = open_store(program, variables, db, session, resume)
         except RunError as error:
             raise error.located(script.file, None) from None
-        owners = meta.get("owner", ())
-        owners = owners if isinstance(owners, list | tuple) else (owners,)
         return cls(
             models=models,
             store=store,
@@ -165,7 +161,7 @@ class TurnServices:
             file=script.file,
             safety=_text(meta.get("system_safety")),
             style=_text(meta.get("output_style")),
-            owners=tuple(str(o) for o in owners if o not in (None, "")),
+            owners=_owners(meta.get("owner", ())),
             human=_human_provider(human, seed or 0),
             code=code,
             log=log,
@@ -238,6 +234,12 @@ def _client_options(
         "timeout": float(timeout or meta.get("timeout") or DEFAULT_TIMEOUT),
         "retry": RetryPolicy(budget=budget),
     }
+
+
+def _owners(owner: Any) -> tuple[str, ...]:
+    """`meta: owner`, one user id or a list of them (§3)."""
+    owners = owner if isinstance(owner, list | tuple) else (owner,)
+    return tuple(str(o) for o in owners if o not in (None, ""))
 
 
 def _text(value: Any) -> str:
