@@ -1,6 +1,7 @@
 """The `Context` that generated flow and action functions receive, and the flow machinery.
 
-Generated code keeps the control flow visible (one ``case`` per node, edges as ``if``\\ s); what
+Generated code keeps the control flow visible (structured ``if``/``while`` where the flow
+allows, else one ``if node == …`` block per node, edges as ``if``\\ s); what
 it cannot say in a few lines lives here: reading and writing variables through the current
 :class:`~fems_runtime.variables.Frame`, counting steps, running concurrent branches with
 :class:`asyncio.TaskGroup` until the compiler-computed merge node (§12.5), ``join(n)`` races
