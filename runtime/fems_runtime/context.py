@@ -156,9 +156,12 @@ class _Kept:
         if not entries:
             return
         at = len(self.text) + 2 if self.text else 0
-        lengths = accumulate((len(entry) + 2 for entry in entries), initial=at)
-        self.starts.extend(islice(lengths, len(entries)))
-        added = "\n\n".join(entries)
+        if len(entries) == 1:  # the usual turn: one message new to the actor
+            self.starts.append(at)
+        else:
+            lengths = accumulate((len(entry) + 2 for entry in entries), initial=at)
+            self.starts.extend(islice(lengths, len(entries)))
+        added = entries[0] if len(entries) == 1 else "\n\n".join(entries)
         self.text = f"{self.text}\n\n{added}" if self.text else added
 
     def view(self) -> ContextView:

@@ -48,9 +48,11 @@ class CallingTurn(Turn):
         keep = self.window_keep()
         live = self.live_printer()
         self.shown_live = False
+        watched = live is not None or self.spec.interrupt is not None
         while True:
             messages = [*self.request.messages(keep), *self.added]
-            stream = ReplyStream(live.feed if live is not None else None)
+            # what arrives matters only to the transcript and to an interrupt
+            stream = ReplyStream(live.feed if live is not None else None) if watched else None
             try:
                 call = await self.call(messages, offline, stream)
                 break
@@ -59,6 +61,7 @@ class CallingTurn(Turn):
                     raise self.too_long(messages, error) from None
                 keep = self.halved = (self.request.context.count if keep is None else keep) // 2
         if call is None:
+            assert stream is not None  # an interrupt watched it
             answer = Answer(None, _interrupted(stream.text), valid_text(stream.reasoning))
         else:
             answer = Answer(call, valid_text(call.text), valid_text(call.reasoning))
@@ -136,7 +139,7 @@ class CallingTurn(Turn):
         return f"the reply of {self.actor} was cut at {limit}: raise max_tokens or ask for less"
 
     async def call(
-        self, messages: list[dict[str, Any]], offline: OfflineTurn, stream: ReplyStream
+        self, messages: list[dict[str, Any]], offline: OfflineTurn, stream: ReplyStream | None
     ) -> CallResult | None:
         """One model call, filling ``stream`` as the reply arrives; None when `interrupt:`
         fired first (the call is cancelled, which closes its stream, §10.7). The module's
