@@ -14,19 +14,20 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate, islice
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from fems_runtime.names import NARRATOR
 from fems_runtime.records import RunError
 from fems_runtime.values import format_value
 
 if TYPE_CHECKING:
-    from fems_runtime.flow import MethodSpec
+    from fems_runtime.flow import Context, MethodSpec
+    from fems_runtime.specs import TurnSpec
     from fems_runtime.store import ContextLine, Message, Store
-    from fems_runtime.turns.turn import Turn
-    from fems_runtime.variables import Frame
+    from fems_runtime.values import Actor
+    from fems_runtime.variables import ActorSpec, Frame
 
 MEMORY_HEADER = "Relevant memory:"
-NARRATOR = "narrator"
 #: Kinds in nobody's context (§13.1): the prompt, and a model's private reasoning, which its
 #: own later turns do not see either.
 PRIVATE_KINDS = frozenset({"prompt", "reasoning"})
@@ -353,6 +354,61 @@ def _join(*blocks: str) -> str:
 # ---------------------------------------------------------------------- one turn's messages
 
 
+class _RunParts(Protocol):
+    """What building a request reads of the run's shared services (turns/shared.py)."""
+
+    @property
+    def session(self) -> int: ...
+    @property
+    def code(self) -> Callable[[str], Any] | None: ...
+    @property
+    def contexts(self) -> ContextCache | None: ...
+    @property
+    def store(self) -> Store: ...
+    @property
+    def safety(self) -> str: ...
+    @property
+    def style(self) -> str: ...
+    @property
+    def owners(self) -> tuple[str, ...]: ...
+
+
+class _RoomParts(Protocol):
+    @property
+    def voice(self) -> Actor: ...
+    @property
+    def voice_soul(self) -> str: ...
+    @property
+    def executor_spec(self) -> ActorSpec: ...
+
+
+class _TextParts(Protocol):
+    @property
+    def prompt(self) -> str: ...
+    @property
+    def lead(self) -> str: ...
+
+
+class TurnParts(Protocol):
+    """What building a turn's request reads of the turn (a ``fems_runtime.turns`` Turn), so
+    that this module needs nothing of the turns package."""
+
+    @property
+    def services(self) -> _RunParts: ...
+    @property
+    def ctx(self) -> Context: ...
+    @property
+    def spec(self) -> TurnSpec: ...
+    @property
+    def room(self) -> _RoomParts: ...
+    @property
+    def texts(self) -> _TextParts: ...
+    @property
+    def id(self) -> int: ...
+    @property
+    def frame(self) -> Frame: ...
+
+
 def find_method(
     methods: Mapping[str, MethodSpec], kind: str, name: str | None
 ) -> MethodSpec | None:
@@ -366,7 +422,7 @@ def find_method(
     return next((m for m in methods.values() if m.kind == kind), None)
 
 
-async def method_block(turn: Turn, method: MethodSpec, outputs: list[tuple[str, Any]]) -> str:
+async def method_block(turn: TurnParts, method: MethodSpec, outputs: list[tuple[str, Any]]) -> str:
     """Call a memory/context method (§8) and return its block text; outs are assigned (and
     listed in ``outputs``, for the turn record)."""
     services, frame = turn.services, turn.frame
@@ -399,7 +455,7 @@ async def method_block(turn: Turn, method: MethodSpec, outputs: list[tuple[str, 
 
 
 async def context_view(
-    turn: Turn, outputs: list[tuple[str, Any]], *, last: int | None = None
+    turn: TurnParts, outputs: list[tuple[str, Any]], *, last: int | None = None
 ) -> ContextView:
     """The turn's context: its action's context method's block (a message per paragraph),
     else the built-in context of the executor (§13.2); ``last`` bounds the built-in one (a
@@ -416,7 +472,7 @@ async def context_view(
 
 
 async def model_request(
-    turn: Turn, outputs: list[tuple[str, Any]], *, last: int | None = None
+    turn: TurnParts, outputs: list[tuple[str, Any]], *, last: int | None = None
 ) -> Request:
     """What the turn's first call sends (§13.3); ``last`` bounds the built-in context to the
     messages stored before this turn (a resumed turn whose first attempts replayed)."""

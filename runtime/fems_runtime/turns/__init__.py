@@ -6,7 +6,8 @@ A generated module's ``await ctx.ai("@wolf", prompt=…, outs=…)`` makes the a
 errors at the action. The turn itself is a :class:`~fems_runtime.turns.turn.Turn`: who acts and
 who is in scope, the rendered texts, the record key and the turn id.
 
-- :mod:`.services`: what every turn of a run shares, and opening it (store, session, resume);
+- :mod:`.shared`: what every turn of a run shares;
+- :mod:`.services`: opening it (store, session, resume), and the entry of each turn;
 - :mod:`.turn`: the turn's state, storing its messages with its record, checking a reply;
 - :mod:`.calls`: one model call: cut to the window, streamed, interruptible, traced;
 - :mod:`.ai`: the attempts of an AI turn, its tool rounds, the validation loop, its records;
@@ -16,6 +17,7 @@ What the model receives (context, memory, system blocks) is built in :mod:`fems_
 """
 
 from fems_runtime.turns.calls import INTERRUPTED
-from fems_runtime.turns.services import HumanInputs, RunWarnings, TurnServices
+from fems_runtime.turns.services import TurnServices
+from fems_runtime.turns.shared import HumanInputs, RunWarnings
 
 __all__ = ["INTERRUPTED", "HumanInputs", "RunWarnings", "TurnServices"]

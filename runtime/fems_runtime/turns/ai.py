@@ -23,13 +23,13 @@ if TYPE_CHECKING:
     from fems_runtime.flow import Context
     from fems_runtime.llm import CallResult
     from fems_runtime.specs import TurnSpec
-    from fems_runtime.turns.services import TurnServices
+    from fems_runtime.turns.shared import SharedServices
 
 DEEP_THINK = "deep_think"  # in `tools:`, asks the model to reason (§15.7)
 
 
 async def run_ai_turn(
-    services: TurnServices, ctx: Context, spec: TurnSpec, room: Room | None = None
+    services: SharedServices, ctx: Context, spec: TurnSpec, room: Room | None = None
 ) -> TurnResult:
     """Run an `@ai` turn; ``room`` when the caller has resolved it already (a mind turn)."""
     turn = AiTurn.start(services, ctx, spec, room)

@@ -18,10 +18,10 @@ from fems_runtime.turns.turn import Room, Turn, finish
 if TYPE_CHECKING:
     from fems_runtime.flow import Context
     from fems_runtime.specs import TurnSpec
-    from fems_runtime.turns.services import TurnServices
+    from fems_runtime.turns.shared import SharedServices
 
 
-async def run_mind_turn(services: TurnServices, ctx: Context, spec: TurnSpec) -> TurnResult:
+async def run_mind_turn(services: SharedServices, ctx: Context, spec: TurnSpec) -> TurnResult:
     """`@mind(@x)`: an AI turn or a human turn by the executor's `type` (§9.1)."""
     room = Room.of(services, ctx.frame, spec)
     if room.executor_spec.type == "human":
@@ -30,7 +30,7 @@ async def run_mind_turn(services: TurnServices, ctx: Context, spec: TurnSpec) ->
 
 
 async def run_human_turn(
-    services: TurnServices, ctx: Context, spec: TurnSpec, room: Room | None = None
+    services: SharedServices, ctx: Context, spec: TurnSpec, room: Room | None = None
 ) -> TurnResult:
     """Run a `@human` turn; ``room`` when the caller has resolved it already (a mind turn)."""
     turn = HumanTurn.start(services, ctx, spec, room)

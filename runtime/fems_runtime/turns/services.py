@@ -1,25 +1,21 @@
-"""What every turn of one run shares (:class:`TurnServices`), and how a run opens them: the
-model client, the store and its session (new, or resumed from its turn records, §16.4), the
-provider of human answers, the trace, the warnings."""
+"""How a run opens what its turns share (:class:`TurnServices`): the model client, the store and
+its session (new, or resumed from its turn records, §16.4), the provider of human answers; and
+the entry of each turn, where its errors are located at the action."""
 
 from __future__ import annotations
 
-import asyncio
-import sys
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
-from fems_runtime.context import ContextCache
 from fems_runtime.human import AnswersFileHuman, HumanProvider, MockHuman, TerminalHuman
 from fems_runtime.llm import DEFAULT_RETRY_BUDGET, DEFAULT_TIMEOUT, ModelClient, RetryPolicy
 from fems_runtime.records import RunError, TraceWriter, TurnLog
 from fems_runtime.store import Store, parse_session_spec
 from fems_runtime.tools import DEFAULT_MAX_TOOL_ROUNDS, Toolbox
-from fems_runtime.transcript import Transcript
 from fems_runtime.turns.ai import run_ai_turn
 from fems_runtime.turns.human import run_human_turn, run_mind_turn
+from fems_runtime.turns.shared import RunWarnings, SharedServices
 
 if TYPE_CHECKING:
     from fems_runtime.flow import Context
@@ -27,86 +23,11 @@ if TYPE_CHECKING:
     from fems_runtime.variables import ActorSpec, BlueprintSpec, Variables
 
 
-class HumanInputs:
-    """Tells in-flight model calls that a person just answered (`interrupt: HUMAN`, §10.7)."""
-
-    def __init__(self) -> None:
-        self._waiters: list[tuple[asyncio.Future[str], frozenset[str]]] = []
-
-    def notify(self, actor: str) -> None:
-        """A human turn by `actor` produced input."""
-        for future, excluded in self._waiters:
-            if actor not in excluded and not future.done():
-                future.set_result(actor)
-
-    async def wait(self, excluded: Iterable[str] = ()) -> str:
-        """Wait for the next input by someone not in `excluded`; return who answered."""
-        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        entry = (future, frozenset(excluded))
-        self._waiters.append(entry)
-        try:
-            return await future
-        finally:
-            self._waiters.remove(entry)
-
-
-class RunWarnings:
-    """Run warnings on stderr, each distinct text once, with its count if it came back
-    ("… (repeated 412 times)"), so a loop that repeats a problem does not bury the output.
-    They are printed when the run ends (completed or failed), in the order they first
-    happened; the trace keeps every event, and ``--transcript`` shows each problem live."""
-
-    def __init__(self, stream: IO[str] | None = None) -> None:
-        self.stream = stream
-        self.counts: dict[str, int] = {}
-
-    def __call__(self, text: str) -> None:
-        self.counts[text] = self.counts.get(text, 0) + 1
-
-    def flush(self) -> None:
-        """At the end of the run: every warning once, with how often it happened."""
-        for text, count in self.counts.items():
-            line = f"{text} (repeated {count} times)" if count > 1 else text
-            print(line, file=self.stream or sys.stderr)
-        self.counts.clear()
-
-
-@dataclass
-class TurnServices:
-    """What every turn of one run shares: models, store and session, trace, people, meta blocks.
-
-    ``ai``, ``human`` and ``mind`` run one turn of that kind; :class:`~fems_runtime.flow.Context`
-    calls them with the action's :class:`~fems_runtime.specs.TurnSpec`.
-    """
-
-    models: ModelClient
-    store: Store
-    session: int
-    trace: TraceWriter
-    file: str = ""
-    safety: str = ""
-    style: str = ""
-    owners: tuple[str, ...] = ()
-    human: HumanProvider | None = None
-    code: Callable[[str], Any] | None = None
-    warn: Callable[[str], None] = field(default_factory=RunWarnings)
-    poll: float = 0.05
-    inputs: HumanInputs = field(default_factory=HumanInputs)
-    transcript: Transcript | None = None
-    model_calls: int = 0
-    log: TurnLog = field(default_factory=TurnLog)
-    toolbox: Toolbox = field(default_factory=lambda: Toolbox(".", None))
-    all_tools: tuple[str, ...] = ()  # what `tools: true` offers besides read and list (§15.5)
-    max_tool_rounds: int = DEFAULT_MAX_TOOL_ROUNDS
-    contexts: ContextCache | None = None  # the actors' built-in contexts (made from `store`)
-    warned: set[tuple[str, str]] = field(default_factory=set)  # (what, actor) warned once
-    #: called with the spec after each turn, its messages submitted (a run's cost limit,
-    #: §15.6, stops the run there by raising a RunError)
-    after_turn: list[Callable[[TurnSpec], None]] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        if self.contexts is None:
-            self.contexts = ContextCache(self.store)
+class TurnServices(SharedServices):
+    """The run's :class:`SharedServices`, opened from a generated module's `Program`;
+    ``ai_turn``, ``human_turn`` and ``mind_turn`` run one turn of that kind
+    (:class:`~fems_runtime.flow.Context` calls them with the action's
+    :class:`~fems_runtime.specs.TurnSpec`)."""
 
     @classmethod
     def open(
@@ -195,23 +116,6 @@ class TurnServices:
         for check in self.after_turn:
             check(spec)
         return result
-
-    def warned_once(self, what: str, actor: str) -> bool:
-        """Whether ``actor`` was warned about ``what`` already; the first time, False (and it
-        now counts as warned): trimming a context is warned once per actor (§13.2a)."""
-        if (what, actor) in self.warned:
-            return True
-        self.warned.add((what, actor))
-        return False
-
-    def new_turn(self) -> int:
-        """A live turn's id: the session's next one that no replayed record holds. Ids are
-        handed out in the order turns ask for them, so concurrent branches get the same ids
-        in every run (``fems/mock`` replies depend on them)."""
-        while True:
-            turn = self.store.new_turn(self.session)
-            if turn not in self.log.turns:
-                return turn
 
     def finish(self, status: str) -> None:
         """Print the run's warnings, record how the session ended, release the database."""

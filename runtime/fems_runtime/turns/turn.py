@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
 
-from fems_runtime.context import NARRATOR
+from fems_runtime.names import NARRATOR
 from fems_runtime.prompts import render
 from fems_runtime.records import RunError, TurnLog
 from fems_runtime.signals import SignalOutcome, run_resolve
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from fems_runtime.flow import Context
     from fems_runtime.llm import CallResult
     from fems_runtime.specs import ResolveSpec, TurnResult, TurnSpec
-    from fems_runtime.turns.services import TurnServices
+    from fems_runtime.turns.shared import SharedServices
     from fems_runtime.variables import ActorSpec, Frame
 
 _SPEAKERS = {"narration": NARRATOR}
@@ -39,7 +39,7 @@ class Room:
     users: set[str]
 
     @classmethod
-    def of(cls, services: TurnServices, frame: Frame, spec: TurnSpec) -> Room:
+    def of(cls, services: SharedServices, frame: Frame, spec: TurnSpec) -> Room:
         executor = frame.resolve_actor(spec.executor, "the executor")
         voice = executor
         if spec.role:
@@ -131,7 +131,7 @@ class Turn:
     #: the ``kind`` of the turn's records (records.TurnLog)
     record_kind: ClassVar[str] = "ai"
 
-    services: TurnServices
+    services: SharedServices
     ctx: Context
     spec: TurnSpec
     room: Room
@@ -142,7 +142,7 @@ class Turn:
 
     @classmethod
     def start(
-        cls, services: TurnServices, ctx: Context, spec: TurnSpec, room: Room | None = None
+        cls, services: SharedServices, ctx: Context, spec: TurnSpec, room: Room | None = None
     ) -> Self:
         """The turn of ``spec`` starting now (its key counts this occurrence); ``room`` when
         the caller has resolved it already (a mind turn)."""

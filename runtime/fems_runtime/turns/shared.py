@@ -1,0 +1,117 @@
+"""What every turn of one run shares (:class:`SharedServices`): the model client, the store and
+its session, the trace, the people, the meta blocks, the warnings. Turns read it; the run opens
+it as a :class:`~fems_runtime.turns.services.TurnServices`."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import IO, TYPE_CHECKING, Any
+
+from fems_runtime.context import ContextCache
+from fems_runtime.llm import ModelClient
+from fems_runtime.records import TraceWriter, TurnLog
+from fems_runtime.store import Store
+from fems_runtime.tools import DEFAULT_MAX_TOOL_ROUNDS, Toolbox
+from fems_runtime.transcript import Transcript
+
+if TYPE_CHECKING:
+    from fems_runtime.human import HumanProvider
+    from fems_runtime.specs import TurnSpec
+
+
+class HumanInputs:
+    """Tells in-flight model calls that a person just answered (`interrupt: HUMAN`, §10.7)."""
+
+    def __init__(self) -> None:
+        self._waiters: list[tuple[asyncio.Future[str], frozenset[str]]] = []
+
+    def notify(self, actor: str) -> None:
+        """A human turn by `actor` produced input."""
+        for future, excluded in self._waiters:
+            if actor not in excluded and not future.done():
+                future.set_result(actor)
+
+    async def wait(self, excluded: Iterable[str] = ()) -> str:
+        """Wait for the next input by someone not in `excluded`; return who answered."""
+        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        entry = (future, frozenset(excluded))
+        self._waiters.append(entry)
+        try:
+            return await future
+        finally:
+            self._waiters.remove(entry)
+
+
+class RunWarnings:
+    """Run warnings on stderr, each distinct text once, with its count if it came back
+    ("… (repeated 412 times)"), so a loop that repeats a problem does not bury the output.
+    They are printed when the run ends (completed or failed), in the order they first
+    happened; the trace keeps every event, and ``--transcript`` shows each problem live."""
+
+    def __init__(self, stream: IO[str] | None = None) -> None:
+        self.stream = stream
+        self.counts: dict[str, int] = {}
+
+    def __call__(self, text: str) -> None:
+        self.counts[text] = self.counts.get(text, 0) + 1
+
+    def flush(self) -> None:
+        """At the end of the run: every warning once, with how often it happened."""
+        for text, count in self.counts.items():
+            line = f"{text} (repeated {count} times)" if count > 1 else text
+            print(line, file=self.stream or sys.stderr)
+        self.counts.clear()
+
+
+@dataclass
+class SharedServices:
+    """What every turn of one run shares: models, store and session, trace, people, meta blocks."""
+
+    models: ModelClient
+    store: Store
+    session: int
+    trace: TraceWriter
+    file: str = ""
+    safety: str = ""
+    style: str = ""
+    owners: tuple[str, ...] = ()
+    human: HumanProvider | None = None
+    code: Callable[[str], Any] | None = None
+    warn: Callable[[str], None] = field(default_factory=RunWarnings)
+    poll: float = 0.05
+    inputs: HumanInputs = field(default_factory=HumanInputs)
+    transcript: Transcript | None = None
+    model_calls: int = 0
+    log: TurnLog = field(default_factory=TurnLog)
+    toolbox: Toolbox = field(default_factory=lambda: Toolbox(".", None))
+    all_tools: tuple[str, ...] = ()  # what `tools: true` offers besides read and list (§15.5)
+    max_tool_rounds: int = DEFAULT_MAX_TOOL_ROUNDS
+    contexts: ContextCache | None = None  # the actors' built-in contexts (made from `store`)
+    warned: set[tuple[str, str]] = field(default_factory=set)  # (what, actor) warned once
+    #: called with the spec after each turn, its messages submitted (a run's cost limit,
+    #: §15.6, stops the run there by raising a RunError)
+    after_turn: list[Callable[[TurnSpec], None]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.contexts is None:
+            self.contexts = ContextCache(self.store)
+
+    def warned_once(self, what: str, actor: str) -> bool:
+        """Whether ``actor`` was warned about ``what`` already; the first time, False (and it
+        now counts as warned): trimming a context is warned once per actor (§13.2a)."""
+        if (what, actor) in self.warned:
+            return True
+        self.warned.add((what, actor))
+        return False
+
+    def new_turn(self) -> int:
+        """A live turn's id: the session's next one that no replayed record holds. Ids are
+        handed out in the order turns ask for them, so concurrent branches get the same ids
+        in every run (``fems/mock`` replies depend on them)."""
+        while True:
+            turn = self.store.new_turn(self.session)
+            if turn not in self.log.turns:
+                return turn
