@@ -69,7 +69,7 @@ SPAWN = FuncSignature("spawn", (Param("spawn_requests", False),), False, 0)
 META_KEYS = (
     *("name", "version", "id", "owner", "database", "session", "system_safety"),
     *("output_style", "max_steps", "delay", "model", "max_concurrency"),
-    *("timeout", "retry_budget", "max_tool_rounds"),
+    *("timeout", "retry_budget", "max_tool_rounds", "max_tokens", "max_cost"),
 )
 MODULE_META_KEYS = ("max_steps", "delay")
 _SESSION = re.compile(r"\s*(?:new|\d+(?:\s*/\s*new)?)\s*", re.IGNORECASE)
@@ -370,6 +370,18 @@ class Checker:
                     "meta 'max_tool_rounds' must be a whole number ≥ 0",
                     value.span,
                     "e.g. max_tool_rounds = 8 (model → tools → model rounds per reply, §15.5)",
+                )
+            elif key == "max_tokens" and not _whole_number(value, 1):
+                self.error(
+                    "meta 'max_tokens' must be a whole number ≥ 1",
+                    value.span,
+                    "e.g. max_tokens = 400 (the most tokens one reply may have, §3)",
+                )
+            elif key == "max_cost" and not (isinstance(value, NumberValue) and value.value >= 0):
+                self.error(
+                    "meta 'max_cost' must be a number of US dollars ≥ 0",
+                    value.span,
+                    "e.g. max_cost = 0.50 (the run stops once its recorded cost passes it, §15.6)",
                 )
             elif key == "delay" and not (isinstance(value, NumberValue) and value.value >= 0):
                 self.error(
