@@ -82,7 +82,7 @@ def _argument_parser() -> argparse.ArgumentParser:
         help="build (cached by source hash) and run a script; other options go to the module",
         description="Build FILE (cached by its source hash) and run it. Every option after FILE "
         "is passed to the generated module: --model --replies --db --session --human --seed "
-        "--trace --result --resume --serve --port --root.",
+        "--timeout --retry-budget --max-cost --trace --result --resume --serve --port --root.",
     )
     run.add_argument("file", type=Path, metavar="FILE")
     run.add_argument("--root", type=Path, metavar="DIR", help=ROOT_HELP)

@@ -31,6 +31,7 @@ from fems_runtime.flow import (
     MethodSpec,
     failed_node,
 )
+from fems_runtime.limits import CostLimit, cost_limit
 from fems_runtime.linetable import LineTable
 from fems_runtime.names import DeclaredNames
 from fems_runtime.records import RunError, StepCounter, TraceWriter, TurnLog, write_result
@@ -104,6 +105,7 @@ class _Services:
         trace: TraceWriter,
         turns: TurnRunner,
         code: funcs.CodeFiles,
+        cost: CostLimit | None = None,
     ) -> None:
         self.program = program
         self.file = program.script.file
@@ -114,6 +116,7 @@ class _Services:
         self.trace = trace
         self._turns = turns
         self._code = code
+        self._cost = cost
 
     def code(self, alias: str) -> ModuleType:
         """The ``code:`` file ``alias``, loaded once, relative to the generated module (§5)."""
@@ -121,7 +124,11 @@ class _Services:
 
     async def turn(self, ctx: Context, spec: TurnSpec) -> TurnResult:
         try:
-            return await self._turns.run(ctx, spec)
+            result = await self._turns.run(ctx, spec)
+            if self._cost is not None:  # §15.6: after the turn, once it is written
+                self._turns.store.flush()
+                self._cost.check(spec.action)
+            return result
         except RunError as error:
             raise error.located(self.file, spec.line) from error.__cause__
 
@@ -251,6 +258,7 @@ class Program:
         timeout: float | None = None,
         retry_budget: float | None = None,
         root: str | Path | None = None,
+        max_cost: float | CostLimit | None = None,
     ) -> RunResult:
         """Run the main flow; raise :class:`RunError` (located in the ``.fems`` file) when the
         script fails. ``result`` writes the ``--result`` file in both cases; ``transcript``
@@ -263,7 +271,9 @@ class Program:
         a completed session or one run from a different script is refused. ``observer``
         watches the run (the stage, §17); ``human`` may be a provider object (its page).
         ``root`` is the folder the built-in tools read, list and write in (default: the
-        script's, §15.5)."""
+        script's, §15.5). ``max_cost`` (US dollars, over ``meta: max_cost``; a batch passes its
+        own :class:`~fems_runtime.limits.CostLimit`) stops the run after the turn whose
+        recorded cost passed it (§15.6)."""
         steps = StepCounter(int(self.script.meta.get("max_steps", DEFAULT_MAX_STEPS)), "the run")
         variables: Variables | None = None
         turns: TurnServices | None = None
@@ -301,7 +311,8 @@ class Program:
                     if isinstance(transcript, Transcript)
                     else Transcript(everyone=[spec.name for spec in self.actors])
                 )
-            services = _Services(self, variables, writer, turns, code)
+            cost = self._cost_limit(max_cost, turns)
+            services = _Services(self, variables, writer, turns, code, cost)
             ctx = Context(
                 services, variables.root, steps, methods={m.name: m for m in self.methods}
             )
@@ -364,6 +375,20 @@ class Program:
             raise located from error
         finally:
             writer.close()
+
+    def _cost_limit(
+        self, option: float | CostLimit | None, turns: TurnServices
+    ) -> CostLimit | None:
+        """The run's cost limit (§15.6), counting from what the session has already spent and
+        then from every message the store writes."""
+        limit = cost_limit(option, self.script.meta)
+        if limit is not None:
+            spent = turns.store.session_usage(turns.session)["cost"]
+            limit.start(
+                turns.session, spent, lambda text: turns.warn(f"{self.script.file}: {text}")
+            )
+            turns.store.listen(limit.saw)
+        return limit
 
     def locate(self, error: BaseException, db: str | None = None) -> BaseException:
         """A :class:`RunError` with the ``.fems`` location of ``error`` (its innermost generated
@@ -493,6 +518,13 @@ def _argument_parser(script: ScriptInfo) -> argparse.ArgumentParser:
         help="seconds a model call may spend retrying transient errors (default: "
         "meta.retry_budget, 120)",
     )
+    parser.add_argument(
+        "--max-cost",
+        type=_dollars,
+        metavar="USD",
+        help="stop the run once its recorded cost passes this many US dollars, after the turn "
+        "that passed it (default: meta.max_cost; --resume with a higher limit goes on)",
+    )
     parser.add_argument("--trace", help="write a JSONL event trace to this file")
     parser.add_argument("--result", help="write the final result JSON to this file")
     parser.add_argument(
@@ -544,6 +576,17 @@ def _seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"{text!r}: give a number of seconds > 0")
+    return value
+
+
+def _dollars(text: str) -> float:
+    """A number of US dollars ≥ 0 (``--max-cost``)."""
+    try:
+        value = float(text.strip().removeprefix("$"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of US dollars") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of US dollars ≥ 0")
     return value
 
 
