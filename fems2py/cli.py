@@ -186,6 +186,13 @@ def _add_batch_parser(commands: argparse._SubParsersAction[argparse.ArgumentPars
     batch.add_argument(
         "--retry-budget", type=float, metavar="S", help="seconds a model call may retry"
     )
+    batch.add_argument(
+        "--max-cost",
+        type=float,
+        metavar="USD",
+        help="the batch's cost limit: no session starts once the batch's recorded cost passes "
+        "it, and running sessions stop after the turn that passed it (§15.6)",
+    )
     batch.add_argument("--root", type=Path, metavar="DIR", help=ROOT_HELP)
     batch.add_argument(
         "--no-progress", action="store_false", dest="progress", help="no progress bar"

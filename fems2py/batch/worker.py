@@ -27,6 +27,7 @@ from typing import Any
 
 from fems_runtime.app import Program
 from fems_runtime.funcs import load_code
+from fems_runtime.limits import CostLimit
 from fems_runtime.records import RunError
 from fems_runtime.store import BatchTag, Store
 from fems_runtime.values import LiteralError, parse_literal
@@ -62,6 +63,7 @@ class BatchSpec:
     timeout: float | None = None
     retry_budget: float | None = None
     root: str | None = None
+    max_cost: float | None = None  # the whole batch's (§15.6)
 
 
 @dataclass(frozen=True)
@@ -197,9 +199,13 @@ def run_job(spec: BatchSpec, job: Job) -> dict[str, Any]:
     else:
         resume = store.run_records(session) is not None
     started = time.perf_counter()
+    limit = None
+    if spec.max_cost is not None:  # the batch's limit counts the other sessions too
+        others = BatchSpending(store, spec.batch, session)
+        limit = CostLimit(spec.max_cost, elsewhere=others, what="the batch")
     with tempfile.TemporaryDirectory(prefix="fems2py-batch-") as folder:
         result_file = Path(folder) / "result.json"
-        status, error = asyncio.run(_run(program, spec, job, session, resume, result_file))
+        status, error = asyncio.run(_run(program, spec, job, session, resume, result_file, limit))
         ended = _read_result(result_file)
     row: dict[str, Any] = {
         "index": job.index,
@@ -238,8 +244,40 @@ def completed_row(
     }
 
 
+class BatchSpending:
+    """What the sessions of a batch have recorded, but ``session`` (None: all of them), for
+    the batch's cost limit (§15.6): read from the store each time, except the cost of a
+    completed session, which no longer changes and is read once."""
+
+    def __init__(self, store: Store, batch: str, session: int | None = None) -> None:
+        self.store = store
+        self.batch = batch
+        self.session = session
+        self._final: dict[int, float] = {}
+
+    def __call__(self) -> float:
+        total = 0.0
+        for run in self.store.batch_runs(self.batch).values():
+            number = int(run["session"])
+            if number == self.session:
+                continue
+            cost = self._final.get(number)
+            if cost is None:
+                cost = float(self.store.session_usage(number)["cost"])
+                if run["status"] == "completed":
+                    self._final[number] = cost
+            total += cost
+        return total
+
+
 async def _run(
-    program: Program, spec: BatchSpec, job: Job, session: int, resume: bool, result: Path
+    program: Program,
+    spec: BatchSpec,
+    job: Job,
+    session: int,
+    resume: bool,
+    result: Path,
+    limit: CostLimit | None = None,
 ) -> tuple[str, str | None]:
     """The session on this event loop; in a pool worker, :data:`STOP_SIGNAL` cancels it."""
     task = asyncio.ensure_future(
@@ -255,6 +293,7 @@ async def _run(
             timeout=spec.timeout,
             retry_budget=spec.retry_budget,
             root=spec.root,
+            max_cost=limit,
         )
     )
     loop = asyncio.get_running_loop()
