@@ -38,8 +38,9 @@ HOSTILE: dict[str, Callable[[int], str]] = {
     "one unclosed quote": lambda size: _fill(size, "x", 'SET VARIABLE: <<note = "', ">>"),
     "many small quotes": lambda size: _fill(size, '"x", ', "SET VARIABLE: <<note = [", '"x"]>>'),
     "backslashes": lambda size: _fill(size, "\\", 'SET VARIABLE: <<note = "', '">>'),
-    "nested 500,000 deep": lambda size: _fill(
-        size, "[]", "SET VARIABLE: <<note = " + "[" * 250_000, ">>"
+    # a quarter of the reply opens brackets (250,000 deep in 1 MB), then pairs of them
+    "nested a quarter as deep as long": lambda size: _fill(
+        size, "[]", "SET VARIABLE: <<note = " + "[" * (size // 4), ">>"
     ),
     "value starts and spaces": lambda size: _fill(size, "=    ", "SET VARIABLE: <<note = ", ">>"),
     "long key": lambda size: _fill(size, " ", "SET VARIABLE: <<note[x", "y] = 1>>"),
