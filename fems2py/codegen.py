@@ -516,9 +516,8 @@ class CodeGenerator:
             args.append(("max_retries", py(action.max_retries)))
         if action.max_tool_rounds is not None:
             args.append(("max_tool_rounds", py(action.max_tool_rounds)))
-        max_tokens = self.max_tokens(action)
-        if max_tokens is not None:
-            args.append(("max_tokens", py(max_tokens)))
+        if action.max_tokens is not None:
+            args.append(("max_tokens", py(action.max_tokens)))
         if action.fallback is not None:
             args.append(("fallback", self.fallback_code(scope, action.fallback)))
         if action.memory is not None:
@@ -530,16 +529,6 @@ class CodeGenerator:
         if action.model is not None:
             args.append(("model", py(action.model)))
         return args
-
-    def max_tokens(self, action: Action) -> int | None:
-        """The cap on a reply's tokens (§9.2): the action's ``max_tokens:``, else the script's
-        ``meta: max_tokens`` for the kinds that take the field (a person's turn has no cap)."""
-        if action.max_tokens is not None or "max_tokens" not in ACTION_KINDS[action.kind].fields:
-            return action.max_tokens
-        value = next((e.value for e in self.script.meta if e.key == "max_tokens"), None)
-        return (
-            value.value if isinstance(value, NumberValue) and isinstance(value.value, int) else None
-        )
 
     def spec_args(self, action: Action, args: Iterable[tuple[str, str]]) -> tuple[SpecArg, ...]:
         """The spec's arguments, each computed one (``in:``, ``out:`` with a variable key or

@@ -1,14 +1,16 @@
 """``max_tokens`` (§3, §9.2): the meta key is every ai/mind turn's default cap, the action field
-overrides it, and the value reaches the :class:`~fems_runtime.specs.TurnSpec` the turn runs."""
+overrides it, and the value reaches the :class:`~fems_runtime.specs.TurnSpec` the turn runs
+(the generated module says the meta value once, in ``SCRIPT.meta``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fems_helpers import build_script, load
-from fems_runtime import flow
-from fems_runtime.specs import TurnSpec
+from fems_runtime import turns
+from fems_runtime.specs import TurnResult, TurnSpec
 
 SCRIPT = """
     meta:
@@ -31,13 +33,13 @@ SCRIPT = """
 def caps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, meta: str) -> dict[str, int | None]:
     """Run the script offline; the ``max_tokens`` of each turn's spec, by action."""
     seen: dict[str, int | None] = {}
+    run_turn = turns.run_turn
 
-    def recording(*args: object, **fields: object) -> TurnSpec:
-        spec = TurnSpec(*args, **fields)  # type: ignore[arg-type]
+    async def recording(services: Any, ctx: Any, spec: TurnSpec) -> TurnResult:
         seen[spec.action] = spec.max_tokens
-        return spec
+        return await run_turn(services, ctx, spec)
 
-    monkeypatch.setattr(flow, "TurnSpec", recording)
+    monkeypatch.setattr(turns, "run_turn", recording)
     module = load(build_script(tmp_path, SCRIPT.format(meta=meta)))
     module.run(db=":memory:", model="fems/mock", human="fems/mock")
     return seen
@@ -59,6 +61,7 @@ def test_without_meta_only_the_action_has_a_cap(
     assert caps(tmp_path, monkeypatch, "name = t") == {"talk": None, "short": 40, "ask": None}
 
 
-def test_the_module_says_the_cap_where_the_turn_is(tmp_path: Path) -> None:
+def test_the_module_says_each_cap_once(tmp_path: Path) -> None:
     source = build_script(tmp_path, SCRIPT.format(meta="max_tokens: 160")).read_text()
-    assert source.count("max_tokens=160") == 1 and source.count("max_tokens=40") == 1
+    assert source.count('"max_tokens": 160') == 1  # in SCRIPT.meta
+    assert source.count("max_tokens=40") == 1 and "max_tokens=160" not in source

@@ -17,7 +17,7 @@ import os
 import sys
 import traceback
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
@@ -117,12 +117,17 @@ class _Services:
         self._turns = turns
         self._code = code
         self._cost = cost
+        max_tokens = program.script.meta.get("max_tokens")
+        self._max_tokens = max_tokens if isinstance(max_tokens, int) else None
 
     def code(self, alias: str) -> ModuleType:
         """The ``code:`` file ``alias``, loaded once, relative to the generated module (§5)."""
         return self._code.module(alias)
 
     async def turn(self, ctx: Context, spec: TurnSpec) -> TurnResult:
+        if spec.max_tokens is None and self._max_tokens is not None and spec.kind != "human":
+            # meta: max_tokens is the cap of every ai/mind turn without its own (§3, §9.2)
+            spec = replace(spec, max_tokens=self._max_tokens)
         try:
             result = await self._turns.run(ctx, spec)
             if self._cost is not None:  # §15.6: after the turn, once it is written
