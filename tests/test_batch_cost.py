@@ -52,7 +52,9 @@ def test_the_limit_caps_the_whole_batch_and_a_higher_one_finishes_it(
         assert "2 sessions not started" in err and "higher --max-cost" in err
         rows = json.loads((tmp_path / "out" / "results.json").read_text())["rows"]
         assert [row["status"] for row in rows] == ["completed", "failed", "pending", "pending"]
-        assert "the batch's recorded cost $0.1000 passed the cost limit $0.09" in rows[1]["error"]
+        error = rows[1]["error"]
+        assert "the batch's recorded cost $0.1000 passed the cost limit $0.09" in error
+        assert "run the batch again with a higher --max-cost" in error
 
         status, err = batch(capsys, script, *args, "--max-cost", "1")
         assert status == 0, err

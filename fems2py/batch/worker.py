@@ -202,7 +202,8 @@ def run_job(spec: BatchSpec, job: Job) -> dict[str, Any]:
     limit = None
     if spec.max_cost is not None:  # the batch's limit counts the other sessions too
         others = BatchSpending(store, spec.batch, session)
-        limit = CostLimit(spec.max_cost, elsewhere=others, what="the batch")
+        again = "run the batch again with a higher --max-cost"
+        limit = CostLimit(spec.max_cost, elsewhere=others, what="the batch", again=again)
     with tempfile.TemporaryDirectory(prefix="fems2py-batch-") as folder:
         result_file = Path(folder) / "result.json"
         status, error = asyncio.run(_run(program, spec, job, session, resume, result_file, limit))

@@ -25,7 +25,7 @@ class CostLimit:
     """US dollars a run (or a batch) may spend, against the cost the store recorded.
 
     ``elsewhere`` returns what other sessions counted with this one have spent (the rest of a
-    batch); ``warn`` takes the warning that names a model without a price.
+    batch); ``what`` names what is counted and ``again`` says how to go on, in the run error.
     """
 
     def __init__(
@@ -34,6 +34,7 @@ class CostLimit:
         *,
         elsewhere: Callable[[], float] | None = None,
         what: str = "the session",
+        again: str = "resume with a higher limit (--resume --max-cost USD)",
     ) -> None:
         if not (isinstance(limit, int | float) and math.isfinite(limit) and limit >= 0):
             raise RunError(f"the cost limit must be a number of US dollars ≥ 0, not {limit!r}")
@@ -41,6 +42,7 @@ class CostLimit:
         self.spent = 0.0
         self.elsewhere = elsewhere
         self.what = what
+        self.again = again
         self.session: int | None = None
         self.warn: Callable[[str], None] = lambda text: None
         self._unpriced: set[str] = set()
@@ -81,8 +83,8 @@ class CostLimit:
         if total > self.limit:
             raise RunError(
                 f"{self.what}'s recorded cost ${total:.4f} passed the cost limit "
-                f"${self.limit:g} after action {action}; the turn is saved: resume with a "
-                "higher limit (--resume --max-cost USD) to go on"
+                f"${self.limit:g} after action {action}; the turn is saved: {self.again} "
+                "to go on"
             )
 
 

@@ -4,9 +4,9 @@
 or inline code around the prefix) are found anywhere in a reply. Each body is parsed as
 ``target op value``; the value is data, read with the literal grammar and never evaluated
 (§10.3), except that a bare actor name without its ``@`` names that actor where only an actor
-fits. The out whitelist and typed outs decide what is accepted
-(§10.4); everything rejected goes, as raw text, into ``SET_VARIABLE`` (§10.5), and a rejected
-reply's assignments can be rolled back.
+fits. The out whitelist and typed outs decide what is accepted (§10.4); everything rejected
+goes, as raw text, into ``SET_VARIABLE`` (§10.5), and a rejected reply's assignments can be
+rolled back.
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ if TYPE_CHECKING:
 
 OUT_TYPES = ("int", "float", "bool", "string", "actor", "enum", "dropdown")
 
-# Markdown emphasis and inline code around the prefix are ignored (§10.1): ``**SET VARIABLE:**``,
-# ``__SET VARIABLE__:``, ```SET VARIABLE:``` ; each is one character class, so a long run of
-# marks is scanned once
+# Markdown emphasis and inline code around the prefix are ignored (§10.1): **SET VARIABLE:**,
+# __SET VARIABLE__:, `SET VARIABLE:` <<…>>; the marks are in the character classes that take
+# spaces, so a long run of them is scanned once
 _PREFIX = re.compile(r"(?:SET[\s_]*VARIABLE|设定变量|设置变量)[\s*_`]*[:：]", re.IGNORECASE)
 _OPENER = re.compile(r"[ \t*_`]*(?:<<|《《|《|〈)")
 _CLOSER = re.compile(r">>|》》?|〉")
