@@ -512,10 +512,12 @@ def assign_out(
     """Convert ``value`` for ``out`` and apply ``target[key] op value``; return the undo.
 
     ``key`` is the entry's key (None: the whole variable); an ``"@x"`` key resolves to its
-    current binding. An actor variable (``@v``) set with ``=`` only takes a defined actor or
-    ``""`` (§4.3); a ``string`` out's text that names one is that actor (real scripts declare
+    current binding. An actor variable (``@v``) holds a defined actor or ``""`` (§4.3): only
+    ``=`` sets it; a ``string`` out's text that names one is that actor (real scripts declare
     ``@KILL(string, "目标")``).
     """
+    if key is None and op != "=" and target.startswith("@"):
+        raise SignalError(f"{target} holds an actor: only '=' sets it (<<{target} = @name>>)")
     converted = convert_value(out, value, frame)
     actor_variable = key is None and op == "=" and target.startswith("@")
     if actor_variable and isinstance(converted, str) and frame.variables.is_actor(converted):

@@ -174,6 +174,9 @@ CASES = [
     ("SET VARIABLE: <<votes.@voter = @Eve>>", None, {"votes": {"@Bob": "@Eve"}}, 0),
     ("SET VARIABLE: <<votes.@Eve += 1>>", None, {"votes": {"@Eve": 1}}, 0),
     ("SET VARIABLE: <<@VOTE = @小灵>>", None, {"@VOTE": "@小灵"}, 0),
+    ("SET VARIABLE: <<@VOTE += 001>>", None, {"@VOTE": ""}, 1),  # §4.3: an actor or ""
+    ("SET VARIABLE: <<@VOTE = add(@Eve)>>", None, {"@VOTE": ""}, 1),
+    ("SET VARIABLE: <<@voter -= 1>>", None, {"@voter": "@Bob"}, 1),
     # whitelist
     (
         "SET VARIABLE: <<KILL = @Eve>> SET VARIABLE: <<count = 9>>",
