@@ -51,26 +51,29 @@ class CostLimit:
         """Count for ``session``, which has already spent ``spent`` (a resumed one)."""
         self.session, self.spent, self.warn = session, float(spent), warn
 
-    def add(self, cost: float | None, model: str | None) -> None:
+    def add(self, cost: float | None, model: str | None, usage: bool = True) -> None:
         """One model call's recorded cost; a call without one is free, and its model (unless
-        it is a built-in offline model) is named in a warning the first time."""
+        it is a built-in offline model) is named in a warning the first time. ``usage`` False:
+        the endpoint reported no token counts, so not even a known price gives a cost."""
         if model is None:
             return
         if cost is not None:
             self.spent += cost
         elif model not in self._unpriced and not model.startswith(OFFLINE_PREFIX):
             self._unpriced.add(model)
+            why = "has no known price" if usage else "reported no token usage"
             self.warn(
-                f"warning: model {model} has no known price: its calls count as free against "
-                f"the cost limit of ${self.limit:g} (give input_cost_per_token and "
-                "output_cost_per_token in its model-map entry, §15.6)"
+                f"warning: model {model} {why}: its calls count as free against the cost "
+                f"limit of ${self.limit:g} (a model-map entry may give input_cost_per_token and "
+                "output_cost_per_token, §15.6)"
             )
 
     def saw(self, messages: Iterable[Message]) -> None:
         """The store's listener: the messages just written, of this session, with their cost."""
         for message in messages:
             if message.session == self.session:
-                self.add(message.cost, message.model)
+                usage = message.prompt_tokens is not None or message.completion_tokens is not None
+                self.add(message.cost, message.model, usage)
 
     @property
     def total(self) -> float:

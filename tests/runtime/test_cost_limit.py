@@ -120,8 +120,8 @@ def test_a_model_without_a_price_is_free_and_named_once(tmp_path: Path) -> None:
     warnings = [line for line in done.stderr.splitlines() if "has no known price" in line]
     assert warnings == [
         "t.fems: warning: model openai/unpriced-local has no known price: its calls count as "
-        "free against the cost limit of $0.01 (give input_cost_per_token and "
-        "output_cost_per_token in its model-map entry, §15.6)"
+        "free against the cost limit of $0.01 (a model-map entry may give input_cost_per_token "
+        "and output_cost_per_token, §15.6)"
     ]
 
 
@@ -139,6 +139,13 @@ def test_offline_models_are_free_without_a_warning() -> None:
     limit.add(None, None)  # a message that is no model call
     limit.add(0.2, "openai/paid")
     limit.check("speak")
+    limit.add(None, "openai/paid", usage=False)  # a priced model whose endpoint sent no usage
+    assert said == [
+        "warning: model openai/paid reported no token usage: its calls count as "
+        "free against the cost limit of $0.5 (a model-map entry may give "
+        "input_cost_per_token and output_cost_per_token, §15.6)"
+    ]
+    said.clear()
     limit.add(0.1, "openai/paid")
     with pytest.raises(RunError, match="session's recorded cost \\$0.5500"):
         limit.check("speak")
