@@ -329,6 +329,7 @@ class Program:
             if observer is not None:
                 observer.run_closing("completed", None)
             await turns.models.aclose()
+            await turns.toolbox.aclose()
             turns.finish("completed")
             outcome = RunResult(
                 turns.session,
@@ -373,6 +374,8 @@ class Program:
                         observer.run_closing("failed", str(located))
                 with contextlib.suppress(Exception):
                     await turns.models.aclose()
+                with contextlib.suppress(Exception):
+                    await turns.toolbox.aclose()
                 with contextlib.suppress(Exception):
                     turns.finish("failed")
             if located is error:

@@ -132,14 +132,15 @@ class MockModel:
         """Each offered tool once per turn, with arguments valid for its schema: the first call
         of a turn (no tool result in ``messages`` yet) asks for them all.
 
-        **Decision:** the mock never calls ``write``, so a mock run changes no file.
+        **Decision:** the mock never calls ``write`` or ``edit``, so a mock run changes no
+        file (an MCP tool is called: the server decides what it changes).
         """
         if any(m.get("role") == "tool" for m in messages):
             return ()
         return tuple(
             ToolCall("", tool["name"], json.dumps(example_arguments(tool.get("parameters", {}))))
             for tool in turn.tools
-            if tool["name"] != "write"
+            if tool["name"] not in ("write", "edit")
         )
 
 

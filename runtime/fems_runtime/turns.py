@@ -57,6 +57,7 @@ from fems_runtime.llm import (
     ModelClient,
     RetryPolicy,
 )
+from fems_runtime.mcp import project_servers
 from fems_runtime.offline import OfflineTurn, named_actors, offline_out
 from fems_runtime.prompts import render
 from fems_runtime.records import RunError, TraceWriter, TurnLog
@@ -232,7 +233,9 @@ class TurnServices:
             human=_human_provider(human, seed or 0),
             code=code,
             log=log,
-            toolbox=Toolbox(root if root is not None else project_dirs[0], code),
+            toolbox=Toolbox(
+                root if root is not None else project_dirs[0], code, project_servers(project_dirs)
+            ),
             all_tools=_script_tools(variables),
             max_tool_rounds=int(meta.get("max_tool_rounds", DEFAULT_MAX_TOOL_ROUNDS)),
         )
@@ -671,7 +674,7 @@ async def _ai_turn(
     texts = _render_texts(frame, spec)
     prompt = texts.prompt
     key = services.log.key(_path(ctx), ctx.node, spec.action, str(room.executor))
-    tools = _offered_tools(services, room)
+    tools = await _offered_tools(services, room)
     # a resumed run replays this turn (§16.4); its first record is its first tool round's
     # when it called tools, else its first reply's
     first = (services.log.peek(_round_key(key, 0)) if tools else None) or services.log.peek(key)
@@ -907,10 +910,10 @@ def _tool_messages(text: str, outcomes: Sequence[ToolOutcome]) -> list[dict[str,
     return [asked, *(o.as_message() for o in outcomes)]
 
 
-def _offered_tools(services: TurnServices, room: _Room) -> list[Tool]:
+async def _offered_tools(services: TurnServices, room: _Room) -> list[Tool]:
     """The tools the executor's `tools:` offers on this turn (§15.5)."""
     names = offered_names(room.executor_spec.tools, services.all_tools)
-    return services.toolbox.tools(names) if names else []
+    return await services.toolbox.tools(names) if names else []
 
 
 async def _model_messages(

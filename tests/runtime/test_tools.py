@@ -20,13 +20,11 @@ from fems_runtime.records import RunError, TraceWriter
 from fems_runtime.signals import OutSpec
 from fems_runtime.specs import ScopeItem, TurnSpec
 from fems_runtime.store import Store
+from fems_runtime.builtin_tools import READ_LIMIT, WRITE_LIMIT, Workspace
 from fems_runtime.tools import (
-    READ_LIMIT,
-    WRITE_LIMIT,
     Toolbox,
     ToolCall,
     ToolSchemaError,
-    Workspace,
     describe,
     offered_names,
 )
@@ -52,9 +50,13 @@ def project(tmp_path: Path) -> Path:
 
 def call(workspace: Workspace, name: str, **arguments: Any) -> str:
     box = Toolbox(workspace.root, None)
-    tools = box.tools([name])
-    outcome = asyncio.run(box.call(tools, ToolCall("c1", name, json.dumps(arguments))))
-    return outcome.result
+
+    async def offer_and_call() -> str:
+        tools = await box.tools([name])
+        outcome = await box.call(tools, ToolCall("c1", name, json.dumps(arguments)))
+        return outcome.result
+
+    return asyncio.run(offer_and_call())
 
 
 # ---------------------------------------------------------------------- confinement
@@ -195,11 +197,13 @@ def test_async_tools_are_awaited(project: Path) -> None:
     assert asyncio.run(box.call(tools, ToolCall("c", "t_later", '{"n": 1}'))).result == "2"
 
 
-def test_true_offers_the_scripts_tools_but_never_write() -> None:
-    named = ("notes.lookup", "write", "read")
-    assert offered_names(True, named) == ("read", "list", "notes.lookup")
+def test_true_offers_the_scripts_tools_but_never_write_or_edit() -> None:
+    named = ("notes.lookup", "write", "edit", "read", "clock.*", "deep_think", "web_search")
+    assert offered_names(True, named) == ("read", "list", "glob", "grep", "notes.lookup", "clock.*")
     assert offered_names(False, named) == ()
     assert offered_names(("write", "read", "write"), named) == ("write", "read")
+    # neither deep_think (§15.7) nor a host's tool (a build warning, §6.4) is offered
+    assert offered_names(("deep_think", "shell", "edit", "grep"), named) == ("edit", "grep")
 
 
 class Filter(BaseModel):
