@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -184,6 +183,9 @@ class _Connection:
         self._ready: asyncio.Future[list[ServerTool]] = asyncio.get_running_loop().create_future()
         self._stop = asyncio.Event()
         self._session: Any = None
+        import anyio
+
+        self._scope = anyio.CancelScope()
 
     async def started(self) -> list[ServerTool]:
         if self._task is None:
@@ -203,20 +205,23 @@ class _Connection:
         import anyio
 
         try:
-            # the deadline bounds the start only; the scope must enclose the transport's own
-            # scopes, which are left when the run stops the connection
-            with anyio.CancelScope(deadline=anyio.current_time() + self.config.timeout) as start:
+            with self._scope:  # cancelled by close() while the server is still starting
                 async with contextlib.AsyncExitStack() as stack:
-                    self._session = await self._open(stack)
-                    listed = await _list_tools(self._session)
-                    start.deadline = math.inf
+                    # the deadline bounds the handshake only: the process is spawned outside
+                    # it (a cancelled spawn would leave the process behind), and the scope
+                    # closes before the transport's own scopes do
+                    session = await self._open(stack)
+                    with anyio.fail_after(self.config.timeout):
+                        await session.initialize()
+                        listed = await _list_tools(session)
+                    self._session = session
                     self._ready.set_result(listed)
                     await self._stop.wait()
-            if start.cancelled_caught and not self._ready.done():
-                self._ready.set_exception(TimeoutError())
         except Exception as error:
             if not self._ready.done():
                 self._ready.set_exception(_first(error))
+        if not self._ready.done():
+            self._ready.set_exception(RunError(self._failed("was stopped while it started")))
 
     async def _open(self, stack: contextlib.AsyncExitStack) -> Any:
         try:
@@ -250,9 +255,7 @@ class _Connection:
             await stack.enter_async_context(client)
             streams = streamable_http_client(config.url, http_client=client)
         read, write = await stack.enter_async_context(streams)
-        session = await stack.enter_async_context(ClientSession(read, write))
-        await session.initialize()
-        return session
+        return await stack.enter_async_context(ClientSession(read, write))
 
     def _headers(self) -> dict[str, str]:
         headers = {}
@@ -283,6 +286,8 @@ class _Connection:
 
     async def close(self) -> None:
         self._stop.set()
+        if not self._ready.done():
+            self._scope.cancel()
         if self._task is not None:
             with contextlib.suppress(Exception):
                 await self._task

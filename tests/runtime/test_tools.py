@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import pytest
+from fems_runtime.builtin_tools import READ_LIMIT, WRITE_LIMIT, Workspace
 from fems_runtime.llm import ModelClient
 from fems_runtime.offline import example_arguments
 from fems_runtime.paths import OutsideRoot, inside_root
@@ -20,7 +21,6 @@ from fems_runtime.records import RunError, TraceWriter
 from fems_runtime.signals import OutSpec
 from fems_runtime.specs import ScopeItem, TurnSpec
 from fems_runtime.store import Store
-from fems_runtime.builtin_tools import READ_LIMIT, WRITE_LIMIT, Workspace
 from fems_runtime.tools import (
     Toolbox,
     ToolCall,
