@@ -83,7 +83,8 @@ class Workspace:
                 if size + len(line) > READ_LIMIT:
                     shown = f"lines {first}-{number - 1}" if number > first else "no line"
                     text = _text(b"".join(taken), path, partial=False)
-                    return text + f"\n[cut: {shown} of '{path}' shown; at most {READ_LIMIT} bytes]"
+                    text += "" if text.endswith("\n") or not text else "\n"
+                    return text + f"[cut: {shown} of '{path}' shown; at most {READ_LIMIT} bytes]"
                 taken.append(line)
                 size += len(line)
         if number < first:
