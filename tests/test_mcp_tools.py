@@ -10,9 +10,11 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -350,3 +352,80 @@ def test_a_tool_error_and_invalid_arguments_go_back_to_the_model(tmp_path: Path)
     assert kind == (
         "error: invalid arguments for clock_get_current_time: timezone: 3 is not of type 'string'"
     )
+
+
+TRACKER = """
+import sys
+
+from mcp.server.mcpserver import Context, MCPServer
+
+server = MCPServer("tracker")
+
+
+@server.tool()
+def open_issues(ctx: Context, label: str) -> str:
+    \"\"\"The open issues with a label.\"\"\"
+    seen_by = (ctx.headers or {}).get("authorization", "nobody")
+    return f"issue 7 ({label}) is open; asked by {seen_by}"
+
+
+server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[1]))
+"""
+
+TRACKER_SCRIPT = """
+vars:
+    answer = ""
+
+actors:
+    ai @triager = tools: [tracker.open_issues]
+
+action ask @ai(@triager):
+    prompt: Which bugs are open?
+    out: answer(string)
+
+mainflow:
+    [START] -> ask -> [END]
+"""
+
+
+@pytest.fixture
+def tracker(tmp_path: Path) -> Iterator[str]:
+    """A streamable HTTP MCP server on 127.0.0.1 (the SDK's own server class); its URL."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    (tmp_path / "tracker.py").write_text(TRACKER, encoding="utf-8")
+    command = [sys.executable, str(tmp_path / "tracker.py"), str(port)]
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with socket.socket() as client:
+                if client.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_a_streamable_http_server_gets_its_headers_from_the_environment(
+    tmp_path: Path, tracker: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "fems.toml").write_text(
+        f'[mcp.tracker]\nurl = "{tracker}"\nheaders_env = {{ Authorization = "TRACKER_TOKEN" }}\n',
+        encoding="utf-8",
+    )
+    issues = {"name": "tracker.open_issues", "arguments": {"label": "bug"}}
+    replies = {"ask": [{"tool_calls": [issues]}, 'Issue 7. SET VARIABLE: <<answer = "7">>']}
+    monkeypatch.delenv("TRACKER_TOKEN", raising=False)
+    with pytest.raises(
+        RunError, match="reads the environment variable TRACKER_TOKEN, which is not"
+    ):
+        run_script(tmp_path, TRACKER_SCRIPT, replies=replies)
+    monkeypatch.setenv("TRACKER_TOKEN", "Bearer tide-42")
+    result, events = run_script(tmp_path, TRACKER_SCRIPT, replies=replies)
+    assert result.variables["answer"] == "7"
+    (called,) = tool_events(events)
+    assert called["result"] == "issue 7 (bug) is open; asked by Bearer tide-42"
