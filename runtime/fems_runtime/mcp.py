@@ -272,7 +272,7 @@ class _Connection:
     async def call(self, tool: str, arguments: Mapping[str, Any]) -> str:
         session = self._session
         if self._task is None or self._task.done() or session is None:
-            return self._failed("is not running")
+            return f"error: {self._failed('is not running')}"
         try:
             result = await session.call_tool(
                 tool, dict(arguments), read_timeout_seconds=self.config.timeout

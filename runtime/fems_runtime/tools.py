@@ -198,7 +198,7 @@ class Toolbox:
         offered: list[Tool] = []
         for name in names:
             alias, _, function = name.partition(".")
-            if alias in self.servers and name not in BUILTIN_TOOLS:
+            if function and alias in self.servers:
                 offered += await self._server_tools(alias, function)
             else:
                 offered.append(self._tool(name))
