@@ -211,8 +211,10 @@ def _example(schema: Mapping[str, Any], defs: Mapping[str, Any]) -> Any:
             return _example(schema[union][0], defs)
     examples = {"string": "example", "integer": 1, "number": 1.0, "boolean": True, "null": None}
     kind = schema.get("type")
-    if kind == "array":
-        return []
+    if kind == "array":  # as few items as the schema allows (an MCP server's minItems)
+        return [_example(schema.get("items", {}), defs)] * int(schema.get("minItems", 0))
+    if kind in ("integer", "number") and "minimum" in schema:
+        return max(schema["minimum"], min(examples[kind], schema.get("maximum", examples[kind])))
     if kind == "object":
         properties = schema.get("properties", {})
         return {

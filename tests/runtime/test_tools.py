@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import jsonschema
 import pytest
 from fems_runtime.builtin_tools import READ_LIMIT, WRITE_LIMIT, Workspace
 from fems_runtime.llm import ModelClient
@@ -219,6 +220,28 @@ def test_example_arguments_are_valid_for_the_schema() -> None:
     arguments = example_arguments(tool.parameters)
     assert arguments == {"query": "example", "filter": {"tag": "a"}, "count": 1}
     assert tool.invoke(arguments) == "example"
+
+
+def test_example_arguments_keep_to_an_mcp_servers_bounds() -> None:
+    """A server's schema (mcp-server-git's git_add) may ask for items and minimums."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "repo_path": {"type": "string"},
+            "files": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+            "context_lines": {"type": "integer", "minimum": 3},
+            "ratio": {"type": "number", "minimum": 0, "maximum": 0.5},
+        },
+        "required": ["repo_path", "files", "context_lines", "ratio"],
+    }
+    arguments = example_arguments(schema)
+    assert arguments == {
+        "repo_path": "example",
+        "files": ["example"],
+        "context_lines": 3,
+        "ratio": 0.5,
+    }
+    jsonschema.validate(arguments, schema)
 
 
 # ---------------------------------------------------------------------- the tool loop
