@@ -293,6 +293,8 @@ class _Connection:
                 await self._task
         if not self._ready.done():
             self._ready.cancel()
+        elif not self._ready.cancelled():
+            self._ready.exception()  # a failed start was reported by started(): mark it so
         if self.stderr is not None:
             self.stderr.close()
 
