@@ -27,7 +27,8 @@ LAUNCHER = """
 import os, sys
 from pathlib import Path
 
-Path(sys.argv[1]).write_text(str(os.getpid()), encoding="utf-8")
+with Path(sys.argv[1]).open("a", encoding="utf-8") as pids:  # one line per start
+    pids.write(f"{os.getpid()}\n")
 os.execv(sys.executable, [sys.executable, "-m", *sys.argv[2:]])
 """
 
@@ -107,8 +108,13 @@ def alive(pid: int) -> bool:
     return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
 
 
+def server_pids(project: Path, name: str) -> list[int]:
+    """The pid of each start of server ``name``, in order."""
+    return [int(line) for line in (project / f"{name}.pid").read_text(encoding="utf-8").split()]
+
+
 def server_pid(project: Path, name: str) -> int:
-    return int((project / f"{name}.pid").read_text(encoding="utf-8"))
+    return server_pids(project, name)[-1]
 
 
 def tool_events(events: list[dict]) -> list[dict]:
@@ -137,7 +143,7 @@ def test_the_model_is_offered_the_servers_tools_as_it_lists_them(tmp_path: Path)
             every = await box.tools(["clock.*"])
             one = await box.tools(["clock.convert_time", "read"])
             # one session per server per run: the second listing reuses the first start
-            assert len({server_pid(tmp_path, "clock")}) == 1
+            assert len(server_pids(tmp_path, "clock")) == 1
             assert [t.name for t in one] == ["clock.convert_time", "read"]
             return [tool.schema() for tool in every]
         finally:
@@ -175,8 +181,9 @@ def test_concurrent_turns_share_one_session(tmp_path: Path) -> None:
 
     results = asyncio.run(many())
     assert all('"timezone": "UTC"' in result for result in results)
-    # the launcher ran once: one process, one session
-    assert (tmp_path / "clock.pid").exists() and not alive(server_pid(tmp_path, "clock"))
+    # four turns at once started the server once: one process, one session
+    (pid,) = server_pids(tmp_path, "clock")
+    assert not alive(pid)
 
 
 def test_a_script_reads_the_git_log_and_the_guest_never_sees_it(
@@ -299,6 +306,7 @@ def test_resume_replays_the_servers_answers_without_calling_the_tool(tmp_path: P
     assert tool_events(events) == []
     sent = sent_text(llm_calls(events, "ask")[0])
     assert "plant the lighthouse" in sent and "move the lighthouse" not in sent
+    assert not any(alive(pid) for pid in server_pids(tmp_path, "git"))
 
 
 FAILING_SERVERS = {
