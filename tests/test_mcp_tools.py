@@ -28,7 +28,7 @@ import os, sys
 from pathlib import Path
 
 with Path(sys.argv[1]).open("a", encoding="utf-8") as pids:  # one line per start
-    pids.write(f"{os.getpid()}\n")
+    pids.write(f"{os.getpid()}\\n")
 os.execv(sys.executable, [sys.executable, "-m", *sys.argv[2:]])
 """
 
@@ -274,6 +274,9 @@ def test_ctrl_c_stops_the_server(tmp_path: Path) -> None:
         _, err = started.communicate(timeout=60)
     finally:
         started.kill()
+        started.wait(timeout=60)
+        assert started.stderr is not None
+        started.stderr.close()
     assert started.returncode == 1 and "error: interrupted" in err, err
     assert "Traceback" not in err
     assert not alive(pid)
