@@ -164,14 +164,15 @@ def asks_reasoning(tools: Sequence[str] | bool) -> bool:
 def offered_names(tools: Sequence[str] | bool, everything: Iterable[str]) -> tuple[str, ...]:
     """The tool names an actor's ``tools:`` offers: a list as written, ``true`` every tool the
     script names anywhere plus the read-only built-ins (never ``write`` or ``edit``, §15.5),
-    ``false`` none. Names that are not tools (``deep_think``, a host's ``web_search``) are left
-    out: the build warned about the host names (§6.4)."""
+    ``false`` none. A host's name (``web_search``) is left out: the build warned about it
+    (§6.4). ``deep_think`` stays where the list names it, for the turn to see (§15.7);
+    :meth:`Toolbox.tools` offers no tool for it."""
     if tools is True:
         named = [n for n in everything if n not in ("write", "edit")]
         return tuple(n for n in dict.fromkeys([*DEFAULT_TOOLS, *named]) if is_offered(n))
     if tools is False:
         return ()
-    return tuple(n for n in dict.fromkeys(tools) if is_offered(n))
+    return tuple(n for n in dict.fromkeys(tools) if is_offered(n) or n == REASONING)
 
 
 class Toolbox:
@@ -198,6 +199,8 @@ class Toolbox:
         offered: list[Tool] = []
         for name in names:
             alias, _, function = name.partition(".")
+            if name == REASONING:
+                continue  # a request to reason, not a tool (§15.7)
             if function and alias in self.servers:
                 offered += await self._server_tools(alias, function)
             else:

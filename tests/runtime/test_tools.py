@@ -203,8 +203,12 @@ def test_true_offers_the_scripts_tools_but_never_write_or_edit() -> None:
     assert offered_names(True, named) == ("read", "list", "glob", "grep", "notes.lookup", "clock.*")
     assert offered_names(False, named) == ()
     assert offered_names(("write", "read", "write"), named) == ("write", "read")
-    # neither deep_think (§15.7) nor a host's tool (a build warning, §6.4) is offered
-    assert offered_names(("deep_think", "shell", "edit", "grep"), named) == ("edit", "grep")
+    # a host's tool (a build warning, §6.4) is left out; deep_think stays for the turn to see
+    # (§15.7), and the toolbox offers no tool for it
+    assert offered_names(("deep_think", "shell", "edit"), named) == ("deep_think", "edit")
+    box = Toolbox(".", None)
+    tools = asyncio.run(box.tools(offered_names(("deep_think", "shell", "edit"), named)))
+    assert [tool.name for tool in tools] == ["edit"]
 
 
 class Filter(BaseModel):
