@@ -9,6 +9,9 @@ Markers for a ```fems block, in an HTML comment on the line before it (invisible
   block is exactly what `fems2py check example.fems` prints (exit 1 when it says `error:`);
 - `<!-- fems-check: in=examples/NAME -->` — the block is checked inside a copy of that example's
   folder, for scripts that name its `code:` or `file:` files. Both may be combined with a comma.
+
+A block whose only line is a snippet include (`--8<-- "examples/town/town.fems"`, which the site
+replaces by the file) is that file, checked in a copy of its folder.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ SECTION_CITED = re.compile(r"§\s?(\d+(?:\.\d+)*[a-z]?)(?![\w])")
 SECTION_HEADING = re.compile(r"^#{1,6} (\d+(?:\.\d+)*[a-z]?)\.? ", re.MULTILINE)
 FENCE = re.compile(r"^```(\S*)[^\n]*\n(.*?)^```", re.DOTALL | re.MULTILINE)
 MARKER = re.compile(r"<!-- fems-check: ([^>]*?) -->\s*$")
+SNIPPET = re.compile(r'^--8<-- "([^"]+)"\n?$')
 OUTSIDE = re.compile(r"\.\./shared|shared/(?:spec|seeds|bench)|/work/share[d]")
 # the hostile-path tests use such paths as data: the files a build must refuse to read
 OUTSIDE_AS_DATA = {"tests/test_hostile_files.py", "tests/test_fuzz_hostile.py"}
@@ -139,13 +143,18 @@ def _fems_blocks() -> list[FemsBlock]:
             marker = MARKER.search(before)
             options = [o.strip() for o in marker.group(1).split(",")] if marker else []
             folder = next((o[3:] for o in options if o.startswith("in=")), None)
+            source = fence.group(2)
+            included = SNIPPET.match(source)
+            if included:
+                source = (ROOT / included.group(1)).read_text(encoding="utf-8")
+                folder = str(Path(included.group(1)).parent)
             following = fences[index + 1] if index + 1 < len(fences) else None
             shown = following.group(2) if following and following.group(1) == "text" else None
             blocks.append(
                 FemsBlock(
                     page=str(page.relative_to(ROOT)),
                     line=text.count("\n", 0, fence.start()) + 1,
-                    source=fence.group(2),
+                    source=source,
                     shows_output="output" in options,
                     folder=folder,
                     shown=shown,
