@@ -4,12 +4,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install system-packages editor-deps vsix test test-postgres lint golden bench demo clean
+.PHONY: install system-packages editor-deps vsix test test-postgres lint golden bench demo docs clean
 
-$(STAMP): pyproject.toml runtime/pyproject.toml
+$(STAMP): pyproject.toml runtime/pyproject.toml editors/pygments/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e "runtime[postgres,web]" -e ".[dev,ray]" --config-settings editable_mode=compat
+	$(BIN)/pip install -q -e "runtime[postgres,web]" -e ".[dev,ray,docs]" -e editors/pygments \
+		--config-settings editable_mode=compat
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -55,5 +56,12 @@ demo: $(STAMP)
 		--model fems/mock --seed 1 --db :memory: --souls examples/werewolf/souls.yaml \
 		--transcript --show winner,win_reason,day $(if $(SERVE),--serve)
 
+# The documentation site (Zensical) into site/: English, and Chinese under site/zh/ once docs/zh/
+# exists. Broken links, missing anchors and missing snippet files stop the build (--strict).
+docs: $(STAMP)
+	rm -rf site
+	$(BIN)/zensical build --strict -f mkdocs.yml
+	if [ -d docs/zh ]; then $(BIN)/zensical build --strict -f mkdocs.zh.yml; fi
+
 clean:
-	rm -rf $(VENV) .pytest_cache examples/*/build $(EDITOR)/node_modules $(EDITOR)/dist $(EDITOR)/fems.vsix
+	rm -rf $(VENV) .pytest_cache examples/*/build $(EDITOR)/node_modules $(EDITOR)/dist $(EDITOR)/fems.vsix site

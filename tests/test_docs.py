@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "docs" / "reference"
@@ -60,6 +61,30 @@ def _sections(folder: Path) -> dict[str, set[str]]:
         page.name: set(SECTION_HEADING.findall(page.read_text(encoding="utf-8")))
         for page in sorted(folder.glob("*.md"))
     }
+
+
+def _nav_pages(entries: list) -> list[str]:
+    """The page files of a mkdocs.yml `nav:` (entries are paths, or titles over paths or lists)."""
+    pages = []
+    for entry in entries:
+        values = entry.values() if isinstance(entry, dict) else [entry]
+        for value in values:
+            pages += _nav_pages(value) if isinstance(value, list) else [value]
+    return pages
+
+
+def test_the_site_lists_every_page_and_only_pages_that_exist():
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
+    listed = _nav_pages(config["nav"])
+    missing = [page for page in listed if not (ROOT / "docs" / page).is_file()]
+    assert not missing, f"mkdocs.yml lists pages that do not exist: {missing}"
+    excluded = ("zh/", "tour/", "README.md")
+    pages = {
+        str(page.relative_to(ROOT / "docs"))
+        for page in (ROOT / "docs").rglob("*.md")
+        if not str(page.relative_to(ROOT / "docs")).startswith(excluded)
+    }
+    assert sorted(pages - set(listed)) == [], "pages missing from the nav of mkdocs.yml"
 
 
 def test_the_reference_has_a_page_per_part():
