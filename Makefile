@@ -39,8 +39,8 @@ test-postgres: $(STAMP) system-packages
 	$(BIN)/pytest tests_postgres
 
 lint: $(STAMP)
-	$(BIN)/ruff check fems2py runtime tests tests_postgres bench golden
-	$(BIN)/ruff format --check fems2py runtime tests tests_postgres bench
+	$(BIN)/ruff check fems2py runtime tests tests_postgres bench golden editors/pygments
+	$(BIN)/ruff format --check fems2py runtime tests tests_postgres bench editors/pygments
 	$(BIN)/mypy
 
 golden: $(STAMP)

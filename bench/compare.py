@@ -1,7 +1,7 @@
 """Side by side: fems2py's generated modules against the original FemWA 1.1.11 engine.
 
     python -m bench compare [--benches chain_200,par_10] [--latencies 0,50] [--reps 3]
-        [--max-concurrency N] [--timeout S] [--out DIR] [--offline]
+        [--max-concurrency N] [--timeout S] [--python PATH] [--out DIR] [--offline]
 
 Both engines run the same scripts (``bench/compare_scripts.py``) against the same fake
 OpenAI-compatible server on 127.0.0.1 (``bench/fake_server.py``, one per latency). For each
@@ -106,6 +106,13 @@ def parse_arguments(arguments: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--timeout", type=float, metavar="S", help="limit for one run")
     parser.add_argument(
+        "--python",
+        metavar="PATH",
+        default=sys.executable,
+        help="the interpreter that builds and runs the modules, with fems2py installed "
+        "(default: this one; another venv's compares another checkout)",
+    )
+    parser.add_argument(
         "--offline",
         action="store_true",
         help="only the fems2py modules, on fems/mock (chain_N: a replies file); no server, no "
@@ -127,6 +134,20 @@ def parse_arguments(arguments: list[str]) -> argparse.Namespace:
     if options.max_concurrency is not None and options.max_concurrency < 1:
         parser.error("--max-concurrency must be at least 1")
     return options
+
+
+def resolve_python(path: str) -> str:
+    """The interpreter's own ``sys.executable`` (so that it works under the scrubbed ``PATH``);
+    it must import fems2py and fems_runtime."""
+    probe = "import sys, fems2py, fems_runtime; print(sys.executable)"
+    try:
+        done = subprocess.run([path, "-c", probe], capture_output=True, text=True, timeout=120)
+    except OSError as error:
+        raise SetupError(f"--python {path}: {error}") from None
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["?"])[-1]
+        raise SetupError(f"--python {path} cannot import fems2py and fems_runtime: {last}")
+    return done.stdout.strip().splitlines()[-1]
 
 
 def cache_dir() -> Path:
@@ -316,6 +337,8 @@ class FakeServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(5)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
         self.log.close()
 
 
@@ -713,6 +736,7 @@ def main(arguments: list[str]) -> int:
         offline=options.offline,
         timeout=options.timeout,
         max_concurrency=options.max_concurrency,
+        python=resolve_python(options.python),
     )
     settings.femwa_python = None if options.offline else femwa_python()
     settings.meta = meta = {

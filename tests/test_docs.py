@@ -235,3 +235,20 @@ def test_no_tracked_file_points_outside_the_repository():
             f"{name}:{text.count(chr(10), 0, m.start()) + 1}" for m in OUTSIDE.finditer(text)
         ]
     assert not outside, "files that refer outside the repository:\n" + "\n".join(outside)
+
+
+def test_the_site_highlights_fems_blocks_with_the_fem_lexer():
+    from pygments.lexers import get_lexer_by_name
+    from pygments.token import Error, Keyword, Name, String
+
+    source = (ROOT / "docs" / "tour" / "dinner.fems").read_text(encoding="utf-8")
+    tokens = list(get_lexer_by_name("fems").get_tokens(source))
+    assert not [value for kind, value in tokens if kind in Error]
+    assert "".join(value for _, value in tokens) == source
+    kinds = {value: kind for kind, value in tokens if value.strip()}
+    assert kinds["action"] in Keyword.Declaration
+    assert kinds["@ai"] in Keyword.Type
+    assert kinds["@speaker"] in Name.Variable
+    assert kinds["[START]"] in Name.Builtin
+    assert kinds["[Round]"] in Name.Label
+    assert kinds["{friends}"] in String.Interpol

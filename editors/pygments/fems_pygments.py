@@ -38,7 +38,10 @@ class FemsLexer(RegexLexer):
             (r"\n", Whitespace),
             # comments: at the start of a line or after whitespace (§1.3)
             (r"(?<![^\s])(#|//).*?$", Comment.Single),
-            (r"(SET\s*VARIABLE|设定变量|设置变量)(\s*[:：])", bygroups(Keyword.Pseudo, Punctuation)),
+            (
+                r"(SET\s*VARIABLE|设定变量|设置变量)(\s*[:：])",
+                bygroups(Keyword.Pseudo, Punctuation),
+            ),
             (r"<<|>>|《《|》》|《|》|〈|〉", Punctuation),
             (
                 r"^([ \t]*)(meta|vars|code|actors|mainflow|flow|sketch|in|out|fork|join)(\s*[:：(])",
@@ -49,20 +52,31 @@ class FemsLexer(RegexLexer):
                 bygroups(Whitespace, Keyword.Declaration, Whitespace, Name.Function),
             ),
             (r"^([ \t]*)(ai|human)([ \t]+)", bygroups(Whitespace, Keyword.Type, Whitespace)),
-            (rf"^([ \t]*)({IDENTIFIER})([ \t]*[:：])", bygroups(Whitespace, Name.Attribute, Punctuation)),
+            (
+                rf"^([ \t]*)({IDENTIFIER})([ \t]*[:：])",
+                bygroups(Whitespace, Name.Attribute, Punctuation),
+            ),
             (r"[ \t]+", Whitespace),
             (r"@(ai|human|mind|assign|func)\b", Keyword.Type),
             (
-                words(("for", "par", "if", "in", "not", "and", "or", "as", "to", "all", "any"), suffix=r"\b"),
+                words(
+                    ("for", "par", "if", "in", "not", "and", "or", "as", "to", "all", "any"),
+                    suffix=r"\b",
+                ),
                 Keyword,
             ),
-            (words(("true", "false", "True", "False", "TRUE", "FALSE", "null", "None"), suffix=r"\b"),
-             Keyword.Constant),
+            (
+                words(
+                    ("true", "false", "True", "False", "TRUE", "FALSE", "null", "None"),
+                    suffix=r"\b",
+                ),
+                Keyword.Constant,
+            ),
             (r"[\[【](START|END|IN|OUT|BREAK)[\]】]", Name.Builtin),
             (rf"[\[【]{IDENTIFIER}[\]】]", Name.Label),
             (r"@\w+", Name.Variable.Class),
             (rf"&{IDENTIFIER}", Name.Function),
-            (rf"\{{{{|\}}\}}|\{{[@\w.\[\]]+\}}", String.Interpol),
+            (r"\{\{|\}\}|\{[@\w.\[\]]+\}", String.Interpol),
             (r'"(\\\\|\\"|[^"])*"|\'(\\\\|\\\'|[^\'])*\'|“[^”]*”', String),
             (r"-?\d+(\.\d+)?([eE][-+]?\d+)?\b", Number),
             (r"->|--|\+=|-=|==|!=|<=|>=|[=<>+\-*/|｜]", Operator),
