@@ -5,9 +5,12 @@ prints), and no tracked file points outside the repository.
 
 Markers for a ```fems block, in an HTML comment on the line before it (invisible on the site):
 
-- `<!-- fems-check: output -->` — the block is checked as `example.fems` and the next ```text
+- `<!-- fems: output -->` — the block is checked as `example.fems` and the next ```text
   block is exactly what `fems2py check example.fems` prints (exit 1 when it says `error:`);
-- `<!-- fems-check: in=examples/NAME -->` — the block is checked inside a copy of that example's
+  `python tests/test_docs.py` writes what it prints now into every such block;
+- `<!-- fems: error -->` — the block shows a mistake without its output: the check must report
+  an error (exit 1);
+- `<!-- fems: in=examples/NAME -->` — the block is checked inside a copy of that example's
   folder, for scripts that name its `code:` or `file:` files. Both may be combined with a comma.
 
 A block whose only line is a snippet include (`--8<-- "examples/town/town.fems"`, which the site
@@ -34,7 +37,7 @@ ZH_REFERENCE = ROOT / "docs" / "zh" / "reference"
 SECTION_CITED = re.compile(r"§\s?(\d+(?:\.\d+)*[a-z]?)(?![\w])")
 SECTION_HEADING = re.compile(r"^#{1,6} (\d+(?:\.\d+)*[a-z]?)\.? ", re.MULTILINE)
 FENCE = re.compile(r"^```(\S*)[^\n]*\n(.*?)^```", re.DOTALL | re.MULTILINE)
-MARKER = re.compile(r"<!-- fems-check: ([^>]*?) -->\s*$")
+MARKER = re.compile(r"<!-- fems: ([^>]*?) -->\s*$")
 SNIPPET = re.compile(r'^--8<-- "([^"]+)"\n?$')
 OUTSIDE = re.compile(r"\.\./shared|shared/(?:spec|seeds|bench)|/work/share[d]")
 # the hostile-path tests use such paths as data: the files a build must refuse to read
@@ -149,6 +152,7 @@ class FemsBlock:
     line: int
     source: str
     shows_output: bool
+    shows_error: bool
     folder: str | None
     shown: str | None
 
@@ -181,6 +185,7 @@ def _fems_blocks() -> list[FemsBlock]:
                     line=text.count("\n", 0, fence.start()) + 1,
                     source=source,
                     shows_output="output" in options,
+                    shows_error="error" in options,
                     folder=folder,
                     shown=shown,
                 )
@@ -196,9 +201,9 @@ def test_the_docs_have_fems_examples_to_check():
     assert sum(block.shows_output for block in BLOCKS) >= 3
 
 
-@pytest.mark.parametrize("block", BLOCKS, ids=str)
-def test_every_fems_block_of_the_docs_passes_the_check_or_shows_its_output(block, tmp_path):
-    workdir = tmp_path / "example"
+def _check(block: FemsBlock, folder: Path) -> tuple[int, str]:
+    """`fems2py check example.fems` on the block, in ``folder``: exit status and output."""
+    workdir = folder / "example"
     if block.folder:
         shutil.copytree(ROOT / block.folder, workdir)
     else:
@@ -214,13 +219,20 @@ def test_every_fems_block_of_the_docs_passes_the_check_or_shows_its_output(block
         text=True,
         timeout=120,
     )
-    printed = done.stdout + done.stderr
+    return done.returncode, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=str)
+def test_every_fems_block_of_the_docs_passes_the_check_or_shows_its_output(block, tmp_path):
+    returncode, printed = _check(block, tmp_path)
     if block.shows_output:
         assert block.shown is not None, f"{block}: no ```text block after it"
         assert printed == block.shown, f"{block}: the check prints\n{printed}"
-        assert done.returncode == (1 if "error:" in printed else 0), block
+        assert returncode == (1 if "error:" in printed else 0), block
+    elif block.shows_error:
+        assert returncode == 1 and ": error: " in printed, f"{block}: {printed}"
     else:
-        assert done.returncode == 0, f"{block}: {printed}"
+        assert returncode == 0, f"{block}: {printed}"
         assert printed == "example.fems: ok\n", f"{block}: {printed}"
 
 
@@ -252,3 +264,28 @@ def test_the_site_highlights_fems_blocks_with_the_fem_lexer():
     assert kinds["[START]"] in Name.Builtin
     assert kinds["[Round]"] in Name.Label
     assert kinds["{friends}"] in String.Interpol
+
+
+def fill_shown_outputs() -> None:
+    """Write what the check prints now into the ```text block after every `<!-- fems: output -->`
+    block (after a deliberate change of a diagnostic: review the diff like code)."""
+    import tempfile
+
+    for block in reversed(_fems_blocks()):  # from the end, so earlier positions stay valid
+        if not block.shows_output or block.shown is None:
+            continue
+        with tempfile.TemporaryDirectory() as folder:
+            _, printed = _check(block, Path(folder))
+        if printed == block.shown:
+            continue
+        page = ROOT / block.page
+        text = page.read_text(encoding="utf-8")
+        start = sum(len(line) + 1 for line in text.split("\n")[: block.line - 1])
+        shown_at = text.index("```text\n", start) + len("```text\n")
+        text = text[:shown_at] + printed + text[text.index("```", shown_at) :]
+        page.write_text(text, encoding="utf-8")
+        print(f"{block}: shown output updated")
+
+
+if __name__ == "__main__":  # python tests/test_docs.py
+    fill_shown_outputs()
