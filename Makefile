@@ -57,8 +57,10 @@ demo: $(STAMP)
 		--transcript --show winner,win_reason,day $(if $(SERVE),--serve)
 
 # The documentation site (Zensical) into site/: English, and Chinese under site/zh/ once docs/zh/
-# exists. Broken links, missing anchors and missing snippet files stop the build (--strict).
+# exists. Broken links, missing anchors and missing snippet files stop the build (--strict); a
+# navigation entry without its page (which Zensical does not report) stops it first.
 docs: $(STAMP)
+	$(BIN)/pytest -q -p no:cacheprovider "tests/test_docs.py::test_the_site_lists_every_page_and_only_pages_that_exist"
 	rm -rf site
 	$(BIN)/zensical build --strict -f mkdocs.yml
 	if [ -d docs/zh ]; then $(BIN)/zensical build --strict -f mkdocs.zh.yml; fi
