@@ -5,7 +5,7 @@ OpenAI-compatible server on 127.0.0.1 answering after 50 ms (``bench/fake_server
 own process) is the network path, whose floor is one round of 50 ms plus the SDK's own work
 (§15.1: the same requests through the SDK alone are timed too). Times are inside the
 run (``run()``), the fastest of three after a warm-up run of the same module (imports and
-first connections are start-up, measured by ``../shared/bench/compare.py`` instead), with
+first connections are start-up, measured by ``python -m bench compare`` instead), with
 the CPU time and the times the run waited (see ``bench_mock_calls``).
 """
 
