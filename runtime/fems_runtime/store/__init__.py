@@ -44,7 +44,7 @@ from fems_runtime.store.messages import (
 )
 from fems_runtime.store.people import ACTOR_FIELDS, People
 from fems_runtime.store.schema import Tables, create_schema, tables
-from fems_runtime.store.sessions import SessionCatalog, parse_session_spec
+from fems_runtime.store.sessions import SessionCatalog, SessionNode, parse_session_spec
 
 __all__ = [
     "ACTOR_FIELDS",
@@ -57,6 +57,7 @@ __all__ = [
     "Message",
     "MessageLog",
     "NewMessage",
+    "SessionNode",
     "Store",
     "Tables",
     "_bulk_insert",  # bench/bench_context.py loads messages with it
@@ -205,6 +206,9 @@ class Store:
     latest_session = _Served("catalog", SessionCatalog.latest_session)
     set_status = _Served("catalog", SessionCatalog.set_status)
     set_last_turn = _Served("catalog", SessionCatalog.set_last_turn)
+    set_branch_turn = _Served("catalog", SessionCatalog.set_branch_turn)
+    lineage = _Served("catalog", SessionCatalog.lineage)
+    session_tree = _Served("catalog", SessionCatalog.session_tree)
     # souls, users and a session's actors
     put_soul = _Served("people", People.put_soul)
     put_user = _Served("people", People.put_user)

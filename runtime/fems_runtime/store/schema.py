@@ -1,7 +1,10 @@
-"""The runtime's tables (§14).
+"""The runtime's tables (§14) and how a database made by an earlier runtime gains what it lacks.
 
-Tables are built on first use, so importing the runtime does not import SQLAlchemy. A missing
-table is created (``create_all``) when a store opens the database.
+Tables are built on first use, so importing the runtime does not import SQLAlchemy. When a store
+opens a database, a missing table is created (``create_all``), and a column added to a table
+after its first release (listed in :data:`ADDED_COLUMNS`) is added to an older database's table.
+Columns are only ever added, and nullable, so an older runtime still reads and writes a newer
+database.
 """
 
 from __future__ import annotations
@@ -11,6 +14,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from fems_runtime.imports import import_large
+
+# columns added to a table after its first release, as (table, column): a store that opens an
+# older database adds them (SQLite and PostgreSQL both add a nullable column in place)
+ADDED_COLUMNS = (
+    ("fems_sessions", "parent"),
+    ("fems_sessions", "branch_turn"),
+)
 
 
 @dataclass(frozen=True)
@@ -49,9 +59,20 @@ def tables() -> Tables:
 
 
 def create_schema(db: Any) -> None:
-    """Create the missing tables, in ``db``'s transaction (whose caller holds the database's
-    schema lock, so two first starts never both create)."""
-    tables().meta.create_all(db)
+    """Create the missing tables and add the missing columns, in ``db``'s transaction (whose
+    caller holds the database's schema lock, so two first starts never both create)."""
+    schema = tables()
+    schema.meta.create_all(db)
+    inspector = schema.sa.inspect(db)
+    present: dict[str, set[str]] = {}
+    for table, column in ADDED_COLUMNS:
+        if table not in present:
+            present[table] = {found["name"] for found in inspector.get_columns(table)}
+        if column not in present[table]:
+            definition = schema.sa.schema.CreateColumn(schema.meta.tables[table].c[column])
+            db.exec_driver_sql(
+                f"ALTER TABLE {table} ADD COLUMN {definition.compile(dialect=db.dialect)}"
+            )
 
 
 def _sessions(sa: Any, meta: Any) -> Any:
@@ -66,6 +87,10 @@ def _sessions(sa: Any, meta: Any) -> Any:
         sa.Column("last_seq", sa.Integer, nullable=False, default=0),
         sa.Column("last_turn", sa.Integer, nullable=False, default=0),
         sa.Column("created", sa.Float, nullable=False),
+        # lineage (§16.4a): the session this one was forked from, and how many of that
+        # session's turns it began with (its turns 1..branch_turn are the parent's)
+        sa.Column("parent", sa.Integer),
+        sa.Column("branch_turn", sa.Integer),
     )
 
 
