@@ -3,8 +3,8 @@
 A plain path (the default ``./dialog.db``) is a SQLite file in WAL mode with a busy timeout;
 anything with ``://`` is a SQLAlchemy URL used as is. The parts of the store (the message log,
 the sessions, people, checkpoints) reach the database through :class:`Database`, which
-:class:`fems_runtime.store.Store` implements: its connections see every submitted write, and
-its write transactions are the only ones besides the message log's own writer.
+:class:`fems_runtime.store.Store` implements: its reads see every message submitted to the log,
+and its writes come after them.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import unquote
 
-from fems_runtime.store.schema import Tables, tables
+from fems_runtime.store.schema import tables
 
 DEFAULT_DATABASE = "./dialog.db"
 BUSY_TIMEOUT_MS = 30_000
@@ -25,10 +25,7 @@ SCHEMA_LOCK, SESSION_LOCK = 0x66656D73, 0x66656D74
 
 
 class Database(Protocol):
-    """The store as its parts use it: the tables and three kinds of connection."""
-
-    @property
-    def tables(self) -> Tables: ...
+    """The store as its parts use it: three kinds of connection."""
 
     def read(self, *, wait: bool = True) -> AbstractContextManager[Any]:
         """A connection that sees every submitted write (``wait`` False: for tables the
