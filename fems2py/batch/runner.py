@@ -548,7 +548,7 @@ def run_batch(options: BatchOptions, module_path: Path) -> int:
             budget = None
             if options.max_cost is not None:
                 store = stack.enter_context(Store(spec.db))
-                budget = CostBudget(options.max_cost, BatchSpending(store, spec.batch))
+                budget = CostBudget(options.max_cost, BatchSpending(BatchTable(store), spec.batch))
             try:
                 outcome = execute(
                     executor, prepared.jobs, refresh, display, list(prepared.rows.values()), budget

@@ -202,7 +202,7 @@ def run_job(spec: BatchSpec, job: Job) -> dict[str, Any]:
     started = time.perf_counter()
     limit = None
     if spec.max_cost is not None:  # the batch's limit counts the other sessions too
-        others = BatchSpending(store, spec.batch, session)
+        others = BatchSpending(table, spec.batch, session)
         again = "run the batch again with a higher --max-cost"
         limit = CostLimit(spec.max_cost, elsewhere=others, what="the batch", again=again)
     with tempfile.TemporaryDirectory(prefix="fems2py-batch-") as folder:
@@ -251,21 +251,21 @@ class BatchSpending:
     the batch's cost limit (§15.6): read from the store each time, except the cost of a
     completed session, which no longer changes and is read once."""
 
-    def __init__(self, store: Store, batch: str, session: int | None = None) -> None:
-        self.store = store
+    def __init__(self, table: BatchTable, batch: str, session: int | None = None) -> None:
+        self.table = table
         self.batch = batch
         self.session = session
         self._final: dict[int, float] = {}
 
     def __call__(self) -> float:
         total = 0.0
-        for run in self.store.batch_runs(self.batch).values():
+        for run in self.table.runs(self.batch).values():
             number = int(run["session"])
             if number == self.session:
                 continue
             cost = self._final.get(number)
             if cost is None:
-                cost = float(self.store.session_usage(number)["cost"])
+                cost = float(self.table.store.session_usage(number)["cost"])
                 if run["status"] == "completed":
                     self._final[number] = cost
             total += cost
