@@ -2,8 +2,8 @@
 pool or as Ray tasks, resuming what an earlier invocation left unfinished.
 
 The store is the batch's memory: each session is tagged with the batch and its index when it
-is created (:meth:`Store.open_session`), and its results-table row is kept with the tag when
-it ends. So rerunning the same command skips the completed sessions, resumes the others from
+is created (:meth:`~fems2py.batch.table.BatchTable.open_session`), and its results-table row is
+kept with the tag when it ends. So rerunning the same command skips the completed sessions, resumes the others from
 their turn records (§16.4), and writes the table of every session, old and new. A pool
 process that dies takes the pool down with it: the sessions it ran are resumed in a new pool
 (up to :data:`MAX_RESTARTS` times), so a killed worker loses nothing.
@@ -29,6 +29,7 @@ from fems_runtime.records import RunError
 
 from fems2py.batch import UsageError, results
 from fems2py.batch.plan import Plan, batch_id, make_plan, parse_sets
+from fems2py.batch.table import BatchTable
 from fems2py.batch.worker import (
     STOP_SIGNAL,
     BatchSpec,
@@ -148,7 +149,7 @@ def prepare(options: BatchOptions, module_path: Path) -> Prepared:
     with Store(url) as store:
         if options.souls is not None:
             store.seed_file(options.souls)
-        earlier = store.batch_runs(name)
+        earlier = BatchTable(store).runs(name)
         for job in plan.jobs():
             run = earlier.get(job.index)
             if run is None:
@@ -516,7 +517,7 @@ def run_batch(options: BatchOptions, module_path: Path) -> int:
 
     def refresh(jobs: list[Job]) -> list[Job]:
         with Store(spec.db) as store:
-            runs = store.batch_runs(spec.batch)
+            runs = BatchTable(store).runs(spec.batch)
         return [
             dataclasses.replace(job, session=runs[job.index]["session"])
             if job.index in runs
@@ -547,7 +548,7 @@ def run_batch(options: BatchOptions, module_path: Path) -> int:
             budget = None
             if options.max_cost is not None:
                 store = stack.enter_context(Store(spec.db))
-                budget = CostBudget(options.max_cost, BatchSpending(store, spec.batch))
+                budget = CostBudget(options.max_cost, BatchSpending(BatchTable(store), spec.batch))
             try:
                 outcome = execute(
                     executor, prepared.jobs, refresh, display, list(prepared.rows.values()), budget
