@@ -34,6 +34,7 @@ class Usage:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cached_tokens: int = 0  # prompt tokens served from the provider's prompt cache
+    reasoning_tokens: int | None = None  # completion tokens the model spent reasoning (§15.4)
 
 
 def litellm_price_file() -> Path | None:
