@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml runtime/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e "runtime[postgres,web]" -e ".[dev,ray]" --config-settings editable_mode=compat
+	$(BIN)/pip install -q -e "runtime[postgres,web,litellm]" -e ".[dev,ray]" --config-settings editable_mode=compat
 	touch $(STAMP)
 
 install: $(STAMP)
