@@ -5,6 +5,10 @@ A request goes out through `fems_runtime.endpoints`: the `openai` SDK for the Op
 litellm (imported on its first call) for the other providers. Everything around the request is
 here, once, so both paths retry, time out, fail and count the same way. Importing a generated
 module, or running it with the offline models of §15.3, imports neither.
+
+Every call streams (§15.4): the reply is put together from its chunks (`fems_runtime.replies`),
+its reasoning cut out as it arrives (§13.1) and passed on to the caller's `ReplyStream`; the
+timeout is the longest silence, so a slow model that keeps writing is never cut.
 """
 
 from __future__ import annotations
@@ -324,9 +328,9 @@ class ModelClient:
                 turn = replace(turn, tools=tuple(tool["function"] for tool in tools))
             result = _without_reasoning(self._offline(choice, messages, turn))
             if stream is not None:
-                if result.reasoning:
-                    stream.add("reasoning", result.reasoning)
-                stream.add("text", result.text)
+                for kind, chunk in (("reasoning", result.reasoning), ("text", result.text)):
+                    if chunk:
+                        stream.add(kind, chunk)
             return _numbered(result, messages)
         fields = self._request_fields(choice, max_tokens, reasoning)
         return await self._complete_remote(choice, messages, delay, tools, stream, fields)
