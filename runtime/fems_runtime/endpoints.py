@@ -348,21 +348,14 @@ class OpenAIClients:
         """
         openai = import_openai()
         client = self.client(route)
-        body = {**route.fields, **(fields or {}), "model": route.model, "messages": messages}
-        body["stream"] = True
-        body["stream_options"] = {"include_usage": True}
-        if "max_tokens" in body and route.base_url == OPENAI_BASE_URL:
-            body["max_completion_tokens"] = body.pop("max_tokens")
         options: dict[str, Any] = {"timeout": timeout}
         if route.headers:
             options["headers"] = dict(route.headers)
-        if tools:
-            body["tools"] = list(tools)
         chunks = None
         try:
             chunks = await client.post(
                 "/chat/completions",
-                body=body,
+                body=_request_body(route, messages, tools, fields),
                 cast_to=object,
                 options=options,
                 stream=True,
@@ -370,24 +363,8 @@ class OpenAIClients:
             )
             async for chunk in chunks:
                 yield chunk
-        except openai.APIStatusError as error:
-            detail = _body_message(error.body) or error.response.text or str(error)
-            if context_exceeded(error.status_code, getattr(error, "code", None), detail):
-                raise ModelCallError("context", detail, status=error.status_code) from None
-            raise ModelCallError(
-                "status",
-                detail,
-                status=error.status_code,
-                retry_after=parse_retry_after(error.response.headers),
-            ) from None
-        except openai.APITimeoutError:
-            raise ModelCallError("timeout", f"no answer within {timeout:g} s") from None
-        except openai.APIConnectionError as error:
-            raise ModelCallError("connection", _connection_detail(error)) from None
-        except (openai.APIResponseValidationError, json.JSONDecodeError) as error:
-            raise ModelCallError("malformed", str(error)) from None
-        except openai.OpenAIError as error:
-            raise ModelCallError("other", str(error)) from None
+        except (openai.OpenAIError, json.JSONDecodeError) as error:
+            raise _sdk_error(openai, error, timeout) from None
         finally:
             if chunks is not None:
                 await chunks.close()
@@ -433,6 +410,44 @@ def _tls_context(openai: ModuleType, *, plain: bool) -> ssl.SSLContext:
         return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     http_library = sys.modules[type(openai.DEFAULT_CONNECTION_LIMITS).__module__.split(".")[0]]
     return http_library.create_ssl_context()  # the SDK's HTTP library's default, as it would
+
+
+def _request_body(
+    route: OpenAIRoute,
+    messages: list[dict[str, Any]],
+    tools: Sequence[Mapping[str, Any]],
+    fields: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """The JSON body of a streamed request: the route's fields, the call's, the messages."""
+    body = {**route.fields, **(fields or {}), "model": route.model, "messages": messages}
+    body["stream"] = True
+    body["stream_options"] = {"include_usage": True}
+    if "max_tokens" in body and route.base_url == OPENAI_BASE_URL:
+        body["max_completion_tokens"] = body.pop("max_tokens")
+    if tools:
+        body["tools"] = list(tools)
+    return body
+
+
+def _sdk_error(openai: ModuleType, error: Exception, timeout: float) -> ModelCallError:
+    """The SDK's exception as a `ModelCallError`."""
+    if isinstance(error, openai.APIStatusError):
+        detail = _body_message(error.body) or error.response.text or str(error)
+        if context_exceeded(error.status_code, getattr(error, "code", None), detail):
+            return ModelCallError("context", detail, status=error.status_code)
+        return ModelCallError(
+            "status",
+            detail,
+            status=error.status_code,
+            retry_after=parse_retry_after(error.response.headers),
+        )
+    if isinstance(error, openai.APITimeoutError):
+        return ModelCallError("timeout", f"no answer within {timeout:g} s")
+    if isinstance(error, openai.APIConnectionError):
+        return ModelCallError("connection", _connection_detail(error))
+    if isinstance(error, openai.APIResponseValidationError | json.JSONDecodeError):
+        return ModelCallError("malformed", str(error))
+    return ModelCallError("other", str(error))
 
 
 @functools.cache
