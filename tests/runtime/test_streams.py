@@ -47,26 +47,26 @@ def warm_up(client: ModelClient) -> None:
 
 @both_paths
 def test_a_reply_streaming_longer_than_the_timeout_completes(path: str) -> None:
-    """The timeout is silence, not the whole reply: 16 words 0.1 s apart under a 0.5 s
-    timeout (and a word every 0.5 s for 30 s under `--timeout 5` alike)."""
-    words = tuple(f"word{i} " for i in range(16))
+    """The timeout is silence, not the whole reply: 12 words 0.2 s apart under a 1 s timeout
+    (as a word every 0.5 s for 30 s under `--timeout 5`)."""
+    words = tuple(f"word{i} " for i in range(12))
     with fake_openai() as server:
-        client = make_client(server, path, timeout=0.5)
+        client = make_client(server, path, timeout=1.0)
         warm_up(client)
-        server.queue(Behaviour(pieces=words, gap=0.1))
+        server.queue(Behaviour(pieces=words, gap=0.2))
         started = time.monotonic()
         result = run_call(client)
         took = time.monotonic() - started
     assert (result.text, result.attempts) == ("".join(words), 1)
-    assert took > 0.5  # longer than the timeout as a whole (the shape under test, not a timing)
+    assert took > 1.0  # longer than the timeout as a whole (the shape under test, not a timing)
 
 
 @both_paths
 def test_a_stream_that_goes_silent_is_retried(path: str) -> None:
     with fake_openai() as server:
-        client = make_client(server, path, timeout=0.3)
+        client = make_client(server, path, timeout=1.0)
         warm_up(client)
-        server.queue(Behaviour(text="too slow", gap=1.0), Behaviour(text="on time"))
+        server.queue(Behaviour(text="too slow", gap=4.0), Behaviour(text="on time"))
         result = run_call(client)
     assert (result.text, result.attempts) == ("on time", 2)
 
