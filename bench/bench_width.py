@@ -57,8 +57,8 @@ def _timed(module, **options) -> str:
 
 
 def _sdk_alone(width: int) -> str:
-    """The floor of the network half under §15.1: ``width`` requests at once through one
-    `AsyncOpenAI` client on the transport and pool a run of that width gets
+    """The floor of the network half under §15.1: ``width`` streamed requests at once through
+    one `AsyncOpenAI` client on the transport and pool a run of that width gets
     (`fems_runtime.endpoints.OpenAIClients`), without the engine; timed as `_timed` does."""
     import asyncio
 
@@ -69,18 +69,12 @@ def _sdk_alone(width: int) -> str:
 
     async def requests() -> None:
         clients = OpenAIClients(width=width)
-        client = clients.client(route)
-        await asyncio.gather(
-            *(
-                client.post(
-                    "/chat/completions",
-                    body={"model": route.model, "messages": [{"role": "user", "content": f"{i}"}]},
-                    cast_to=object,
-                    options={"timeout": 60.0},
-                )
-                for i in range(width)
-            )
-        )
+
+        async def one(i: int) -> None:
+            async for _ in clients.stream(route, [{"role": "user", "content": f"{i}"}], 60.0):
+                pass
+
+        await asyncio.gather(*(one(i) for i in range(width)))
         await clients.aclose()
 
     asyncio.run(requests())
