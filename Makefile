@@ -4,12 +4,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install system-packages editor-deps vsix test test-postgres lint golden bench demo clean
+.PHONY: install system-packages editor-deps vsix test test-postgres lint golden bench demo docs clean
 
-$(STAMP): pyproject.toml runtime/pyproject.toml
+$(STAMP): pyproject.toml runtime/pyproject.toml editors/pygments/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e "runtime[postgres,web]" -e ".[dev,ray]" --config-settings editable_mode=compat
+	$(BIN)/pip install -q -e "runtime[postgres,web,mcp,litellm]" -e ".[dev,ray,docs]" -e editors/pygments \
+		--config-settings editable_mode=compat
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -38,8 +39,8 @@ test-postgres: $(STAMP) system-packages
 	$(BIN)/pytest tests_postgres
 
 lint: $(STAMP)
-	$(BIN)/ruff check fems2py runtime tests tests_postgres bench golden
-	$(BIN)/ruff format --check fems2py runtime tests tests_postgres bench
+	$(BIN)/ruff check fems2py runtime tests tests_postgres bench golden editors/pygments
+	$(BIN)/ruff format --check fems2py runtime tests tests_postgres bench editors/pygments
 	$(BIN)/mypy
 
 golden: $(STAMP)
@@ -55,5 +56,14 @@ demo: $(STAMP)
 		--model fems/mock --seed 1 --db :memory: --souls examples/werewolf/souls.yaml \
 		--transcript --show winner,win_reason,day $(if $(SERVE),--serve)
 
+# The documentation site (Zensical) into site/: English, and Chinese under site/zh/ once docs/zh/
+# exists. Broken links, missing anchors and missing snippet files stop the build (--strict); a
+# navigation entry without its page (which Zensical does not report) stops it first.
+docs: $(STAMP)
+	$(BIN)/pytest -q -p no:cacheprovider "tests/test_docs.py::test_the_site_lists_every_page_and_only_pages_that_exist"
+	rm -rf site
+	$(BIN)/zensical build --strict -f mkdocs.yml
+	if [ -d docs/zh ]; then $(BIN)/zensical build --strict -f mkdocs.zh.yml; fi
+
 clean:
-	rm -rf $(VENV) .pytest_cache examples/*/build $(EDITOR)/node_modules $(EDITOR)/dist $(EDITOR)/fems.vsix
+	rm -rf $(VENV) .pytest_cache examples/*/build $(EDITOR)/node_modules $(EDITOR)/dist $(EDITOR)/fems.vsix site

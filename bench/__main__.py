@@ -1,5 +1,9 @@
 """Run every benchmark, or those named: ``python -m bench [--quick] [--n N] [NAME…]``.
 
+``python -m bench compare [options]`` runs the side-by-side comparison with the original FemWA
+engine instead (``bench/compare.py``; ``--help`` lists its options): it installs FemWA, so
+``make bench`` does not run it.
+
 ``--quick`` runs each one small, to check that it works (CI does, through the test suite);
 its figures mean nothing. The run ends with the table of every figure measured.
 """
@@ -42,6 +46,10 @@ def table(figures: list[Figure]) -> str:
 
 def main(arguments: list[str]) -> int:
     arguments = list(arguments)
+    if arguments[:1] == ["compare"]:
+        from bench import compare
+
+        return compare.command(arguments[1:])
     if "--n" in arguments:  # ``--n N``: the number of cases of a counting benchmark (fuzz)
         at = arguments.index("--n")
         if at + 1 >= len(arguments) or not arguments[at + 1].isdigit():

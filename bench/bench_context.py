@@ -53,8 +53,8 @@ def fill(store: Store, session: int, count: int, seen: int, rng: random.Random) 
             _bulk_insert(db, "messages", columns, messages)
             _bulk_insert(db, "message_souls", tag_columns, tags)
         db.execute(
-            store._t.sessions.update()
-            .where(store._t.sessions.c.id == session)
+            store.tables.sessions.update()
+            .where(store.tables.sessions.c.id == session)
             .values(last_seq=count, last_turn=count)
         )
 

@@ -5,14 +5,15 @@ SDK's own costs are a floor no engine can go under. Each figure is measured twic
 processes run in turn against ``bench/fake_server.py`` at 0 ms (its arrival times give the
 time to first request and the gaps between requests):
 
-- **fems2py**: the generated module of ``../shared/bench``'s ``par_10`` or ``chain_200`` with
-  ``--model openai/fake-model``, a SQLite file as its store;
+- **fems2py**: the generated module of ``python -m bench compare``'s ``par_10`` or
+  ``chain_200`` with ``--model openai/fake-model``, a SQLite file as its store;
 - **the SDK alone**: a process that imports the SDK as the runtime does (aiohttp hidden,
   `openai.types` deferred: `fems_runtime.imports`, loaded alone), makes one `AsyncOpenAI`
-  client and posts the same number of requests, the conversation growing as a chain's does.
+  client and posts the same number of requests, each streamed as the runtime's are (§15.4),
+  the conversation growing as a chain's does.
 
 Figures are medians over the runs, with the peak RSS of each process; FemWA's side is
-``../shared/bench/compare.py``'s. The fems2py runs also print where the time to first request
+``python -m bench compare``'s. The fems2py runs also print where the time to first request
 goes: interpreter, runtime imported, store opened (SQLAlchemy imported, tables, session),
 the SDK imported and its client made, the first request on the server.
 """
@@ -117,11 +118,17 @@ async def main(calls):
     for n in range(calls):
         prompt = f"Step {n}: say something short. FAKE_REPLY[[Step done. SET VARIABLE: <<n += 1>>]]"
         messages.append({"role": "user", "content": prompt})
-        body = {"model": "fake-model", "messages": messages}
-        reply = await client.post(
-            "/chat/completions", body=body, cast_to=object, options={"timeout": 60.0}
+        body = {"model": "fake-model", "messages": messages, "stream": True,
+                "stream_options": {"include_usage": True}}
+        chunks = await client.post(
+            "/chat/completions", body=body, cast_to=object, options={"timeout": 60.0},
+            stream=True, stream_cls=openai.AsyncStream[object],
         )
-        messages.append({"role": "assistant", "content": reply["choices"][0]["message"]["content"]})
+        text = ""
+        async for chunk in chunks:
+            for choice in chunk.get("choices") or ():
+                text += choice["delta"].get("content") or ""
+        messages.append({"role": "assistant", "content": text})
     await client.close()
 asyncio.run(main(int(sys.argv[2])))
 """

@@ -5,7 +5,7 @@ OpenAI-compatible server on 127.0.0.1 answering after 50 ms (``bench/fake_server
 own process) is the network path, whose floor is one round of 50 ms plus the SDK's own work
 (§15.1: the same requests through the SDK alone are timed too). Times are inside the
 run (``run()``), the fastest of three after a warm-up run of the same module (imports and
-first connections are start-up, measured by ``../shared/bench/compare.py`` instead), with
+first connections are start-up, measured by ``python -m bench compare`` instead), with
 the CPU time and the times the run waited (see ``bench_mock_calls``).
 """
 
@@ -57,8 +57,8 @@ def _timed(module, **options) -> str:
 
 
 def _sdk_alone(width: int) -> str:
-    """The floor of the network half under §15.1: ``width`` requests at once through one
-    `AsyncOpenAI` client on the transport and pool a run of that width gets
+    """The floor of the network half under §15.1: ``width`` streamed requests at once through
+    one `AsyncOpenAI` client on the transport and pool a run of that width gets
     (`fems_runtime.endpoints.OpenAIClients`), without the engine; timed as `_timed` does."""
     import asyncio
 
@@ -69,18 +69,12 @@ def _sdk_alone(width: int) -> str:
 
     async def requests() -> None:
         clients = OpenAIClients(width=width)
-        client = clients.client(route)
-        await asyncio.gather(
-            *(
-                client.post(
-                    "/chat/completions",
-                    body={"model": route.model, "messages": [{"role": "user", "content": f"{i}"}]},
-                    cast_to=object,
-                    options={"timeout": 60.0},
-                )
-                for i in range(width)
-            )
-        )
+
+        async def one(i: int) -> None:
+            async for _ in clients.stream(route, [{"role": "user", "content": f"{i}"}], 60.0):
+                pass
+
+        await asyncio.gather(*(one(i) for i in range(width)))
         await clients.aclose()
 
     asyncio.run(requests())

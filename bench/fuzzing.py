@@ -79,8 +79,17 @@ PREFIXES = [
     "设定变量：",
     "设置变量:",
     "SET VARIABLE",
+    # Markdown around the prefix (§10.1), and marks that never close
+    "**SET VARIABLE:**",
+    "__SET VARIABLE__:",
+    "`SET VARIABLE:`",
+    "*SET VARIABLE*:",
+    "**设定变量：**",
+    "SET VARIABLE" + "*" * 300 + ":",
+    "**SET VARIABLE**",
+    "```\nSET VARIABLE:",
 ]
-OPENERS = ["<<", "《《", "《", "〈", "<", "", " << "]
+OPENERS = ["<<", "《《", "《", "〈", "<", "", " << ", "**<<", "`<<", " _ <<"]
 CLOSERS = [">>", "》》", "》", "〉", ">", "", "> >"]
 TARGETS = [
     "note",
@@ -124,6 +133,13 @@ VALUES = [
     "@Eve",
     "@Bob",
     "@Nobody",
+    # bare actor names (§10.3): exact, folded, unknown, quoted
+    "Eve",
+    "bob",
+    "BOB",
+    "Nobody",
+    '"Eve"',
+    "Eve Bob",
     '"text"',
     "'it''s'",
     "“中文”",
@@ -156,7 +172,27 @@ VALUES = [
     ") (",
     "=",
 ]
-NOISE = [" ", "\n", "text ", "it's ", '"', "'", "“", "”", "\\", "=", ",", "[", "]", "\r\n", "\t"]
+NOISE = [
+    " ",
+    "\n",
+    "text ",
+    "it's ",
+    '"',
+    "'",
+    "“",
+    "”",
+    "\\",
+    "=",
+    ",",
+    "[",
+    "]",
+    "\r\n",
+    "\t",
+    "*",
+    "_",
+    "`",
+    "```\n",
+]
 
 
 def hostile_reply(choose: Chooser) -> str:
@@ -190,6 +226,11 @@ OUTS: list[list[OutSpec] | None] = [
     [OutSpec("note"), OutSpec("count", type="int"), OutSpec("price", type="float")],
     [OutSpec("flag", type="bool"), OutSpec("@VOTE", type="actor"), OutSpec("votes.@voter")],
     [OutSpec("note", type="string"), OutSpec("count", type="enum", choices=(1, 2, "x"))],
+    [
+        OutSpec("@VOTE", type="dropdown", choices=("@Eve", "@Bob")),
+        OutSpec("votes.@voter", type="string"),
+        OutSpec("note", type="actor"),
+    ],
 ]
 
 
@@ -225,6 +266,8 @@ def check_reply(reply: str, outs: list[OutSpec] | None) -> None:
             assert len(str(abs(value))) <= MAX_INT_DIGITS, "an int past 4,000 digits was set"
         if isinstance(value, float):
             assert math.isfinite(value), "a non-finite number was set"
+    vote = after["@VOTE"]
+    assert vote == "" or variables.is_actor(vote), "an actor variable took a non-actor"
     outcome.rollback()
     assert json.dumps(variables.snapshot(), sort_keys=True) == before, "rollback left a change"
 

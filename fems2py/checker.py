@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from fems2py.checks.codefiles import CodeFileError, FuncSignature, Param, read_signatures
 from fems2py.checks.flows import FlowChecker
 from fems2py.checks.scope import Namespace, Use
+from fems2py.checks.tools import check_tools
 from fems2py.checks.usage import excuse_unused, holder, unused_actions, without_unused
 from fems2py.diagnostics import Diagnostic, suggest
 from fems2py.kinds import ACTION_KINDS
@@ -31,7 +32,6 @@ from fems2py.nodes import (
     ActionBlock,
     ActorDef,
     ActorValue,
-    Blueprint,
     Expr,
     FuncRef,
     Graph,
@@ -69,7 +69,7 @@ SPAWN = FuncSignature("spawn", (Param("spawn_requests", False),), False, 0)
 META_KEYS = (
     *("name", "version", "id", "owner", "database", "session", "system_safety"),
     *("output_style", "max_steps", "delay", "model", "max_concurrency"),
-    *("timeout", "retry_budget", "max_tool_rounds"),
+    *("timeout", "retry_budget", "max_tool_rounds", "max_tokens", "max_cost"),
 )
 MODULE_META_KEYS = ("max_steps", "delay")
 _SESSION = re.compile(r"\s*(?:new|\d+(?:\s*/\s*new)?)\s*", re.IGNORECASE)
@@ -239,7 +239,7 @@ class Checker:
         self.check_meta(self.script.meta, None)
         self.check_actors()
         self.read_code_files()
-        self.check_tools()
+        check_tools(self)
         self.build_namespace(self.root, self.script.variables, self.script.actions, ())
         self.root.modules = self.unique(self.script.modules, None)
         self.root.methods = self.unique(self.script.methods, None)
@@ -371,6 +371,18 @@ class Checker:
                     value.span,
                     "e.g. max_tool_rounds = 8 (model → tools → model rounds per reply, §15.5)",
                 )
+            elif key == "max_tokens" and not _whole_number(value, 1):
+                self.error(
+                    "meta 'max_tokens' must be a whole number ≥ 1",
+                    value.span,
+                    "e.g. max_tokens = 400 (the most tokens one reply may have, §3)",
+                )
+            elif key == "max_cost" and not (isinstance(value, NumberValue) and value.value >= 0):
+                self.error(
+                    "meta 'max_cost' must be a number of US dollars ≥ 0",
+                    value.span,
+                    "e.g. max_cost = 0.50 (the run stops once its recorded cost passes it, §15.6)",
+                )
             elif key == "delay" and not (isinstance(value, NumberValue) and value.value >= 0):
                 self.error(
                     "meta 'delay' must be a number of seconds ≥ 0", value.span, "e.g. delay = 0.5"
@@ -411,55 +423,6 @@ class Checker:
                     actor.span,
                     "give each actor its own soul: (only a human with source:0 may share one)",
                 )
-
-    def check_tools(self) -> None:
-        """§15.5: tools are built-ins or ``code:`` functions a schema can describe, offered
-        to models only (a human's turns call no tools)."""
-        owners: list[ActorDef | Blueprint] = [*self.script.actors, *self.script.blueprints]
-        for owner in owners:
-            human = isinstance(owner, ActorDef) and owner.kind == "human"
-            if human and owner.tools not in (False, ()):
-                self.error(
-                    f"human actor {owner.name} cannot have tools",
-                    owner.tool_spans[0] if owner.tool_spans else owner.span,
-                    "tools are offered to models on @ai turns (§15.5); remove tools: here",
-                )
-                continue
-            if isinstance(owner.tools, bool):
-                continue
-            for name, span in zip(owner.tools, owner.tool_spans, strict=False):
-                self.check_tool(name, span)
-
-    def check_tool(self, name: str, span: Span) -> None:
-        # Here, not at the top: the runtime's tools module (asyncio, pydantic's adapters) is
-        # loaded only by a script that names tools.
-        from fems_runtime.tools import BUILTIN_TOOLS
-
-        if name in BUILTIN_TOOLS:
-            return
-        alias, dot, function = name.partition(".")
-        if not dot or not alias or not function:
-            candidates = [
-                *BUILTIN_TOOLS,
-                *(f"{a}.{f}" for a, fs in self.signatures.items() for f in fs),
-            ]
-            self.error(
-                f"unknown tool '{name}'",
-                span,
-                suggest(name, candidates)
-                or "a tool is read, list, write or a code: function written alias.fn",
-            )
-            return
-        signature = self.check_func(FuncRef(alias, function, span), builtin_ok=False)
-        if signature is not None and signature.tool_problem is not None:
-            self.error(
-                f"{name} cannot be offered as a tool: {signature.tool_problem}",
-                span,
-                "give its parameters types such as str, int, float, bool, list[str], "
-                "Literal[...] or a pydantic model or dataclass defined in the file"
-                if signature.tool_problem.startswith("parameter")
-                else "offer a function whose parameters are named: def lookup(word: str)",
-            )
 
     def read_code_files(self) -> None:
         seen: set[str] = set()
@@ -543,10 +506,14 @@ class Checker:
             if name in self.actors or name in names:
                 return True
             candidates = self.actors | {n for n in names if n.startswith("@")}
-            hint = suggest(name, candidates) or (
-                self.declare_hint(name)
-                if name in self.loop_variables
-                else "define it in actors: or declare it in vars:"
+            hint = (
+                self.module_local_hint(name)
+                or suggest(name, candidates)
+                or (
+                    self.declare_hint(name)
+                    if name in self.loop_variables
+                    else "define it in actors: or declare it in vars:"
+                )
             )
             self.undefined(f"unknown actor '{name}'", span, hint)
             return False
@@ -567,7 +534,9 @@ class Checker:
             return
         if ref.attr is None or ref.attr in STATIC_ATTRIBUTES or ref.attr in names:
             return
-        hint = suggest(ref.attr, {n for n in names if not n.startswith("@")} | STATIC_ATTRIBUTES)
+        hint = self.module_local_hint(ref.attr) or suggest(
+            ref.attr, {n for n in names if not n.startswith("@")} | STATIC_ATTRIBUTES
+        )
         self.error(
             f"unknown attribute '{ref.attr}' of {ref.name}",
             ref.span,
@@ -775,7 +744,8 @@ class Checker:
                     self.error(
                         f"interrupt: '{lone.name}' is not a declared variable",
                         lone.span,
-                        "interrupt: takes HUMAN, HUMAN_EXCEPT(@a, …), a condition such as "
+                        self.module_local_hint(lone.name)
+                        or "interrupt: takes HUMAN, HUMAN_EXCEPT(@a, …), a condition such as "
                         "night == true, or alias.function (§10.7)",
                     )
             else:
@@ -817,7 +787,8 @@ class Checker:
                     f"parameter '{param}' of '{action.func.alias}.{action.func.func}' has no "
                     f"default and no variable '{param}' is declared",
                     action.func.span,
-                    f"declare '{param}' in vars: or pass it with in: {param} = …",
+                    self.module_local_hint(param)
+                    or f"declare '{param}' in vars: or pass it with in: {param} = …",
                 )
 
     def check_text(self, text: Text | None, names: set[str], in_names: set[str]) -> None:
@@ -901,7 +872,8 @@ class Checker:
             self.check_arguments(signature, method.func, keywords, complete=True, span=method.span)
         for output in method.outputs:
             if output not in names and output not in self.broken:
-                self.error(f"undeclared variable '{output}'", method.span, suggest(output, names))
+                hint = self.module_local_hint(output) or suggest(output, names)
+                self.error(f"undeclared variable '{output}'", method.span, hint)
 
     # ------------------------------------------------------------------ helpers for flows
 

@@ -82,7 +82,7 @@ def _argument_parser() -> argparse.ArgumentParser:
         help="build (cached by source hash) and run a script; other options go to the module",
         description="Build FILE (cached by its source hash) and run it. Every option after FILE "
         "is passed to the generated module: --model --replies --db --session --human --seed "
-        "--trace --result --resume --serve --port --root.",
+        "--timeout --retry-budget --max-cost --trace --result --resume --serve --port --root.",
     )
     run.add_argument("file", type=Path, metavar="FILE")
     run.add_argument("--root", type=Path, metavar="DIR", help=ROOT_HELP)
@@ -185,6 +185,13 @@ def _add_batch_parser(commands: argparse._SubParsersAction[argparse.ArgumentPars
     batch.add_argument("--timeout", type=float, metavar="S", help="seconds per model request")
     batch.add_argument(
         "--retry-budget", type=float, metavar="S", help="seconds a model call may retry"
+    )
+    batch.add_argument(
+        "--max-cost",
+        type=float,
+        metavar="USD",
+        help="the batch's cost limit: no session starts once the batch's recorded cost passes "
+        "it, and running sessions stop after the turn that passed it (§15.6)",
     )
     batch.add_argument("--root", type=Path, metavar="DIR", help=ROOT_HELP)
     batch.add_argument(

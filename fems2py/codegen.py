@@ -516,6 +516,8 @@ class CodeGenerator:
             args.append(("max_retries", py(action.max_retries)))
         if action.max_tool_rounds is not None:
             args.append(("max_tool_rounds", py(action.max_tool_rounds)))
+        if action.max_tokens is not None:
+            args.append(("max_tokens", py(action.max_tokens)))
         if action.fallback is not None:
             args.append(("fallback", self.fallback_code(scope, action.fallback)))
         if action.memory is not None:

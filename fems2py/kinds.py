@@ -17,7 +17,7 @@ ActionKindName = Literal["ai", "human", "mind", "assign", "func"]
 #: Every action field (§9.2), in the order the parser's hints list them.
 FIELD_NAMES = (
     *("prompt", "showprompt", "scope", "in", "out", "resolve", "max_retries", "fallback"),
-    *("memory", "context", "interrupt", "model", "max_tool_rounds"),
+    *("memory", "context", "interrupt", "model", "max_tool_rounds", "max_tokens"),
 )
 #: Fields whose value is text to the end of the line (or a ``|`` block), never statements.
 TEXT_FIELDS = frozenset({"prompt", "showprompt", "model"})

@@ -422,6 +422,7 @@ class Action:
     resolve: Resolve | None = None
     max_retries: int | None = None
     max_tool_rounds: int | None = None
+    max_tokens: int | None = None
     fallback: str | ModuleCall | None = None
     memory: str | None = None
     context: str | None = None

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from fems_runtime.store import Store
 
+from fems2py.batch.table import batch_runs_table
 from fems2py.cli import main
 
 COIN = """\
@@ -76,17 +77,17 @@ def batch(capsys: pytest.CaptureFixture[str], script: Path, *args: str) -> tuple
 def tagged_sessions(db: str) -> list[dict[str, Any]]:
     """Every batch run of the database with its session's status and kept row."""
     with Store(db) as store:
-        t = store._t
+        t, runs = store.tables, batch_runs_table()
         sa = t.sa
         with store.engine.connect() as connection:
             rows = connection.execute(
                 sa.select(
-                    t.batch_runs.c.batch_id,
-                    t.batch_runs.c.run_index,
-                    t.batch_runs.c.session_id,
-                    t.batch_runs.c.result,
+                    runs.c.batch_id,
+                    runs.c.run_index,
+                    runs.c.session_id,
+                    runs.c.result,
                     t.sessions.c.status,
-                ).join(t.sessions, t.sessions.c.id == t.batch_runs.c.session_id)
+                ).join(t.sessions, t.sessions.c.id == runs.c.session_id)
             ).all()
     return [
         {

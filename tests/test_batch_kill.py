@@ -48,7 +48,7 @@ def _pool_workers(coordinator: int) -> list[int]:
 def _running_with_messages(store: Store) -> bool:
     """Whether some session is running and has stored messages: a kill now lands in the
     middle of a session."""
-    t, sa = store._t, store._t.sa
+    t, sa = store.tables, store.tables.sa
     query = (
         sa.select(sa.func.count())
         .select_from(t.messages.join(t.sessions, t.sessions.c.id == t.messages.c.session_id))

@@ -1,13 +1,18 @@
 """Tools in built scripts (§15.5): a code: function and the built-ins through the generated
-module, ``--root``, the transcript, and ``--resume`` replaying tool rounds without calling again."""
+module, ``--root``, the transcript, ``--resume`` replaying tool rounds without calling again, and
+the names of real scripts that are not tools here (host tools, ``deep_think``, §6.4)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from fems_helpers import build_script, llm_calls, read_trace, run_program, run_script
+import pytest
+from fems_helpers import build_script, llm_calls, load, read_trace, run_program, run_script
 from fems_runtime.store import Store
+from fems_runtime.tools import asks_reasoning
+
+from fems2py.cli import main
 
 SCRIPT = """
 meta:
@@ -124,3 +129,44 @@ def test_resume_replays_tool_rounds_without_calling_again(tmp_path: Path) -> Non
     with Store(f"sqlite:///{db}") as store:
         kinds = [m.kind for m in store.messages(1)]
     assert kinds.count("tool_call") == 1 and kinds.count("tool_result") == 1
+
+
+HOST_TOOLS = """
+vars:
+    answer = ""
+
+actors:
+    ai @wolfbob = soul:1, tools: [deep_think, web_search, read, shell]
+
+action ask @ai(@wolfbob):
+    prompt: Who is the wolf?
+    out: answer(string)
+
+mainflow:
+    [START] -> ask -> [END]
+"""
+
+
+def test_host_tool_names_warn_and_the_actor_runs_without_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = tmp_path / "t.fems"
+    script.write_text(HOST_TOOLS.lstrip("\n"), encoding="utf-8")
+    assert main(["check", str(script)]) == 0
+    err = capsys.readouterr().err
+    assert "warning: tool web_search is not available: @wolfbob runs without it" in err
+    assert "warning: tool shell is not available: @wolfbob runs without it" in err
+    assert "tool deep_think" not in err and "0 errors, 2 warnings" in err
+    assert main(["check", "--strict", str(script)]) == 1
+    assert "error: tool web_search is not available" in capsys.readouterr().err
+    (tmp_path / "notes.txt").write_text("the wolf is Bob\n", encoding="utf-8")
+    module = load(build_script(tmp_path, HOST_TOOLS))
+    # deep_think reaches the run as a name of the actor's tools: (§15.7 reads it from there)
+    (spec,) = module.ACTORS
+    assert spec.tools == ("deep_think", "web_search", "read", "shell")
+    assert asks_reasoning(spec.tools) and not asks_reasoning(("read",))
+    trace = tmp_path / "trace.jsonl"
+    result = module.run(model="fems/mock", db=":memory:", trace=str(trace))
+    assert result.status == "completed"
+    called = [e["name"] for e in read_trace(trace) if e["event"] == "tool_call"]
+    assert called == ["read"]  # the only tool offered

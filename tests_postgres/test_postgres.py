@@ -20,6 +20,7 @@ import pytest
 from fems_runtime.context import builtin_context
 from fems_runtime.records import RunError
 from fems_runtime.store import Store
+from old_databases import database_before_lineage, session_columns
 
 from fems2py.build import build_file
 
@@ -139,3 +140,35 @@ def test_a_whole_werewolf_game_on_postgres_leaks_nothing(url: str, tmp_path: Pat
         for actor in ("@Alice", "@Bob", "@Cleo", "@Dan", "@Eve", "@Fay"):
             seen = {m.id for m in store.visible_messages(session, soul=actor[1:].lower())}
             assert bool(seen & den) == (actor in wolves), actor
+
+
+def test_a_database_made_before_lineage_gains_its_columns(url: str) -> None:
+    """The sessions table of an older database gets parent and branch_turn (§14, §16.4a) when
+    a store opens it, once even when many open it at the same time."""
+    database_before_lineage(url)
+    starts = 20
+    ready = threading.Barrier(starts)
+    failures: list[str] = []
+
+    def first_start() -> None:
+        ready.wait()
+        try:
+            Store(url).close()
+        except RunError as error:
+            failures.append(error.message)
+
+    threads = [threading.Thread(target=first_start) for _ in range(starts)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    with Store(url) as store:
+        assert {"parent", "branch_turn"} <= session_columns(store.engine)
+        assert store.session(1)["title"] == "an earlier run"
+        fork = store.open_session("new", parent=1, branch_turn=2)
+        assert [(row["id"], row["branch_turn"]) for row in store.lineage(fork)] == [
+            (fork, 2),
+            (1, None),
+        ]
+        assert [node.session["id"] for node in store.session_tree()[0].children] == [fork]

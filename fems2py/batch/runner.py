@@ -2,8 +2,8 @@
 pool or as Ray tasks, resuming what an earlier invocation left unfinished.
 
 The store is the batch's memory: each session is tagged with the batch and its index when it
-is created (:meth:`Store.open_session`), and its results-table row is kept with the tag when
-it ends. So rerunning the same command skips the completed sessions, resumes the others from
+is created (:meth:`~fems2py.batch.table.BatchTable.open_session`), and its results-table row is
+kept with the tag when it ends. So rerunning the same command skips the completed sessions, resumes the others from
 their turn records (§16.4), and writes the table of every session, old and new. A pool
 process that dies takes the pool down with it: the sessions it ran are resumed in a new pool
 (up to :data:`MAX_RESTARTS` times), so a killed worker loses nothing.
@@ -29,9 +29,11 @@ from fems_runtime.records import RunError
 
 from fems2py.batch import UsageError, results
 from fems2py.batch.plan import Plan, batch_id, make_plan, parse_sets
+from fems2py.batch.table import BatchTable
 from fems2py.batch.worker import (
     STOP_SIGNAL,
     BatchSpec,
+    BatchSpending,
     Job,
     ModuleBundle,
     completed_row,
@@ -68,6 +70,7 @@ class BatchOptions:
     timeout: float | None = None
     retry_budget: float | None = None
     root: Path | None = None
+    max_cost: float | None = None
     progress: bool = True
 
 
@@ -89,6 +92,10 @@ def prepare(options: BatchOptions, module_path: Path) -> Prepared:
     from fems_runtime.store import Store, database_url
 
     plan = make_plan(options.runs, options.seeds, options.models)
+    if options.max_cost is not None and not 0 <= options.max_cost < float("inf"):
+        raise UsageError(
+            f"--max-cost {options.max_cost:g}: give a number of US dollars ≥ 0", "e.g. --max-cost 5"
+        )
     sets = parse_sets(options.sets)
     if options.human == "terminal":
         raise UsageError(
@@ -136,12 +143,13 @@ def prepare(options: BatchOptions, module_path: Path) -> Prepared:
         timeout=options.timeout,
         retry_budget=options.retry_budget,
         root=str(options.root.resolve()) if options.root is not None else None,
+        max_cost=options.max_cost,
     )
     prepared = Prepared(spec, plan, collect, [])
     with Store(url) as store:
         if options.souls is not None:
             store.seed_file(options.souls)
-        earlier = store.batch_runs(name)
+        earlier = BatchTable(store).runs(name)
         for job in plan.jobs():
             run = earlier.get(job.index)
             if run is None:
@@ -351,11 +359,26 @@ class Display(Protocol):
 
 @dataclass
 class Outcome:
-    """What one invocation ran: a row per session it finished, and whether it was stopped."""
+    """What one invocation ran: a row per session it finished, whether it was stopped, and
+    how many sessions the cost limit kept from starting."""
 
     rows: dict[int, dict[str, Any]] = field(default_factory=dict)
     interrupted: bool = False
     gave_up: str | None = None
+    not_started: int = 0
+
+
+@dataclass(frozen=True)
+class CostBudget:
+    """``--max-cost`` as the runner applies it (§15.6): no session starts once the batch's
+    recorded cost (``spent``, read from the store) has passed ``limit``; the sessions already
+    running stop by themselves, after the turn that passed it."""
+
+    limit: float
+    spent: Callable[[], float]
+
+    def exhausted(self) -> bool:
+        return self.spent() > self.limit
 
 
 def execute(
@@ -364,9 +387,11 @@ def execute(
     refresh: Callable[[list[Job]], list[Job]],
     display: Display,
     earlier: Sequence[dict[str, Any]] = (),
+    budget: CostBudget | None = None,
 ) -> Outcome:
     """Run ``jobs`` at most ``executor.slots`` at a time; jobs whose worker died are given
-    their sessions again by ``refresh`` (from the store) and resumed in a fresh pool."""
+    their sessions again by ``refresh`` (from the store) and resumed in a fresh pool. Once
+    ``budget`` is exhausted, the jobs still waiting are not started."""
     outcome = Outcome()
     waiting = list(jobs)
     running: dict[Any, Job] = {}
@@ -377,6 +402,10 @@ def execute(
     try:
         while waiting or running:
             while waiting and len(running) < executor.slots:
+                if budget is not None and budget.exhausted():
+                    outcome.not_started = len(waiting)
+                    waiting.clear()
+                    break
                 job = waiting.pop(0)
                 running[executor.submit(job)] = job
             display.update(done, failed, len(running), cost)
@@ -488,7 +517,7 @@ def run_batch(options: BatchOptions, module_path: Path) -> int:
 
     def refresh(jobs: list[Job]) -> list[Job]:
         with Store(spec.db) as store:
-            runs = store.batch_runs(spec.batch)
+            runs = BatchTable(store).runs(spec.batch)
         return [
             dataclasses.replace(job, session=runs[job.index]["session"])
             if job.index in runs
@@ -515,13 +544,25 @@ def run_batch(options: BatchOptions, module_path: Path) -> int:
         display: RichDisplay | QuietDisplay = (
             RichDisplay(total, spec.batch) if options.progress else QuietDisplay()
         )
-        try:
-            outcome = execute(
-                executor, prepared.jobs, refresh, display, list(prepared.rows.values())
-            )
-        finally:
-            display.close()
-            executor.close()
+        with contextlib.ExitStack() as stack:
+            budget = None
+            if options.max_cost is not None:
+                store = stack.enter_context(Store(spec.db))
+                budget = CostBudget(options.max_cost, BatchSpending(BatchTable(store), spec.batch))
+            try:
+                outcome = execute(
+                    executor, prepared.jobs, refresh, display, list(prepared.rows.values()), budget
+                )
+            finally:
+                display.close()
+                executor.close()
+            if outcome.not_started and budget is not None:
+                print(
+                    f"batch {spec.batch}: the batch's recorded cost ${budget.spent():.4f} passed "
+                    f"--max-cost ${budget.limit:g}: {outcome.not_started} sessions not started; "
+                    "run the same command with a higher --max-cost to go on",
+                    file=sys.stderr,
+                )
     rows = _all_rows(plan, prepared, outcome, refresh)
     summary = results.summarize(rows, prepared.collect, plan.models)
     try:

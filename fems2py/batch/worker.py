@@ -2,7 +2,7 @@
 
 A worker imports the built module once (from its path, or from the source the batch ships when
 the path does not exist there: another machine of a Ray cluster) and runs each session it is
-given as a normal session of the store, tagged with the batch (:class:`BatchTag`). A session
+given as a normal session of the store, tagged with the batch (:class:`~fems2py.batch.table.BatchTag`). A session
 that was started before (an interrupted or failed run of this batch) is resumed from its turn
 records (§16.4), so nothing is called or stored twice. This module imports only the runtime.
 """
@@ -27,11 +27,13 @@ from typing import Any
 
 from fems_runtime.app import Program
 from fems_runtime.funcs import load_code
+from fems_runtime.limits import CostLimit
 from fems_runtime.records import RunError
-from fems_runtime.store import BatchTag, Store
+from fems_runtime.store import Store
 from fems_runtime.values import LiteralError, parse_literal
 
 from fems2py.batch import UsageError
+from fems2py.batch.table import BatchTable, BatchTag
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,7 @@ class BatchSpec:
     timeout: float | None = None
     retry_budget: float | None = None
     root: str | None = None
+    max_cost: float | None = None  # the whole batch's (§15.6)
 
 
 @dataclass(frozen=True)
@@ -133,7 +136,7 @@ def _write_whole(path: Path, text: str) -> None:
 
 
 _programs: dict[str, Program] = {}
-_stores: dict[str, Store] = {}
+_tables: dict[str, BatchTable] = {}
 
 
 def _program(spec: BatchSpec) -> Program:
@@ -149,13 +152,13 @@ def _program(spec: BatchSpec) -> Program:
     return program
 
 
-def _store(db: str) -> Store:
+def _batch_table(db: str) -> BatchTable:
     """The worker's own connection for tagging and accounting (a run opens its own)."""
-    store = _stores.get(db)
-    if store is None:
-        store = _stores[db] = Store(db)
-        atexit.register(store.close)
-    return store
+    table = _tables.get(db)
+    if table is None:
+        table = _tables[db] = BatchTable(Store(db))
+        atexit.register(table.store.close)
+    return table
 
 
 STOP_SIGNAL = signal.SIGUSR1  # the batch asks a pool worker to stop its session
@@ -180,26 +183,31 @@ def run_job(spec: BatchSpec, job: Job) -> dict[str, Any]:
     as the runtime ends an interrupted one (its
     store flushed, resumable) and the row is ``interrupted``."""
     program = _program(spec)
-    store = _store(spec.db)
+    table = _batch_table(spec.db)
+    store = table.store
     settings = job.settings(spec.sets)
     session, resume = job.session, False
     if session is None:
-        session = store.open_session(
-            "new",
+        session = table.open_session(
+            BatchTag(spec.batch, job.index, settings),
             title=str(program.script.meta.get("name") or "") or None,
             script=program.script.file,
             script_hash=program.script.sha256,
-            batch=BatchTag(spec.batch, job.index, settings),
         )
     elif (store.session(session) or {}).get("status") == "completed":
         # it completed, but its worker died before reporting it
-        return completed_row(store, job, settings, store.batch_runs(spec.batch)[job.index])
+        return completed_row(store, job, settings, table.runs(spec.batch)[job.index])
     else:
         resume = store.run_records(session) is not None
     started = time.perf_counter()
+    limit = None
+    if spec.max_cost is not None:  # the batch's limit counts the other sessions too
+        others = BatchSpending(table, spec.batch, session)
+        again = "run the batch again with a higher --max-cost"
+        limit = CostLimit(spec.max_cost, elsewhere=others, what="the batch", again=again)
     with tempfile.TemporaryDirectory(prefix="fems2py-batch-") as folder:
         result_file = Path(folder) / "result.json"
-        status, error = asyncio.run(_run(program, spec, job, session, resume, result_file))
+        status, error = asyncio.run(_run(program, spec, job, session, resume, result_file, limit))
         ended = _read_result(result_file)
     row: dict[str, Any] = {
         "index": job.index,
@@ -214,14 +222,14 @@ def run_job(spec: BatchSpec, job: Job) -> dict[str, Any]:
         "vars": ended.get("vars", {}),
     }
     if status != "interrupted":
-        store.save_batch_result(spec.batch, job.index, row)
+        table.save_result(spec.batch, job.index, row)
     return row
 
 
 def completed_row(
     store: Store, job: Job, settings: Mapping[str, Any], run: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """The row of a completed session (``run``: its entry of :meth:`Store.batch_runs`): the
+    """The row of a completed session (``run``: its entry of :meth:`BatchTable.runs`): the
     one its worker kept, else (the worker died between the two writes) one from the store,
     without final variables."""
     if run["result"] is not None:
@@ -238,8 +246,40 @@ def completed_row(
     }
 
 
+class BatchSpending:
+    """What the sessions of a batch have recorded, but ``session`` (None: all of them), for
+    the batch's cost limit (§15.6): read from the store each time, except the cost of a
+    completed session, which no longer changes and is read once."""
+
+    def __init__(self, table: BatchTable, batch: str, session: int | None = None) -> None:
+        self.table = table
+        self.batch = batch
+        self.session = session
+        self._final: dict[int, float] = {}
+
+    def __call__(self) -> float:
+        total = 0.0
+        for run in self.table.runs(self.batch).values():
+            number = int(run["session"])
+            if number == self.session:
+                continue
+            cost = self._final.get(number)
+            if cost is None:
+                cost = float(self.table.store.session_usage(number)["cost"])
+                if run["status"] == "completed":
+                    self._final[number] = cost
+            total += cost
+        return total
+
+
 async def _run(
-    program: Program, spec: BatchSpec, job: Job, session: int, resume: bool, result: Path
+    program: Program,
+    spec: BatchSpec,
+    job: Job,
+    session: int,
+    resume: bool,
+    result: Path,
+    limit: CostLimit | None = None,
 ) -> tuple[str, str | None]:
     """The session on this event loop; in a pool worker, :data:`STOP_SIGNAL` cancels it."""
     task = asyncio.ensure_future(
@@ -255,6 +295,7 @@ async def _run(
             timeout=spec.timeout,
             retry_budget=spec.retry_budget,
             root=spec.root,
+            max_cost=limit,
         )
     )
     loop = asyncio.get_running_loop()

@@ -256,10 +256,23 @@ class ActionsParser(FlowsParser):
     ) -> dict[str, object]:
         return {"max_tool_rounds": self.whole_number_field(index, col, end, "max_tool_rounds")}
 
-    def whole_number_field(self, index: int, col: int, end: int, name: str) -> int:
+    def parse_field_max_tokens(
+        self, index: int, col: int, end: int, kind: str
+    ) -> dict[str, object]:
+        hint = "e.g. max_tokens: 400 (the most tokens one reply may have, §9.2)"
+        return {"max_tokens": self.whole_number_field(index, col, end, "max_tokens", 1, hint)}
+
+    def whole_number_field(
+        self, index: int, col: int, end: int, name: str, minimum: int = 0, hint: str | None = None
+    ) -> int:
         tokens = self.field_tokens(index, col, end, name)
-        if len(tokens) != 1 or not INTEGER.match(tokens[0].text) or tokens[0].text.startswith("-"):
-            self.fail(f"{name}: expects a whole number ≥ 0", self.tok_span(tokens[0]))
+        if (
+            len(tokens) != 1
+            or not INTEGER.match(tokens[0].text)
+            or tokens[0].text.startswith("-")
+            or int(tokens[0].text) < minimum
+        ):
+            self.fail(f"{name}: expects a whole number ≥ {minimum}", self.tok_span(tokens[0]), hint)
         return int(tokens[0].text)
 
     def parse_field_fallback(self, index: int, col: int, end: int, kind: str) -> dict[str, object]:
@@ -333,4 +346,5 @@ FIELD_PARSERS: dict[str, FieldParser] = {
     "interrupt": ActionsParser.parse_field_interrupt,
     "model": ActionsParser.parse_field_model,
     "max_tool_rounds": ActionsParser.parse_field_max_tool_rounds,
+    "max_tokens": ActionsParser.parse_field_max_tokens,
 }

@@ -31,6 +31,7 @@ from fems_runtime.flow import (
     MethodSpec,
     failed_node,
 )
+from fems_runtime.limits import CostLimit, cost_limit
 from fems_runtime.linetable import LineTable
 from fems_runtime.names import DeclaredNames
 from fems_runtime.records import RunError, StepCounter, TraceWriter, TurnLog, write_result
@@ -41,6 +42,7 @@ from fems_runtime.version import __version__
 
 if TYPE_CHECKING:
     from fems_runtime.human import HumanProvider
+    from fems_runtime.specs import TurnSpec
     from fems_runtime.store import Store
     from fems_runtime.turns import TurnServices
 
@@ -243,6 +245,7 @@ class Program:
         timeout: float | None = None,
         retry_budget: float | None = None,
         root: str | Path | None = None,
+        max_cost: float | CostLimit | None = None,
     ) -> RunResult:
         """Run the main flow; raise :class:`RunError` (located in the ``.fems`` file) when the
         script fails. ``result`` writes the ``--result`` file in both cases; ``transcript``
@@ -255,7 +258,9 @@ class Program:
         a completed session or one run from a different script is refused. ``observer``
         watches the run (the stage, §17); ``human`` may be a provider object (its page).
         ``root`` is the folder the built-in tools read, list and write in (default: the
-        script's, §15.5)."""
+        script's, §15.5). ``max_cost`` (US dollars, over ``meta: max_cost``; a batch passes its
+        own :class:`~fems_runtime.limits.CostLimit`) stops the run after the turn whose
+        recorded cost passed it (§15.6)."""
         steps = StepCounter(int(self.script.meta.get("max_steps", DEFAULT_MAX_STEPS)), "the run")
         variables: Variables | None = None
         turns: TurnServices | None = None
@@ -293,6 +298,7 @@ class Program:
                     if isinstance(transcript, Transcript)
                     else Transcript(everyone=[spec.name for spec in self.actors])
                 )
+            self._cost_limit(max_cost, turns)
             services = _Services(self, variables, writer, turns, code)
             ctx = Context(
                 services, variables.root, steps, methods={m.name: m for m in self.methods}
@@ -305,6 +311,7 @@ class Program:
             if observer is not None:
                 observer.run_closing("completed", None)
             await turns.models.aclose()
+            await turns.toolbox.aclose()
             turns.finish("completed")
             outcome = RunResult(
                 turns.session,
@@ -350,12 +357,30 @@ class Program:
                 with contextlib.suppress(Exception):
                     await turns.models.aclose()
                 with contextlib.suppress(Exception):
+                    await turns.toolbox.aclose()
+                with contextlib.suppress(Exception):
                     turns.finish("failed")
             if located is error:
                 raise
             raise located from error
         finally:
             writer.close()
+
+    def _cost_limit(self, option: float | CostLimit | None, turns: TurnServices) -> None:
+        """The run's cost limit (§15.6), counting from what the session has already spent and
+        then from every message the store writes, checked after each turn once it is written."""
+        limit = cost_limit(option, self.script.meta)
+        if limit is None:
+            return
+        spent = turns.store.session_usage(turns.session)["cost"]
+        limit.start(turns.session, spent, lambda text: turns.warn(f"{self.script.file}: {text}"))
+        turns.store.listen(limit.saw)
+
+        def check(spec: TurnSpec) -> None:
+            turns.store.flush()
+            limit.check(spec.action)
+
+        turns.after_turn.append(check)
 
     def locate(self, error: BaseException, db: str | None = None) -> BaseException:
         """A :class:`RunError` with the ``.fems`` location of ``error`` (its innermost generated
@@ -485,6 +510,13 @@ def _argument_parser(script: ScriptInfo) -> argparse.ArgumentParser:
         help="seconds a model call may spend retrying transient errors (default: "
         "meta.retry_budget, 120)",
     )
+    parser.add_argument(
+        "--max-cost",
+        type=_dollars,
+        metavar="USD",
+        help="stop the run once its recorded cost passes this many US dollars, after the turn "
+        "that passed it (default: meta.max_cost; --resume with a higher limit goes on)",
+    )
     parser.add_argument("--trace", help="write a JSONL event trace to this file")
     parser.add_argument("--result", help="write the final result JSON to this file")
     parser.add_argument(
@@ -536,4 +568,15 @@ def _seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"{text!r}: give a number of seconds > 0")
+    return value
+
+
+def _dollars(text: str) -> float:
+    """A number of US dollars ≥ 0 (``--max-cost``)."""
+    try:
+        value = float(text.strip().removeprefix("$"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of US dollars") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of US dollars ≥ 0")
     return value

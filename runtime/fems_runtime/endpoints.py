@@ -11,7 +11,6 @@ becomes a `ModelCallError` that says whether retrying may help and what `Retry-A
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 import os
@@ -20,13 +19,13 @@ import ssl
 import sys
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
 from fems_runtime.imports import import_large, large_imports
-from fems_runtime.prices import Usage
+from fems_runtime.replies import WholeAnswer
 
 TRANSIENT_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
 AUTH_STATUS = frozenset({401, 403})
@@ -43,9 +42,10 @@ class Provider:
     key_required: bool = True
 
 
+OPENAI_BASE_URL = "https://api.openai.com/v1"
 OPENAI_COMPATIBLE: Mapping[str, Provider] = {
     "openai": Provider(
-        "https://api.openai.com/v1", ("OPENAI_BASE_URL", "OPENAI_API_BASE"), ("OPENAI_API_KEY",)
+        OPENAI_BASE_URL, ("OPENAI_BASE_URL", "OPENAI_API_BASE"), ("OPENAI_API_KEY",)
     ),
     "deepseek": Provider(
         "https://api.deepseek.com/beta", ("DEEPSEEK_API_BASE",), ("DEEPSEEK_API_KEY",)
@@ -107,22 +107,20 @@ LITELLM_ONLY_OPTIONS = frozenset(
 )  # fmt: skip
 """Options of litellm's call that are not request fields: never sent to an endpoint."""
 
+FEMS_OPTIONS = frozenset({"context_window", "reasoning"})
+"""fems2py's own model-map options (§13.2a, §15.7): read by the runtime, sent to no one."""
 
-@dataclass(frozen=True)
-class Reply:
-    """One answer, whichever path it took: text, usage, and the message as JSON (its
-    `tool_calls` and anything else a caller may need)."""
-
-    text: str
-    usage: Usage
-    message: Mapping[str, Any] | None = None
+LITELLM_EXTRA = "pip install 'fems-runtime[litellm]'"
+STREAM_CHUNK_DEPRECATION = r"Accessing the 'model_\w+' attribute on the instance"
 
 
 class ModelCallError(Exception):
     """A failed request, described the same way on both paths.
 
-    ``kind``: ``status`` (HTTP error), ``timeout``, ``connection``, ``malformed`` (an answer
-    that is not a chat completion), ``key`` (no API key) or ``other``.
+    ``kind``: ``status`` (HTTP error), ``timeout`` (silence, §15.4), ``connection``, ``cut``
+    (a stream that ended before its end), ``malformed`` (an answer that is not a chat
+    completion), ``context`` (the request is longer than the model's window, §13.2a),
+    ``key`` (no API key), ``setup`` (a package the path needs is not installed) or ``other``.
     """
 
     def __init__(
@@ -145,7 +143,7 @@ class ModelCallError(Exception):
         connections, malformed answers); authentication and other errors fail at once."""
         if self.kind == "status":
             return self.status in TRANSIENT_STATUS
-        return self.kind in ("timeout", "connection", "malformed")
+        return self.kind in ("timeout", "connection", "cut", "malformed")
 
     def describe(self) -> str:
         """The error as the run reports it (after ``model NAME: ``)."""
@@ -182,36 +180,6 @@ def parse_retry_after(headers: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - time.time())
-
-
-def reply_of(completion: Any) -> Reply:
-    """The `Reply` in a chat completion: the JSON body (the `openai` path) or litellm's
-    response object, turned into that JSON shape. The message is kept as JSON (a dict with
-    `content`, `tool_calls` …), the same on both paths."""
-    if not isinstance(completion, Mapping):
-        dump = getattr(completion, "model_dump", None)
-        completion = dump() if callable(dump) else None
-    try:
-        message = completion["choices"][0]["message"]
-        text = message.get("content") or ""
-    except (AttributeError, IndexError, KeyError, TypeError) as error:
-        raise ModelCallError("malformed", f"no message in the answer ({error!r})") from None
-    if not isinstance(text, str):
-        raise ModelCallError("malformed", "the message content is not text")
-    return Reply(text, _usage(completion.get("usage")), dict(message))
-
-
-def _usage(usage: Any) -> Usage:
-    if not isinstance(usage, Mapping):
-        return Usage()
-    details = usage.get("prompt_tokens_details")
-    cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
-    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
-    return Usage(
-        prompt if isinstance(prompt, int) else None,
-        completion if isinstance(completion, int) else None,
-        cached if isinstance(cached, int) else 0,
-    )
 
 
 # ---------------------------------------------------------------------- routing
@@ -262,7 +230,7 @@ def openai_route(
     fields = {
         k: v
         for k, v in options.items()
-        if k not in CLIENT_OPTIONS and k not in LITELLM_ONLY_OPTIONS
+        if k not in CLIENT_OPTIONS and k not in LITELLM_ONLY_OPTIONS and k not in FEMS_OPTIONS
     }
     return OpenAIRoute(
         base_url=str(base_url).rstrip("/"),
@@ -272,6 +240,13 @@ def openai_route(
         headers=options.get("extra_headers"),
         organization=options.get("organization"),
     )
+
+
+def speaks_deepseek(model: str, options: Mapping[str, Any]) -> bool:
+    """Whether the model is DeepSeek's, which has its own thinking switch (§15.7)."""
+    provider = options.get("custom_llm_provider") or _provider_of(model)[0]
+    base = str(options.get("api_base") or options.get("base_url") or "")
+    return provider == "deepseek" or "api.deepseek.com" in base
 
 
 def missing_key(model: str, route: OpenAIRoute) -> str | None:
@@ -349,49 +324,50 @@ class OpenAIClients:
             self._clients[key] = client
         return client
 
-    async def send(
+    async def stream(
         self,
         route: OpenAIRoute,
         messages: list[dict[str, Any]],
         timeout: float,
         tools: Sequence[Mapping[str, Any]] = (),
-    ) -> Reply:
-        """One chat completion request (offering ``tools``, §15.5); any failure is a
-        `ModelCallError`.
+        fields: Mapping[str, Any] | None = None,
+    ) -> AsyncGenerator[Any, None]:
+        """One streamed chat completion request (offering ``tools``, §15.5; ``fields`` are the
+        call's own request fields): its chunks as JSON, or one `WholeAnswer` from a server
+        that answers JSON. Any failure is a `ModelCallError`; leaving the iteration early (a
+        cancelled call) closes the response, so the server sees the connection close.
 
         The body goes out as plain JSON through the client's `post` (the SDK's way to any
         endpoint): `chat.completions.create` would walk every message through its typed-dict
-        transform and build pydantic models of the answer, milliseconds per call that grow with
-        the context. Auth, connection pool, timeouts and errors are the SDK's all the same.
+        transform and build pydantic models of every chunk, costs that grow with the context
+        and the reply. Auth, connection pool, timeouts and errors are the SDK's all the same.
+
+        **Decision:** on OpenAI's own endpoint, `max_tokens` is sent as
+        `max_completion_tokens`, the name every OpenAI model takes (its reasoning models
+        refuse the other); every other endpoint gets `max_tokens`.
         """
         openai = import_openai()
         client = self.client(route)
-        body = {**route.fields, "model": route.model, "messages": messages}
         options: dict[str, Any] = {"timeout": timeout}
         if route.headers:
             options["headers"] = dict(route.headers)
-        if tools:
-            body["tools"] = list(tools)
+        chunks = None
         try:
-            completion = await client.post(
-                "/chat/completions", body=body, cast_to=object, options=options
+            chunks = await client.post(
+                "/chat/completions",
+                body=_request_body(route, messages, tools, fields),
+                cast_to=object,
+                options=options,
+                stream=True,
+                stream_cls=_chunk_stream_class(openai),
             )
-        except openai.APIStatusError as error:
-            raise ModelCallError(
-                "status",
-                _body_message(error.body) or error.response.text or str(error),
-                status=error.status_code,
-                retry_after=parse_retry_after(error.response.headers),
-            ) from None
-        except openai.APITimeoutError:
-            raise ModelCallError("timeout", f"no answer within {timeout:g} s") from None
-        except openai.APIConnectionError as error:
-            raise ModelCallError("connection", _connection_detail(error)) from None
-        except (openai.APIResponseValidationError, json.JSONDecodeError) as error:
-            raise ModelCallError("malformed", str(error)) from None
-        except openai.OpenAIError as error:
-            raise ModelCallError("other", str(error)) from None
-        return reply_of(completion)
+            async for chunk in chunks:
+                yield chunk
+        except (openai.OpenAIError, json.JSONDecodeError) as error:
+            raise _sdk_error(openai, error, timeout) from None
+        finally:
+            if chunks is not None:
+                await chunks.close()
 
     async def aclose(self) -> None:
         """Close every pooled client (the end of a run)."""
@@ -436,6 +412,115 @@ def _tls_context(openai: ModuleType, *, plain: bool) -> ssl.SSLContext:
     return http_library.create_ssl_context()  # the SDK's HTTP library's default, as it would
 
 
+def _request_body(
+    route: OpenAIRoute,
+    messages: list[dict[str, Any]],
+    tools: Sequence[Mapping[str, Any]],
+    fields: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """The JSON body of a streamed request: the route's fields, the call's, the messages."""
+    body = {**route.fields, **(fields or {}), "model": route.model, "messages": messages}
+    body["stream"] = True
+    body["stream_options"] = {"include_usage": True}
+    if "max_tokens" in body and route.base_url == OPENAI_BASE_URL:
+        body["max_completion_tokens"] = body.pop("max_tokens")
+    if tools:
+        body["tools"] = list(tools)
+    return body
+
+
+def _sdk_error(openai: ModuleType, error: Exception, timeout: float) -> ModelCallError:
+    """The SDK's exception as a `ModelCallError`."""
+    if isinstance(error, openai.APIStatusError):
+        detail = _body_message(error.body) or error.response.text or str(error)
+        if context_exceeded(error.status_code, getattr(error, "code", None), detail):
+            return ModelCallError("context", detail, status=error.status_code)
+        return ModelCallError(
+            "status",
+            detail,
+            status=error.status_code,
+            retry_after=parse_retry_after(error.response.headers),
+        )
+    if isinstance(error, openai.APITimeoutError):
+        return ModelCallError("timeout", f"no answer within {timeout:g} s")
+    if isinstance(error, openai.APIConnectionError):
+        return ModelCallError("connection", _connection_detail(error))
+    if isinstance(error, openai.APIResponseValidationError | json.JSONDecodeError):
+        return ModelCallError("malformed", str(error))
+    return ModelCallError("other", str(error))
+
+
+@functools.cache
+def _chunk_stream_class(openai: ModuleType) -> type:
+    """The SDK's stream of server-sent events, read as fems2py needs it: each event's JSON as
+    is (no model built), the end marker (`[DONE]`) required, and a JSON body (a server that
+    ignores ``stream``) taken whole."""
+
+    class ChunkStream(openai.AsyncStream[object]):  # type: ignore[name-defined]
+        async def __stream__(self) -> AsyncIterator[Any]:
+            response = self.response
+            try:
+                if response.headers.get("content-type", "").startswith("application/json"):
+                    yield WholeAnswer(json.loads(await _read_whole(response)))
+                    return
+                ended = False
+                async for event in self._iter_events():
+                    if ended:
+                        continue  # read to the end, so the connection is reused
+                    if event.data.startswith("[DONE]"):
+                        ended = True
+                        continue
+                    yield _event_chunk(event.data)
+                if not ended:
+                    raise ModelCallError("cut", "the reply stream ended before its end")
+            finally:
+                await response.aclose()
+
+    return ChunkStream
+
+
+async def _read_whole(response: Any) -> bytes:
+    """The body of an answer that came whole, the HTTP library's errors as the SDK's."""
+    http = sys.modules[type(response).__module__.split(".")[0]]
+    try:
+        return bytes(await response.aread())
+    except http.TimeoutException:
+        raise ModelCallError("timeout", "the answer stopped coming") from None
+    except http.TransportError as error:
+        raise ModelCallError("connection", f"connection failed: {error}") from None
+
+
+def _event_chunk(data: str) -> Any:
+    """One event's chunk; an error the server sends in the stream ends it."""
+    try:
+        chunk = json.loads(data)
+    except json.JSONDecodeError as bad:
+        raise ModelCallError("malformed", f"a stream event that is not JSON ({bad})") from None
+    failure = chunk.get("error") if isinstance(chunk, dict) else None
+    if failure:
+        detail = _body_message(chunk) or "an error"
+        code = failure.get("code") if isinstance(failure, Mapping) else None
+        if context_exceeded(400, code, detail):
+            raise ModelCallError("context", detail, status=400)
+        raise ModelCallError("cut", f"the reply stream ended with {detail}")
+    return chunk
+
+
+_CONTEXT_EXCEEDED = re.compile(
+    r"context[_ ]length|context window|context size|maximum context|prompt is too long"
+    r"|too many tokens|input is too long|reduce the length",
+    re.IGNORECASE,
+)
+
+
+def context_exceeded(status: int | None, code: Any, detail: str) -> bool:
+    """Whether an error answer says the request is longer than the model's window (OpenAI's
+    ``context_length_exceeded``, and how vLLM, llama.cpp and others word it)."""
+    if status not in (400, 413):
+        return False
+    return code == "context_length_exceeded" or _CONTEXT_EXCEEDED.search(detail) is not None
+
+
 def _body_message(body: Any) -> str | None:
     if isinstance(body, Mapping):
         inner = body.get("error", body)
@@ -460,7 +545,9 @@ _MISSING_CREDENTIALS = re.compile(
 
 
 def import_litellm() -> ModuleType:
-    """Import litellm once, with the bundled price map so it never fetches one over the network."""
+    """Import litellm once, with the bundled price map so it never fetches one over the network;
+    without litellm installed (it is the extra `fems-runtime[litellm]`), a `ModelCallError`
+    saying what to install."""
     global _litellm_module
     if _litellm_module is None:
         os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -469,37 +556,67 @@ def import_litellm() -> ModuleType:
         warnings.filterwarnings(
             "ignore", r"coroutine '.*\.acompletion' was never awaited", RuntimeWarning
         )
-        litellm: Any = import_large("litellm")
+        # litellm reads pydantic attributes of its stream chunks that pydantic 2.11 deprecated
+        warnings.filterwarnings("ignore", STREAM_CHUNK_DEPRECATION, DeprecationWarning)
+        try:
+            litellm: Any = import_large("litellm")
+        except ImportError:
+            raise ModelCallError(
+                "setup",
+                "this provider is served through litellm, which is not installed "
+                f"({LITELLM_EXTRA})",
+            ) from None
         litellm.suppress_debug_info = True
         _litellm_module = litellm
     return _litellm_module
 
 
-async def litellm_send(
+async def litellm_stream(
     model: str,
     options: Mapping[str, Any],
     messages: list[dict[str, Any]],
     timeout: float,
     tools: Sequence[Mapping[str, Any]] = (),
-) -> Reply:
-    """One request through litellm (its own retries off, offering ``tools``, §15.5); any
-    failure is a `ModelCallError`."""
+    fields: Mapping[str, Any] | None = None,
+) -> AsyncGenerator[Any, None]:
+    """One streamed request through litellm (its own retries off, offering ``tools``,
+    §15.5): its chunks, as litellm's objects. Any failure is a `ModelCallError`; leaving the
+    iteration early closes litellm's stream and its connection."""
     litellm = import_litellm()
-    call = {**options, "timeout": timeout, "max_retries": 0}
+    call = {k: v for k, v in options.items() if k not in FEMS_OPTIONS}
+    call.update(fields or {})
+    call.update(timeout=timeout, max_retries=0, stream=True)
+    call["stream_options"] = {"include_usage": True}
     if tools:
         call["tools"] = list(tools)
     try:
         response = await litellm.acompletion(model=model, messages=messages, **call)
-    except asyncio.CancelledError:
+    except Exception as error:
+        raise _litellm_error(error, timeout) from None
+    if not hasattr(response, "__aiter__"):  # a provider litellm answers whole
+        yield WholeAnswer(response)
+        return
+    try:
+        async for chunk in response:
+            yield chunk
+        if getattr(response, "received_finish_reason", "") is None:
+            raise ModelCallError("cut", "the reply stream ended before its end")
+    except ModelCallError:
         raise
     except Exception as error:
         raise _litellm_error(error, timeout) from None
-    return reply_of(response)
+    finally:
+        await response.aclose()
 
 
 def _litellm_error(error: Exception, timeout: float) -> ModelCallError:
     """litellm's exception as the `openai` path would have described it."""
-    text = str(getattr(error, "message", "") or error).strip() or type(error).__name__
+    inner = getattr(error, "original_exception", None)
+    if type(error).__name__ == "MidStreamFallbackError" and isinstance(inner, Exception):
+        broken = _litellm_error(inner, timeout)  # a stream that broke off part-way: its cause
+        return ModelCallError("cut", f"the reply stream broke off: {broken.describe()}")
+    text = str(getattr(error, "message", "") or error).partition("\nTraceback")[0].strip()
+    text = text or type(error).__name__
     detail = _LITELLM_PREFIX.sub("", text).strip() or text
     if _MISSING_CREDENTIALS.search(text):
         return ModelCallError("key", detail)
@@ -511,6 +628,8 @@ def _litellm_error(error: Exception, timeout: float) -> ModelCallError:
     if detail.startswith(("Expecting", "Invalid JSON", "Unterminated")):
         return ModelCallError("malformed", detail)
     status = getattr(error, "status_code", None)
+    if "ContextWindowExceededError" in names or context_exceeded(status, None, detail):
+        return ModelCallError("context", detail, status=status)
     if isinstance(status, int):
         retry_after = parse_retry_after(getattr(error, "litellm_response_headers", None))
         if retry_after is None:

@@ -5,11 +5,16 @@ A request goes out through `fems_runtime.endpoints`: the `openai` SDK for the Op
 litellm (imported on its first call) for the other providers. Everything around the request is
 here, once, so both paths retry, time out, fail and count the same way. Importing a generated
 module, or running it with the offline models of §15.3, imports neither.
+
+Every call streams (§15.4): the reply is put together from its chunks (`fems_runtime.replies`),
+its reasoning cut out as it arrives (§13.1) and passed on to the caller's `ReplyStream`; the
+timeout is the longest silence, so a slow model that keeps writing is never cut.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -24,20 +29,23 @@ from fems_runtime.endpoints import (
     ModelCallError,
     OpenAIClients,
     OpenAIRoute,
-    Reply,
     import_litellm,
-    litellm_send,
+    litellm_stream,
     missing_key,
     openai_route,
+    speaks_deepseek,
 )
 from fems_runtime.offline import OFFLINE_MODELS, MockModel, OfflineTurn, ScriptModel
 from fems_runtime.prices import PRICES, PriceTable
+from fems_runtime.reasoning import split_reasoning
 from fems_runtime.records import RunError
+from fems_runtime.replies import MalformedReply, Reply, ReplyBuilder
 from fems_runtime.tools import ToolCall
 
 DEFAULT_MODEL = "fems/mock"
 DEFAULT_TIMEOUT = 60.0
 DEFAULT_RETRY_BUDGET = 120.0
+REASONING_EFFORTS = ("low", "medium", "high")
 
 
 @dataclass(frozen=True)
@@ -74,8 +82,12 @@ class CallResult:
 
 class ReplyStream:
     """What a call has received so far, for the transcript, the stage and an interrupt
-    (§10.7): the reply text and the reasoning. ``listener(kind, chunk)`` is told every piece
-    as it arrives, kind ``"text"`` or ``"reasoning"``."""
+    (§10.7): the reply text and the reasoning, each cut from the other as they arrive.
+
+    ``listener(kind, chunk)`` is told every piece as it arrives, kind ``"text"`` or
+    ``"reasoning"``; and ``("discard", "")`` when an attempt's stream broke off and its pieces
+    are dropped before the call is retried (§15.4).
+    """
 
     def __init__(self, listener: Callable[[str, str], None] | None = None) -> None:
         self._listener = listener
@@ -89,7 +101,7 @@ class ReplyStream:
 
     @property
     def reasoning(self) -> str:
-        """The reasoning so far."""
+        """The reasoning so far (provider field, or the leading think block)."""
         return "".join(self._reasoning)
 
     def add(self, kind: str, chunk: str) -> None:
@@ -97,6 +109,15 @@ class ReplyStream:
         (self._text if kind == "text" else self._reasoning).append(chunk)
         if self._listener is not None:
             self._listener(kind, chunk)
+
+    def discard(self) -> None:
+        """Forget an attempt that failed part-way: its text never counts."""
+        if not (self._text or self._reasoning):
+            return
+        self._text.clear()
+        self._reasoning.clear()
+        if self._listener is not None:
+            self._listener("discard", "")
 
 
 class ContextTooLong(RunError):
@@ -210,6 +231,7 @@ class ModelClient:
         self.prices: PriceTable = PRICES
         self._choices: dict[tuple[str | None, str | None], ModelChoice] = {}
         self._routes: dict[int, tuple[ModelChoice, OpenAIRoute | None]] = {}
+        self._no_reasoning: set[str] = set()  # models that refused a request to reason
 
     @classmethod
     def for_project(
@@ -279,6 +301,7 @@ class ModelClient:
             if key_env not in self.environ:
                 raise RunError(f"model alias {name!r}: environment variable {key_env} is not set")
             options["api_key"] = self.environ[key_env]
+        _check_own_options(name, options)
         return ModelChoice(model, options, rung)
 
     async def complete(
@@ -293,35 +316,54 @@ class ModelClient:
         max_tokens: int | None = None,
         reasoning: str | None = None,
     ) -> CallResult:
-        """One model call: offline models answer directly, real ones go out through
+        """One model call: offline models answer directly, real ones stream through
         `fems_runtime.endpoints`. ``delay`` is a module's meta.delay; the larger of it and the
         script's applies. ``tools`` are the offered tools' entries of the ``tools`` request
-        parameter (§15.5). ``stream`` gets the reply's text as it arrives; ``max_tokens`` (an
-        action's or meta's cap) wins over the model map's; ``reasoning`` (``deep_think``,
-        §15.7) asks for `reasoning_effort`."""
+        parameter (§15.5). ``stream`` is filled as the reply arrives (an offline reply at
+        once); cancelling the call closes its stream. ``max_tokens`` (an action's or meta's
+        cap) wins over the model map's; ``reasoning`` (``deep_think``, §15.7) over the model
+        map's ``reasoning``."""
         if choice.model in OFFLINE_MODELS:
             if tools or turn.tools:  # the offered tools, as the model sees them
                 turn = replace(turn, tools=tuple(tool["function"] for tool in tools))
-            result = _numbered(self._offline(choice, messages, turn), messages)
-        else:
-            fields: dict[str, Any] = {}
-            if max_tokens is not None:
-                fields["max_tokens"] = int(max_tokens)
-            if reasoning is not None:
-                fields["reasoning_effort"] = reasoning
-            result = await self._complete_remote(choice, messages, delay, tools, fields)
-        result = _without_reasoning(result)
-        if stream is not None:
-            if result.reasoning:
-                stream.add("reasoning", result.reasoning)
-            stream.add("text", result.text)
-        return result
+            result = _without_reasoning(self._offline(choice, messages, turn))
+            if stream is not None:
+                for kind, chunk in (("reasoning", result.reasoning), ("text", result.text)):
+                    if chunk:
+                        stream.add(kind, chunk)
+            return _numbered(result, messages)
+        fields = self._request_fields(choice, max_tokens, reasoning)
+        return await self._complete_remote(choice, messages, delay, tools, stream, fields)
 
     def window(self, choice: ModelChoice) -> int | None:
         """The model's context window in tokens (§13.2a): the model map's `context_window`,
-        else None (unknown)."""
+        else the model's `max_input_tokens` in the bundled table, else None (unknown)."""
         own = choice.options.get("context_window")
-        return int(own) if own is not None else None
+        if own is not None:
+            return int(own)
+        if choice.offline:
+            return None
+        size = (self.prices.entry(choice.model) or {}).get("max_input_tokens")
+        return size if isinstance(size, int) and size > 0 else None
+
+    def _request_fields(
+        self, choice: ModelChoice, max_tokens: int | None, reasoning: str | None
+    ) -> dict[str, Any]:
+        """The call's own request fields: the reply's cap, and reasoning on request (§15.7):
+        `reasoning_effort`, and DeepSeek's thinking switch on its provider."""
+        fields: dict[str, Any] = {}
+        if max_tokens is not None:
+            fields["max_tokens"] = int(max_tokens)
+        effort = reasoning or choice.options.get("reasoning")
+        if effort and choice.model not in self._no_reasoning:
+            if effort not in REASONING_EFFORTS:
+                raise RunError(
+                    f"reasoning must be one of {', '.join(REASONING_EFFORTS)}, not {effort!r}"
+                )
+            fields["reasoning_effort"] = effort
+            if speaks_deepseek(choice.model, choice.options):
+                fields["thinking"] = {"type": "enabled"}
+        return fields
 
     def _offline(
         self, choice: ModelChoice, messages: list[dict[str, Any]], turn: OfflineTurn
@@ -343,16 +385,13 @@ class ModelClient:
         messages: list[dict[str, Any]],
         delay: float = 0.0,
         tools: Sequence[Mapping[str, Any]] = (),
-        fields: Mapping[str, Any] | None = None,
+        stream: ReplyStream | None = None,
+        fields: dict[str, Any] | None = None,
     ) -> CallResult:
         """Send the request until it succeeds, a non-transient error ends it, or the retry
-        budget (counted from the first attempt) runs out (§15.4). ``fields`` are the call's
-        own request fields (``max_tokens``, ``reasoning_effort``)."""
+        budget (counted from the first attempt) runs out (§15.4). An attempt whose stream
+        broke off is discarded from ``stream`` before the next one."""
         route = self._route(choice)
-        if fields:
-            if route is not None:
-                route = replace(route, fields={**route.fields, **fields})
-            choice = replace(choice, options={**choice.options, **fields})
         timeout = float(choice.options.get("timeout") or self.timeout)
         loop = asyncio.get_running_loop()
         deadline: float | None = None  # set when the first attempt starts, not while queued
@@ -365,9 +404,18 @@ class ModelClient:
                     if deadline is None:
                         deadline = loop.time() + self.retry.budget
                     limit = min(timeout, deadline - loop.time())
-                    reply = await self._send(choice, route, messages, limit, tools)
+                    reply = await self._send(
+                        choice, route, messages, limit, tools, stream=stream, fields=fields
+                    )
                 return self._result(choice, reply, attempts)
             except ModelCallError as error:
+                if stream is not None:
+                    stream.discard()
+                if fields and self._refused_reasoning(choice, fields, error):
+                    attempts -= 1  # the same attempt again, without the fields it refused
+                    continue
+                if error.kind == "context":
+                    raise ContextTooLong(choice.model, error.detail) from None
                 if error.kind == "key":
                     raise RunError(
                         f"model {choice.model} has no API key: {error.detail} (a .env file next "
@@ -408,22 +456,55 @@ class ModelClient:
         messages: list[dict[str, Any]],
         timeout: float,
         tools: Sequence[Mapping[str, Any]] = (),
+        *,
+        stream: ReplyStream | None = None,
+        fields: Mapping[str, Any] | None = None,
     ) -> Reply:
-        """One request on its path, cut off after ``timeout`` seconds whatever the SDK does."""
+        """One streamed request on its path. ``timeout`` is the longest wait for the first
+        chunk; between chunks, the model's `timeout` (§15.4: silence, not the whole reply),
+        whatever the SDK does."""
         if timeout <= 0:  # the budget ran out while this attempt waited for a slot
             raise ModelCallError("timeout", "no time left in the retry budget")
+        silence = float(choice.options.get("timeout") or self.timeout)
         # importing the SDK or litellm (seconds, once) is not the endpoint's time
         if route is None:
             import_litellm()
+            chunks = litellm_stream(choice.model, choice.options, messages, silence, tools, fields)
         else:
             self._openai.client(route)
+            chunks = self._openai.stream(route, messages, silence, tools, fields)
+        builder = ReplyBuilder(None if stream is None else stream.add)
+        loop = asyncio.get_running_loop()
+        started = False
         try:
-            async with asyncio.timeout(timeout):
-                if route is not None:
-                    return await self._openai.send(route, messages, timeout, tools)
-                return await litellm_send(choice.model, choice.options, messages, timeout, tools)
+            async with asyncio.timeout(timeout) as watch, contextlib.aclosing(chunks) as source:
+                async for chunk in source:
+                    watch.reschedule(loop.time() + silence)
+                    started = True
+                    builder.add(chunk)
         except TimeoutError:
+            if started:
+                raise ModelCallError("timeout", f"the reply stopped for {silence:g} s") from None
             raise ModelCallError("timeout", f"no answer within {timeout:g} s") from None
+        except MalformedReply as error:
+            raise ModelCallError("malformed", str(error)) from None
+        return builder.reply()
+
+    def _refused_reasoning(
+        self, choice: ModelChoice, fields: dict[str, Any], error: ModelCallError
+    ) -> bool:
+        """Whether the model refused the request to reason (it has no reasoning mode): then
+        it is a notice, once per model, and the call goes on without it (§15.7)."""
+        if "reasoning_effort" not in fields or error.kind != "status" or error.status != 400:
+            return False
+        if not re.search(r"reasoning|thinking", error.detail, re.IGNORECASE):
+            return False
+        fields.pop("reasoning_effort")
+        fields.pop("thinking", None)
+        if choice.model not in self._no_reasoning:
+            self._no_reasoning.add(choice.model)
+            self._notice(f"fems: model {choice.model} has no reasoning mode; it answers without")
+        return True
 
     async def aclose(self) -> None:
         """Release the pooled connections (the end of a run)."""
@@ -451,21 +532,30 @@ class ModelClient:
             cost=self.prices.cost(choice.model, reply.usage, choice.options),
             attempts=attempts,
             tool_calls=reply_tool_calls(reply.message),
+            reasoning=reply.reasoning,
+            reasoning_tokens=reply.usage.reasoning_tokens,
+            finish_reason=reply.finish_reason,
         )
 
 
-_THINK_BLOCK = re.compile(r"\s*<(think|thinking)>(.*?)(?:</\1>|\Z)", re.IGNORECASE | re.DOTALL)
+def _check_own_options(alias: str, options: Mapping[str, Any]) -> None:
+    """fems2py's own model-map options (§13.2a, §15.7) are checked when the alias is used."""
+    window = options.get("context_window")
+    if window is not None and (
+        isinstance(window, bool) or not isinstance(window, int) or window <= 0
+    ):
+        raise RunError(f"model alias {alias!r}: context_window must be a positive number of tokens")
+    effort = options.get("reasoning")
+    if effort is not None and effort not in REASONING_EFFORTS:
+        raise RunError(
+            f"model alias {alias!r}: reasoning must be one of {', '.join(REASONING_EFFORTS)}"
+        )
 
 
 def _without_reasoning(result: CallResult) -> CallResult:
-    """A reply with its leading ``<think>``/``<thinking>`` block (closed or not) cut out into
-    its reasoning (§13.1)."""
-    block = _THINK_BLOCK.match(result.text)
-    if block is None:
-        return result
-    thought = block.group(2).strip()
-    reasoning = "\n\n".join(part for part in (result.reasoning, thought) if part)
-    return replace(result, text=result.text[block.end() :].lstrip(), reasoning=reasoning)
+    """An offline reply with its leading think block cut out, as a streamed one's (§13.1)."""
+    reasoning, text = split_reasoning(result.text)
+    return result if text is result.text else replace(result, text=text, reasoning=reasoning)
 
 
 def reply_tool_calls(message: Mapping[str, Any] | None) -> tuple[ToolCall, ...]:

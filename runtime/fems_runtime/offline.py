@@ -132,14 +132,15 @@ class MockModel:
         """Each offered tool once per turn, with arguments valid for its schema: the first call
         of a turn (no tool result in ``messages`` yet) asks for them all.
 
-        **Decision:** the mock never calls ``write``, so a mock run changes no file.
+        **Decision:** the mock never calls ``write`` or ``edit``, so a mock run changes no
+        file (an MCP tool is called: the server decides what it changes).
         """
         if any(m.get("role") == "tool" for m in messages):
             return ()
         return tuple(
             ToolCall("", tool["name"], json.dumps(example_arguments(tool.get("parameters", {}))))
             for tool in turn.tools
-            if tool["name"] != "write"
+            if tool["name"] not in ("write", "edit")
         )
 
 
@@ -210,8 +211,10 @@ def _example(schema: Mapping[str, Any], defs: Mapping[str, Any]) -> Any:
             return _example(schema[union][0], defs)
     examples = {"string": "example", "integer": 1, "number": 1.0, "boolean": True, "null": None}
     kind = schema.get("type")
-    if kind == "array":
-        return []
+    if kind == "array":  # as few items as the schema allows (an MCP server's minItems)
+        return [_example(schema.get("items", {}), defs)] * int(schema.get("minItems", 0))
+    if kind in ("integer", "number") and "minimum" in schema:
+        return max(schema["minimum"], min(examples[kind], schema.get("maximum", examples[kind])))
     if kind == "object":
         properties = schema.get("properties", {})
         return {

@@ -1,10 +1,20 @@
-"""What a model call cost: litellm's bundled price table read as data, never by importing litellm.
+"""What a model call cost, and how large a model's window is (§13.2a): a model table read as
+data, never by importing litellm.
 
-litellm ships its price table as a JSON file (`model_prices_and_context_window*.json`, 3–4 MB,
+litellm ships its model table as a JSON file (`model_prices_and_context_window*.json`, 3–4 MB,
 about 5,000 models) inside its package. Importing litellm to price a call costs seconds and
 ~170 MB, and parsing the whole file ~30 ms and ~12 MB, so only the entries of the models a run
 uses are looked up and decoded, each once per run: an unknown model is remembered as unknown,
 so it costs one failed lookup per run, not one per call.
+
+litellm is an extra of the runtime (`fems-runtime[litellm]`), so the runtime ships its own
+copy of the table (`model_table.json`: the chat models, with only the fields read here,
+`TABLE_FIELDS`), used when litellm is not installed; litellm's own file, when it is, is newer.
+The copy is made from litellm's file by
+
+    python -m fems_runtime.prices --refresh
+
+(litellm installed), run again whenever litellm is upgraded, and committed.
 
 A model-map entry may give its own prices (`input_cost_per_token`, `output_cost_per_token`, as
 litellm's call options do), which win over the table: a self-hosted model can have a cost.
@@ -14,6 +24,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +36,8 @@ CHUNK = 1 << 18
 LONGEST_KEY = 512
 LONGEST_ENTRY = 1 << 16
 OWN_PRICE_KEYS = ("input_cost_per_token", "output_cost_per_token", "cache_read_input_token_cost")
+TABLE_FIELDS = (*OWN_PRICE_KEYS, "max_input_tokens", "max_output_tokens")
+SHIPPED_TABLE = Path(__file__).with_name("model_table.json")
 
 
 @dataclass(frozen=True)
@@ -34,6 +47,7 @@ class Usage:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cached_tokens: int = 0  # prompt tokens served from the provider's prompt cache
+    reasoning_tokens: int | None = None  # completion tokens the model spent reasoning (§15.4)
 
 
 def litellm_price_file() -> Path | None:
@@ -46,6 +60,14 @@ def litellm_price_file() -> Path | None:
         if found:
             return found[0]
     return None
+
+
+def model_table_file() -> Path | None:
+    """The table to read: litellm's when it is installed, else the runtime's own copy."""
+    found = litellm_price_file()
+    if found is not None:
+        return found
+    return SHIPPED_TABLE if SHIPPED_TABLE.is_file() else None
 
 
 class PriceTable:
@@ -71,7 +93,7 @@ class PriceTable:
 
     def _find(self, names: list[str]) -> dict[str, Mapping[str, Any]]:
         """The entries of ``names`` found in one pass over the file."""
-        path = self._path or litellm_price_file()
+        path = self._path or model_table_file()
         if path is None:
             return {}
         keys = {f"\n{INDENT}{json.dumps(name)}: {{".encode(): name for name in names}
@@ -133,3 +155,38 @@ def _decode_entry(table: BinaryIO, start: int) -> Mapping[str, Any] | None:
 
 PRICES = PriceTable()
 """The process's table: the file is read on the first priced call, at most once."""
+
+
+def shipped_entries(table: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The entries of litellm's table the runtime ships: chat models, `TABLE_FIELDS` only."""
+    entries = {}
+    for name, entry in sorted(table.items()):
+        if not isinstance(entry, Mapping) or entry.get("mode") != "chat":
+            continue
+        kept = {key: entry[key] for key in TABLE_FIELDS if isinstance(entry.get(key), int | float)}
+        if kept:
+            entries[name] = kept
+    return entries
+
+
+def write_table(entries: Mapping[str, Mapping[str, Any]], target: Path) -> None:
+    """Write ``entries`` as litellm lays its table out (each model's key at the start of a
+    line, indented), one model per line, so `PriceTable` reads either file alike."""
+    lines = [f"{INDENT}{json.dumps(name)}: {json.dumps(entry)}" for name, entry in entries.items()]
+    target.write_text("{\n" + ",\n".join(lines) + "\n}\n", encoding="utf-8")
+
+
+def refresh(target: Path = SHIPPED_TABLE) -> int:
+    """Make the runtime's copy of the table from litellm's installed one; the number of models."""
+    source = litellm_price_file()
+    if source is None:
+        raise SystemExit("litellm is not installed: pip install 'fems-runtime[litellm]'")
+    entries = shipped_entries(json.loads(source.read_text(encoding="utf-8")))
+    write_table(entries, target)
+    return len(entries)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--refresh"]:
+        raise SystemExit("usage: python -m fems_runtime.prices --refresh")
+    print(f"{SHIPPED_TABLE}: {refresh()} models")

@@ -1,10 +1,12 @@
 """Signals: how a model's reply sets variables (§10.1–§10.5).
 
-``SET VARIABLE: <<name = value>>`` (and its Chinese and bracket variants) are found anywhere in
-a reply. Each body is parsed as ``target op value``; the value is data, read with the literal
-grammar and never evaluated (§10.3). The out whitelist and typed outs decide what is accepted
-(§10.4); everything rejected goes, as raw text, into ``SET_VARIABLE`` (§10.5), and a rejected
-reply's assignments can be rolled back.
+``SET VARIABLE: <<name = value>>`` (and its Chinese and bracket variants, with Markdown emphasis
+or inline code around the prefix) are found anywhere in a reply. Each body is parsed as
+``target op value``; the value is data, read with the literal grammar and never evaluated
+(§10.3), except that a bare actor name without its ``@`` names that actor where only an actor
+fits. The out whitelist and typed outs decide what is accepted (§10.4); everything rejected
+goes, as raw text, into ``SET_VARIABLE`` (§10.5), and a rejected reply's assignments can be
+rolled back.
 """
 
 from __future__ import annotations
@@ -35,8 +37,11 @@ if TYPE_CHECKING:
 
 OUT_TYPES = ("int", "float", "bool", "string", "actor", "enum", "dropdown")
 
-_PREFIX = re.compile(r"(?:SET[\s_]*VARIABLE|设定变量|设置变量)\s*[:：]", re.IGNORECASE)
-_OPENER = re.compile(r"[ \t]*(?:<<|《《|《|〈)")
+# Markdown emphasis and inline code around the prefix are ignored (§10.1): **SET VARIABLE:**,
+# __SET VARIABLE__:, `SET VARIABLE:` <<…>>; the marks are in the character classes that take
+# spaces, so a long run of them is scanned once
+_PREFIX = re.compile(r"(?:SET[\s_]*VARIABLE|设定变量|设置变量)[\s*_`]*[:：]", re.IGNORECASE)
+_OPENER = re.compile(r"[ \t*_`]*(?:<<|《《|《|〈)")
 _CLOSER = re.compile(r">>|》》?|〉")
 _QUOTE_CHARS = "".join(QUOTES)
 # a quote at the start of a body, or after a character where a value can start (= ( [ { , :),
@@ -54,6 +59,7 @@ _TARGET = re.compile(r"(?P<a>@?\w+)(?:\.(?P<b>@?\w+))?(?:\s*\[(?P<k>[^\[\]]*)\])
 _TARGET_MARKS = 8
 _OP_MARK = re.compile(rf"[=\[\]{_QUOTE_CHARS}]")
 LARGE_REPLY = 64 * 1024  # replies longer than this are read in a worker thread
+_WORD = re.compile(r"\w+")
 _CALL = re.compile(r"(?P<fn>add|remove)\s*[(（](?P<arg>.*)[)）]", re.DOTALL)  # （ ） too (§1.4)
 
 
@@ -506,10 +512,12 @@ def assign_out(
     """Convert ``value`` for ``out`` and apply ``target[key] op value``; return the undo.
 
     ``key`` is the entry's key (None: the whole variable); an ``"@x"`` key resolves to its
-    current binding. An actor variable (``@v``) set with ``=`` only takes a defined actor or
-    ``""`` (§4.3); a ``string`` out's text that names one is that actor (real scripts declare
+    current binding. An actor variable (``@v``) holds a defined actor or ``""`` (§4.3): only
+    ``=`` sets it; a ``string`` out's text that names one is that actor (real scripts declare
     ``@KILL(string, "目标")``).
     """
+    if key is None and op != "=" and target.startswith("@"):
+        raise SignalError(f"{target} holds an actor: only '=' sets it (<<{target} = @name>>)")
     converted = convert_value(out, value, frame)
     actor_variable = key is None and op == "=" and target.startswith("@")
     if actor_variable and isinstance(converted, str) and frame.variables.is_actor(converted):
@@ -579,6 +587,7 @@ def apply_signals(
     outcome = SignalOutcome(outs=tuple(outs) if outs is not None else None)
     if read is None:
         read = read_signals(reply, frame.variables.actors)
+    bare_names = _BareActorNames(frame.variables.actors)
     for item in read:
         signal = item.signal
         if signal is None:
@@ -589,7 +598,10 @@ def apply_signals(
             key = _entry(out, signal.key, frame)
             if item.problem is not None:
                 raise SignalError(item.problem)
-            undo = assign_out(frame, signal.target, key, signal.op, item.value, out)
+            value = item.value
+            if _bare_word(signal, value) and _holds_actor(out, signal.target, key, frame):
+                value = bare_names.actor(value) or value
+            undo = assign_out(frame, signal.target, key, signal.op, value, out)
         except (SignalError, LiteralError) as error:
             outcome.rejected.append(Rejected(item.raw, str(error)))
             continue
@@ -597,10 +609,63 @@ def apply_signals(
             outcome.rejected.append(Rejected(item.raw, error.message))
             continue
         shown = signal.key if out is None or out.key_from is None else key
-        outcome.applied.append(
-            Applied(item.raw, signal.target, shown, signal.op, item.value, out, undo)
-        )
+        outcome.applied.append(Applied(item.raw, signal.target, shown, signal.op, value, out, undo))
     return outcome
+
+
+class _BareActorNames:
+    """The defined actors by their names without ``@``, for the one leniency of §10.3: the
+    exact name first, else a case-insensitive match when exactly one actor has it (the folded
+    table is built on first need, once per reply)."""
+
+    def __init__(self, actors: Mapping[str, object]) -> None:
+        self._actors = actors
+        self._folded: dict[str, list[str]] | None = None
+
+    def actor(self, word: str) -> str | None:
+        """``"@Bob"`` for ``Bob`` (or ``bob`` when no other actor folds to it), else None."""
+        if f"@{word}" in self._actors:
+            return f"@{word}"
+        if self._folded is None:
+            self._folded = {}
+            for name in self._actors:
+                self._folded.setdefault(name[1:].casefold(), []).append(name)
+        matches = self._folded.get(word.casefold(), [])
+        return matches[0] if len(matches) == 1 else None
+
+
+def _bare_word(signal: Signal, value: Any) -> bool:
+    """Whether a signal's value is one unquoted word (``Bob``), which an actor-valued out may
+    read as an actor's name (§10.3); a quoted ``"Bob"`` stays a string."""
+    return (
+        signal.op == "="
+        and isinstance(value, str)
+        and signal.value_text[:1] not in QUOTES
+        and _WORD.fullmatch(value) is not None
+    )
+
+
+def _holds_actor(out: OutSpec | None, target: str, key: Any, frame: Frame) -> bool:
+    """Whether a signal's target takes actors (§10.3): an ``actor`` out, an actor variable
+    (``@ballot``), a ``dropdown``/``enum`` whose choices are actors, or an entry keyed by an
+    actor (``votes.@x``) that is untyped or a string and holds no number or container yet
+    (``hp.@x`` stays a number), as the mock reads it (§15.3)."""
+    kind = out.type if out is not None else None
+    if kind == "actor":
+        return True
+    if out is not None and kind in ("enum", "dropdown"):
+        variables = frame.variables
+        return any(variables.is_actor(choice) for choice in choice_list(out))
+    if key is None:
+        return target.startswith("@")
+    if kind not in (None, "string") or not _is_actor_name(key):
+        return False
+    try:
+        current = frame.get(target)
+        entry = current.get(frame.entry_key(key)) if isinstance(current, Mapping) else None
+    except RunError:
+        return False
+    return entry is None or isinstance(entry, str)
 
 
 async def aapply_signals(reply: str, frame: Frame, outs: Sequence[OutSpec] | None) -> SignalOutcome:

@@ -86,9 +86,7 @@ class TurnSpec:
     interrupt: InterruptSpec | None = None
     model: str | None = None
     max_tool_rounds: int | None = None  # None: meta.max_tool_rounds, else 8 (§15.5)
-    max_tokens: int | None = (
-        None  # the reply's cap (action field, else meta); None: the model map's
-    )
+    max_tokens: int | None = None  # the action's or meta's cap; None: the model map's (§9.2)
 
     @property
     def strict(self) -> bool:

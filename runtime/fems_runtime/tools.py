@@ -1,10 +1,16 @@
-"""Tools an actor's model may call (§15.5): ``code:`` functions and the built-ins read/list/write.
+"""Tools an actor's model may call (§15.5): ``code:`` functions, built-ins and MCP tools.
 
-Every tool is a Python callable described by pydantic: its JSON schema comes from the
-signature, type hints and docstring (``TypeAdapter(function).json_schema()``), and the same
-adapter validates the model's arguments before the call. The built-ins are methods of
-:class:`Workspace` described the same way, confined to one root folder (the script's folder or
-``--root``) by :func:`fems_runtime.paths.inside_root`.
+A ``code:`` function is described by pydantic: its JSON schema comes from the signature, type
+hints and docstring (``TypeAdapter(function).json_schema()``), and the same adapter validates
+the model's arguments before the call. The built-ins (:mod:`fems_runtime.builtin_tools`:
+read, list, glob, grep, write, edit) are methods described the same way, confined to one root
+folder. A tool of an MCP server (:mod:`fems_runtime.mcp`, named ``server.tool`` or
+``server.*``) is described by the server: its schema is passed to the model as given and
+validates the arguments (jsonschema) before the ``tools/call``.
+
+Other names in ``tools:`` are not tools: ``deep_think`` asks the model to reason (§15.7, see
+:func:`asks_reasoning`), and a host's tool name (``web_search``, ``shell``…) was a build
+warning; neither is offered.
 
 A tool never crashes the run: invalid JSON, arguments the schema rejects, a path outside the
 root and any exception the function raises become the tool's result text, which goes back to
@@ -16,26 +22,33 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from fems_runtime.paths import OutsideRoot, inside_root
+from fems_runtime.builtin_tools import Workspace
+from fems_runtime.mcp import McpServers, ServerConfig, ServerTool
 from fems_runtime.records import RunError
 from fems_runtime.values import valid_text
 
-BUILTIN_TOOLS = ("read", "list", "write")
-"""The built-in tools; ``write`` is offered only when an actor names it (``true`` leaves it out)."""
-DEFAULT_TOOLS = ("read", "list")
+BUILTIN_TOOLS = ("read", "list", "glob", "grep", "write", "edit")
+"""The built-in tools; ``write`` and ``edit`` are offered only when an actor names them
+(``true`` leaves them out)."""
+DEFAULT_TOOLS = ("read", "list", "glob", "grep")
+"""What ``tools: true`` offers besides the script's own: the built-ins that change nothing."""
+REASONING = "deep_think"
+"""Not a tool: in ``tools:`` it asks the actor's model to reason before answering (§15.7)."""
+HOST_TOOLS = ("web_search", "code_interpreter", "shell")
+"""Tools of the hosts real scripts were written for: a build warning, never offered (§6.4)."""
+ALL_TOOLS = "*"
+"""``server.*``: every tool an MCP server lists."""
 DEFAULT_MAX_TOOL_ROUNDS = 8
-READ_LIMIT = 50_000
-"""Bytes of a file ``read`` returns; the rest is cut with a note saying so."""
-LIST_LIMIT = 500
-WRITE_LIMIT = 1_000_000
 RESULT_LIMIT = 60_000
 """Characters of a tool result sent back to the model (and stored)."""
 DESCRIPTION_LIMIT = 1_000
+_WIRE_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
 
 @dataclass(frozen=True)
@@ -77,12 +90,15 @@ class Tool:
     description: str
     parameters: Mapping[str, Any]
     invoke: Callable[[Mapping[str, Any]], Any]
+    threaded: bool = True
+    """Whether ``invoke`` runs in a worker thread (a Python function) or in the run's loop
+    (an MCP call, which returns an awaitable)."""
 
     @property
     def wire_name(self) -> str:
-        """The name on the wire: providers allow ``[A-Za-z0-9_-]``, so ``notes.lookup`` is
-        offered as ``notes_lookup``."""
-        return self.name.replace(".", "_")
+        """The name on the wire: providers allow ``[A-Za-z0-9_-]`` (at most 64), so
+        ``notes.lookup`` is offered as ``notes_lookup``."""
+        return _WIRE_UNSAFE.sub("_", self.name)[:64]
 
     def schema(self) -> dict[str, Any]:
         """The entry of the ``tools`` request parameter (OpenAI protocol)."""
@@ -127,117 +143,73 @@ def describe(name: str, function: Callable[..., Any]) -> Tool:
     return Tool(name, _cut(doc, DESCRIPTION_LIMIT), parameters, adapter.validate_python)
 
 
-class Workspace:
-    """The built-in tools, confined to ``root``: every path is relative to it (§15.5)."""
-
-    def __init__(self, root: str | Path) -> None:
-        self.root = Path(root).resolve()
-
-    def read(self, path: str) -> str:
-        """Read a text file inside the project folder and return its content.
-
-        `path` is relative to the project folder. Files larger than 50000 bytes are cut,
-        with a note saying so.
-        """
-        target = self._inside(path)
-        if not target.is_file():
-            raise FileNotFoundError(f"no file '{path}'")
-        with open(target, "rb") as fh:
-            data = fh.read(READ_LIMIT + 1)
-        cut = len(data) > READ_LIMIT
-        text = _text(data[:READ_LIMIT], path, partial=cut)
-        if cut:
-            size = target.stat().st_size
-            text += f"\n[cut: '{path}' has {size} bytes; the first {READ_LIMIT} are shown]"
-        return text
-
-    def list(self, path: str = ".") -> str:
-        """List a folder inside the project folder (folders end with '/', links with '@').
-
-        `path` is relative to the project folder; '.' is the project folder itself.
-        """
-        target = self._inside(path)
-        if not target.is_dir():
-            raise NotADirectoryError(f"no folder '{path}'")
-        entries = sorted(target.iterdir(), key=lambda entry: entry.name)
-        lines = []
-        for entry in entries[:LIST_LIMIT]:
-            if entry.is_symlink():  # never followed here: its target may lie outside
-                lines.append(f"{entry.name}@ (link)")
-            elif entry.is_dir():
-                lines.append(f"{entry.name}/")
-            else:
-                size = entry.stat().st_size if entry.is_file() else 0
-                lines.append(f"{entry.name} ({size} bytes)")
-        if len(entries) > LIST_LIMIT:
-            lines.append(f"[… and {len(entries) - LIST_LIMIT} more entries]")
-        return "\n".join(lines) if lines else f"'{path}' is empty"
-
-    def write(self, path: str, content: str) -> str:
-        """Write a text file inside the project folder, replacing it if it exists.
-
-        `path` is relative to the project folder; missing folders are created. At most
-        1000000 bytes.
-        """
-        data = content.encode("utf-8")
-        if len(data) > WRITE_LIMIT:
-            raise ValueError(f"content has {len(data)} bytes; at most {WRITE_LIMIT} may be written")
-        target = self._inside(path)
-        if target.is_dir():
-            raise IsADirectoryError(f"'{path}' is a folder")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
-        return f"wrote {len(data)} bytes to {target.relative_to(self.root).as_posix()}"
-
-    def _inside(self, path: str) -> Path:
-        try:
-            return inside_root(self.root, path)
-        except OutsideRoot:
-            raise PermissionError(f"'{path}' is outside the project folder") from None
-
-    def tool(self, name: str) -> Tool:
-        """The built-in ``name`` as a described tool."""
-        return describe(name, getattr(self, name))
-
-
-def _text(data: bytes, path: str, *, partial: bool) -> str:
-    """``data`` as UTF-8 text; a file that is not text is an error the model is told."""
-    if b"\x00" in data:
-        raise ValueError(f"'{path}' is not a text file")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        if partial and error.start >= len(data) - 3:  # a character cut at the limit
-            return data[: error.start].decode("utf-8")
-        raise ValueError(f"'{path}' is not UTF-8 text") from None
-
-
 def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + f"\n[cut: {len(text)} characters]"
 
 
+def is_offered(name: str) -> bool:
+    """Whether a ``tools:`` name is a tool the run offers: a built-in or ``alias.name``
+    (a ``code:`` function or an MCP tool); ``deep_think`` and host names are not."""
+    if name in BUILTIN_TOOLS:
+        return True
+    alias, dot, function = name.partition(".")
+    return bool(dot and alias and function)
+
+
+def asks_reasoning(tools: Sequence[str] | bool) -> bool:
+    """Whether an actor's ``tools:`` asks its model to reason before answering (§15.7)."""
+    return not isinstance(tools, bool) and REASONING in tools
+
+
 def offered_names(tools: Sequence[str] | bool, everything: Iterable[str]) -> tuple[str, ...]:
     """The tool names an actor's ``tools:`` offers: a list as written, ``true`` every tool the
-    script names anywhere plus read and list (never ``write``, §15.5), ``false`` none."""
+    script names anywhere plus the read-only built-ins (never ``write`` or ``edit``, §15.5),
+    ``false`` none. A host's name (``web_search``) is left out: the build warned about it
+    (§6.4). ``deep_think`` stays where the list names it, for the turn to see (§15.7);
+    :meth:`Toolbox.tools` offers no tool for it."""
     if tools is True:
-        named = [n for n in everything if n != "write"]
-        return tuple(dict.fromkeys([*DEFAULT_TOOLS, *named]))
+        named = [n for n in everything if n not in ("write", "edit")]
+        return tuple(n for n in dict.fromkeys([*DEFAULT_TOOLS, *named]) if is_offered(n))
     if tools is False:
         return ()
-    return tuple(dict.fromkeys(tools))
+    return tuple(n for n in dict.fromkeys(tools) if is_offered(n) or n == REASONING)
 
 
 class Toolbox:
-    """The tools of one run, described once each, and their calls (§15.5)."""
+    """The tools of one run, described once each, and their calls (§15.5).
 
-    def __init__(self, root: str | Path, code: Callable[[str], Any] | None) -> None:
+    ``servers`` are the MCP servers the project's ``fems.toml`` declares (started when a
+    turn first offers one of their tools); the run ends with :meth:`aclose`, which stops them.
+    """
+
+    def __init__(
+        self,
+        root: str | Path,
+        code: Callable[[str], Any] | None,
+        servers: Mapping[str, ServerConfig] | None = None,
+    ) -> None:
         self.workspace = Workspace(root)
         self._code = code
         self._tools: dict[str, Tool] = {}
+        self.servers = McpServers(servers or {})
 
-    def tools(self, names: Iterable[str]) -> list[Tool]:
-        """The described tools ``names``; an unknown or undescribable one is a run error."""
-        return [self._tool(name) for name in names]
+    async def tools(self, names: Iterable[str]) -> list[Tool]:
+        """The described tools ``names`` (``server.*`` stands for all of a server's tools);
+        an unknown or undescribable one is a run error."""
+        offered: list[Tool] = []
+        for name in names:
+            alias, _, function = name.partition(".")
+            if name == REASONING:
+                continue  # a request to reason, not a tool (§15.7)
+            if function and alias in self.servers:
+                offered += await self._server_tools(alias, function)
+            else:
+                offered.append(self._tool(name))
+        return list({tool.name: tool for tool in offered}.values())
+
+    async def aclose(self) -> None:
+        """Stop the MCP servers this run started."""
+        await self.servers.aclose()
 
     def _tool(self, name: str) -> Tool:
         tool = self._tools.get(name)
@@ -245,7 +217,7 @@ class Toolbox:
             return tool
         try:
             if name in BUILTIN_TOOLS:
-                tool = self.workspace.tool(name)
+                tool = describe(name, getattr(self.workspace, name))
             else:
                 tool = describe(name, self._function(name))
         except ToolSchemaError as error:
@@ -256,11 +228,42 @@ class Toolbox:
     def _function(self, name: str) -> Callable[..., Any]:
         alias, _, function = name.partition(".")
         if not function or self._code is None:
-            raise RunError(f"unknown tool '{name}' (built-ins: read, list, write; or alias.fn)")
+            raise RunError(
+                f"unknown tool '{name}' (built-ins: {', '.join(BUILTIN_TOOLS)}; or alias.fn)"
+            )
         found = getattr(self._code(alias), function, None)
         if not callable(found):
             raise RunError(f"tool {name}: {alias}.{function} is not a function")
         return found
+
+    async def _server_tools(self, server: str, wanted: str) -> list[Tool]:
+        """The tools of an MCP server that ``server.wanted`` names (``*``: all of them)."""
+        listed = await self.servers.tools(server)
+        if wanted == ALL_TOOLS:
+            return [self._server_tool(server, tool) for tool in listed]
+        found = next((tool for tool in listed if tool.name == wanted), None)
+        if found is None:
+            names = ", ".join(tool.name for tool in listed) or "none"
+            raise RunError(
+                f"tool {server}.{wanted}: MCP server '{server}' has no tool '{wanted}' "
+                f"(its tools: {names})"
+            )
+        return [self._server_tool(server, found)]
+
+    def _server_tool(self, server: str, listed: ServerTool) -> Tool:
+        name = f"{server}.{listed.name}"
+        tool = self._tools.get(name)
+        if tool is None:
+            validate = _schema_validator(listed.input_schema)
+
+            def invoke(arguments: Mapping[str, Any]) -> Any:
+                validate(arguments)
+                return self.servers.call(server, listed.name, arguments)
+
+            description = _cut(listed.description, DESCRIPTION_LIMIT)
+            tool = Tool(name, description, listed.input_schema, invoke, threaded=False)
+            self._tools[name] = tool
+        return tool
 
     @staticmethod
     def find(tools: Sequence[Tool], name: str) -> Tool | None:
@@ -268,7 +271,8 @@ class Toolbox:
         return next((t for t in tools if name in (t.wire_name, t.name)), None)
 
     async def call(self, tools: Sequence[Tool], call: ToolCall) -> ToolOutcome:
-        """Run one call in a worker thread; every failure becomes the result text."""
+        """Run one call (a Python tool in a worker thread); every failure becomes the result
+        text."""
         tool = self.find(tools, call.name)
         if tool is None:
             offered = ", ".join(t.wire_name for t in tools)
@@ -282,11 +286,42 @@ class Toolbox:
         return ToolOutcome(call, tool.name, await _invoke(tool, arguments))
 
 
+class InvalidArguments(ValueError):
+    """Arguments an MCP tool's input schema rejects; the message lists the problems."""
+
+
+def _schema_validator(schema: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], None]:
+    """A check of arguments against an MCP tool's JSON schema (jsonschema comes with the
+    ``mcp`` SDK); an invalid schema from the server checks nothing rather than everything."""
+    import jsonschema
+
+    schema = dict(schema)
+    try:
+        cls = jsonschema.validators.validator_for(schema)
+        cls.check_schema(schema)
+    except jsonschema.SchemaError:
+        return lambda arguments: None
+    validator = cls(schema)
+
+    def validate(arguments: Mapping[str, Any]) -> None:
+        problems = [
+            f"{'.'.join(str(p) for p in error.absolute_path) or 'arguments'}: {error.message}"
+            for error in sorted(validator.iter_errors(dict(arguments)), key=str)
+        ]
+        if problems:
+            raise InvalidArguments("; ".join(problems))
+
+    return validate
+
+
 async def _invoke(tool: Tool, arguments: Mapping[str, Any]) -> str:
     from pydantic import ValidationError
 
     try:
-        value = await asyncio.to_thread(tool.invoke, arguments)
+        if tool.threaded:
+            value = await asyncio.to_thread(tool.invoke, arguments)
+        else:
+            value = tool.invoke(arguments)
         if inspect.isawaitable(value):
             value = await value
     except ValidationError as error:
@@ -295,6 +330,8 @@ async def _invoke(tool: Tool, arguments: Mapping[str, Any]) -> str:
             for e in error.errors()
         )
         return f"error: invalid arguments for {tool.wire_name}: {problems}"
+    except InvalidArguments as error:
+        return f"error: invalid arguments for {tool.wire_name}: {error}"
     except Exception as error:  # the tool failed: the model is told, the run goes on
         return f"error: {type(error).__name__}: {error}"
     return _cut(valid_text(result_text(value)), RESULT_LIMIT)

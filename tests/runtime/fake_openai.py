@@ -1,6 +1,12 @@
 """A scripted OpenAI-compatible chat server on 127.0.0.1 with a fault injector, so tests exercise
 the real network paths (the `openai` SDK and litellm) without a network.
 
+A request that asks for a stream (``"stream": true``, as the runtime's always do) is answered
+as the real APIs answer it (§15.4): server-sent events over chunked HTTP, one `data: {chunk}`
+per piece of the reply (reasoning first, then the content word by word, then tool calls with
+their arguments in two pieces), a usage chunk with no choices when ``stream_options`` asks for
+it, and `data: [DONE]`. Other requests get the whole chat completion as JSON.
+
 Each request is answered by a `Behaviour`: from the queue (`queue`), else from the fault injector
 (`Faults`: a seeded share of requests fail), else the default. A reply text given as `None` comes
 from the prompt: the text inside the last `REPLY[[...]]` marker of the last message, so a script's
@@ -12,6 +18,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import select
 import socket
 import struct
 import sys
@@ -35,6 +42,14 @@ class Behaviour:
     ``retry_after``: a `Retry-After` header (seconds); ``fault``: ``"reset"`` drops the
     connection without an answer, ``"bad_json"`` answers 200 with a body that is not JSON;
     ``tool_calls``: the reply's tool calls, as ``(name, arguments JSON)`` pairs.
+
+    Streams: ``pieces`` are the content's chunks (default: word by word); ``gap`` is the wait
+    before each chunk; ``reasoning`` goes first, in the ``reasoning_field`` of the deltas;
+    ``finish_reason`` ends the choice (default ``stop``, or ``tool_calls``);
+    ``reasoning_tokens`` go in the usage. ``fault="cut"`` drops the connection after
+    ``cut_after`` chunks, ``fault="no_done"`` ends the body there without `[DONE]`;
+    ``whole`` answers JSON even to a request for a stream (some local servers do);
+    ``error`` answers with this error object (and ``status``).
     """
 
     status: int = 200
@@ -43,6 +58,15 @@ class Behaviour:
     retry_after: float | None = None
     fault: str | None = None
     tool_calls: tuple[tuple[str, str], ...] = ()
+    pieces: tuple[str, ...] | None = None
+    gap: float = 0.0
+    reasoning: str = ""
+    reasoning_field: str = "reasoning_content"
+    finish_reason: str | None = None
+    reasoning_tokens: int | None = None
+    cut_after: int = 1
+    whole: bool = False
+    error: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -89,6 +113,7 @@ class FakeOpenAI:
         self.requests: list[dict[str, Any]] = []
         self.injected: Counter[str] = Counter()
         self.connections = 0
+        self.closed_early = 0  # streams the client closed before their end (a cancelled call)
         self.in_flight = 0
         self.max_in_flight = 0
         self._rng = random.Random(faults.seed if faults else 0)
@@ -156,14 +181,21 @@ class FakeOpenAI:
                     fake._done()
 
             def _answer(self, behaviour: Behaviour, body: dict[str, Any]) -> None:
+                if behaviour.status == 200 and body.get("stream") and not behaviour.whole:
+                    self._stream(behaviour, body)
+                    return
                 if behaviour.fault == "bad_json":
                     data = b'{"id": "chatcmpl-test", "choices": [{"message": '
                 elif behaviour.status == 200:
                     text = behaviour.text if behaviour.text is not None else prompt_reply(body)
                     model = body.get("model", "test")
-                    data = json.dumps(completion(model, text, behaviour.tool_calls)).encode()
+                    answer = completion(model, text, behaviour.tool_calls, behaviour.reasoning)
+                    data = json.dumps(answer).encode()
                 else:
-                    error = {"message": f"status {behaviour.status}", "type": "fake_error"}
+                    error = behaviour.error or {
+                        "message": f"status {behaviour.status}",
+                        "type": "fake_error",
+                    }
                     data = json.dumps({"error": error}).encode()
                 self.send_response(behaviour.status)
                 self.send_header("Content-Type", "application/json")
@@ -172,6 +204,39 @@ class FakeOpenAI:
                     self.send_header("Retry-After", f"{behaviour.retry_after:g}")
                 self.end_headers()
                 self.wfile.write(data)
+
+            def _stream(self, behaviour: Behaviour, body: dict[str, Any]) -> None:
+                """The reply as server-sent events, each in its own HTTP chunk."""
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                events = stream_events(behaviour, body)
+                if behaviour.fault in ("cut", "no_done"):
+                    events = events[: behaviour.cut_after]
+                for event in events:
+                    if behaviour.gap and self._client_left(behaviour.gap):
+                        with fake._lock:
+                            fake.closed_early += 1
+                        self.close_connection = True
+                        return
+                    if behaviour.fault == "bad_json" and event is events[-1]:
+                        event = "{not json"
+                    self._chunk(f"data: {event}\n\n".encode())
+                if behaviour.fault == "cut":
+                    self._reset()
+                    return
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+
+            def _chunk(self, data: bytes) -> None:
+                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                self.wfile.flush()
+
+            def _client_left(self, wait: float) -> bool:
+                """Wait ``wait`` seconds, or until the client closes the connection (True)."""
+                readable, _, _ = select.select([self.connection], [], [], wait)
+                return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
 
             def _reset(self) -> None:
                 """Drop the connection with a TCP reset, before any answer."""
@@ -207,10 +272,13 @@ def prompt_reply(body: dict[str, Any]) -> str:
 
 
 def completion(
-    model: str, text: str, tool_calls: tuple[tuple[str, str], ...] = ()
+    model: str, text: str, tool_calls: tuple[tuple[str, str], ...] = (), reasoning: str = ""
 ) -> dict[str, Any]:
-    """A minimal chat.completion body with usage figures (and tool calls, when given)."""
+    """A minimal chat.completion body with usage figures (and tool calls and reasoning, when
+    given)."""
     message: dict[str, Any] = {"role": "assistant", "content": text}
+    if reasoning:
+        message["reasoning_content"] = reasoning
     if tool_calls:
         message["tool_calls"] = [
             {"id": f"call_{i}", "type": "function", "function": {"name": n, "arguments": a}}
@@ -230,6 +298,40 @@ def completion(
         ],
         "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
     }
+
+
+def stream_events(behaviour: Behaviour, body: dict[str, Any]) -> list[str]:
+    """The events (JSON texts, then `[DONE]`) of a streamed answer to ``body``."""
+    model = body.get("model", "test")
+    text = behaviour.text if behaviour.text is not None else prompt_reply(body)
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish}
+        base = {"id": "chatcmpl-test", "object": "chat.completion.chunk", "created": 0}
+        return json.dumps({**base, "model": model, "choices": [choice]})
+
+    events = [chunk({"role": "assistant", "content": ""})]
+    if behaviour.reasoning:
+        for piece in re.findall(r"\S+\s*|\s+", behaviour.reasoning):
+            events.append(chunk({behaviour.reasoning_field: piece}))
+    pieces = behaviour.pieces if behaviour.pieces is not None else re.findall(r"\S+\s*|\s+", text)
+    events += [chunk({"content": piece}) for piece in pieces]
+    for index, (name, arguments) in enumerate(behaviour.tool_calls):
+        half = len(arguments) // 2
+        first = {"name": name, "arguments": arguments[:half]}
+        call = {"index": index, "id": f"call_{index}", "type": "function", "function": first}
+        events.append(chunk({"tool_calls": [call]}))
+        rest = {"index": index, "function": {"arguments": arguments[half:]}}
+        events.append(chunk({"tool_calls": [rest]}))
+    default = "tool_calls" if behaviour.tool_calls else "stop"
+    events.append(chunk({}, behaviour.finish_reason or default))
+    if (body.get("stream_options") or {}).get("include_usage"):
+        usage: dict[str, Any] = {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
+        if behaviour.reasoning_tokens is not None:
+            usage["completion_tokens_details"] = {"reasoning_tokens": behaviour.reasoning_tokens}
+        base = {"id": "chatcmpl-test", "object": "chat.completion.chunk", "created": 0}
+        events.append(json.dumps({**base, "model": model, "choices": [], "usage": usage}))
+    return [*events, "[DONE]"]
 
 
 @contextmanager

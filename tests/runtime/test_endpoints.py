@@ -100,6 +100,9 @@ def test_reply_usage_and_cost(path: str) -> None:
 @both_paths
 def test_every_kind_of_transient_error_is_retried(path: str) -> None:
     with fake_openai() as server:
+        client = make_client(server, path, timeout=0.3)
+        call(client)  # the first call sets the path up (litellm's takes long): not under test
+        server.requests.clear()
         server.queue(
             Behaviour(500),
             Behaviour(429, retry_after=0.01),
@@ -109,7 +112,7 @@ def test_every_kind_of_transient_error_is_retried(path: str) -> None:
             Behaviour(503),
             Behaviour(text="at last"),
         )
-        result = call(make_client(server, path, timeout=0.3))
+        result = call(client)
     assert (result.text, result.attempts) == ("at last", 7)
     assert len(server.requests) == 7
 

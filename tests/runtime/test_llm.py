@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 from fems_helpers import python_output
-from fems_runtime.endpoints import Reply
 from fems_runtime.llm import ModelClient, RetryPolicy, load_dotenv, load_model_map
 from fems_runtime.offline import OfflineTurn
 from fems_runtime.prices import Usage
 from fems_runtime.records import RunError
+from fems_runtime.replies import Reply
 
 TURN = OfflineTurn(action="talk", actor="@eve")
 MESSAGES = [{"role": "user", "content": "Say hello."}]
@@ -191,7 +191,7 @@ def test_a_module_delay_larger_than_the_scripts_spaces_the_calls(
         waits.append(seconds)
         await real_sleep(0)
 
-    async def answer(choice, route, messages, timeout, tools=()):  # no network: not under test here
+    async def answer(choice, route, messages, timeout, tools=(), **_):  # no network: not here
         return Reply("hi", Usage())
 
     client = ModelClient(environ={}, delay=1)

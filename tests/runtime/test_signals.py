@@ -73,6 +73,67 @@ CASES = [
         {"count": 2},
         0,
     ),
+    # Markdown around the prefix, inline code and fenced blocks (§10.1)
+    ("**SET VARIABLE:** <<KILL = @Eve>>", None, {"KILL": "@Eve"}, 0),
+    ("**SET VARIABLE**: <<KILL = @Eve>>", None, {"KILL": "@Eve"}, 0),
+    ("__SET VARIABLE__: <<KILL = @Eve>>", None, {"KILL": "@Eve"}, 0),
+    ("*SET VARIABLE*: <<KILL = @Eve>>", None, {"KILL": "@Eve"}, 0),
+    ("***SET VARIABLE:*** <<KILL = @Eve>>", None, {"KILL": "@Eve"}, 0),
+    ("`SET VARIABLE:` <<KILL = @Eve>>", None, {"KILL": "@Eve"}, 0),
+    ("`SET VARIABLE: <<KILL = @Eve>>`", None, {"KILL": "@Eve"}, 0),
+    ("SET VARIABLE: `<<KILL = @Eve>>`", None, {"KILL": "@Eve"}, 0),
+    ("SET VARIABLE: **<<KILL = @Eve>>**", None, {"KILL": "@Eve"}, 0),
+    ("**设定变量：** 《KILL = @Olivia》", None, {"KILL": "@Olivia"}, 0),
+    ("My vote:\n```\nSET VARIABLE: <<count = 3>>\n```\n", None, {"count": 3}, 0),
+    ("```text\n**SET VARIABLE:** <<KILL = @Bob>>\n```", None, {"KILL": "@Bob"}, 0),
+    ("**SET VARIABLE:**\n<<KILL = @Eve>>", None, {"KILL": ""}, 1),  # the bracket must follow
+    ("**SET VARIABLE:** KILL = @Eve", None, {"KILL": ""}, 1),
+    ("**VARIABLE:** <<KILL = @Eve>>", None, {"KILL": ""}, 0),
+    # a bare actor name where only an actor fits (§10.3)
+    ("SET VARIABLE: <<@VOTE = Bob>>", None, {"@VOTE": "@Bob"}, 0),
+    ("SET VARIABLE: <<@VOTE = bob>>", None, {"@VOTE": "@Bob"}, 0),
+    ("SET VARIABLE: <<@VOTE = OLIVIA>>", None, {"@VOTE": "@Olivia"}, 0),
+    ("SET VARIABLE: <<@VOTE = 小灵>>", None, {"@VOTE": "@小灵"}, 0),
+    ("**SET VARIABLE:** <<@VOTE = @Bob>>", None, {"@VOTE": "@Bob"}, 0),
+    ('SET VARIABLE: <<@VOTE = "Bob">>', None, {"@VOTE": ""}, 1),  # quoted: a string
+    ("SET VARIABLE: <<@VOTE = Bobby>>", None, {"@VOTE": ""}, 1),
+    ("SET VARIABLE: <<@VOTE = Bob Eve>>", None, {"@VOTE": ""}, 1),
+    ("SET VARIABLE: <<KILL = Bob>>", [OutSpec("KILL", type="actor")], {"KILL": "@Bob"}, 0),
+    ("SET VARIABLE: <<KILL = eve>>", [OutSpec("KILL", type="actor")], {"KILL": "@Eve"}, 0),
+    ("SET VARIABLE: <<KILL = Bob>>", None, {"KILL": "Bob"}, 0),  # not actor-valued: a string
+    ("SET VARIABLE: <<KILL = Bob>>", [OutSpec("KILL", type="string")], {"KILL": "Bob"}, 0),
+    ("SET VARIABLE: <<votes.@voter = Eve>>", None, {"votes": {"@Bob": "@Eve"}}, 0),
+    (
+        "SET VARIABLE: <<votes.@Bob = eve>>",
+        [OutSpec("votes.@voter", type="string")],
+        {"votes": {"@Bob": "@Eve"}},
+        0,
+    ),
+    ("SET VARIABLE: <<hp.@Eve = Bob>>", None, {"hp": {"@Eve": "Bob", "@Bob": 80}}, 0),
+    (
+        "SET VARIABLE: <<@VOTE = Bob>>",
+        [OutSpec("@VOTE", type="dropdown", choices=("@Eve", "@Bob"))],
+        {"@VOTE": "@Bob"},
+        0,
+    ),
+    (
+        "SET VARIABLE: <<choice = eve>>",
+        [OutSpec("choice", type="dropdown", choices=(["@Eve", "@Bob"],))],
+        {"choice": "@Eve"},
+        0,
+    ),
+    (
+        "SET VARIABLE: <<choice = Olivia>>",
+        [OutSpec("choice", type="dropdown", choices=(["@Eve", "@Bob"],))],
+        {"choice": ""},
+        1,
+    ),
+    (
+        "SET VARIABLE: <<choice = Bob>>",
+        [OutSpec("choice", type="enum", choices=("Bob", "Eve"))],
+        {"choice": "Bob"},
+        0,
+    ),
     # values are data
     ("SET VARIABLE: <<choice = 接受>>", None, {"choice": "接受"}, 0),
     ('SET VARIABLE: <<choice = "A">>', None, {"choice": "A"}, 0),
@@ -113,6 +174,9 @@ CASES = [
     ("SET VARIABLE: <<votes.@voter = @Eve>>", None, {"votes": {"@Bob": "@Eve"}}, 0),
     ("SET VARIABLE: <<votes.@Eve += 1>>", None, {"votes": {"@Eve": 1}}, 0),
     ("SET VARIABLE: <<@VOTE = @小灵>>", None, {"@VOTE": "@小灵"}, 0),
+    ("SET VARIABLE: <<@VOTE += 001>>", None, {"@VOTE": ""}, 1),  # §4.3: an actor or ""
+    ("SET VARIABLE: <<@VOTE = add(@Eve)>>", None, {"@VOTE": ""}, 1),
+    ("SET VARIABLE: <<@voter -= 1>>", None, {"@voter": "@Bob"}, 1),
     # whitelist
     (
         "SET VARIABLE: <<KILL = @Eve>> SET VARIABLE: <<count = 9>>",
@@ -147,7 +211,7 @@ CASES = [
     ("SET VARIABLE: <<flag = maybe>>", [OutSpec("flag", type="bool")], {"flag": False}, 1),
     ("SET VARIABLE: <<note = 42>>", [OutSpec("note", type="string")], {"note": "42"}, 0),
     ("SET VARIABLE: <<KILL = @Bob>>", [OutSpec("KILL", type="actor")], {"KILL": "@Bob"}, 0),
-    ("SET VARIABLE: <<KILL = Bob>>", [OutSpec("KILL", type="actor")], {"KILL": ""}, 1),
+    ("SET VARIABLE: <<KILL = Nobody>>", [OutSpec("KILL", type="actor")], {"KILL": ""}, 1),
     ("SET VARIABLE: <<KILL = @Nobody>>", None, {"KILL": ""}, 1),
     (
         "SET VARIABLE: <<choice = b>>",
@@ -382,12 +446,40 @@ def test_run_resolve_errors_become_run_errors() -> None:
 
 @pytest.mark.parametrize(
     ("value", "accepted"),
-    [("@Eve", True), ('""', True), ("Eve", False), ("3", False), ("@Nobody", False)],
+    [
+        ("@Eve", True),
+        ('""', True),
+        ("Eve", True),
+        ('"Eve"', False),
+        ("3", False),
+        ("@Nobody", False),
+        ("Nobody", False),
+    ],
 )
 def test_actor_variables_take_actors_only(value: str, accepted: bool) -> None:
     variables = fresh()
     outcome = apply_signals(f"SET VARIABLE: <<@VOTE = {value}>>", variables.root, None)
     assert (not outcome.rejected) is accepted
+
+
+def test_a_bare_name_needs_an_exact_or_unique_match() -> None:
+    """``Ann`` is exactly @Ann; ``ann`` folds to both @Ann and @ANN, so it names nobody."""
+    variables = Variables({"@VOTE": ""}, [ActorSpec("@Ann"), ActorSpec("@ANN"), ActorSpec("@Bo")])
+    outcome = apply_signals("SET VARIABLE: <<@VOTE = ann>>", variables.root, None)
+    assert variables.root["@VOTE"] == "" and len(outcome.rejected) == 1
+    outcome = apply_signals("SET VARIABLE: <<@VOTE = ANN>>", variables.root, None)
+    assert variables.root["@VOTE"] == "@ANN" and not outcome.rejected
+    apply_signals("SET VARIABLE: <<@VOTE = bo>>", variables.root, None)
+    assert variables.root["@VOTE"] == "@Bo"
+
+
+def test_a_bare_name_becomes_an_actor_reference() -> None:
+    variables = fresh()
+    outs = [OutSpec("@VOTE", type="dropdown", choices=("@Eve", "@Bob"))]
+    outcome = apply_signals("SET VARIABLE: <<@VOTE = Bob>>", variables.root, outs)
+    vote = variables.root["@VOTE"]
+    assert isinstance(vote, Actor) and vote["soul"] == "Bob"
+    assert outcome.applied[0].value == "@Bob"
 
 
 # ------------------------------------------------- entry keys: literal, actor, variable (§10.4)

@@ -534,7 +534,7 @@ def test_typed_outs_and_every_signal_form(tmp_path: Path) -> None:
         ("ok: bool", "2", "'2' is not true or false"),
         ("color: enum([red, green])", "blue", "'blue' is not one of the choices [red, green]"),
         ("pick: dropdown, choices={alive}", "@a", ""),
-        ("pick: dropdown, choices={alive}", "a", "'a' is not one of the choices [@a, @b, @c]"),
+        ("pick: dropdown, choices={alive}", "z", "'z' is not one of the choices [@a, @b, @c]"),
         ("@target: actor", "bob", "'bob' is not a defined actor (write it as @name)"),
         ("name: string", "[1, 2]", "[1, 2] is not a single text value"),
     ],

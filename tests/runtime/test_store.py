@@ -1,5 +1,5 @@
 """Storage (§14, §3 session rules): sessions, souls/users seeding, messages with scope rows,
-concurrency on one SQLite file, checkpoints."""
+concurrency on one SQLite file, checkpoints, lineage and the migration of older databases."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from fems_runtime.store import (
     database_url,
     parse_session_spec,
 )
+from old_databases import database_before_lineage, session_columns
 
 
 @pytest.fixture
@@ -364,3 +365,84 @@ def test_async_wrappers(store: Store) -> None:
 def test_unopenable_database_is_a_run_error(tmp_path: Path, database: str) -> None:
     with pytest.raises(RunError, match="cannot open database"):
         Store(database.format(dir=tmp_path))
+
+
+def test_forked_sessions_record_their_parent_and_branch_turn(store: Store) -> None:
+    """Lineage (§16.4a): a fork names its parent and how many of its turns it began with;
+    the chain of parents and the tree of forks are read back."""
+    root = store.open_session("new", title="the game")
+    night = store.open_session("new", parent=root, branch_turn=12)
+    seer = store.open_session("new", parent=night, branch_turn=20)
+    later = store.open_session("new", parent=root, branch_turn=40)
+    reuse = store.open_session("new", parent=root)
+    alone = store.open_session("new")
+    assert store.session(root)["parent"] is None and store.session(root)["branch_turn"] is None
+    assert (store.session(seer)["parent"], store.session(seer)["branch_turn"]) == (night, 20)
+    assert [row["id"] for row in store.lineage(seer)] == [seer, night, root]
+    assert [row["branch_turn"] for row in store.lineage(seer)] == [20, 12, None]
+    assert store.lineage(99) == []
+    store.set_branch_turn(reuse, 7)
+    assert store.session(reuse)["branch_turn"] == 7
+
+    def shape(nodes: list) -> list:
+        return [(node.session["id"], shape(node.children)) for node in nodes]
+
+    tree = store.session_tree()
+    assert shape(tree) == [(alone, []), (root, [(night, [(seer, [])]), (later, []), (reuse, [])])]
+    assert tree[1].children[0].session["branch_turn"] == 12
+    assert {row["id"]: row["parent"] for row in store.sessions()}[later] == root
+
+
+def test_lineage_mistakes(store: Store) -> None:
+    root = store.open_session("new")
+    with pytest.raises(RunError, match="cannot fork session 5: it does not exist"):
+        store.open_session("new", parent=5, branch_turn=1)
+    with pytest.raises(RunError, match="session 1 already exists: a fork starts a new session"):
+        store.open_session(root, parent=root, branch_turn=1)
+    with pytest.raises(ValueError, match="needs a parent session"):
+        store.open_session("new", branch_turn=3)
+    with pytest.raises(RunError, match="was not forked"):
+        store.set_branch_turn(root, 2)
+    with pytest.raises(RunError, match="session 8 does not exist"):
+        store.set_branch_turn(8, 2)
+    assert [row["id"] for row in store.sessions()] == [root]  # no failed fork left a session
+
+
+def test_a_database_made_before_lineage_gains_its_columns(tmp_path: Path) -> None:
+    """An older database's sessions table gets parent and branch_turn when a store opens it
+    (§14), keeping its sessions, which can then be forked."""
+    path = str(tmp_path / "old.db")
+    database_before_lineage(path)
+    with Store(path) as store:
+        assert {"parent", "branch_turn"} <= session_columns(store.engine)
+        old = store.session(1)
+        assert old["title"] == "an earlier run" and old["parent"] is None
+        fork = store.open_session("new", parent=1, branch_turn=2)
+        assert [row["id"] for row in store.lineage(fork)] == [fork, 1]
+    with Store(path) as store:  # a second opening finds nothing to add
+        assert store.lineage(fork)[0]["branch_turn"] == 2
+
+
+def test_many_first_starts_on_a_database_made_before_lineage(tmp_path: Path) -> None:
+    """Runs opening an older database at once add its columns once: none fails with a
+    "duplicate column"."""
+    path, starts = str(tmp_path / "old.db"), 20
+    database_before_lineage(path)
+    ready = threading.Barrier(starts)
+    failures: list[str] = []
+
+    def first_start() -> None:
+        ready.wait()
+        try:
+            Store(path).close()
+        except RunError as error:
+            failures.append(error.message)
+
+    threads = [threading.Thread(target=first_start) for _ in range(starts)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    with Store(path) as store:
+        assert {"parent", "branch_turn"} <= session_columns(store.engine)

@@ -12,7 +12,9 @@ import threading
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import jsonschema
 import pytest
+from fems_runtime.builtin_tools import READ_LIMIT, WRITE_LIMIT, Workspace
 from fems_runtime.llm import ModelClient
 from fems_runtime.offline import example_arguments
 from fems_runtime.paths import OutsideRoot, inside_root
@@ -21,12 +23,9 @@ from fems_runtime.signals import OutSpec
 from fems_runtime.specs import ScopeItem, TurnSpec
 from fems_runtime.store import Store
 from fems_runtime.tools import (
-    READ_LIMIT,
-    WRITE_LIMIT,
     Toolbox,
     ToolCall,
     ToolSchemaError,
-    Workspace,
     describe,
     offered_names,
 )
@@ -52,9 +51,13 @@ def project(tmp_path: Path) -> Path:
 
 def call(workspace: Workspace, name: str, **arguments: Any) -> str:
     box = Toolbox(workspace.root, None)
-    tools = box.tools([name])
-    outcome = asyncio.run(box.call(tools, ToolCall("c1", name, json.dumps(arguments))))
-    return outcome.result
+
+    async def offer_and_call() -> str:
+        tools = await box.tools([name])
+        outcome = await box.call(tools, ToolCall("c1", name, json.dumps(arguments)))
+        return outcome.result
+
+    return asyncio.run(offer_and_call())
 
 
 # ---------------------------------------------------------------------- confinement
@@ -195,11 +198,17 @@ def test_async_tools_are_awaited(project: Path) -> None:
     assert asyncio.run(box.call(tools, ToolCall("c", "t_later", '{"n": 1}'))).result == "2"
 
 
-def test_true_offers_the_scripts_tools_but_never_write() -> None:
-    named = ("notes.lookup", "write", "read")
-    assert offered_names(True, named) == ("read", "list", "notes.lookup")
+def test_true_offers_the_scripts_tools_but_never_write_or_edit() -> None:
+    named = ("notes.lookup", "write", "edit", "read", "clock.*", "deep_think", "web_search")
+    assert offered_names(True, named) == ("read", "list", "glob", "grep", "notes.lookup", "clock.*")
     assert offered_names(False, named) == ()
     assert offered_names(("write", "read", "write"), named) == ("write", "read")
+    # a host's tool (a build warning, §6.4) is left out; deep_think stays for the turn to see
+    # (§15.7), and the toolbox offers no tool for it
+    assert offered_names(("deep_think", "shell", "edit"), named) == ("deep_think", "edit")
+    box = Toolbox(".", None)
+    tools = asyncio.run(box.tools(offered_names(("deep_think", "shell", "edit"), named)))
+    assert [tool.name for tool in tools] == ["edit"]
 
 
 class Filter(BaseModel):
@@ -215,6 +224,28 @@ def test_example_arguments_are_valid_for_the_schema() -> None:
     arguments = example_arguments(tool.parameters)
     assert arguments == {"query": "example", "filter": {"tag": "a"}, "count": 1}
     assert tool.invoke(arguments) == "example"
+
+
+def test_example_arguments_keep_to_an_mcp_servers_bounds() -> None:
+    """A server's schema (mcp-server-git's git_add) may ask for items and minimums."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "repo_path": {"type": "string"},
+            "files": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+            "context_lines": {"type": "integer", "minimum": 3},
+            "ratio": {"type": "number", "minimum": 0, "maximum": 0.5},
+        },
+        "required": ["repo_path", "files", "context_lines", "ratio"],
+    }
+    arguments = example_arguments(schema)
+    assert arguments == {
+        "repo_path": "example",
+        "files": ["example"],
+        "context_lines": 3,
+        "ratio": 0.5,
+    }
+    jsonschema.validate(arguments, schema)
 
 
 # ---------------------------------------------------------------------- the tool loop

@@ -61,7 +61,7 @@ class AiTurn(CallingTurn):
         if DEEP_THINK in names:  # not a tool: a request to reason, unless the model map's
             names = tuple(name for name in names if name != DEEP_THINK)
             self.effort = None if self.choice.options.get("reasoning") else "medium"
-        self.tools = services.toolbox.tools(names) if names else []
+        self.tools = await services.toolbox.tools(names) if names else []
         # its first record is its first tool round's when it called tools, else its reply's
         log = services.log
         self.first = (log.peek(_round_key(self.key, 0)) if self.tools else None) or log.peek(

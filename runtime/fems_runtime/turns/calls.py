@@ -76,6 +76,12 @@ class CallingTurn(Turn):
             self.warn(self.cut_short())
         return answer
 
+    @property
+    def max_tokens(self) -> int | None:
+        """The reply's cap: the action's, else meta's (§3, §9.2); None: the model map's."""
+        own = self.spec.max_tokens
+        return own if own is not None else self.services.max_tokens
+
     def live_printer(self) -> LiveReply | None:
         """Where ``--transcript`` prints the reply as it arrives (§15.4); the offline models
         answer at once, so their replies are printed as stored."""
@@ -106,7 +112,7 @@ class CallingTurn(Turn):
     def reply_room(self, window: int) -> int:
         """Tokens kept free for the reply: its cap, else a quarter of the window."""
         assert self.choice is not None
-        cap = self.spec.max_tokens or self.choice.options.get("max_tokens")
+        cap = self.max_tokens or self.choice.options.get("max_tokens")
         return int(cap) if cap else window // 4
 
     def too_long(self, messages: list[dict[str, Any]], error: ContextTooLong) -> RunError:
@@ -134,7 +140,7 @@ class CallingTurn(Turn):
     def cut_short(self) -> str:
         """The warning for a reply that ended at its length cap (§15.4)."""
         assert self.choice is not None
-        cap = self.spec.max_tokens or self.choice.options.get("max_tokens")
+        cap = self.max_tokens or self.choice.options.get("max_tokens")
         limit = f"max_tokens ({cap})" if cap else "the model's length limit"
         return f"the reply of {self.actor} was cut at {limit}: raise max_tokens or ask for less"
 
@@ -153,7 +159,7 @@ class CallingTurn(Turn):
             self.ctx.delay,
             schemas,
             stream=stream,
-            max_tokens=self.spec.max_tokens,
+            max_tokens=self.max_tokens,
             reasoning=self.effort,
         )
         interrupt = self.spec.interrupt

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from fems_runtime.human import AnswersFileHuman, HumanProvider, MockHuman, TerminalHuman
 from fems_runtime.llm import DEFAULT_RETRY_BUDGET, DEFAULT_TIMEOUT, ModelClient, RetryPolicy
+from fems_runtime.mcp import project_servers
 from fems_runtime.records import RunError, TraceWriter, TurnLog
 from fems_runtime.store import Store, parse_session_spec
 from fems_runtime.tools import DEFAULT_MAX_TOOL_ROUNDS, Toolbox
@@ -86,9 +87,12 @@ class TurnServices(SharedServices):
             human=_human_provider(human, seed or 0),
             code=code,
             log=log,
-            toolbox=Toolbox(root if root is not None else project_dirs[0], code),
+            toolbox=Toolbox(
+                root if root is not None else project_dirs[0], code, project_servers(project_dirs)
+            ),
             all_tools=_script_tools(variables),
             max_tool_rounds=int(meta.get("max_tool_rounds", DEFAULT_MAX_TOOL_ROUNDS)),
+            max_tokens=meta["max_tokens"] if isinstance(meta.get("max_tokens"), int) else None,
         )
 
     async def ai_turn(self, ctx: Context, spec: TurnSpec) -> TurnResult:

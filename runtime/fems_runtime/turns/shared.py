@@ -89,6 +89,7 @@ class SharedServices:
     toolbox: Toolbox = field(default_factory=lambda: Toolbox(".", None))
     all_tools: tuple[str, ...] = ()  # what `tools: true` offers besides read and list (§15.5)
     max_tool_rounds: int = DEFAULT_MAX_TOOL_ROUNDS
+    max_tokens: int | None = None  # meta: the cap of every reply without its own (§3, §9.2)
     contexts: ContextCache | None = None  # the actors' built-in contexts (made from `store`)
     warned: set[tuple[str, str]] = field(default_factory=set)  # (what, actor) warned once
     #: called with the spec after each turn, its messages submitted (a run's cost limit,
