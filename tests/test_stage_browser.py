@@ -206,6 +206,68 @@ def test_fems2py_serve_lists_stored_sessions_and_opens_one_read_only(
         screenshot(page, "serve-session")
 
 
+FLOW_BOUNDS = """() => {
+    const frame = document.getElementById('flow').getBoundingClientRect();
+    const nodes = [...document.querySelectorAll('#flow svg g.node')].map(
+        (node) => node.getBoundingClientRect()
+    );
+    const inside = nodes.filter(
+        (n) => n.left >= frame.left - 1 && n.right <= frame.right + 1
+            && n.top >= frame.top - 1 && n.bottom <= frame.bottom + 1
+    );
+    const widest = Math.max(...nodes.map((n) => n.width));
+    const svg = document.querySelector('#flow svg');
+    return {nodes: nodes.length, inside: inside.length, widest, zoom: Number(svg.dataset.zoom),
+            viewBox: svg.getAttribute('viewBox')};
+}"""
+
+
+def test_the_flow_picture_fits_its_panel_and_zooms_and_pans(page: Page, tmp_path: Path) -> None:
+    """The werewolf chart, wider than its panel, is shown whole (§17.1); the buttons and the
+    wheel zoom it, a drag moves it, "fit" shows it whole again."""
+    module = build_file(EXAMPLE / "werewolf.fems", tmp_path / "werewolf.py").output
+    database = tmp_path / "game.db"
+    command = [sys.executable, str(module), "--model", "fems/mock", "--seed", "1"]
+    command += ["--db", str(database), "--souls", str(EXAMPLE / "souls.yaml")]
+    subprocess.run(command, check=True, capture_output=True, timeout=WAIT_SECONDS)
+    fems2py = Path(sys.executable).parent / "fems2py"
+    with serving([str(fems2py), "serve", "--db", str(database), "--session", "1"]) as stage:
+        page.set_viewport_size({"width": 1100, "height": 800})
+        page.goto(stage.wait_for(STAGE_URL.pattern).group(1))
+        page.wait_for_selector("#flow svg g.node")
+        fitted = page.evaluate(FLOW_BOUNDS)
+        assert fitted["nodes"] > 20
+        assert fitted["inside"] == fitted["nodes"], "every node is inside the panel"
+        assert fitted["zoom"] == 1
+        screenshot(page, "flow-fitted")
+
+        page.click("#zoom-in")
+        page.click("#zoom-in")
+        zoomed = page.evaluate(FLOW_BOUNDS)
+        assert zoomed["zoom"] > 1.5
+        assert zoomed["widest"] > fitted["widest"] * 1.5, "nodes are drawn bigger"
+        assert zoomed["inside"] < zoomed["nodes"], "part of the flow is now out of view"
+
+        box = page.locator("#flow").bounding_box()
+        assert box is not None
+        middle = (box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+        page.mouse.move(*middle)
+        page.mouse.down()
+        page.mouse.move(middle[0] + 120, middle[1] + 60, steps=4)
+        page.mouse.up()
+        dragged = page.evaluate(FLOW_BOUNDS)
+        assert dragged["viewBox"] != zoomed["viewBox"] and dragged["zoom"] == zoomed["zoom"]
+        screenshot(page, "flow-zoomed")
+
+        page.mouse.wheel(0, 400)  # wheel down: zoom out
+        page.wait_for_function(
+            "zoom => Number(document.querySelector('#flow svg').dataset.zoom) < zoom",
+            arg=dragged["zoom"],
+        )
+        page.click("#zoom-fit")
+        assert page.evaluate(FLOW_BOUNDS) == fitted
+
+
 def test_a_human_seat_plays_from_the_page_to_the_end(page: Page, tmp_path: Path) -> None:
     fems2py = Path(sys.executable).parent / "fems2py"
     command = [str(fems2py), "run", "werewolf.fems", "--model", "fems/mock", "--seed", "1"]

@@ -165,6 +165,7 @@ function messageItem(m) {
 async function drawFlow(chart) {
   const target = document.getElementById("flow");
   stage.nodes.clear();
+  document.querySelector("#flow-bar .zoom").hidden = !chart.mermaid;
   if (!chart.mermaid) {
     target.replaceChildren(el("p", { class: "meta", text: `No flow picture: ${chart.missing}.` }));
     return;
@@ -172,7 +173,7 @@ async function drawFlow(chart) {
   mermaid.initialize({ startOnLoad: false, securityLevel: "strict", flowchart: { htmlLabels: false, useMaxWidth: false } });
   const { svg } = await mermaid.render("flow-svg", chart.mermaid);
   target.innerHTML = svg;
-  fitFlow(target.querySelector("svg"));
+  showWhole(target.querySelector("svg"));
   const known = new Set(chart.nodes);
   for (const group of target.querySelectorAll("g.node")) {
     const match = /flowchart-(.+)-\d+$/.exec(group.id);
@@ -181,21 +182,109 @@ async function drawFlow(chart) {
   markRunning();
 }
 
-// Big flows are drawn at half size at least, and scroll inside their pane.
-function fitFlow(svg) {
+// The picture is zoomed and moved by changing the svg's viewBox (the part of the drawing in
+// view): it starts fitted to the panel, whatever the chart's size.
+const ZOOM_STEP = 1.25;
+const ZOOM_RANGE = [0.25, 12]; // how far from the fitted size one may zoom out and in
+const flowView = { svg: null, whole: null, view: null };
+
+function showWhole(svg) {
+  svg.removeAttribute("style"); // Mermaid's max-width: the panel decides the size
+  svg.setAttribute("width", "100%");
+  svg.setAttribute("height", "100%");
+  svg.setAttribute("preserveAspectRatio", "xMidYMid meet");
   const box = svg.viewBox.baseVal;
-  const room = document.getElementById("flow-pane").clientWidth - 24;
-  const scale = Math.max(0.5, Math.min(1, room / box.width));
-  svg.setAttribute("width", Math.round(box.width * scale));
-  svg.setAttribute("height", Math.round(box.height * scale));
+  flowView.svg = svg;
+  flowView.whole = { x: box.x, y: box.y, width: box.width, height: box.height };
+  fitFlow();
 }
 
-function scrollFlowTo(group) {
-  const pane = document.getElementById("flow-pane");
+function fitFlow() {
+  if (!flowView.svg) return;
+  setView({ ...flowView.whole });
+}
+
+function setView(view) {
+  flowView.view = view;
+  flowView.svg.setAttribute("viewBox", `${view.x} ${view.y} ${view.width} ${view.height}`);
+  flowView.svg.dataset.zoom = zoomLevel().toFixed(3);
+}
+
+// How much bigger than fitted the picture is drawn (1: the whole flow fits the panel).
+function zoomLevel() {
+  return flowView.whole.width / flowView.view.width;
+}
+
+// Zoom by `factor` keeping the drawing's point under (clientX, clientY) where it is.
+function zoomFlow(factor, clientX, clientY) {
+  if (!flowView.svg) return;
+  const level = Math.min(ZOOM_RANGE[1], Math.max(ZOOM_RANGE[0], zoomLevel() * factor));
+  const applied = level / zoomLevel();
+  const frame = flowView.svg.getBoundingClientRect();
+  const at = toDrawing(clientX ?? frame.left + frame.width / 2, clientY ?? frame.top + frame.height / 2);
+  const view = flowView.view;
+  setView({
+    x: at.x - (at.x - view.x) / applied,
+    y: at.y - (at.y - view.y) / applied,
+    width: view.width / applied,
+    height: view.height / applied,
+  });
+}
+
+function toDrawing(clientX, clientY) {
+  const point = new DOMPoint(clientX, clientY).matrixTransform(flowView.svg.getScreenCTM().inverse());
+  return { x: point.x, y: point.y };
+}
+
+// Move the view by (dx, dy) screen pixels.
+function panFlow(dx, dy) {
+  const scale = flowView.svg.getScreenCTM().a; // screen pixels per drawing unit
+  const view = flowView.view;
+  setView({ ...view, x: view.x - dx / scale, y: view.y - dy / scale });
+}
+
+function listenToFlowControls() {
+  const flow = document.getElementById("flow");
+  document.getElementById("zoom-in").addEventListener("click", () => zoomFlow(ZOOM_STEP));
+  document.getElementById("zoom-out").addEventListener("click", () => zoomFlow(1 / ZOOM_STEP));
+  document.getElementById("zoom-fit").addEventListener("click", fitFlow);
+  flow.addEventListener(
+    "wheel",
+    (event) => {
+      if (!flowView.svg) return;
+      event.preventDefault();
+      zoomFlow(Math.exp(-event.deltaY * 0.0015), event.clientX, event.clientY);
+    },
+    { passive: false }
+  );
+  let dragged = null;
+  flow.addEventListener("pointerdown", (event) => {
+    if (!flowView.svg || event.button !== 0) return;
+    dragged = { x: event.clientX, y: event.clientY };
+    flow.setPointerCapture(event.pointerId);
+    flow.classList.add("dragging");
+  });
+  flow.addEventListener("pointermove", (event) => {
+    if (!dragged) return;
+    panFlow(event.clientX - dragged.x, event.clientY - dragged.y);
+    dragged = { x: event.clientX, y: event.clientY };
+  });
+  const drop = () => {
+    dragged = null;
+    flow.classList.remove("dragging");
+  };
+  flow.addEventListener("pointerup", drop);
+  flow.addEventListener("pointercancel", drop);
+}
+
+// A node that starts running out of view is brought to the middle, at the same zoom.
+function bringIntoView(group) {
   const node = group.getBoundingClientRect();
-  const frame = pane.getBoundingClientRect();
-  pane.scrollLeft += node.left - frame.left - frame.width / 2 + node.width / 2;
-  pane.scrollTop += node.top - frame.top - frame.height / 2 + node.height / 2;
+  const frame = flowView.svg.getBoundingClientRect();
+  const inside =
+    node.left >= frame.left && node.right <= frame.right && node.top >= frame.top && node.bottom <= frame.bottom;
+  if (inside) return;
+  panFlow(frame.left + frame.width / 2 - (node.left + node.width / 2), frame.top + frame.height / 2 - (node.top + node.height / 2));
 }
 
 function markRunning() {
@@ -204,7 +293,7 @@ function markRunning() {
   for (const [id, group] of stage.nodes) {
     const was = group.classList.contains("running");
     group.classList.toggle("running", ids.has(id));
-    if (!was && ids.has(id)) scrollFlowTo(group);
+    if (!was && ids.has(id)) bringIntoView(group);
   }
   const names = [...new Set(running.map((r) => r.node))];
   document.getElementById("running").textContent = names.length ? `running: ${names.join(", ")}` : "";
@@ -308,6 +397,8 @@ document.getElementById("seat").addEventListener("change", (event) => {
   stage.seat = event.target.value;
   refreshDialog();
 });
+
+listenToFlowControls();
 
 (async () => {
   if (stage.session !== null) await openSession(stage.session);
