@@ -13,13 +13,14 @@ from typing import Any
 
 import pytest
 from fems_helpers import build_script, load
+from fems_runtime.records import StreamedReply, TraceWriter
 from fems_runtime.stage import chart as chart_module
 from fems_runtime.stage import missing_web_extra
 from fems_runtime.stage.archive import Archive
 from fems_runtime.stage.chart import ChartNode, FlowChart, chart_for_source
 from fems_runtime.stage.live import AnswerRefused, LiveStage
 from fems_runtime.stage.server import create_app
-from fems_runtime.store import Store
+from fems_runtime.store import NewMessage, Store
 from starlette.testclient import TestClient
 
 from fems2py.graph import stage_chart
@@ -209,3 +210,57 @@ def test_serve_without_the_web_extra_says_which_extra_to_install(
     assert module.PROGRAM.main(["--serve", "--model", "fems/mock", "--db", ":memory:"]) == 1
     assert "pip install 'fems-runtime[web]'" in capsys.readouterr().err
     assert module.PROGRAM.main(["--port", "8000"]) == 2
+
+
+def test_a_reply_being_written_is_shown_only_to_the_seats_of_its_room(finished: Path) -> None:
+    """A streamed reply (§17.1) shows as it arrives to the director and the seats of its turn's
+    room, never to another seat; its reasoning to the director only (§13.1); a broken-off
+    stream disappears; the stored reply of its turn replaces it."""
+
+    async def watch() -> None:
+        stage = LiveStage(FlowChart(missing="not drawn in this test"))
+        store = Store(str(finished))
+        stage.run_opened(store, 1, TraceWriter(None))
+        souls = {seat["name"]: seat["soul"] for seat in stage.view.seats()}  # type: ignore[union-attr]
+        reply = StreamedReply(
+            turn=9,
+            action="secret",
+            node="secret",
+            speaker="@Ann",
+            speaker_soul=souls["@Ann"],
+            souls=frozenset({souls["@Ann"], souls["@Bob"]}),
+            users=frozenset(),
+        )
+        writing = stage.reply_started(reply)
+        writing.feed("reasoning", "Max must not ")
+        assert stage.state("@Bob")["writing"] == [], "reasoning alone is not shown to actors"
+        writing.feed("reasoning", "know.")
+        writing.feed("text", "Bob, meet me ")
+        director = stage.state()["writing"]
+        assert [(w["speaker"], w["text"], w["reasoning"], w["done"]) for w in director] == [
+            ("@Ann", "Bob, meet me ", "Max must not know.", False)
+        ]
+        shown = stage.state("@Bob")["writing"]
+        assert [w["text"] for w in shown] == ["Bob, meet me "] and "reasoning" not in shown[0]
+        assert stage.state("@Max")["writing"] == []
+        assert stage.state("@Ann")["writing"][0]["turn"] == 9
+
+        writing.feed("discard", "")
+        assert stage.state()["writing"] == [], "a broken-off stream disappears"
+        writing.feed("text", "Bob, at the well.")
+        writing.finish("Bob, at the well.")
+        assert stage.state("@Bob")["writing"][0]["done"] is True
+
+        other = NewMessage("reply", "unrelated", souls=[souls["@Bob"]], turn=8)
+        await store.aadd_messages(1, [other])
+        await asyncio.sleep(0.05)
+        assert len(stage.state()["writing"]) == 1, "another turn's message does not replace it"
+        stored = NewMessage(
+            "reply", "Bob, at the well.", souls=reply.souls, turn=9, speaker_soul=souls["@Ann"]
+        )
+        await store.aadd_messages(1, [stored])
+        await asyncio.sleep(0.05)
+        assert stage.state()["writing"] == [] and stage.state("@Bob")["writing"] == []
+        store.close()
+
+    asyncio.run(watch())

@@ -39,12 +39,20 @@ class Archive:
         """Model calls are traced, not stored: a stored session has none to show."""
         return None
 
-    def state(self) -> dict[str, Any]:
-        return {"status": "archive", "error": None, "messages": 0, "running": [], "waiting": []}
+    def state(self, seat: str = "") -> dict[str, Any]:
+        return {
+            "status": "archive",
+            "error": None,
+            "messages": 0,
+            "running": [],
+            "waiting": [],
+            "seat": seat,
+            "writing": [],
+        }
 
-    async def changes(self) -> AsyncIterator[dict[str, Any]]:
+    async def changes(self, seat: str = "") -> AsyncIterator[dict[str, Any]]:
         """One state: nothing changes in a finished session."""
-        yield self.state()
+        yield self.state(seat)
         await asyncio.Event().wait()
 
     def answer(self, number: int, text: str, values: Mapping[str, Any]) -> None:

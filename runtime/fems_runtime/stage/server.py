@@ -4,7 +4,8 @@ Every route but the static files needs the token printed in the stage's URL (a q
 or the ``X-Stage-Token`` header the page's own requests send). Reads go to the store through a
 source (:class:`~fems_runtime.stage.live.LiveStage` or :class:`~fems_runtime.stage.archive.Archive`);
 the only write is ``POST /api/answer`` for a waiting human turn. Live updates are server-sent
-events: the page gets the stage's state and reads its view again when the message count moves.
+events, one stream per perspective (``seat``): the page gets the stage's state, with the replies
+being written that the seat may see, and reads its view again when the message count moves.
 Reads run on the event loop, like the run's own store calls (the store's writer lives there).
 """
 
@@ -67,9 +68,9 @@ class StageSource(Protocol):
 
     def last_call(self, seat: str) -> dict[str, Any] | None: ...
 
-    def state(self) -> dict[str, Any]: ...
+    def state(self, seat: str = "") -> dict[str, Any]: ...
 
-    def changes(self) -> AsyncIterator[dict[str, Any]]: ...
+    def changes(self, seat: str = "") -> AsyncIterator[dict[str, Any]]: ...
 
     def answer(self, number: int, text: str, values: Mapping[str, Any]) -> None: ...
 
@@ -115,8 +116,10 @@ def create_app(source: StageSource, token: str) -> Starlette:
         return JSONResponse({"seat": seat, "messages": found, "last_call": last_call})
 
     async def events(request: Request) -> Response:
+        seat = request.query_params.get("seat", "")
+
         async def stream() -> AsyncIterator[str]:
-            async for state in source.changes():
+            async for state in source.changes(seat):
                 yield f"data: {json.dumps(state, ensure_ascii=False)}\n\n"
 
         headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}

@@ -16,6 +16,9 @@ _T = TypeVar("_T")
 DIRECTOR = ""
 """The seat that sees everything."""
 
+REASONING = "reasoning"
+"""The kind of a model's private reasoning: in the director's view only, folded (§13.1)."""
+
 
 class SessionView:
     """Reads a session from ``store``; :meth:`freeze` keeps what was read when the store is
@@ -83,10 +86,11 @@ class SessionView:
 
     def _director(self, store: Store) -> list[dict[str, Any]]:
         scopes = store.message_scopes(self.session)
-        return [
+        shown = [
             {**_message_json(m), "seen_by": _seen_by(scopes.get(m.id))}
             for m in store.messages(self.session)
         ]
+        return fold_reasoning(shown)
 
     def _read(self, key: str, read: Callable[[Store], _T]) -> _T:
         """``read`` from the store, remembering the value; once frozen, the value last read."""
@@ -98,6 +102,32 @@ class SessionView:
         with self._lock:
             self._frozen[key] = value
         return value
+
+
+def fold_reasoning(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The director's messages with each model's reasoning (§13.1) folded into the reply (or
+    tool call) it led to: the next message, stored in the same batch, of the same turn and
+    speaker. Reasoning that led to nothing stored (a call that failed) stays a message."""
+    folded: list[dict[str, Any]] = []
+    for index, message in enumerate(messages):
+        if message["kind"] != REASONING:
+            folded.append(message)
+            continue
+        after = messages[index + 1] if index + 1 < len(messages) else None
+        if after is not None and _answers(message, after):
+            after["reasoning"] = message["content"]
+        else:
+            folded.append(message)
+    return folded
+
+
+def _answers(reasoning: dict[str, Any], message: dict[str, Any]) -> bool:
+    """Whether ``message`` is what the model said after ``reasoning``."""
+    return (
+        message["kind"] in ("reply", "tool_call")
+        and message["turn"] == reasoning["turn"]
+        and message["soul"] == reasoning["soul"]
+    )
 
 
 def _user_of(kind: str, source: str | None) -> str | None:

@@ -15,6 +15,7 @@ const stage = {
   again: false,
   state: null,
   choosing: null, // the session lookup in progress
+  events: null, // the event stream of the perspective shown
 };
 
 function api(path, options = {}) {
@@ -117,7 +118,38 @@ function showDialog(messages, lastCall) {
   const items = messages.map(messageItem);
   if (lastCall) items.unshift(lastCallItem(seat.name, lastCall));
   document.getElementById("dialog").replaceChildren(...items);
+  showWriting();
   if (atBottom) window.scrollTo(0, document.body.scrollHeight);
+}
+
+// The replies being written (§17.1), after the stored messages: each under its speaker with a
+// "writing…" marker until the stored reply replaces it. The server sends each perspective only
+// the replies of rooms its seat is in, and their reasoning to the director only.
+function showWriting() {
+  const dialog = document.getElementById("dialog");
+  for (const item of dialog.querySelectorAll("li.writing")) item.remove();
+  const state = stage.state;
+  if (!state || state.seat !== stage.seat) return;
+  const atBottom = window.innerHeight + window.scrollY >= document.body.scrollHeight - 40;
+  for (const reply of state.writing || []) dialog.append(writingItem(reply));
+  if (atBottom) window.scrollTo(0, document.body.scrollHeight);
+}
+
+function writingItem(reply) {
+  const item = el("li", {
+    class: "msg reply writing",
+    "data-kind": "writing",
+    "data-action": reply.action,
+    "data-speaker": reply.speaker,
+    "data-turn": reply.turn,
+  });
+  item.style.setProperty("--colour", colourOf(reply.soul || reply.speaker));
+  const where = [reply.action, `turn ${reply.turn}`].join(" · ");
+  item.append(el("span", { class: "who", text: reply.speaker }), el("span", { class: "meta", text: where }));
+  if (!reply.done) item.append(el("span", { class: "marker", text: "writing…" }));
+  item.append(el("div", { class: "text", text: reply.text }));
+  if (reply.reasoning) item.append(reasoningFold(reply.reasoning));
+  return item;
 }
 
 // An actor's last model call as it was sent: persona, memory and context methods included.
@@ -139,11 +171,11 @@ function messageItem(m) {
     "data-seq": m.seq,
   });
   const where = [m.action, m.turn ? `turn ${m.turn}` : null].filter(Boolean).join(" · ");
-  if (kind === "prompt" || kind === "tool") {
-    const title =
-      kind === "prompt"
-        ? `prompt to ${m.speaker || "the model"}`
-        : `${m.kind.replace("_", " ")}${m.speaker ? ` by ${m.speaker}` : ""}`;
+  if (kind === "prompt" || kind === "tool" || kind === "reasoning") {
+    const title = {
+      prompt: `prompt to ${m.speaker || "the model"}`,
+      reasoning: `${m.speaker}'s reasoning, private (${m.content.length} characters)`,
+    }[kind] || `${m.kind.replace("_", " ")}${m.speaker ? ` by ${m.speaker}` : ""}`;
     item.append(
       el("details", {}, el("summary", { text: `${title} · ${where}` }), el("div", { class: "text", text: m.content }))
     );
@@ -153,11 +185,22 @@ function messageItem(m) {
     item.append(el("span", { class: "who", text: who }), el("span", { class: "meta", text: where }));
     item.append(el("div", { class: "text", text: m.content }));
   }
+  if (m.reasoning) item.append(reasoningFold(m.reasoning));
   if (m.seen_by && kind !== "prompt") {
     const seen = [...m.seen_by.souls, ...m.seen_by.users.map((u) => `user ${u}`)];
     item.append(el("div", { class: "seen", text: `seen by: ${seen.join(", ") || "nobody"}` }));
   }
   return item;
+}
+
+// A reply's private reasoning (§13.1), folded under it: only the director's view has it.
+function reasoningFold(text) {
+  return el(
+    "details",
+    { class: "reasoning" },
+    el("summary", { text: `reasoning, private to the model (${text.length} characters)` }),
+    el("div", { class: "text", text })
+  );
 }
 
 // ------------------------------------------------------------------ flow picture
@@ -361,10 +404,16 @@ function answerForm(turn) {
 
 // ------------------------------------------------------------------ live updates
 
+// One event stream per perspective: the replies being written depend on who is watching.
 function listen() {
-  const events = new EventSource(`/api/events?token=${encodeURIComponent(token)}`);
+  if (stage.events) stage.events.close();
+  const query = `token=${encodeURIComponent(token)}&seat=${encodeURIComponent(stage.seat)}`;
+  const events = new EventSource(`/api/events?${query}`);
+  stage.events = events;
   events.onmessage = (event) => onState(JSON.parse(event.data)).catch(lostContact);
-  events.onerror = () => lostContact(new Error("the stage is not answering (has the run stopped?)"));
+  events.onerror = () => {
+    if (events === stage.events) lostContact(new Error("the stage is not answering (has the run stopped?)"));
+  };
 }
 
 async function onState(state) {
@@ -381,7 +430,9 @@ async function onState(state) {
   showWaiting(state.waiting);
   if (state.messages !== stage.shownCount || ended) {
     stage.shownCount = state.messages;
-    refreshDialog();
+    refreshDialog(); // shows the replies being written once the stored ones are in
+  } else if (!stage.loading) {
+    showWriting();
   }
 }
 
@@ -395,6 +446,7 @@ function lostContact(error) {
 
 document.getElementById("seat").addEventListener("change", (event) => {
   stage.seat = event.target.value;
+  listen();
   refreshDialog();
 });
 
