@@ -264,3 +264,53 @@ def test_a_reply_being_written_is_shown_only_to_the_seats_of_its_room(finished: 
         store.close()
 
     asyncio.run(watch())
+
+
+def test_sessions_are_listed_as_a_tree_of_forks_with_their_branch_turns(
+    finished: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`fems2py serve` lists the forks of a session under it (§16.4a, §17.1); a forked
+    session names its parent and branch turn; each session says how to fork it."""
+    monkeypatch.chdir(finished.parent)
+    with Store(str(finished)) as store:
+        fork = store.open_session(title="the fork", script="t.fems", parent=1, branch_turn=1)
+        store.open_session(title="its fork", script="t.fems", parent=fork, branch_turn=0)
+        store.open_session(title="apart", script="t.fems")
+    client = _client(finished)
+    headers = {"X-Stage-Token": "secret"}
+    tree = client.get("/api/sessions", headers=headers).json()["sessions"]
+
+    def shape(nodes: list[dict[str, Any]]) -> list[Any]:
+        return [(n["session"], n["parent"], n["branch_turn"], shape(n["children"])) for n in nodes]
+
+    assert shape(tree) == [(4, None, None, []), (1, None, None, [(2, 1, 1, [(3, 2, 0, [])])])]
+    info = client.get("/api/sessions/2", headers=headers).json()
+    assert (info["parent"], info["branch_turn"], info["parent_here"]) == (1, 1, True)
+    assert info["fork"] == {
+        "commands": ["python t.py --db game.db", "fems2py run t.fems --db game.db"],
+        "missing": None,
+    }
+    assert client.get("/api/sessions/1", headers=headers).json()["parent_here"] is False
+
+
+def test_a_run_in_memory_has_no_fork_commands(tmp_path: Path) -> None:
+    module = load(build_script(tmp_path, SCRIPT))
+
+    async def watch() -> dict[str, Any]:
+        stage = LiveStage(FlowChart(missing="not drawn in this test"), "game.py")
+        answers = {"text": "ok", "outs": {"pick": "0", "rounds": "1"}}
+
+        async def answer() -> None:
+            while not stage.state()["waiting"]:
+                await asyncio.sleep(0.01)
+            stage.answer(stage.state()["waiting"][0]["id"], answers["text"], answers["outs"])
+
+        answering = asyncio.create_task(answer())
+        run = module.run_async(model="fems/mock", db=":memory:", human=stage, observer=stage)
+        await run
+        await answering
+        return stage.sessions()[0]
+
+    summary = asyncio.run(watch())
+    assert summary["fork"]["commands"] == [] and "in memory" in summary["fork"]["missing"]
+    assert summary["children"] == [] and summary["parent"] is None

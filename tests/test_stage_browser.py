@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from fems_runtime.store import Store
 from playwright.sync_api import Browser, Page, sync_playwright
 
 from fems2py.build import build_file
@@ -60,11 +61,14 @@ class StageProcess:
 
 
 @contextlib.contextmanager
-def serving(command: list[str], env: dict[str, str] | None = None) -> Iterator[StageProcess]:
-    """Start ``command`` (a run with ``--serve``) in the example's folder; stop it with Ctrl+C."""
+def serving(
+    command: list[str], env: dict[str, str] | None = None, cwd: Path = EXAMPLE
+) -> Iterator[StageProcess]:
+    """Start ``command`` (a run with ``--serve``) in ``cwd`` (by default the example's folder);
+    stop it with Ctrl+C."""
     process = subprocess.Popen(
         command,
-        cwd=EXAMPLE,
+        cwd=cwd,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -204,6 +208,56 @@ def test_fems2py_serve_lists_stored_sessions_and_opens_one_read_only(
         assert den_talk(page) > 0
         assert page.locator("form.human-turn").count() == 0
         screenshot(page, "serve-session")
+
+
+def test_serve_shows_forks_under_their_parent_and_each_turn_s_fork_command(
+    page: Page, tmp_path: Path
+) -> None:
+    """Sessions as a tree (§16.4a, §17.1): a fork is listed under its parent with its branch
+    turn; its page says where it branched and links to the parent; each turn shows its number
+    and the command line that forks the session there."""
+    module = build_file(EXAMPLE / "werewolf.fems", tmp_path / "werewolf.py").output
+    database = tmp_path / "games.db"
+    play = [sys.executable, str(module), "--model", "fems/mock", "--db", str(database)]
+    play += ["--souls", str(EXAMPLE / "souls.yaml")]
+    subprocess.run([*play, "--seed", "1"], check=True, capture_output=True, timeout=WAIT_SECONDS)
+    with Store(str(database)) as store:  # the lineage of a fork, as --fork records it
+        script = store.session(1)["script"]  # type: ignore[index]
+        fork = store.open_session(title="the fork", script=script, parent=1, branch_turn=5)
+    subprocess.run(
+        [*play, "--seed", "2", "--session", str(fork)],
+        check=True,
+        capture_output=True,
+        timeout=WAIT_SECONDS,
+    )
+    fems2py = Path(sys.executable).parent / "fems2py"
+    with serving([str(fems2py), "serve", "--db", str(database)], cwd=tmp_path) as stage:
+        page.goto(stage.wait_for(STAGE_URL.pattern).group(1))
+        child = page.locator('#session-list li[data-session="1"] > ul > li[data-session="2"]')
+        child.wait_for()
+        assert "forked from session 1 after turn 5" in child.text_content()
+        assert page.locator('#session-list > li[data-session="2"]').count() == 0
+        screenshot(page, "serve-tree")
+
+        child.locator("a").first.click()
+        page.wait_for_selector("#dialog li")
+        lineage = page.locator("#lineage")
+        assert "forked from session 1 after its turn 5" in lineage.text_content()
+        forks = page.locator("#dialog details.fork")
+        turns = [int(forks.nth(i).get_attribute("data-turn") or 0) for i in range(forks.count())]
+        assert turns and turns == sorted(set(turns)), "one fork command per turn, in order"
+        third = page.locator('#dialog details.fork[data-turn="3"]')
+        third.locator("summary").click()
+        assert "turn 3" in third.locator("summary").text_content()
+        commands = [c.text_content() for c in third.locator("code").all()]
+        assert commands == [
+            "python werewolf.py --db games.db --fork 2:3",
+            "fems2py run werewolf.fems --db games.db --fork 2:3",
+        ]
+        screenshot(page, "serve-fork-commands")
+        lineage.locator("a").click()
+        page.wait_for_function("document.getElementById('title').textContent.endsWith('session 1')")
+        assert page.locator("#lineage").is_hidden()
 
 
 FLOW_BOUNDS = """() => {

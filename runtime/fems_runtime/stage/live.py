@@ -128,8 +128,12 @@ def _menu(out: OutSpec) -> list[Any] | None:
 class LiveStage:
     """Observer of one run, its human-turn provider, and the source of the page's state."""
 
-    def __init__(self, chart: FlowChart) -> None:
+    def __init__(self, chart: FlowChart, module: str | None = None) -> None:
+        """``chart``: the flow picture; ``module``: the generated module's file as a command
+        line names it (for the page's fork commands), None when the run did not start from
+        one the user has (``fems2py run``)."""
         self.chart = chart
+        self.module = module
         self.view: SessionView | None = None
         self.status = "starting"
         self.error: str | None = None
@@ -148,7 +152,7 @@ class LiveStage:
     # ------------------------------------------------------------------ the run's side
 
     def run_opened(self, store: Store, session: int, trace: TraceWriter) -> None:
-        self.view = SessionView(store, session)
+        self.view = SessionView(store, session, self.module)
         self.status = "running"
         store.listen(self._stored)
         trace.listen(self._traced)
@@ -333,7 +337,8 @@ class LiveStage:
     # ------------------------------------------------------------------ as a stage source
 
     def sessions(self) -> list[dict[str, Any]]:
-        return [self.view.summary()] if self.view is not None else []
+        """The run's session: the only one this stage shows."""
+        return [{**self.view.summary(), "children": []}] if self.view is not None else []
 
     def session_view(self, number: int) -> SessionView:
         if self.view is None or self.view.session != number:

@@ -32,7 +32,7 @@ from fems_runtime.records import RunError
 from fems_runtime.stage.archive import Archive
 from fems_runtime.stage.chart import FlowChart, chart_for_source, source_candidates
 from fems_runtime.stage.live import AnswerRefused, LiveStage
-from fems_runtime.stage.view import SessionView
+from fems_runtime.stage.view import SessionView, shown_path
 
 if TYPE_CHECKING:
     from fems_runtime.store import Store
@@ -103,7 +103,9 @@ def create_app(source: StageSource, token: str) -> Starlette:
         except KeyError:
             return JSONResponse({"error": f"no session {number}"}, 404)
         chart = source.chart_of(number).to_json()
-        return JSONResponse({**view.summary(), "seats": view.seats(), "chart": chart})
+        summary = view.summary()
+        shown = {**summary, "parent_here": _can_open(source, summary["parent"])}
+        return JSONResponse({**shown, "seats": view.seats(), "chart": chart})
 
     async def messages(request: Request) -> Response:
         number = request.path_params["number"]
@@ -153,6 +155,17 @@ def create_app(source: StageSource, token: str) -> Starlette:
     return Starlette(routes=routes)
 
 
+def _can_open(source: StageSource, session: int | None) -> bool:
+    """Whether the page can link to ``session`` (a live stage shows its own run only)."""
+    if session is None:
+        return False
+    try:
+        source.session_view(session)
+    except KeyError:
+        return False
+    return True
+
+
 class _Server(uvicorn.Server):
     """uvicorn without its own signal handling: Ctrl+C stops the run and the stage together."""
 
@@ -194,7 +207,10 @@ async def run_on_stage(
     sources = source_candidates(program.module_file, script.file)
     if program.source is not None:
         sources.insert(0, program.source)
-    stage = LiveStage(await asyncio.to_thread(chart_for_source, sources, script.sha256))
+    chart = await asyncio.to_thread(chart_for_source, sources, script.sha256)
+    stage = LiveStage(
+        chart, None if program.source is not None else shown_path(program.module_file)
+    )
     token = secrets.token_urlsafe(16)
     try:
         serving, address = await _start(create_app(stage, token), port)

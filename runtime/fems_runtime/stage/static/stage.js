@@ -48,17 +48,30 @@ function colourOf(name) {
 
 async function chooseSession() {
   const { sessions } = await api("/api/sessions");
-  if (sessions.length === 1) return openSession(sessions[0].session);
+  if (sessions.length === 1 && !sessions[0].children.length) return openSession(sessions[0].session);
   if (sessions.length === 0) return; // a live run that has not opened its session yet
-  const list = document.getElementById("session-list");
-  list.replaceChildren(
-    ...sessions.map((s) => {
-      const href = `?token=${encodeURIComponent(token)}&session=${s.session}`;
-      const label = `session ${s.session}: ${s.title || s.script || "untitled"} (${s.status})`;
-      return el("li", {}, el("a", { href, text: label }));
-    })
-  );
+  document.getElementById("session-list").replaceChildren(...sessions.map(sessionItem));
   document.getElementById("sessions").hidden = false;
+}
+
+// A session of the list and, under it, the sessions forked from it (§16.4a): a tree of forks.
+function sessionItem(s) {
+  const label = `session ${s.session}: ${s.title || s.script || "untitled"} (${s.status})`;
+  const item = el("li", { "data-session": s.session }, el("a", { href: sessionHref(s.session), text: label }));
+  if (s.parent !== null && s.parent !== undefined) {
+    item.append(el("span", { class: "branch", text: ` ${branchText(s)}` }));
+  }
+  if (s.children.length) item.append(el("ul", {}, ...s.children.map(sessionItem)));
+  return item;
+}
+
+function sessionHref(number) {
+  return `?token=${encodeURIComponent(token)}&session=${number}`;
+}
+
+function branchText(s) {
+  const at = s.branch_turn === null || s.branch_turn === undefined ? "" : ` after turn ${s.branch_turn}`;
+  return `forked from session ${s.parent}${at}`;
 }
 
 async function openSession(number) {
@@ -77,9 +90,22 @@ async function openSession(number) {
     ...info.seats.map((s) => el("option", { value: s.name, text: `${s.name} (${s.type})` }))
   );
   select.value = stage.seat;
+  showLineage(info);
   await drawFlow(info.chart);
   showStatus();
   await refreshDialog();
+}
+
+// Where the session branched (§16.4a): its parent, linked when this stage can open it.
+function showLineage(info) {
+  const note = document.getElementById("lineage");
+  note.hidden = info.parent === null || info.parent === undefined;
+  if (note.hidden) return;
+  const parent = info.parent_here
+    ? el("a", { href: sessionHref(info.parent), text: `session ${info.parent}` })
+    : `session ${info.parent}`;
+  const at = info.branch_turn === null || info.branch_turn === undefined ? "" : ` after its turn ${info.branch_turn}`;
+  note.replaceChildren("This session was forked from ", parent, `${at}: its turns up to there are the parent's, replayed.`);
 }
 
 // ------------------------------------------------------------------ dialog
@@ -116,6 +142,7 @@ function showDialog(messages, lastCall) {
     ? `${seat.name}'s view: exactly the messages ${seat.type === "human" ? "this person is shown" : "its model receives"} as context (§13.2), read from the store. ${messages.length} messages.`
     : `Director's view: every stored message, with the souls that may see it. ${messages.length} messages.`;
   const items = messages.map(messageItem);
+  markTurnEnds(messages, items);
   if (lastCall) items.unshift(lastCallItem(seat.name, lastCall));
   document.getElementById("dialog").replaceChildren(...items);
   showWriting();
@@ -191,6 +218,43 @@ function messageItem(m) {
     item.append(el("div", { class: "seen", text: `seen by: ${seen.join(", ") || "nobody"}` }));
   }
   return item;
+}
+
+// The last message shown of each turn gets the turn's "fork here" command lines (§16.4a):
+// a new session that replays this session's turns up to this one, then goes live.
+function markTurnEnds(messages, items) {
+  const fork = stage.summary && stage.summary.fork;
+  if (!fork) return;
+  const last = new Map();
+  messages.forEach((m, index) => m.turn && last.set(m.turn, index));
+  for (const [turn, index] of last) items[index].append(forkControl(turn, fork));
+}
+
+function forkControl(turn, fork) {
+  const point = `${stage.session}:${turn}`;
+  const box = el("details", { class: "fork", "data-turn": turn });
+  box.append(el("summary", { text: `turn ${turn} · fork here` }));
+  if (!fork.commands.length) {
+    box.append(el("p", { class: "meta", text: `No fork from here: ${fork.missing}.` }));
+    return box;
+  }
+  box.append(el("p", { class: "meta", text: `A new session replaying turns 1–${turn} of session ${stage.session}, then live:` }));
+  for (const command of fork.commands) {
+    const line = `${command} --fork ${point}`;
+    const copy = el("button", { type: "button", text: "copy" });
+    copy.addEventListener("click", () => copyText(line, copy));
+    box.append(el("div", { class: "command" }, el("code", { text: line }), copy));
+  }
+  return box;
+}
+
+async function copyText(text, button) {
+  try {
+    await navigator.clipboard.writeText(text);
+    button.textContent = "copied";
+  } catch {
+    button.textContent = "select and copy";
+  }
 }
 
 // A reply's private reasoning (§13.1), folded under it: only the director's view has it.
