@@ -281,7 +281,7 @@ class StreamedReply:
 
     turn: int
     action: str
-    node: str
+    node: str | None
     speaker: str
     speaker_soul: str
     souls: frozenset[str]
