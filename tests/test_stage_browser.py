@@ -231,8 +231,13 @@ def test_serve_shows_forks_under_their_parent_and_each_turn_s_fork_command(
         timeout=WAIT_SECONDS,
     )
     fems2py = Path(sys.executable).parent / "fems2py"
-    with serving([str(fems2py), "serve", "--db", str(database)], cwd=tmp_path) as stage:
-        page.goto(stage.wait_for(STAGE_URL.pattern).group(1))
+    with serving([str(fems2py), "serve", "--db", "games.db"], cwd=tmp_path) as stage:
+        url = stage.wait_for(STAGE_URL.pattern).group(1)
+        listed = "".join(line for line in stage.seen if "session" in line)
+        assert "fems2py: 2 sessions in games.db:" in listed
+        assert "  session 1: Werewolf at the Crossroads Inn (completed)\n" in listed
+        assert "    session 2: the fork (completed), forked from session 1 after turn 5" in listed
+        page.goto(url)
         child = page.locator('#session-list li[data-session="1"] > ul > li[data-session="2"]')
         child.wait_for()
         assert "forked from session 1 after turn 5" in child.text_content()
