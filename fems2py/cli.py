@@ -19,6 +19,8 @@ from fems2py.collector import loading_modules
 from fems2py.diagnostics import CompileError, Diagnostic
 
 if TYPE_CHECKING:
+    from fems_runtime.store.sessions import SessionNode
+
     from fems2py.build import BuildResult
 
 EXIT_OK, EXIT_ERRORS, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -354,12 +356,39 @@ def _serve(args: argparse.Namespace) -> int:
         if args.session is not None and store.session(args.session) is None:
             print(f"fems2py: error: {args.db} has no session {args.session}", file=sys.stderr)
             return EXIT_ERRORS
+        if args.session is None:
+            _list_sessions(store.session_tree(), args.db)
         return serve_sessions(
             store,
             args.session,
             args.port,
             lambda row: chart_for_source([Path(row.get("script") or "")], row.get("script_hash")),
         )
+
+
+def _list_sessions(roots: list[SessionNode], db: str) -> None:
+    """The sessions of ``db`` as a tree of forks (§16.4a), each fork indented under the
+    session it was forked from, with the turn it branched at."""
+    lines: list[str] = []
+
+    def add(node: SessionNode, depth: int) -> None:
+        row = node.session
+        name = row.get("title") or row.get("script") or "untitled"
+        line = f"{'  ' * depth}  session {row['id']}: {name} ({row.get('status')})"
+        if row.get("parent") is not None:
+            at = row.get("branch_turn")
+            line += f", forked from session {row['parent']}"
+            line += f" after turn {at}" if at is not None else ""
+        lines.append(line)
+        for child in node.children:
+            add(child, depth + 1)
+
+    for root in roots:
+        add(root, 0)
+    count = f"{len(lines)} session{'s' if len(lines) != 1 else ''}"
+    print(f"fems2py: {count} in {db}" + (":" if lines else ""), file=sys.stderr)
+    for line in lines:
+        print(line, file=sys.stderr)
 
 
 def _lsp(args: argparse.Namespace) -> int:

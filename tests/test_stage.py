@@ -13,13 +13,14 @@ from typing import Any
 
 import pytest
 from fems_helpers import build_script, load
+from fems_runtime.records import StreamedReply, TraceWriter
 from fems_runtime.stage import chart as chart_module
 from fems_runtime.stage import missing_web_extra
 from fems_runtime.stage.archive import Archive
 from fems_runtime.stage.chart import ChartNode, FlowChart, chart_for_source
 from fems_runtime.stage.live import AnswerRefused, LiveStage
 from fems_runtime.stage.server import create_app
-from fems_runtime.store import Store
+from fems_runtime.store import NewMessage, Store
 from starlette.testclient import TestClient
 
 from fems2py.graph import stage_chart
@@ -209,3 +210,107 @@ def test_serve_without_the_web_extra_says_which_extra_to_install(
     assert module.PROGRAM.main(["--serve", "--model", "fems/mock", "--db", ":memory:"]) == 1
     assert "pip install 'fems-runtime[web]'" in capsys.readouterr().err
     assert module.PROGRAM.main(["--port", "8000"]) == 2
+
+
+def test_a_reply_being_written_is_shown_only_to_the_seats_of_its_room(finished: Path) -> None:
+    """A streamed reply (§17.1) shows as it arrives to the director and the seats of its turn's
+    room, never to another seat; its reasoning to the director only (§13.1); a broken-off
+    stream disappears; the stored reply of its turn replaces it."""
+
+    async def watch() -> None:
+        stage = LiveStage(FlowChart(missing="not drawn in this test"))
+        store = Store(str(finished))
+        stage.run_opened(store, 1, TraceWriter(None))
+        souls = {seat["name"]: seat["soul"] for seat in stage.view.seats()}  # type: ignore[union-attr]
+        reply = StreamedReply(
+            turn=9,
+            action="secret",
+            node="secret",
+            speaker="@Ann",
+            speaker_soul=souls["@Ann"],
+            souls=frozenset({souls["@Ann"], souls["@Bob"]}),
+            users=frozenset(),
+        )
+        writing = stage.reply_started(reply)
+        writing.feed("reasoning", "Max must not ")
+        assert stage.state("@Bob")["writing"] == [], "reasoning alone is not shown to actors"
+        writing.feed("reasoning", "know.")
+        writing.feed("text", "Bob, meet me ")
+        director = stage.state()["writing"]
+        assert [(w["speaker"], w["text"], w["reasoning"], w["done"]) for w in director] == [
+            ("@Ann", "Bob, meet me ", "Max must not know.", False)
+        ]
+        shown = stage.state("@Bob")["writing"]
+        assert [w["text"] for w in shown] == ["Bob, meet me "] and "reasoning" not in shown[0]
+        assert stage.state("@Max")["writing"] == []
+        assert stage.state("@Ann")["writing"][0]["turn"] == 9
+
+        writing.feed("discard", "")
+        assert stage.state()["writing"] == [], "a broken-off stream disappears"
+        writing.feed("text", "Bob, at the well.")
+        writing.finish("Bob, at the well.")
+        assert stage.state("@Bob")["writing"][0]["done"] is True
+
+        other = NewMessage("reply", "unrelated", souls=[souls["@Bob"]], turn=8)
+        await store.aadd_messages(1, [other])
+        await asyncio.sleep(0.05)
+        assert len(stage.state()["writing"]) == 1, "another turn's message does not replace it"
+        stored = NewMessage(
+            "reply", "Bob, at the well.", souls=reply.souls, turn=9, speaker_soul=souls["@Ann"]
+        )
+        await store.aadd_messages(1, [stored])
+        await asyncio.sleep(0.05)
+        assert stage.state()["writing"] == [] and stage.state("@Bob")["writing"] == []
+        store.close()
+
+    asyncio.run(watch())
+
+
+def test_sessions_are_listed_as_a_tree_of_forks_with_their_branch_turns(
+    finished: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`fems2py serve` lists the forks of a session under it (§16.4a, §17.1); a forked
+    session names its parent and branch turn; each session says how to fork it."""
+    monkeypatch.chdir(finished.parent)
+    with Store(str(finished)) as store:
+        fork = store.open_session(title="the fork", script="t.fems", parent=1, branch_turn=1)
+        store.open_session(title="its fork", script="t.fems", parent=fork, branch_turn=0)
+        store.open_session(title="apart", script="t.fems")
+    client = _client(finished)
+    headers = {"X-Stage-Token": "secret"}
+    tree = client.get("/api/sessions", headers=headers).json()["sessions"]
+
+    def shape(nodes: list[dict[str, Any]]) -> list[Any]:
+        return [(n["session"], n["parent"], n["branch_turn"], shape(n["children"])) for n in nodes]
+
+    assert shape(tree) == [(4, None, None, []), (1, None, None, [(2, 1, 1, [(3, 2, 0, [])])])]
+    info = client.get("/api/sessions/2", headers=headers).json()
+    assert (info["parent"], info["branch_turn"], info["parent_here"]) == (1, 1, True)
+    assert info["fork"] == {
+        "commands": ["python t.py --db game.db", "fems2py run t.fems --db game.db"],
+        "missing": None,
+    }
+    assert client.get("/api/sessions/1", headers=headers).json()["parent_here"] is False
+
+
+def test_a_run_in_memory_has_no_fork_commands(tmp_path: Path) -> None:
+    module = load(build_script(tmp_path, SCRIPT))
+
+    async def watch() -> dict[str, Any]:
+        stage = LiveStage(FlowChart(missing="not drawn in this test"), "game.py")
+        answers = {"text": "ok", "outs": {"pick": "0", "rounds": "1"}}
+
+        async def answer() -> None:
+            while not stage.state()["waiting"]:
+                await asyncio.sleep(0.01)
+            stage.answer(stage.state()["waiting"][0]["id"], answers["text"], answers["outs"])
+
+        answering = asyncio.create_task(answer())
+        run = module.run_async(model="fems/mock", db=":memory:", human=stage, observer=stage)
+        await run
+        await answering
+        return stage.sessions()[0]
+
+    summary = asyncio.run(watch())
+    assert summary["fork"]["commands"] == [] and "in memory" in summary["fork"]["missing"]
+    assert summary["children"] == [] and summary["parent"] is None

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from fems_runtime.store import Store
 from playwright.sync_api import Browser, Page, sync_playwright
 
 from fems2py.build import build_file
@@ -60,11 +61,14 @@ class StageProcess:
 
 
 @contextlib.contextmanager
-def serving(command: list[str], env: dict[str, str] | None = None) -> Iterator[StageProcess]:
-    """Start ``command`` (a run with ``--serve``) in the example's folder; stop it with Ctrl+C."""
+def serving(
+    command: list[str], env: dict[str, str] | None = None, cwd: Path = EXAMPLE
+) -> Iterator[StageProcess]:
+    """Start ``command`` (a run with ``--serve``) in ``cwd`` (by default the example's folder);
+    stop it with Ctrl+C."""
     process = subprocess.Popen(
         command,
-        cwd=EXAMPLE,
+        cwd=cwd,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -204,6 +208,123 @@ def test_fems2py_serve_lists_stored_sessions_and_opens_one_read_only(
         assert den_talk(page) > 0
         assert page.locator("form.human-turn").count() == 0
         screenshot(page, "serve-session")
+
+
+def test_serve_shows_forks_under_their_parent_and_each_turn_s_fork_command(
+    page: Page, tmp_path: Path
+) -> None:
+    """Sessions as a tree (§16.4a, §17.1): a fork is listed under its parent with its branch
+    turn; its page says where it branched and links to the parent; each turn shows its number
+    and the command line that forks the session there."""
+    module = build_file(EXAMPLE / "werewolf.fems", tmp_path / "werewolf.py").output
+    database = tmp_path / "games.db"
+    play = [sys.executable, str(module), "--model", "fems/mock", "--db", str(database)]
+    play += ["--souls", str(EXAMPLE / "souls.yaml")]
+    subprocess.run([*play, "--seed", "1"], check=True, capture_output=True, timeout=WAIT_SECONDS)
+    with Store(str(database)) as store:  # the lineage of a fork, as --fork records it
+        script = store.session(1)["script"]  # type: ignore[index]
+        fork = store.open_session(title="the fork", script=script, parent=1, branch_turn=5)
+    subprocess.run(
+        [*play, "--seed", "2", "--session", str(fork)],
+        check=True,
+        capture_output=True,
+        timeout=WAIT_SECONDS,
+    )
+    fems2py = Path(sys.executable).parent / "fems2py"
+    with serving([str(fems2py), "serve", "--db", "games.db"], cwd=tmp_path) as stage:
+        url = stage.wait_for(STAGE_URL.pattern).group(1)
+        listed = "".join(line for line in stage.seen if "session" in line)
+        assert "fems2py: 2 sessions in games.db:" in listed
+        assert "  session 1: Werewolf at the Crossroads Inn (completed)\n" in listed
+        assert "    session 2: the fork (completed), forked from session 1 after turn 5" in listed
+        page.goto(url)
+        child = page.locator('#session-list li[data-session="1"] > ul > li[data-session="2"]')
+        child.wait_for()
+        assert "forked from session 1 after turn 5" in child.text_content()
+        assert page.locator('#session-list > li[data-session="2"]').count() == 0
+        screenshot(page, "serve-tree")
+
+        child.locator("a").first.click()
+        page.wait_for_selector("#dialog li")
+        lineage = page.locator("#lineage")
+        assert "forked from session 1 after its turn 5" in lineage.text_content()
+        forks = page.locator("#dialog details.fork")
+        turns = [int(forks.nth(i).get_attribute("data-turn") or 0) for i in range(forks.count())]
+        assert turns and turns == sorted(set(turns)), "one fork command per turn, in order"
+        third = page.locator('#dialog details.fork[data-turn="3"]')
+        third.locator("summary").click()
+        assert "turn 3" in third.locator("summary").text_content()
+        commands = [c.text_content() for c in third.locator("code").all()]
+        assert commands == [
+            "python werewolf.py --db games.db --fork 2:3",
+            "fems2py run werewolf.fems --db games.db --fork 2:3",
+        ]
+        screenshot(page, "serve-fork-commands")
+        lineage.locator("a").click()
+        page.wait_for_function("document.getElementById('title').textContent.endsWith('session 1')")
+        assert page.locator("#lineage").is_hidden()
+
+
+FLOW_BOUNDS = """() => {
+    const frame = document.getElementById('flow').getBoundingClientRect();
+    const nodes = [...document.querySelectorAll('#flow svg g.node')].map(
+        (node) => node.getBoundingClientRect()
+    );
+    const inside = nodes.filter(
+        (n) => n.left >= frame.left - 1 && n.right <= frame.right + 1
+            && n.top >= frame.top - 1 && n.bottom <= frame.bottom + 1
+    );
+    const widest = Math.max(...nodes.map((n) => n.width));
+    const svg = document.querySelector('#flow svg');
+    return {nodes: nodes.length, inside: inside.length, widest, zoom: Number(svg.dataset.zoom),
+            viewBox: svg.getAttribute('viewBox')};
+}"""
+
+
+def test_the_flow_picture_fits_its_panel_and_zooms_and_pans(page: Page, tmp_path: Path) -> None:
+    """The werewolf chart, wider than its panel, is shown whole (§17.1); the buttons and the
+    wheel zoom it, a drag moves it, "fit" shows it whole again."""
+    module = build_file(EXAMPLE / "werewolf.fems", tmp_path / "werewolf.py").output
+    database = tmp_path / "game.db"
+    command = [sys.executable, str(module), "--model", "fems/mock", "--seed", "1"]
+    command += ["--db", str(database), "--souls", str(EXAMPLE / "souls.yaml")]
+    subprocess.run(command, check=True, capture_output=True, timeout=WAIT_SECONDS)
+    fems2py = Path(sys.executable).parent / "fems2py"
+    with serving([str(fems2py), "serve", "--db", str(database), "--session", "1"]) as stage:
+        page.set_viewport_size({"width": 1100, "height": 800})
+        page.goto(stage.wait_for(STAGE_URL.pattern).group(1))
+        page.wait_for_selector("#flow svg g.node")
+        fitted = page.evaluate(FLOW_BOUNDS)
+        assert fitted["nodes"] > 20
+        assert fitted["inside"] == fitted["nodes"], "every node is inside the panel"
+        assert fitted["zoom"] == 1
+        screenshot(page, "flow-fitted")
+
+        page.click("#zoom-in")
+        page.click("#zoom-in")
+        zoomed = page.evaluate(FLOW_BOUNDS)
+        assert zoomed["zoom"] > 1.5
+        assert zoomed["widest"] > fitted["widest"] * 1.5, "nodes are drawn bigger"
+        assert zoomed["inside"] < zoomed["nodes"], "part of the flow is now out of view"
+
+        box = page.locator("#flow").bounding_box()
+        assert box is not None
+        middle = (box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+        page.mouse.move(*middle)
+        page.mouse.down()
+        page.mouse.move(middle[0] + 120, middle[1] + 60, steps=4)
+        page.mouse.up()
+        dragged = page.evaluate(FLOW_BOUNDS)
+        assert dragged["viewBox"] != zoomed["viewBox"] and dragged["zoom"] == zoomed["zoom"]
+        screenshot(page, "flow-zoomed")
+
+        page.mouse.wheel(0, 400)  # wheel down: zoom out
+        page.wait_for_function(
+            "zoom => Number(document.querySelector('#flow svg').dataset.zoom) < zoom",
+            arg=dragged["zoom"],
+        )
+        page.click("#zoom-fit")
+        assert page.evaluate(FLOW_BOUNDS) == fitted
 
 
 def test_a_human_seat_plays_from_the_page_to_the_end(page: Page, tmp_path: Path) -> None:

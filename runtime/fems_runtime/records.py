@@ -50,8 +50,9 @@ import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from fems_runtime.values import to_json
 
@@ -270,3 +271,32 @@ class StepCounter:
                 file,
                 line,
             )
+
+
+@dataclass(frozen=True)
+class StreamedReply:
+    """A model reply while it streams in (§15.4), for whoever shows it live (the stage,
+    §17.1): its turn, action and node, who speaks, and the souls and users of the turn's room,
+    who will see the stored reply (and so the only seats that may see it being written)."""
+
+    turn: int
+    action: str
+    node: str | None
+    speaker: str
+    speaker_soul: str
+    souls: frozenset[str]
+    users: frozenset[str]
+
+
+class LiveReplyListener(Protocol):
+    """Shows one streamed reply as it arrives: ``feed(kind, chunk)`` each piece (kind
+    ``"text"``, ``"reasoning"``, or ``"discard"`` when the stream broke off and the call is
+    made again), ``finish(final)`` the reply as it will be stored once the call is over."""
+
+    def feed(self, kind: str, chunk: str) -> None: ...
+
+    def finish(self, final: str) -> None: ...
+
+
+ReplyWatcher = Callable[[StreamedReply], LiveReplyListener]
+"""Called when a model call starts streaming; returns the listener of its pieces."""

@@ -14,6 +14,7 @@ from fems_runtime.stage.view import SessionView
 
 if TYPE_CHECKING:
     from fems_runtime.store import Store
+    from fems_runtime.store.sessions import SessionNode
 
 
 class Archive:
@@ -24,7 +25,13 @@ class Archive:
         self._chart_for = chart_for
 
     def sessions(self) -> list[dict[str, Any]]:
-        return [SessionView(self.store, row["id"]).summary() for row in self.store.sessions()]
+        """Every session as a tree of forks (§17.1): the first sessions, newest first, each
+        with the sessions forked from it (``children``)."""
+        return [self._tree_json(node) for node in self.store.session_tree()]
+
+    def _tree_json(self, node: SessionNode) -> dict[str, Any]:
+        summary = SessionView(self.store, node.session["id"]).summary()
+        return {**summary, "children": [self._tree_json(child) for child in node.children]}
 
     def session_view(self, number: int) -> SessionView:
         if self.store.session(number) is None:
@@ -39,12 +46,20 @@ class Archive:
         """Model calls are traced, not stored: a stored session has none to show."""
         return None
 
-    def state(self) -> dict[str, Any]:
-        return {"status": "archive", "error": None, "messages": 0, "running": [], "waiting": []}
+    def state(self, seat: str = "") -> dict[str, Any]:
+        return {
+            "status": "archive",
+            "error": None,
+            "messages": 0,
+            "running": [],
+            "waiting": [],
+            "seat": seat,
+            "writing": [],
+        }
 
-    async def changes(self) -> AsyncIterator[dict[str, Any]]:
+    async def changes(self, seat: str = "") -> AsyncIterator[dict[str, Any]]:
         """One state: nothing changes in a finished session."""
-        yield self.state()
+        yield self.state(seat)
         await asyncio.Event().wait()
 
     def answer(self, number: int, text: str, values: Mapping[str, Any]) -> None:

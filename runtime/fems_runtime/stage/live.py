@@ -3,7 +3,8 @@ listener), answers its human turns with what the page sends, and tells the page 
 
 Everything the page shows is read from the store through :class:`SessionView`; the stage itself
 keeps only what the store does not hold: the nodes the run is in, the human turns waiting for an
-answer, and how the run ended. The page can write exactly one thing: the answer to a waiting
+answer, the replies being written (streamed, §15.4, until the stored reply replaces them), and
+how the run ended. The page can write exactly one thing: the answer to a waiting
 human turn, checked like the terminal checks it (§10.8).
 """
 
@@ -11,15 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fems_runtime.human import HumanAnswer, HumanRequest, out_name, typed_value
-from fems_runtime.records import RunError
+from fems_runtime.records import RunError, StreamedReply
 from fems_runtime.signals import OutSpec, SignalError, choice_list
 from fems_runtime.stage.chart import FlowChart
-from fems_runtime.stage.view import SessionView
+from fems_runtime.stage.view import DIRECTOR, SessionView
 from fems_runtime.values import format_value
 
 if TYPE_CHECKING:
@@ -57,6 +58,57 @@ class _Waiting:
         }
 
 
+@dataclass
+class _Partial:
+    """A reply being written (§17.1): what has arrived of it, shown until the messages of its
+    turn are stored (``done``: its call is over), under its speaker and only to the seats of
+    its turn's room; its reasoning only to the director."""
+
+    number: int
+    reply: StreamedReply
+    stage: LiveStage
+    text: str = ""
+    reasoning: str = ""
+    done: bool = False
+
+    def feed(self, kind: str, chunk: str) -> None:
+        """A piece of the stream (kind ``text``, ``reasoning`` or ``discard``)."""
+        if kind == "discard":  # the stream broke off: what it said never counts
+            self.text = self.reasoning = ""
+        elif kind == "reasoning":
+            self.reasoning += chunk
+        else:
+            self.text += chunk
+        self.stage.touch()
+
+    def finish(self, final: str) -> None:
+        """The call is over; ``final`` is the reply as it is stored."""
+        self.text, self.done = final, True
+        self.stage.touch()
+
+    def seen_by(self, soul: str | None, user: str | None) -> bool:
+        """Whether a seat with ``soul`` and ``user`` sees the stored reply (as the store's
+        visibility query decides, §13.2)."""
+        reply = self.reply
+        return soul in reply.souls or (user is not None and user in reply.users)
+
+    def to_json(self, director: bool) -> dict[str, Any]:
+        reply = self.reply
+        shown = {
+            "id": self.number,
+            "turn": reply.turn,
+            "action": reply.action,
+            "node": reply.node,
+            "speaker": reply.speaker,
+            "soul": reply.speaker_soul,
+            "text": self.text,
+            "done": self.done,
+        }
+        if director:
+            shown["reasoning"] = self.reasoning
+        return shown
+
+
 def _out_json(out: OutSpec, frame: Frame | None) -> dict[str, Any]:
     """An out as the page asks for it: a menu of the choices, or a typed field."""
     menu = _menu(out)
@@ -76,8 +128,12 @@ def _menu(out: OutSpec) -> list[Any] | None:
 class LiveStage:
     """Observer of one run, its human-turn provider, and the source of the page's state."""
 
-    def __init__(self, chart: FlowChart) -> None:
+    def __init__(self, chart: FlowChart, module: str | None = None) -> None:
+        """``chart``: the flow picture; ``module``: the generated module's file as a command
+        line names it (for the page's fork commands), None when the run did not start from
+        one the user has (``fems2py run``)."""
         self.chart = chart
+        self.module = module
         self.view: SessionView | None = None
         self.status = "starting"
         self.error: str | None = None
@@ -86,6 +142,9 @@ class LiveStage:
         self._last_calls: dict[str, dict[str, Any]] = {}  # actor → its last model call
         self._waiting: dict[int, _Waiting] = {}
         self._numbers = itertools.count(1)
+        self._partials: dict[asyncio.Task[Any] | None, _Partial] = {}  # by the turn's task
+        self._partial_numbers = itertools.count(1)
+        self._writers: set[asyncio.Task[Any]] = set()  # tasks whose end is watched
         self._messages = 0
         self._version = 0
         self._changed = asyncio.Event()
@@ -93,18 +152,19 @@ class LiveStage:
     # ------------------------------------------------------------------ the run's side
 
     def run_opened(self, store: Store, session: int, trace: TraceWriter) -> None:
-        self.view = SessionView(store, session)
+        self.view = SessionView(store, session, self.module)
         self.status = "running"
         store.listen(self._stored)
         trace.listen(self._traced)
-        self._touch()
+        self.touch()
 
     def run_closing(self, status: str, error: str | None) -> None:
         if self.view is not None:
             self.view.freeze(status)
         self.status, self.error = status, error
         self._running.clear()
-        self._touch()
+        self._partials.clear()
+        self.touch()
 
     async def ask(self, request: HumanRequest) -> HumanAnswer:
         """Answer a human turn (the :class:`~fems_runtime.human.HumanProvider` protocol): wait
@@ -114,16 +174,42 @@ class LiveStage:
                 raise RunError(f"{request.action}: out {out.label} has no choices to offer")
         waiting = _Waiting(next(self._numbers), request, self._loop.create_future())
         self._waiting[waiting.number] = waiting
-        self._touch()
+        self.touch()
         try:
             return await waiting.answer
         finally:
             del self._waiting[waiting.number]
-            self._touch()
+            self.touch()
+
+    def reply_started(self, reply: StreamedReply) -> _Partial:
+        """A model call starts streaming (a :data:`~fems_runtime.records.ReplyWatcher`): its
+        pieces are shown as they arrive. The call's task has moved on from its last reply."""
+        task = asyncio.current_task()
+        partial = _Partial(next(self._partial_numbers), reply, self)
+        if task is not None and task not in self._writers:
+            self._writers.add(task)
+            task.add_done_callback(self._left_reply)
+        self._partials[task] = partial
+        self.touch()
+        return partial
+
+    def _left_reply(self, task: asyncio.Task[Any]) -> None:
+        """A branch that ended (or was cancelled, ``join(n)``) writes no more."""
+        self._writers.discard(task)
+        if self._partials.pop(task, None) is not None:
+            self.touch()
 
     def _stored(self, messages: list[Message]) -> None:
+        self.on_loop(self._settle, messages)
+
+    def _settle(self, messages: list[Message]) -> None:
+        """Stored messages replace the finished replies of their turns (their speakers')."""
         self._messages += len(messages)
-        self._touch()
+        said = {(m.turn, m.speaker_soul) for m in messages}
+        for task, partial in list(self._partials.items()):
+            if partial.done and (partial.reply.turn, partial.reply.speaker_soul) in said:
+                del self._partials[task]
+        self.touch()
 
     def _traced(self, event: Mapping[str, Any]) -> None:
         """Remember each actor's last model call, exactly as sent, and the node each branch
@@ -146,22 +232,27 @@ class LiveStage:
             task.add_done_callback(self._left)
         node = str(event.get("node"))
         self._running[task] = (node, self.chart.node_id(node, event.get("line")))
-        self._touch()
+        self.touch()
 
     def _left(self, task: asyncio.Task[Any]) -> None:
         self._running.pop(task, None)
-        self._touch()
+        self.touch()
 
-    def _touch(self) -> None:
-        """Note a change; safe from any thread (store writes may come from worker threads)."""
+    def on_loop(self, call: Callable[..., None], *args: Any) -> None:
+        """Run ``call(*args)`` on the stage's event loop: now when already there, else soon
+        (store writes and some streams come from worker threads)."""
         try:
             on_loop = asyncio.get_running_loop() is self._loop
         except RuntimeError:
             on_loop = False
         if on_loop:
-            self._bump()
+            call(*args)
         else:
-            self._loop.call_soon_threadsafe(self._bump)
+            self._loop.call_soon_threadsafe(call, *args)
+
+    def touch(self) -> None:
+        """Note a change (from any thread): the page's event streams send the state again."""
+        self.on_loop(self._bump)
 
     def _bump(self) -> None:
         self._version += 1
@@ -198,9 +289,10 @@ class LiveStage:
                 raise AnswerRefused(f"{name}: {error}") from None
         waiting.answer.set_result(HumanAnswer(text, taken))
 
-    def state(self) -> dict[str, Any]:
-        """What the page shows besides the messages: status, running nodes, waiting turns,
-        and the count of stored messages (a change tells the page to read its view again)."""
+    def state(self, seat: str = DIRECTOR) -> dict[str, Any]:
+        """What the page shows besides the stored messages, from ``seat``'s view: status,
+        running nodes, waiting turns, the replies being written that ``seat`` may see, and
+        the count of stored messages (a change tells the page to read its view again)."""
         return {
             "status": self.status,
             "error": self.error,
@@ -209,16 +301,35 @@ class LiveStage:
                 {"node": node, "id": chart_id} for node, chart_id in self._running.values()
             ],
             "waiting": [waiting.to_json() for waiting in self._waiting.values()],
+            "seat": seat,
+            "writing": self._writing(seat),
         }
 
-    async def changes(self) -> AsyncIterator[dict[str, Any]]:
-        """The state now, then after each change (changes close together are sent as one)."""
+    def _writing(self, seat: str) -> list[dict[str, Any]]:
+        """The replies being written that ``seat`` sees (it is in their turn's room), oldest
+        first, with their reasoning so far for the director only (§13.1)."""
+        partials = sorted(self._partials.values(), key=lambda partial: partial.number)
+        shown = [partial for partial in partials if partial.text or partial.reasoning]
+        if seat == DIRECTOR or not shown or self.view is None:
+            return [partial.to_json(director=True) for partial in shown]
+        found = next((s for s in self.view.seats() if s["name"] == seat), None)
+        if found is None:
+            return []
+        return [
+            partial.to_json(director=False)
+            for partial in shown
+            if partial.text and partial.seen_by(found["soul"], found["user"])
+        ]
+
+    async def changes(self, seat: str = DIRECTOR) -> AsyncIterator[dict[str, Any]]:
+        """``seat``'s state now, then after each change (changes close together are sent as
+        one)."""
         seen = -1
         while True:
             changed = self._changed
             if seen != self._version:
                 seen = self._version
-                yield self.state()
+                yield self.state(seat)
                 await asyncio.sleep(COALESCE_SECONDS)
                 continue
             await changed.wait()
@@ -226,7 +337,8 @@ class LiveStage:
     # ------------------------------------------------------------------ as a stage source
 
     def sessions(self) -> list[dict[str, Any]]:
-        return [self.view.summary()] if self.view is not None else []
+        """The run's session: the only one this stage shows."""
+        return [{**self.view.summary(), "children": []}] if self.view is not None else []
 
     def session_view(self, number: int) -> SessionView:
         if self.view is None or self.view.session != number:

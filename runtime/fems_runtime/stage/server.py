@@ -4,7 +4,8 @@ Every route but the static files needs the token printed in the stage's URL (a q
 or the ``X-Stage-Token`` header the page's own requests send). Reads go to the store through a
 source (:class:`~fems_runtime.stage.live.LiveStage` or :class:`~fems_runtime.stage.archive.Archive`);
 the only write is ``POST /api/answer`` for a waiting human turn. Live updates are server-sent
-events: the page gets the stage's state and reads its view again when the message count moves.
+events, one stream per perspective (``seat``): the page gets the stage's state, with the replies
+being written that the seat may see, and reads its view again when the message count moves.
 Reads run on the event loop, like the run's own store calls (the store's writer lives there).
 """
 
@@ -31,7 +32,7 @@ from fems_runtime.records import RunError
 from fems_runtime.stage.archive import Archive
 from fems_runtime.stage.chart import FlowChart, chart_for_source, source_candidates
 from fems_runtime.stage.live import AnswerRefused, LiveStage
-from fems_runtime.stage.view import SessionView
+from fems_runtime.stage.view import SessionView, shown_path
 
 if TYPE_CHECKING:
     from fems_runtime.store import Store
@@ -67,9 +68,9 @@ class StageSource(Protocol):
 
     def last_call(self, seat: str) -> dict[str, Any] | None: ...
 
-    def state(self) -> dict[str, Any]: ...
+    def state(self, seat: str = "") -> dict[str, Any]: ...
 
-    def changes(self) -> AsyncIterator[dict[str, Any]]: ...
+    def changes(self, seat: str = "") -> AsyncIterator[dict[str, Any]]: ...
 
     def answer(self, number: int, text: str, values: Mapping[str, Any]) -> None: ...
 
@@ -102,7 +103,9 @@ def create_app(source: StageSource, token: str) -> Starlette:
         except KeyError:
             return JSONResponse({"error": f"no session {number}"}, 404)
         chart = source.chart_of(number).to_json()
-        return JSONResponse({**view.summary(), "seats": view.seats(), "chart": chart})
+        summary = view.summary()
+        shown = {**summary, "parent_here": _can_open(source, summary["parent"])}
+        return JSONResponse({**shown, "seats": view.seats(), "chart": chart})
 
     async def messages(request: Request) -> Response:
         number = request.path_params["number"]
@@ -115,8 +118,10 @@ def create_app(source: StageSource, token: str) -> Starlette:
         return JSONResponse({"seat": seat, "messages": found, "last_call": last_call})
 
     async def events(request: Request) -> Response:
+        seat = request.query_params.get("seat", "")
+
         async def stream() -> AsyncIterator[str]:
-            async for state in source.changes():
+            async for state in source.changes(seat):
                 yield f"data: {json.dumps(state, ensure_ascii=False)}\n\n"
 
         headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
@@ -148,6 +153,17 @@ def create_app(source: StageSource, token: str) -> Starlette:
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     return Starlette(routes=routes)
+
+
+def _can_open(source: StageSource, session: int | None) -> bool:
+    """Whether the page can link to ``session`` (a live stage shows its own run only)."""
+    if session is None:
+        return False
+    try:
+        source.session_view(session)
+    except KeyError:
+        return False
+    return True
 
 
 class _Server(uvicorn.Server):
@@ -191,7 +207,10 @@ async def run_on_stage(
     sources = source_candidates(program.module_file, script.file)
     if program.source is not None:
         sources.insert(0, program.source)
-    stage = LiveStage(await asyncio.to_thread(chart_for_source, sources, script.sha256))
+    chart = await asyncio.to_thread(chart_for_source, sources, script.sha256)
+    stage = LiveStage(
+        chart, None if program.source is not None else shown_path(program.module_file)
+    )
     token = secrets.token_urlsafe(16)
     try:
         serving, address = await _start(create_app(stage, token), port)

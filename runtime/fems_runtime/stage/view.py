@@ -4,9 +4,14 @@ its built-in context is made of, §13.2, by the store's own visibility query).""
 
 from __future__ import annotations
 
+import contextlib
+import shlex
 import threading
 from collections.abc import Callable
+from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+from fems_runtime.store import hide_password
 
 if TYPE_CHECKING:
     from fems_runtime.store import Message, Store
@@ -16,19 +21,25 @@ _T = TypeVar("_T")
 DIRECTOR = ""
 """The seat that sees everything."""
 
+REASONING = "reasoning"
+"""The kind of a model's private reasoning: in the director's view only, folded (§13.1)."""
+
 
 class SessionView:
     """Reads a session from ``store``; :meth:`freeze` keeps what was read when the store is
     about to close (a finished live run whose database may be ``:memory:``)."""
 
-    def __init__(self, store: Store, session: int) -> None:
+    def __init__(self, store: Store, session: int, module: str | None = None) -> None:
         self._store: Store | None = store
         self.session = session
+        self._database = _database_argument(store.url)
+        self._module = module
         self._lock = threading.Lock()
         self._frozen: dict[str, Any] = {}
 
     def summary(self) -> dict[str, Any]:
-        """Number, title, script, status and creation time of the session."""
+        """Number, title, script, status and creation time of the session, the session it was
+        forked from and the turn it branched at (§16.4a), and how to fork it in turn."""
         row = self._read("summary", lambda store: store.session(self.session)) or {}
         return {
             "session": self.session,
@@ -36,6 +47,27 @@ class SessionView:
             "script": row.get("script"),
             "status": row.get("status"),
             "created": row.get("created"),
+            "parent": row.get("parent"),
+            "branch_turn": row.get("branch_turn"),
+            "fork": self.fork_commands(row.get("script")),
+        }
+
+    def fork_commands(self, script: str | None) -> dict[str, Any]:
+        """The command lines that start a new session from one of this session's turns
+        (§16.4a), without the ``--fork SESSION:TURN`` the page adds per turn; or why there
+        are none (``missing``)."""
+        if self._database is None:
+            return {"commands": [], "missing": "the run's database is in memory: it ends with it"}
+        if not script:
+            return {"commands": [], "missing": "the session does not name its script"}
+        module = self._module or f"{PurePath(script).stem}.py"
+        database = shlex.quote(self._database)
+        return {
+            "commands": [
+                f"python {shlex.quote(module)} --db {database}",
+                f"fems2py run {shlex.quote(script)} --db {database}",
+            ],
+            "missing": None,
         }
 
     def seats(self) -> list[dict[str, Any]]:
@@ -83,10 +115,11 @@ class SessionView:
 
     def _director(self, store: Store) -> list[dict[str, Any]]:
         scopes = store.message_scopes(self.session)
-        return [
+        shown = [
             {**_message_json(m), "seen_by": _seen_by(scopes.get(m.id))}
             for m in store.messages(self.session)
         ]
+        return fold_reasoning(shown)
 
     def _read(self, key: str, read: Callable[[Store], _T]) -> _T:
         """``read`` from the store, remembering the value; once frozen, the value last read."""
@@ -98,6 +131,51 @@ class SessionView:
         with self._lock:
             self._frozen[key] = value
         return value
+
+
+def fold_reasoning(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The director's messages with each model's reasoning (§13.1) folded into the reply (or
+    tool call) it led to: the next message, stored in the same batch, of the same turn and
+    speaker. Reasoning that led to nothing stored (a call that failed) stays a message."""
+    folded: list[dict[str, Any]] = []
+    for index, message in enumerate(messages):
+        if message["kind"] != REASONING:
+            folded.append(message)
+            continue
+        after = messages[index + 1] if index + 1 < len(messages) else None
+        if after is not None and _answers(message, after):
+            after["reasoning"] = message["content"]
+        else:
+            folded.append(message)
+    return folded
+
+
+def _answers(reasoning: dict[str, Any], message: dict[str, Any]) -> bool:
+    """Whether ``message`` is what the model said after ``reasoning``."""
+    return (
+        message["kind"] in ("reply", "tool_call")
+        and message["turn"] == reasoning["turn"]
+        and message["soul"] == reasoning["soul"]
+    )
+
+
+def _database_argument(url: str) -> str | None:
+    """``--db`` for a command line that opens the same database: a SQLite file as a path
+    (relative to the working directory when it is inside it), another database by its URL
+    with the password left out; None for an in-memory database."""
+    if url in ("sqlite://", "sqlite:///:memory:"):
+        return None
+    if url.startswith("sqlite:///"):
+        return shown_path(url.removeprefix("sqlite:///"))
+    return hide_password(url, url)
+
+
+def shown_path(path: str) -> str:
+    """``path`` as a command line in the working directory names it: relative when inside."""
+    resolved = Path(path).resolve()
+    with contextlib.suppress(ValueError):
+        return str(resolved.relative_to(Path.cwd()))
+    return str(resolved)
 
 
 def _user_of(kind: str, source: str | None) -> str | None:

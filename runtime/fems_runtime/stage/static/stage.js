@@ -15,6 +15,7 @@ const stage = {
   again: false,
   state: null,
   choosing: null, // the session lookup in progress
+  events: null, // the event stream of the perspective shown
 };
 
 function api(path, options = {}) {
@@ -47,17 +48,30 @@ function colourOf(name) {
 
 async function chooseSession() {
   const { sessions } = await api("/api/sessions");
-  if (sessions.length === 1) return openSession(sessions[0].session);
+  if (sessions.length === 1 && !sessions[0].children.length) return openSession(sessions[0].session);
   if (sessions.length === 0) return; // a live run that has not opened its session yet
-  const list = document.getElementById("session-list");
-  list.replaceChildren(
-    ...sessions.map((s) => {
-      const href = `?token=${encodeURIComponent(token)}&session=${s.session}`;
-      const label = `session ${s.session}: ${s.title || s.script || "untitled"} (${s.status})`;
-      return el("li", {}, el("a", { href, text: label }));
-    })
-  );
+  document.getElementById("session-list").replaceChildren(...sessions.map(sessionItem));
   document.getElementById("sessions").hidden = false;
+}
+
+// A session of the list and, under it, the sessions forked from it (§16.4a): a tree of forks.
+function sessionItem(s) {
+  const label = `session ${s.session}: ${s.title || s.script || "untitled"} (${s.status})`;
+  const item = el("li", { "data-session": s.session }, el("a", { href: sessionHref(s.session), text: label }));
+  if (s.parent !== null && s.parent !== undefined) {
+    item.append(el("span", { class: "branch", text: ` ${branchText(s)}` }));
+  }
+  if (s.children.length) item.append(el("ul", {}, ...s.children.map(sessionItem)));
+  return item;
+}
+
+function sessionHref(number) {
+  return `?token=${encodeURIComponent(token)}&session=${number}`;
+}
+
+function branchText(s) {
+  const at = s.branch_turn === null || s.branch_turn === undefined ? "" : ` after turn ${s.branch_turn}`;
+  return `forked from session ${s.parent}${at}`;
 }
 
 async function openSession(number) {
@@ -76,9 +90,22 @@ async function openSession(number) {
     ...info.seats.map((s) => el("option", { value: s.name, text: `${s.name} (${s.type})` }))
   );
   select.value = stage.seat;
+  showLineage(info);
   await drawFlow(info.chart);
   showStatus();
   await refreshDialog();
+}
+
+// Where the session branched (§16.4a): its parent, linked when this stage can open it.
+function showLineage(info) {
+  const note = document.getElementById("lineage");
+  note.hidden = info.parent === null || info.parent === undefined;
+  if (note.hidden) return;
+  const parent = info.parent_here
+    ? el("a", { href: sessionHref(info.parent), text: `session ${info.parent}` })
+    : `session ${info.parent}`;
+  const at = info.branch_turn === null || info.branch_turn === undefined ? "" : ` after its turn ${info.branch_turn}`;
+  note.replaceChildren("This session was forked from ", parent, `${at}: its turns up to there are the parent's, replayed.`);
 }
 
 // ------------------------------------------------------------------ dialog
@@ -115,9 +142,41 @@ function showDialog(messages, lastCall) {
     ? `${seat.name}'s view: exactly the messages ${seat.type === "human" ? "this person is shown" : "its model receives"} as context (§13.2), read from the store. ${messages.length} messages.`
     : `Director's view: every stored message, with the souls that may see it. ${messages.length} messages.`;
   const items = messages.map(messageItem);
+  markTurnEnds(messages, items);
   if (lastCall) items.unshift(lastCallItem(seat.name, lastCall));
   document.getElementById("dialog").replaceChildren(...items);
+  showWriting();
   if (atBottom) window.scrollTo(0, document.body.scrollHeight);
+}
+
+// The replies being written (§17.1), after the stored messages: each under its speaker with a
+// "writing…" marker until the stored reply replaces it. The server sends each perspective only
+// the replies of rooms its seat is in, and their reasoning to the director only.
+function showWriting() {
+  const dialog = document.getElementById("dialog");
+  for (const item of dialog.querySelectorAll("li.writing")) item.remove();
+  const state = stage.state;
+  if (!state || state.seat !== stage.seat) return;
+  const atBottom = window.innerHeight + window.scrollY >= document.body.scrollHeight - 40;
+  for (const reply of state.writing || []) dialog.append(writingItem(reply));
+  if (atBottom) window.scrollTo(0, document.body.scrollHeight);
+}
+
+function writingItem(reply) {
+  const item = el("li", {
+    class: "msg reply writing",
+    "data-kind": "writing",
+    "data-action": reply.action,
+    "data-speaker": reply.speaker,
+    "data-turn": reply.turn,
+  });
+  item.style.setProperty("--colour", colourOf(reply.soul || reply.speaker));
+  const where = [reply.action, `turn ${reply.turn}`].join(" · ");
+  item.append(el("span", { class: "who", text: reply.speaker }), el("span", { class: "meta", text: where }));
+  if (!reply.done) item.append(el("span", { class: "marker", text: "writing…" }));
+  item.append(el("div", { class: "text", text: reply.text }));
+  if (reply.reasoning) item.append(reasoningFold(reply.reasoning));
+  return item;
 }
 
 // An actor's last model call as it was sent: persona, memory and context methods included.
@@ -139,11 +198,11 @@ function messageItem(m) {
     "data-seq": m.seq,
   });
   const where = [m.action, m.turn ? `turn ${m.turn}` : null].filter(Boolean).join(" · ");
-  if (kind === "prompt" || kind === "tool") {
-    const title =
-      kind === "prompt"
-        ? `prompt to ${m.speaker || "the model"}`
-        : `${m.kind.replace("_", " ")}${m.speaker ? ` by ${m.speaker}` : ""}`;
+  if (kind === "prompt" || kind === "tool" || kind === "reasoning") {
+    const title = {
+      prompt: `prompt to ${m.speaker || "the model"}`,
+      reasoning: `${m.speaker}'s reasoning, private (${m.content.length} characters)`,
+    }[kind] || `${m.kind.replace("_", " ")}${m.speaker ? ` by ${m.speaker}` : ""}`;
     item.append(
       el("details", {}, el("summary", { text: `${title} · ${where}` }), el("div", { class: "text", text: m.content }))
     );
@@ -153,6 +212,7 @@ function messageItem(m) {
     item.append(el("span", { class: "who", text: who }), el("span", { class: "meta", text: where }));
     item.append(el("div", { class: "text", text: m.content }));
   }
+  if (m.reasoning) item.append(reasoningFold(m.reasoning));
   if (m.seen_by && kind !== "prompt") {
     const seen = [...m.seen_by.souls, ...m.seen_by.users.map((u) => `user ${u}`)];
     item.append(el("div", { class: "seen", text: `seen by: ${seen.join(", ") || "nobody"}` }));
@@ -160,11 +220,59 @@ function messageItem(m) {
   return item;
 }
 
+// The last message shown of each turn gets the turn's "fork here" command lines (§16.4a):
+// a new session that replays this session's turns up to this one, then goes live.
+function markTurnEnds(messages, items) {
+  const fork = stage.summary && stage.summary.fork;
+  if (!fork) return;
+  const last = new Map();
+  messages.forEach((m, index) => m.turn && last.set(m.turn, index));
+  for (const [turn, index] of last) items[index].append(forkControl(turn, fork));
+}
+
+function forkControl(turn, fork) {
+  const point = `${stage.session}:${turn}`;
+  const box = el("details", { class: "fork", "data-turn": turn });
+  box.append(el("summary", { text: `turn ${turn} · fork here` }));
+  if (!fork.commands.length) {
+    box.append(el("p", { class: "meta", text: `No fork from here: ${fork.missing}.` }));
+    return box;
+  }
+  box.append(el("p", { class: "meta", text: `A new session replaying turns 1–${turn} of session ${stage.session}, then live:` }));
+  for (const command of fork.commands) {
+    const line = `${command} --fork ${point}`;
+    const copy = el("button", { type: "button", text: "copy" });
+    copy.addEventListener("click", () => copyText(line, copy));
+    box.append(el("div", { class: "command" }, el("code", { text: line }), copy));
+  }
+  return box;
+}
+
+async function copyText(text, button) {
+  try {
+    await navigator.clipboard.writeText(text);
+    button.textContent = "copied";
+  } catch {
+    button.textContent = "select and copy";
+  }
+}
+
+// A reply's private reasoning (§13.1), folded under it: only the director's view has it.
+function reasoningFold(text) {
+  return el(
+    "details",
+    { class: "reasoning" },
+    el("summary", { text: `reasoning, private to the model (${text.length} characters)` }),
+    el("div", { class: "text", text })
+  );
+}
+
 // ------------------------------------------------------------------ flow picture
 
 async function drawFlow(chart) {
   const target = document.getElementById("flow");
   stage.nodes.clear();
+  document.querySelector("#flow-bar .zoom").hidden = !chart.mermaid;
   if (!chart.mermaid) {
     target.replaceChildren(el("p", { class: "meta", text: `No flow picture: ${chart.missing}.` }));
     return;
@@ -172,7 +280,7 @@ async function drawFlow(chart) {
   mermaid.initialize({ startOnLoad: false, securityLevel: "strict", flowchart: { htmlLabels: false, useMaxWidth: false } });
   const { svg } = await mermaid.render("flow-svg", chart.mermaid);
   target.innerHTML = svg;
-  fitFlow(target.querySelector("svg"));
+  showWhole(target.querySelector("svg"));
   const known = new Set(chart.nodes);
   for (const group of target.querySelectorAll("g.node")) {
     const match = /flowchart-(.+)-\d+$/.exec(group.id);
@@ -181,21 +289,109 @@ async function drawFlow(chart) {
   markRunning();
 }
 
-// Big flows are drawn at half size at least, and scroll inside their pane.
-function fitFlow(svg) {
+// The picture is zoomed and moved by changing the svg's viewBox (the part of the drawing in
+// view): it starts fitted to the panel, whatever the chart's size.
+const ZOOM_STEP = 1.25;
+const ZOOM_RANGE = [0.25, 12]; // how far from the fitted size one may zoom out and in
+const flowView = { svg: null, whole: null, view: null };
+
+function showWhole(svg) {
+  svg.removeAttribute("style"); // Mermaid's max-width: the panel decides the size
+  svg.setAttribute("width", "100%");
+  svg.setAttribute("height", "100%");
+  svg.setAttribute("preserveAspectRatio", "xMidYMid meet");
   const box = svg.viewBox.baseVal;
-  const room = document.getElementById("flow-pane").clientWidth - 24;
-  const scale = Math.max(0.5, Math.min(1, room / box.width));
-  svg.setAttribute("width", Math.round(box.width * scale));
-  svg.setAttribute("height", Math.round(box.height * scale));
+  flowView.svg = svg;
+  flowView.whole = { x: box.x, y: box.y, width: box.width, height: box.height };
+  fitFlow();
 }
 
-function scrollFlowTo(group) {
-  const pane = document.getElementById("flow-pane");
+function fitFlow() {
+  if (!flowView.svg) return;
+  setView({ ...flowView.whole });
+}
+
+function setView(view) {
+  flowView.view = view;
+  flowView.svg.setAttribute("viewBox", `${view.x} ${view.y} ${view.width} ${view.height}`);
+  flowView.svg.dataset.zoom = zoomLevel().toFixed(3);
+}
+
+// How much bigger than fitted the picture is drawn (1: the whole flow fits the panel).
+function zoomLevel() {
+  return flowView.whole.width / flowView.view.width;
+}
+
+// Zoom by `factor` keeping the drawing's point under (clientX, clientY) where it is.
+function zoomFlow(factor, clientX, clientY) {
+  if (!flowView.svg) return;
+  const level = Math.min(ZOOM_RANGE[1], Math.max(ZOOM_RANGE[0], zoomLevel() * factor));
+  const applied = level / zoomLevel();
+  const frame = flowView.svg.getBoundingClientRect();
+  const at = toDrawing(clientX ?? frame.left + frame.width / 2, clientY ?? frame.top + frame.height / 2);
+  const view = flowView.view;
+  setView({
+    x: at.x - (at.x - view.x) / applied,
+    y: at.y - (at.y - view.y) / applied,
+    width: view.width / applied,
+    height: view.height / applied,
+  });
+}
+
+function toDrawing(clientX, clientY) {
+  const point = new DOMPoint(clientX, clientY).matrixTransform(flowView.svg.getScreenCTM().inverse());
+  return { x: point.x, y: point.y };
+}
+
+// Move the view by (dx, dy) screen pixels.
+function panFlow(dx, dy) {
+  const scale = flowView.svg.getScreenCTM().a; // screen pixels per drawing unit
+  const view = flowView.view;
+  setView({ ...view, x: view.x - dx / scale, y: view.y - dy / scale });
+}
+
+function listenToFlowControls() {
+  const flow = document.getElementById("flow");
+  document.getElementById("zoom-in").addEventListener("click", () => zoomFlow(ZOOM_STEP));
+  document.getElementById("zoom-out").addEventListener("click", () => zoomFlow(1 / ZOOM_STEP));
+  document.getElementById("zoom-fit").addEventListener("click", fitFlow);
+  flow.addEventListener(
+    "wheel",
+    (event) => {
+      if (!flowView.svg) return;
+      event.preventDefault();
+      zoomFlow(Math.exp(-event.deltaY * 0.0015), event.clientX, event.clientY);
+    },
+    { passive: false }
+  );
+  let dragged = null;
+  flow.addEventListener("pointerdown", (event) => {
+    if (!flowView.svg || event.button !== 0) return;
+    dragged = { x: event.clientX, y: event.clientY };
+    flow.setPointerCapture(event.pointerId);
+    flow.classList.add("dragging");
+  });
+  flow.addEventListener("pointermove", (event) => {
+    if (!dragged) return;
+    panFlow(event.clientX - dragged.x, event.clientY - dragged.y);
+    dragged = { x: event.clientX, y: event.clientY };
+  });
+  const drop = () => {
+    dragged = null;
+    flow.classList.remove("dragging");
+  };
+  flow.addEventListener("pointerup", drop);
+  flow.addEventListener("pointercancel", drop);
+}
+
+// A node that starts running out of view is brought to the middle, at the same zoom.
+function bringIntoView(group) {
   const node = group.getBoundingClientRect();
-  const frame = pane.getBoundingClientRect();
-  pane.scrollLeft += node.left - frame.left - frame.width / 2 + node.width / 2;
-  pane.scrollTop += node.top - frame.top - frame.height / 2 + node.height / 2;
+  const frame = flowView.svg.getBoundingClientRect();
+  const inside =
+    node.left >= frame.left && node.right <= frame.right && node.top >= frame.top && node.bottom <= frame.bottom;
+  if (inside) return;
+  panFlow(frame.left + frame.width / 2 - (node.left + node.width / 2), frame.top + frame.height / 2 - (node.top + node.height / 2));
 }
 
 function markRunning() {
@@ -204,7 +400,7 @@ function markRunning() {
   for (const [id, group] of stage.nodes) {
     const was = group.classList.contains("running");
     group.classList.toggle("running", ids.has(id));
-    if (!was && ids.has(id)) scrollFlowTo(group);
+    if (!was && ids.has(id)) bringIntoView(group);
   }
   const names = [...new Set(running.map((r) => r.node))];
   document.getElementById("running").textContent = names.length ? `running: ${names.join(", ")}` : "";
@@ -272,10 +468,16 @@ function answerForm(turn) {
 
 // ------------------------------------------------------------------ live updates
 
+// One event stream per perspective: the replies being written depend on who is watching.
 function listen() {
-  const events = new EventSource(`/api/events?token=${encodeURIComponent(token)}`);
+  if (stage.events) stage.events.close();
+  const query = `token=${encodeURIComponent(token)}&seat=${encodeURIComponent(stage.seat)}`;
+  const events = new EventSource(`/api/events?${query}`);
+  stage.events = events;
   events.onmessage = (event) => onState(JSON.parse(event.data)).catch(lostContact);
-  events.onerror = () => lostContact(new Error("the stage is not answering (has the run stopped?)"));
+  events.onerror = () => {
+    if (events === stage.events) lostContact(new Error("the stage is not answering (has the run stopped?)"));
+  };
 }
 
 async function onState(state) {
@@ -292,7 +494,9 @@ async function onState(state) {
   showWaiting(state.waiting);
   if (state.messages !== stage.shownCount || ended) {
     stage.shownCount = state.messages;
-    refreshDialog();
+    refreshDialog(); // shows the replies being written once the stored ones are in
+  } else if (!stage.loading) {
+    showWriting();
   }
 }
 
@@ -306,8 +510,11 @@ function lostContact(error) {
 
 document.getElementById("seat").addEventListener("change", (event) => {
   stage.seat = event.target.value;
+  listen();
   refreshDialog();
 });
+
+listenToFlowControls();
 
 (async () => {
   if (stage.session !== null) await openSession(stage.session);
