@@ -9,88 +9,24 @@ Screenshots of each view are saved under ``test-artifacts/stage/`` (``FEMS_ARTIF
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import queue
-import re
 import shutil
-import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from fems_runtime.store import Store
 from playwright.sync_api import Browser, Page, sync_playwright
+from stage_helpers import STAGE_URL, WAIT_SECONDS, serving
 
 from fems2py.build import build_file
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "werewolf"
 ARTIFACTS = Path(os.environ.get("FEMS_ARTIFACTS", ROOT / "test-artifacts")) / "stage"
-STAGE_URL = re.compile(r"the stage is at (http://127\.0\.0\.1:\d+/\?token=\S+)")
-WAIT_SECONDS = 90
-
-
-@dataclass
-class StageProcess:
-    """A ``--serve`` run in its own process; its stderr lines are collected as they come."""
-
-    process: subprocess.Popen[str]
-    lines: queue.Queue[str] = field(default_factory=queue.Queue)
-    seen: list[str] = field(default_factory=list)
-
-    def wait_for(self, pattern: str) -> re.Match[str]:
-        """The first stderr line (seen before or still to come) matching ``pattern``."""
-        compiled = re.compile(pattern)
-        for line in self.seen:
-            if match := compiled.search(line):
-                return match
-        while True:
-            try:
-                line = self.lines.get(timeout=WAIT_SECONDS)
-            except queue.Empty:
-                pytest.fail(f"no line matching {pattern!r}; stderr so far:\n" + "".join(self.seen))
-            self.seen.append(line)
-            if match := compiled.search(line):
-                return match
-
-
-@contextlib.contextmanager
-def serving(
-    command: list[str], env: dict[str, str] | None = None, cwd: Path = EXAMPLE
-) -> Iterator[StageProcess]:
-    """Start ``command`` (a run with ``--serve``) in ``cwd`` (by default the example's folder);
-    stop it with Ctrl+C."""
-    process = subprocess.Popen(
-        command,
-        cwd=cwd,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, **(env or {})},
-    )
-    stage = StageProcess(process)
-    assert process.stderr is not None
-    reader = threading.Thread(
-        target=lambda: [stage.lines.put(x) for x in process.stderr], daemon=True
-    )
-    reader.start()
-    try:
-        yield stage
-    finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        reader.join(timeout=10)
-        process.stderr.close()
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +77,7 @@ def test_the_director_sees_the_den_and_a_villager_does_not(page: Page, tmp_path:
     command = [sys.executable, str(module), "--model", "fems/mock", "--seed", "1"]
     command += ["--db", str(tmp_path / "game.db"), "--souls", "souls.yaml"]
     command += ["--result", str(result), "--serve"]
-    with serving(command) as stage:
+    with serving(command, EXAMPLE) as stage:
         url = stage.wait_for(STAGE_URL.pattern).group(1)
         stage.wait_for(r"the run has ended")
         variables = json.loads(result.read_text(encoding="utf-8"))["vars"]
@@ -195,7 +131,7 @@ def test_fems2py_serve_lists_stored_sessions_and_opens_one_read_only(
         command += ["--db", str(database), "--souls", str(EXAMPLE / "souls.yaml")]
         subprocess.run(command, check=True, capture_output=True, timeout=WAIT_SECONDS)
     fems2py = Path(sys.executable).parent / "fems2py"
-    with serving([str(fems2py), "serve", "--db", str(database)]) as stage:
+    with serving([str(fems2py), "serve", "--db", str(database)], EXAMPLE) as stage:
         page.goto(stage.wait_for(STAGE_URL.pattern).group(1))
         links = page.locator("#session-list a")
         links.first.wait_for()
@@ -290,7 +226,8 @@ def test_the_flow_picture_fits_its_panel_and_zooms_and_pans(page: Page, tmp_path
     command += ["--db", str(database), "--souls", str(EXAMPLE / "souls.yaml")]
     subprocess.run(command, check=True, capture_output=True, timeout=WAIT_SECONDS)
     fems2py = Path(sys.executable).parent / "fems2py"
-    with serving([str(fems2py), "serve", "--db", str(database), "--session", "1"]) as stage:
+    serve = [str(fems2py), "serve", "--db", str(database), "--session", "1"]
+    with serving(serve, EXAMPLE) as stage:
         page.set_viewport_size({"width": 1100, "height": 800})
         page.goto(stage.wait_for(STAGE_URL.pattern).group(1))
         page.wait_for_selector("#flow svg g.node")
@@ -331,7 +268,7 @@ def test_a_human_seat_plays_from_the_page_to_the_end(page: Page, tmp_path: Path)
     fems2py = Path(sys.executable).parent / "fems2py"
     command = [str(fems2py), "run", "werewolf.fems", "--model", "fems/mock", "--seed", "1"]
     command += ["--db", str(tmp_path / "game.db"), "--souls", "souls.yaml", "--serve"]
-    with serving(command, env={"WEREWOLF_HUMAN": "1"}) as stage:
+    with serving(command, EXAMPLE, env={"WEREWOLF_HUMAN": "1"}) as stage:
         url = stage.wait_for(STAGE_URL.pattern).group(1)
         page.goto(url)
         page.wait_for_selector("#flow svg g.node")

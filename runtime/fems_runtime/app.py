@@ -42,6 +42,7 @@ from fems_runtime.version import __version__
 
 if TYPE_CHECKING:
     from fems_runtime.human import HumanProvider
+    from fems_runtime.records import LiveReplyListener, StreamedReply
     from fems_runtime.specs import TurnSpec
     from fems_runtime.store import Store
     from fems_runtime.turns import TurnServices
@@ -181,9 +182,12 @@ class _Services:
 
 class RunObserver(Protocol):
     """Watches a run from the side (the stage, §17): told when the run's store and session are
-    open, and when the run ends, before the store closes."""
+    open, of each reply as it streams in (§17.1), and when the run ends, before the store
+    closes."""
 
     def run_opened(self, store: Store, session: int, trace: TraceWriter) -> None: ...
+
+    def reply_started(self, reply: StreamedReply) -> LiveReplyListener: ...
 
     def run_closing(self, status: str, error: str | None) -> None: ...
 
@@ -292,6 +296,7 @@ class Program:
             )
             if observer is not None:
                 observer.run_opened(turns.store, turns.session, writer)
+                turns.reply_watchers.append(observer.reply_started)
             if transcript:
                 turns.transcript = (
                     transcript

@@ -49,7 +49,9 @@ class Behaviour:
     ``reasoning_tokens`` go in the usage. ``fault="cut"`` drops the connection after
     ``cut_after`` chunks, ``fault="no_done"`` ends the body there without `[DONE]`;
     ``whole`` answers JSON even to a request for a stream (some local servers do);
-    ``error`` answers with this error object (and ``status``).
+    ``error`` answers with this error object (and ``status``); ``hold`` (an event the test
+    sets) keeps the stream waiting before its last piece of content, so a test can look at a
+    reply half-written.
     """
 
     status: int = 200
@@ -67,6 +69,7 @@ class Behaviour:
     cut_after: int = 1
     whole: bool = False
     error: dict[str, Any] | None = None
+    hold: threading.Event | None = None
 
 
 @dataclass(frozen=True)
@@ -145,6 +148,11 @@ class FakeOpenAI:
                 return fault
             return self.default
 
+    def _wait_for(self, hold: threading.Event) -> None:
+        """Wait until the test sets ``hold`` (or the server stops)."""
+        while not hold.wait(0.05) and not self._stop.is_set():
+            pass
+
     def _done(self) -> None:
         with self._lock:
             self.in_flight -= 1
@@ -214,7 +222,10 @@ class FakeOpenAI:
                 events = stream_events(behaviour, body)
                 if behaviour.fault in ("cut", "no_done"):
                     events = events[: behaviour.cut_after]
-                for event in events:
+                held = _last_content(events) if behaviour.hold is not None else -1
+                for index, event in enumerate(events):
+                    if index == held and behaviour.hold is not None:
+                        fake._wait_for(behaviour.hold)
                     if behaviour.gap and self._client_left(behaviour.gap):
                         with fake._lock:
                             fake.closed_early += 1
@@ -262,6 +273,16 @@ def _fault_name(fault: Behaviour) -> str:
     if fault.fault:
         return fault.fault
     return "hang" if fault.pause else str(fault.status)
+
+
+def _last_content(events: list[str]) -> int:
+    """The index of a stream's last event with a piece of the reply's content."""
+    return max(
+        index
+        for index, event in enumerate(events)
+        if event != "[DONE]"
+        and any(choice["delta"].get("content") for choice in json.loads(event)["choices"])
+    )
 
 
 def prompt_reply(body: dict[str, Any]) -> str:

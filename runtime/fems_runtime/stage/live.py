@@ -291,9 +291,11 @@ class LiveStage:
 
     def state(self, seat: str = DIRECTOR) -> dict[str, Any]:
         """What the page shows besides the stored messages, from ``seat``'s view: status,
-        running nodes, waiting turns, the replies being written that ``seat`` may see, and
-        the count of stored messages (a change tells the page to read its view again)."""
+        running nodes, waiting turns, the replies being written that ``seat`` may see, the
+        count of stored messages (a change tells the page to read its view again) and of the
+        stage's changes (every seat's state of one change has the same ``version``)."""
         return {
+            "version": self._version,
             "status": self.status,
             "error": self.error,
             "messages": self._messages,

@@ -1,18 +1,19 @@
-"""One model call of a turn (§13.2a, §13.3, §15.4, §10.7): the request cut to the model's
-window, the reply streamed (to ``--transcript`` as it arrives), an `interrupt:` that cancels
-it, the warnings about it, and its ``llm_call`` trace event."""
+"""One model call of a turn (§13.2a, §13.3, §15.4, §10.7, §17.1): the request cut to the model's
+window, the reply streamed (to ``--transcript`` and the stage as it arrives), an `interrupt:`
+that cancels it, the warnings about it, and its ``llm_call`` trace event."""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fems_runtime.context import Request, estimate_messages, estimate_tokens, fit_to_window
 from fems_runtime.llm import ContextTooLong, ReplyStream
-from fems_runtime.records import RunError
+from fems_runtime.records import LiveReplyListener, RunError, StreamedReply
 from fems_runtime.turns.turn import Turn
 from fems_runtime.values import valid_text
 
@@ -47,24 +48,33 @@ class CallingTurn(Turn):
         assert self.request is not None
         keep = self.window_keep()
         live = self.live_printer()
+        watchers = self.reply_watchers()
+        shown: list[LiveReplyListener] = [live, *watchers] if live is not None else watchers
         self.shown_live = False
-        watched = live is not None or self.spec.interrupt is not None
-        while True:
-            messages = [*self.request.messages(keep), *self.added]
-            # what arrives matters only to the transcript and to an interrupt
-            stream = ReplyStream(live.feed if live is not None else None) if watched else None
-            try:
-                call = await self.call(messages, offline, stream)
-                break
-            except ContextTooLong as error:
-                if self.halved is not None:
-                    raise self.too_long(messages, error) from None
-                keep = self.halved = (self.request.context.count if keep is None else keep) // 2
+        # what arrives matters only to those who show it and to an interrupt
+        watched = bool(shown) or self.spec.interrupt is not None
+        try:
+            while True:
+                messages = [*self.request.messages(keep), *self.added]
+                stream = ReplyStream(_fan_out(shown)) if watched else None
+                try:
+                    call = await self.call(messages, offline, stream)
+                    break
+                except ContextTooLong as error:
+                    if self.halved is not None:
+                        raise self.too_long(messages, error) from None
+                    keep = self.halved = (self.request.context.count if keep is None else keep) // 2
+        except BaseException:  # a failed or cancelled call (join(n), Ctrl-C) leaves no reply
+            for watcher in watchers:
+                watcher.feed("discard", "")
+            raise
         if call is None:
             assert stream is not None  # an interrupt watched it
             answer = Answer(None, _interrupted(stream.text), valid_text(stream.reasoning))
         else:
             answer = Answer(call, valid_text(call.text), valid_text(call.reasoning))
+        for watcher in watchers:  # the stored reply replaces it (an interrupt's marker added)
+            watcher.finish(answer.text)
         if live is not None and (call is None or not call.tool_calls or answer.text):
             live.finish(answer.text)
             self.shown_live = True
@@ -89,6 +99,25 @@ class CallingTurn(Turn):
         if transcript is None or self.choice is None or self.choice.offline:
             return None
         return transcript.live(self.actor, self.room.names)
+
+    def reply_watchers(self) -> list[LiveReplyListener]:
+        """The run's reply watchers (the stage, §17.1), each told that this call starts, with
+        its turn, speaker and room, so only the room's seats see it being written. The
+        offline models answer at once, so their replies are shown as stored."""
+        watchers = self.services.reply_watchers
+        if not watchers or self.choice is None or self.choice.offline:
+            return []
+        room = self.room
+        reply = StreamedReply(
+            turn=self.id,
+            action=self.spec.action,
+            node=self.ctx.node,
+            speaker=self.actor,
+            speaker_soul=room.voice_soul,
+            souls=frozenset(room.souls),
+            users=frozenset(room.users),
+        )
+        return [watch(reply) for watch in watchers]
 
     def window_keep(self) -> int | None:
         """How many context entries the model's window leaves room for (§13.2a); None when
@@ -229,6 +258,18 @@ class Answer:
     call: CallResult | None
     text: str
     reasoning: str
+
+
+def _fan_out(shown: Sequence[LiveReplyListener]) -> Callable[[str, str], None] | None:
+    """The stream's listener: every piece to each of ``shown`` (None: nobody shows it)."""
+    if len(shown) <= 1:
+        return shown[0].feed if shown else None
+
+    def feed(kind: str, chunk: str) -> None:
+        for listener in shown:
+            listener.feed(kind, chunk)
+
+    return feed
 
 
 def _interrupted(received: str) -> str:

@@ -1,6 +1,6 @@
 """What every turn of one run shares (:class:`SharedServices`): the model client, the store and
-its session, the trace, the people, the meta blocks, the warnings. Turns read it; the run opens
-it as a :class:`~fems_runtime.turns.services.TurnServices`."""
+its session, the trace, the people, the meta blocks, the warnings, who watches replies stream
+in. Turns read it; the run opens it as a :class:`~fems_runtime.turns.services.TurnServices`."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from fems_runtime.context import ContextCache
 from fems_runtime.llm import ModelClient
-from fems_runtime.records import TraceWriter, TurnLog
+from fems_runtime.records import ReplyWatcher, TraceWriter, TurnLog
 from fems_runtime.store import Store
 from fems_runtime.tools import DEFAULT_MAX_TOOL_ROUNDS, Toolbox
 from fems_runtime.transcript import Transcript
@@ -84,6 +84,9 @@ class SharedServices:
     poll: float = 0.05
     inputs: HumanInputs = field(default_factory=HumanInputs)
     transcript: Transcript | None = None
+    #: told of each live model call as it starts streaming (the stage, §17.1): it gets the
+    #: reply's pieces as they arrive (offline models' replies are only stored, see calls.py)
+    reply_watchers: list[ReplyWatcher] = field(default_factory=list)
     model_calls: int = 0
     log: TurnLog = field(default_factory=TurnLog)
     toolbox: Toolbox = field(default_factory=lambda: Toolbox(".", None))
