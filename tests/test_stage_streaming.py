@@ -1,8 +1,13 @@
-"""A ``--serve`` run against a streaming model (§15.4, §17.1): ``python game.py --serve`` in its
-own process calls the fake OpenAI server, which holds the reply's last word; meanwhile the
-stage's event streams, one per seat, show the reply being written to the director (with its
-reasoning) and to the seat in its room (without), and nothing of it to the seat outside; then
-the stored reply replaces it. The page itself is tested in Chromium (test_stage_browser.py)."""
+"""Replies shown as they stream in (§15.4, §17.1).
+
+What a turn tells the run's reply watchers: each live call's room and speaker, its pieces, a
+stream cut and asked again, the interrupted reply as stored (§10.7), a cancelled call; nothing
+for the offline models. Then a ``--serve`` run against a streaming model: ``python game.py
+--serve`` in its own process calls the fake OpenAI server, which holds each reply's last word;
+meanwhile the stage's event streams, one per seat, show the reply being written to the director
+(with its reasoning) and to the seat in its room (without), and nothing of it to the seat
+outside; then the stored reply replaces it. The page is tested in Chromium
+(test_stage_browser.py)."""
 
 from __future__ import annotations
 
@@ -19,6 +24,9 @@ from urllib.parse import urlsplit
 
 import httpx
 from fems_helpers import build_script
+from fems_runtime.llm import ModelClient, RetryPolicy
+from fems_runtime.records import StreamedReply
+from fems_runtime.specs import InterruptSpec
 from stage_helpers import (
     FAREWELL,
     STAGE_URL,
@@ -32,8 +40,121 @@ from stage_helpers import (
 )
 
 from tests.runtime.fake_openai import Behaviour, fake_openai
+from tests.runtime.test_endpoints import openai_entry
+from tests.runtime.test_turns import HalfwayModels, make_run, spec
 
 State = dict[str, Any]
+
+
+@dataclass
+class Watcher:
+    """A reply watcher that records what it is told, as the stage would show it."""
+
+    replies: list[StreamedReply] = field(default_factory=list)
+    told: list[tuple[str, str]] = field(default_factory=list)
+
+    def __call__(self, reply: StreamedReply) -> Watcher:
+        self.replies.append(reply)
+        return self
+
+    def feed(self, kind: str, chunk: str) -> None:
+        self.told.append((kind, chunk))
+
+    def finish(self, final: str) -> None:
+        self.told.append(("finish", final))
+
+
+def test_a_watcher_sees_the_call_of_a_room_and_the_interrupted_reply_as_stored() -> None:
+    run = make_run(models=HalfwayModels())
+    watcher = Watcher()
+    run.services.reply_watchers.append(watcher)
+    run.services.poll = 0.01
+    night = {"fallen": False}
+    interrupt = InterruptSpec(kind="check", check=lambda: night["fallen"])
+
+    async def scenario() -> None:
+        turn = asyncio.create_task(
+            run.services.ai_turn(run.ctx, spec(prompt="Talk.", interrupt=interrupt))
+        )
+        while len(watcher.told) < 3:
+            await asyncio.sleep(0.01)
+        night["fallen"] = True
+        await turn
+
+    asyncio.run(scenario())
+    (reply,) = watcher.replies
+    assert (reply.action, reply.node, reply.speaker, reply.speaker_soul) == (
+        "pick",
+        "node1",
+        "@eve",
+        "1",
+    )
+    assert reply.souls == {"1"} and reply.turn == 1  # the scope of `pick` is its executor
+    assert watcher.told == [
+        ("reasoning", "They suspect me."),
+        ("text", "I was asleep, "),
+        ("text", "I swear"),
+        ("finish", "I was asleep, I swear [Interrupted]"),
+    ]
+
+
+def test_a_cancelled_call_leaves_no_reply_being_written() -> None:
+    """`join(n)` or Ctrl-C cancels the turn's task: what it showed is discarded."""
+    run = make_run(models=HalfwayModels())
+    watcher = Watcher()
+    run.services.reply_watchers.append(watcher)
+
+    async def scenario() -> None:
+        turn = asyncio.create_task(run.services.ai_turn(run.ctx, spec(prompt="Talk.")))
+        while len(watcher.told) < 3:
+            await asyncio.sleep(0.01)
+        turn.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await turn
+
+    asyncio.run(scenario())
+    assert watcher.told[-1] == ("discard", "")
+
+
+def test_a_stream_cut_mid_way_is_discarded_and_its_retry_shown() -> None:
+    with fake_openai() as server:
+        server.queue(Behaviour(text="lost words here", fault="cut", cut_after=3))
+        server.queue(Behaviour(text="kept words"))
+        models = ModelClient(
+            model_map={"test": openai_entry(server.api_base, "test")},
+            run_model="test",
+            environ={},
+            retry=RetryPolicy(budget=30.0, base=0.01, cap=0.02),
+        )
+        run = make_run(models=models)
+        watcher = Watcher()
+        run.services.reply_watchers.append(watcher)
+
+        async def talk() -> None:
+            try:
+                await run.services.ai_turn(run.ctx, spec(prompt="Talk."))
+            finally:
+                await models.aclose()
+
+        asyncio.run(talk())
+    assert watcher.told == [
+        ("text", "lost "),
+        ("text", "words "),
+        ("discard", ""),
+        ("text", "kept "),
+        ("text", "words"),
+        ("finish", "kept words"),
+    ]
+    assert len(watcher.replies) == 1, "one reply being written per call, retries included"
+
+
+def test_the_offline_models_are_shown_as_stored_not_as_written() -> None:
+    run = make_run({"pick": ["At once."]})
+    watcher = Watcher()
+    run.services.reply_watchers.append(watcher)
+    run.turn(spec(prompt="Talk."))
+    assert (watcher.replies, watcher.told) == ([], [])
+    assert ("reply", "At once.") in run.messages()
 
 
 @dataclass
