@@ -4,6 +4,8 @@ Two werewolf games under ``fems/mock``, each in its own process with ``--serve``
 as ``python werewolf.py``, watched after it ended (the director sees the wolves' den talk, a
 villager's view lacks it, a wolf's view has it, the flow is drawn); one started as
 ``fems2py run`` with the human seat, answered turn by turn from the page until the game ends.
+And a run against the fake OpenAI server whose whispered reply the page shows as it streams,
+under its speaker, to the director and the seat in its room only, until the stored one is in.
 Screenshots of each view are saved under ``test-artifacts/stage/`` (``FEMS_ARTIFACTS``).
 """
 
@@ -14,15 +16,28 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from fems_runtime.store import Store
 from playwright.sync_api import Browser, Page, sync_playwright
-from stage_helpers import STAGE_URL, WAIT_SECONDS, serving
+from stage_helpers import (
+    FAREWELL,
+    STAGE_URL,
+    THOUGHT,
+    WAIT_SECONDS,
+    WHISPER,
+    WHISPERED,
+    before_last_word,
+    remote_model,
+    serving,
+)
 
 from fems2py.build import build_file
+from tests.runtime.fake_openai import Behaviour, fake_openai
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "werewolf"
@@ -316,3 +331,62 @@ def test_a_human_seat_plays_from_the_page_to_the_end(page: Page, tmp_path: Path)
         )
         assert "typed in the page" in said.first.text_content()
         screenshot(page, "human-game-over")
+
+
+WRITING = '#dialog li.writing[data-speaker="@Ann"]'
+
+
+def seat_state_after(page: Page, seat: str, version: int) -> None:
+    """Wait until the page has the state of ``seat``'s event stream at ``version`` or later."""
+    page.wait_for_function(
+        "([seat, version]) => stage.state && stage.state.seat === seat"
+        " && stage.state.version >= version",
+        arg=[seat, version],
+    )
+
+
+def test_the_page_shows_a_reply_under_its_speaker_while_it_streams(
+    page: Page, tmp_path: Path
+) -> None:
+    """The fake server holds the whisper's last word until the page has shown the rest: the
+    director sees it being written, with its reasoning folded; Max, outside its room, sees
+    nothing of it; Bob sees it without the reasoning; then the stored reply takes its place."""
+    hold = threading.Event()
+    (tmp_path / "whisper.fems").write_text(textwrap.dedent(WHISPER), encoding="utf-8")
+    fems2py = Path(sys.executable).parent / "fems2py"
+    command = [str(fems2py), "run", "whisper.fems", "--db", "game.db", "--serve"]
+    with fake_openai() as server:
+        server.queue(Behaviour(text=WHISPERED, reasoning=THOUGHT, hold=hold))
+        server.queue(Behaviour(text=FAREWELL))
+        remote_model(tmp_path, server.api_base)
+        with serving(command, tmp_path) as run:
+            page.goto(run.wait_for(STAGE_URL.pattern).group(1))
+            writing = page.locator(WRITING)
+            partial = before_last_word(WHISPERED)
+            page.wait_for_function(
+                "([selector, text]) => document.querySelector(selector + ' > .text')"
+                "?.textContent === text",
+                arg=[WRITING, partial],
+            )
+            assert writing.locator(".who").text_content() == "@Ann"
+            assert writing.locator(".marker").text_content() == "writing…"
+            assert writing.locator("details.reasoning .text").text_content() == THOUGHT
+            version = page.evaluate("stage.state.version")
+            screenshot(page, "writing-director")
+
+            show_seat(page, "@Max")
+            seat_state_after(page, "@Max", version)
+            assert page.locator("#dialog li.writing").count() == 0, "Max is not in its room"
+
+            show_seat(page, "@Bob")
+            writing.locator(".text").filter(has_text=partial).wait_for()
+            assert writing.locator("details.reasoning").count() == 0, "reasoning is private"
+            screenshot(page, "writing-bob")
+
+            hold.set()
+            page.locator('#dialog li[data-kind="reply"]').filter(has_text=WHISPERED).wait_for()
+            page.wait_for_function("document.getElementById('status').textContent === 'completed'")
+            assert page.locator("#dialog li.writing").count() == 0
+            replies = page.locator('#dialog li[data-kind="reply"] > .text')
+            assert replies.all_text_contents() == [WHISPERED, FAREWELL]
+            screenshot(page, "written")
