@@ -80,6 +80,23 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 def create_app(source: StageSource, token: str) -> Starlette:
     """The stage's routes over ``source``, guarded by ``token``."""
+    guarded = _guard(token)
+    handle = _Handlers(source)
+    routes = [
+        Route("/", guarded(handle.page)),
+        Route("/api/sessions", guarded(handle.sessions)),
+        Route("/api/sessions/{number:int}", guarded(handle.session)),
+        Route("/api/sessions/{number:int}/messages", guarded(handle.messages)),
+        Route("/api/events", guarded(handle.events)),
+        Route("/api/answer", guarded(handle.answer), methods=["POST"]),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+    ]
+    return Starlette(routes=routes)
+
+
+def _guard(token: str) -> Callable[[Handler], Handler]:
+    """What makes a handler answer only requests that carry the stage's token (the page's
+    header, or the URL's query parameter)."""
 
     def guarded(handler: Handler) -> Handler:
         async def check(request: Request) -> Response:
@@ -90,44 +107,66 @@ def create_app(source: StageSource, token: str) -> Starlette:
 
         return check
 
-    async def page(request: Request) -> Response:
+    return guarded
+
+
+class _Handlers:
+    """The routes over one source: the page, the reads (sessions, a session, a seat's
+    messages), the event stream of a seat, and the one write (a human turn's answer)."""
+
+    def __init__(self, source: StageSource) -> None:
+        self.source = source
+
+    async def page(self, request: Request) -> Response:
         return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-store"})
 
-    async def sessions(request: Request) -> Response:
-        return JSONResponse({"sessions": source.sessions()})
+    async def sessions(self, request: Request) -> Response:
+        return JSONResponse({"sessions": self.source.sessions()})
 
-    async def session(request: Request) -> Response:
+    async def session(self, request: Request) -> Response:
         number = request.path_params["number"]
         try:
-            view = source.session_view(number)
+            view = self.source.session_view(number)
         except KeyError:
             return JSONResponse({"error": f"no session {number}"}, 404)
-        chart = source.chart_of(number).to_json()
+        chart = self.source.chart_of(number).to_json()
         summary = view.summary()
-        shown = {**summary, "parent_here": _can_open(source, summary["parent"])}
+        shown = {**summary, "parent_here": self._can_open(summary["parent"])}
         return JSONResponse({**shown, "seats": view.seats(), "chart": chart})
 
-    async def messages(request: Request) -> Response:
+    def _can_open(self, session: int | None) -> bool:
+        """Whether the page can link to ``session`` (a live stage shows its own run only)."""
+        if session is None:
+            return False
+        try:
+            self.source.session_view(session)
+        except KeyError:
+            return False
+        return True
+
+    async def messages(self, request: Request) -> Response:
         number = request.path_params["number"]
         seat = request.query_params.get("seat", "")
         try:
-            found = source.session_view(number).messages(seat)
+            found = self.source.session_view(number).messages(seat)
         except KeyError:
             return JSONResponse({"error": f"no seat {seat} in session {number}"}, 404)
-        last_call = source.last_call(seat) if seat else None
+        last_call = self.source.last_call(seat) if seat else None
         return JSONResponse({"seat": seat, "messages": found, "last_call": last_call})
 
-    async def events(request: Request) -> Response:
+    async def events(self, request: Request) -> Response:
+        """The seat's state now and after each change, as server-sent events (the replies
+        being written in it are those of the seat's rooms, §17.1)."""
         seat = request.query_params.get("seat", "")
 
         async def stream() -> AsyncIterator[str]:
-            async for state in source.changes(seat):
+            async for state in self.source.changes(seat):
                 yield f"data: {json.dumps(state, ensure_ascii=False)}\n\n"
 
         headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
         return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
 
-    async def answer(request: Request) -> Response:
+    async def answer(self, request: Request) -> Response:
         try:
             body = await request.json()
             number = int(body["id"])
@@ -138,32 +177,10 @@ def create_app(source: StageSource, token: str) -> Starlette:
         except (ValueError, KeyError, TypeError) as error:
             return JSONResponse({"error": f"not an answer: {error}"}, 400)
         try:
-            source.answer(number, text, values)
+            self.source.answer(number, text, values)
         except AnswerRefused as refusal:
             return JSONResponse({"error": str(refusal)}, 409)
         return JSONResponse({"taken": number})
-
-    routes = [
-        Route("/", guarded(page)),
-        Route("/api/sessions", guarded(sessions)),
-        Route("/api/sessions/{number:int}", guarded(session)),
-        Route("/api/sessions/{number:int}/messages", guarded(messages)),
-        Route("/api/events", guarded(events)),
-        Route("/api/answer", guarded(answer), methods=["POST"]),
-        Mount("/static", StaticFiles(directory=STATIC), name="static"),
-    ]
-    return Starlette(routes=routes)
-
-
-def _can_open(source: StageSource, session: int | None) -> bool:
-    """Whether the page can link to ``session`` (a live stage shows its own run only)."""
-    if session is None:
-        return False
-    try:
-        source.session_view(session)
-    except KeyError:
-        return False
-    return True
 
 
 class _Server(uvicorn.Server):
