@@ -5,7 +5,7 @@ from __future__ import annotations
 from fems_runtime.words import ACTOR_TYPES
 
 from fems2py.diagnostics import suggest
-from fems2py.lexer import Token
+from fems2py.lexer import Token, TokenKind
 from fems2py.nodes import ActorDef, Blueprint, BoolValue, ListValue, Span, StringValue
 from fems2py.parser.base import Abort, Definitions
 from fems2py.parser.definitions import DefinitionsParser
@@ -39,10 +39,14 @@ class ActorsParser(DefinitionsParser):
                 self.tok_span(kind),
                 suggest(kind.text, ACTOR_TYPES),
             )
-        if len(tokens) < 2 or tokens[1].kind not in ("name", "actor") or tokens[1].text == "@":
+        if (
+            len(tokens) < 2
+            or tokens[1].kind not in (TokenKind.NAME, TokenKind.ACTOR)
+            or tokens[1].text == "@"
+        ):
             self.fail(f"expected an actor name after '{kind.text}'", self.tok_span(tokens[-1]))
         name_token = tokens[1]
-        name = name_token.text if name_token.kind == "actor" else "@" + name_token.text
+        name = name_token.text if name_token.kind == TokenKind.ACTOR else "@" + name_token.text
         props: dict[str, tuple[Token, list[Token]]] = {}
         if len(tokens) > 2:
             if tokens[2].text != "=":
@@ -73,7 +77,7 @@ class ActorsParser(DefinitionsParser):
                         self.tok_span(piece[1]),
                         f"write {piece[0].text}:{piece[1].text}",
                     )
-                if len(piece) < 2 or piece[0].kind != "name" or piece[1].text != ":":
+                if len(piece) < 2 or piece[0].kind != TokenKind.NAME or piece[1].text != ":":
                     at = piece[0] if piece else tokens[2]
                     self.fail(
                         "expected 'key:value'", self.tok_span(at), "keys: soul, source, tools"
@@ -106,7 +110,7 @@ class ActorsParser(DefinitionsParser):
         key, value = prop
         if not value:
             self.fail(f"expected a value after '{key.text}:'", self.tok_span(key))
-        if len(value) == 1 and value[0].kind == "string":
+        if len(value) == 1 and value[0].kind == TokenKind.STRING:
             return value[0].value
         return self.lines[value[0].line - 1].code()[value[0].col : value[-1].end].strip()
 
@@ -129,7 +133,7 @@ class ActorsParser(DefinitionsParser):
         self.fail("tools: expects a list of tool names, true or false", self.tok_span(key))
 
     def parse_blueprint(self, index: int, end: int, tokens: list[Token], defs: Definitions) -> None:
-        if len(tokens) < 2 or tokens[1].kind != "name":
+        if len(tokens) < 2 or tokens[1].kind != TokenKind.NAME:
             self.fail("expected a blueprint name", self.tok_span(tokens[-1]))
         self.expect_header(tokens, 2)
         source: str | None = None

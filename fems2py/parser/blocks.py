@@ -13,7 +13,7 @@ from pathlib import Path
 
 from fems2py.diagnostics import Diagnostic, suggest
 from fems2py.kinds import FIELD_NAMES
-from fems2py.lexer import Token
+from fems2py.lexer import Token, TokenKind
 from fems2py.nodes import ActionBlock, Module, Script, Span
 from fems2py.parser.actions import ActionsParser
 from fems2py.parser.base import Abort, Definitions
@@ -69,7 +69,7 @@ class Parser(ActionsParser):
         for index, end in self.items(start, stop):
             tokens = self.tokens(index)
             header = tokens[-1].text == ":"  # a block of its own, even if misspelled
-            known = tokens[0].kind == "name" and tokens[0].text in TOP_LEVEL_BLOCKS
+            known = tokens[0].kind == TokenKind.NAME and tokens[0].text in TOP_LEVEL_BLOCKS
             if stray and not known and not header:
                 continue  # more of the lines the previous error is about
             stray = False
@@ -86,7 +86,7 @@ class Parser(ActionsParser):
         tokens = self.tokens(index)
         head = tokens[0]
         word = head.text
-        if head.kind != "name" or word not in allowed:
+        if head.kind != TokenKind.NAME or word not in allowed:
             where = "inside a module" if "mainflow" not in allowed else "at the top level"
             flow = "flow" if "mainflow" not in allowed else "mainflow"
             if is_flow_line(tokens):
@@ -98,7 +98,7 @@ class Parser(ActionsParser):
                     f"indent the flow's lines under '{flow}:'",
                 )
             if (
-                head.kind == "name"
+                head.kind == TokenKind.NAME
                 and word in FIELD_NAMES
                 and len(tokens) > 1
                 and tokens[1].text == ":"
@@ -116,7 +116,7 @@ class Parser(ActionsParser):
                     "a module's own flow is 'flow:'",
                 )
                 word = "flow"
-            elif head.kind == "name" and word in TOP_LEVEL_BLOCKS:
+            elif head.kind == TokenKind.NAME and word in TOP_LEVEL_BLOCKS:
                 self.fail(
                     f"'{word}:' is not allowed {where}",
                     self.tok_span(head),
@@ -138,7 +138,7 @@ class Parser(ActionsParser):
             "action": self.parse_action,
             "module": self.parse_module,
         }
-        if word == "action" and len(tokens) > 1 and tokens[1].kind == "name":
+        if word == "action" and len(tokens) > 1 and tokens[1].kind == TokenKind.NAME:
             last = self.lines[end - 1]
             self.action_blocks.append(
                 ActionBlock(
@@ -151,7 +151,7 @@ class Parser(ActionsParser):
             try:
                 definitions[word](index, end, tokens, defs)
             except Abort:
-                if len(tokens) > 1 and tokens[1].kind == "name":
+                if len(tokens) > 1 and tokens[1].kind == TokenKind.NAME:
                     self.broken_names.add(tokens[1].text)
                 raise
         elif word == "blueprint":
@@ -163,7 +163,7 @@ class Parser(ActionsParser):
             BLOCK_PARSERS[word](self, index, end, defs)
 
     def parse_module(self, index: int, end: int, tokens: list[Token], defs: Definitions) -> None:
-        if len(tokens) < 2 or tokens[1].kind != "name":
+        if len(tokens) < 2 or tokens[1].kind != TokenKind.NAME:
             self.fail("expected a module name after 'module'", self.tok_span(tokens[-1]))
         name = tokens[1]
         self.check_name(name, "module")
@@ -172,7 +172,7 @@ class Parser(ActionsParser):
         if pos < len(tokens) and tokens[pos].text == "(":
             pieces, close = self.bracketed(tokens, pos)
             for piece in pieces:
-                if len(piece) != 1 or piece[0].kind not in ("name", "actor"):
+                if len(piece) != 1 or piece[0].kind not in (TokenKind.NAME, TokenKind.ACTOR):
                     at = piece[0] if piece else tokens[pos]
                     self.fail("module parameters are names", self.tok_span(at))
                 self.check_name(piece[0], "parameter")

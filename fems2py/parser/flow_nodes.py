@@ -7,7 +7,7 @@ import dataclasses
 
 from fems_runtime.words import RESERVED_NODE_NAMES
 
-from fems2py.lexer import Token
+from fems2py.lexer import Token, TokenKind
 from fems2py.nodes import Binding, Edge, Expr, FlowNode, Graph, Loop, ModuleCall, Span
 from fems2py.parser.base import Abort, Declaration, ParserBase
 from fems2py.parser.definitions import RESERVED
@@ -60,7 +60,7 @@ class FlowNodesParser(FieldsParser):
         return (
             len(tokens) >= 4
             and tokens[0].text == "["
-            and tokens[1].kind == "name"
+            and tokens[1].kind == TokenKind.NAME
             and tokens[2].text == "]"
             and tokens[3].text == ":"
             and all(token.text != "->" for token in tokens[4:])
@@ -168,7 +168,7 @@ class FlowNodesParser(FieldsParser):
         if token.text == "[":
             if (
                 pos + 2 >= len(tokens)
-                or tokens[pos + 1].kind != "name"
+                or tokens[pos + 1].kind != TokenKind.NAME
                 or tokens[pos + 2].text != "]"
             ):
                 self.fail("expected '[Name]'", self.tok_span(token), "node names are words: [A]")
@@ -195,13 +195,13 @@ class FlowNodesParser(FieldsParser):
                 self.eol_token_span(token),
                 f"e.g. {token.text} @speaker in alive:",
             )
-        if token.kind == "name" and pos + 1 < len(tokens) and tokens[pos + 1].text == "(":
+        if token.kind == TokenKind.NAME and pos + 1 < len(tokens) and tokens[pos + 1].text == "(":
             self.fail(
                 f"unexpected '(' after '{token.text}'",
                 self.tok_span(tokens[pos + 1]),
                 f"actions take no arguments; a module call starts with '&': &{token.text}(…)",
             )
-        if token.text == "&" or token.kind == "name":
+        if token.text == "&" or token.kind == TokenKind.NAME:
             binding, after = self.parse_binding(tokens, pos)
             label = f"&{binding.module}" if isinstance(binding, ModuleCall) else binding
             name = f"{label}@{token.line}:{token.col + 1}"
@@ -215,7 +215,7 @@ class FlowNodesParser(FieldsParser):
         token = tokens[pos]
         if token.text == "&":
             return self.parse_module_call(tokens, pos)
-        if token.kind != "name":
+        if token.kind != TokenKind.NAME:
             self.fail(f"expected an action name, found '{token.text}'", self.tok_span(token))
         if token.text in RESERVED_NODE_NAMES:
             self.fail(
@@ -233,7 +233,7 @@ class FlowNodesParser(FieldsParser):
 
     def parse_module_call(self, tokens: list[Token], pos: int) -> tuple[ModuleCall, int]:
         amp = tokens[pos]
-        if pos + 1 >= len(tokens) or tokens[pos + 1].kind != "name":
+        if pos + 1 >= len(tokens) or tokens[pos + 1].kind != TokenKind.NAME:
             self.fail("expected a module name after '&'", self.tok_span(amp))
         name = tokens[pos + 1]
         pos += 2

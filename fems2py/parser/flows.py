@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NoReturn
 
-from fems2py.lexer import Token, comment_start
+from fems2py.lexer import Token, TokenKind, comment_start
 from fems2py.nodes import Expr, Join, Loop, Span
 from fems2py.parser.base import Abort, Definitions
 from fems2py.parser.fields import unclosed_bracket
@@ -42,13 +42,17 @@ def is_flow_line(tokens: list[Token]) -> bool:
     """``[A] …``, ``-> …``, ``&M …`` or ``name -> …``: a line that belongs in a flow."""
     head = tokens[0]
     return head.text in ("[", "->", "&") or (
-        head.kind == "name" and len(tokens) > 1 and tokens[1].text == "->"
+        head.kind == TokenKind.NAME and len(tokens) > 1 and tokens[1].text == "->"
     )
 
 
 def _describe_node(tokens: list[Token], pos: int) -> str:
     """``[Name]`` when the tokens at ``pos`` spell one, else just ``'['``."""
-    if pos + 2 < len(tokens) and tokens[pos + 1].kind == "name" and tokens[pos + 2].text == "]":
+    if (
+        pos + 2 < len(tokens)
+        and tokens[pos + 1].kind == TokenKind.NAME
+        and tokens[pos + 2].text == "]"
+    ):
         return f"[{tokens[pos + 1].text}]"
     return "'['"
 
@@ -212,12 +216,12 @@ class FlowsParser(FlowNodesParser):
     @staticmethod
     def is_construct(tokens: list[Token], pos: int) -> bool:
         head = tokens[pos]
-        if head.kind != "name" or head.text not in ("fork", "for", "par"):
+        if head.kind != TokenKind.NAME or head.text not in ("fork", "for", "par"):
             return False
         after = tokens[pos + 1] if pos + 1 < len(tokens) else None
         if head.text == "fork":
             return after is not None and after.text == ":"
-        return after is not None and after.kind in ("name", "actor")
+        return after is not None and after.kind in (TokenKind.NAME, TokenKind.ACTOR)
 
     def parse_chain(
         self,

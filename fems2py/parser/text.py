@@ -8,7 +8,15 @@ import re
 from collections.abc import Callable
 
 from fems2py.kinds import FIELD_NAMES
-from fems2py.lexer import Token, block_text, comment_start, quote_end, text_indent, unquote
+from fems2py.lexer import (
+    Token,
+    TokenKind,
+    block_text,
+    comment_start,
+    quote_end,
+    text_indent,
+    unquote,
+)
 from fems2py.nodes import (
     MAX_DEPTH,
     ActorValue,
@@ -336,9 +344,9 @@ class TextParser(ParserBase):
 
     def scalar(self, token: Token, owner: bool = False) -> Value:
         span = self.tok_span(token)
-        if token.kind == "string":
+        if token.kind == TokenKind.STRING:
             return StringValue(token.value, "quoted", span)
-        if token.kind == "number":
+        if token.kind == TokenKind.NUMBER:
             if owner:
                 return StringValue(token.text, "bare", span)
             if INTEGER.match(token.text):
@@ -349,7 +357,7 @@ class TextParser(ParserBase):
             if not math.isfinite(number):
                 self.fail(f"{token.text[:40]} is too large to be a finite number", span)
             return NumberValue(number, span)
-        if token.kind == "actor":
+        if token.kind == TokenKind.ACTOR:
             if token.text == "@":
                 self.fail("expected an actor name after '@'", span)
             return ActorValue(token.text, span)
