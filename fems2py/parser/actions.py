@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from fems2py.diagnostics import suggest
@@ -14,6 +15,17 @@ from fems2py.nodes import Action, FuncRef, Input, Interrupt, Method, Resolve, Sp
 from fems2py.parser.base import Abort, Definitions
 from fems2py.parser.flows import FlowsParser
 from fems2py.parser.text import INTEGER, closing_bracket, split_commas
+
+
+@dataclass
+class _Header:
+    """What an action's header says after its kind (§9.1)."""
+
+    executor: str | None = None
+    role: str | None = None
+    func: FuncRef | None = None
+    # Where the executor and the role were written, for the checker's messages about them.
+    spans: list[tuple[str, Span]] = field(default_factory=list)
 
 
 class ActionsParser(FlowsParser):
@@ -62,6 +74,35 @@ class ActionsParser(FlowsParser):
         )
 
     def parse_action(self, index: int, end: int, tokens: list[Token], defs: Definitions) -> None:
+        name, kind_token = self.parse_action_name_and_kind(tokens)
+        kind = kind_token.text[1:]
+        header, pos = self.parse_action_header(tokens, kind_token)
+        if pos >= len(tokens):
+            self.warning(
+                "action header should end with ':'",
+                self.eol_span(index),
+                "add ':' at the end of the line",
+            )
+        else:
+            self.expect_header(tokens, pos)
+        span = self.tok_span(tokens[0], name)
+        self.unique("action", name.text, span, defs)
+        fields = self.parse_fields(index, end, kind)
+        fields["field_spans"] = (*header.spans, *fields["field_spans"])
+        defs.actions.append(
+            Action(
+                name=name.text,
+                kind=kind,  # type: ignore[arg-type]
+                span=span,
+                executor=header.executor,
+                role=header.role,
+                func=header.func,
+                **fields,
+            )
+        )
+
+    def parse_action_name_and_kind(self, tokens: list[Token]) -> tuple[Token, Token]:
+        """``action NAME @KIND``: the name and the kind, a row of the kinds table."""
         if len(tokens) < 2 or tokens[1].kind != TokenKind.NAME:
             self.fail(
                 "expected an action name after 'action'",
@@ -85,51 +126,31 @@ class ActionsParser(FlowsParser):
                 self.tok_span(kind_token),
                 suggest(kind, ACTION_KINDS) or "kinds: " + ", ".join("@" + k for k in ACTION_KINDS),
             )
+        return name, kind_token
+
+    def parse_action_header(self, tokens: list[Token], kind_token: Token) -> tuple[_Header, int]:
+        """What the kind's header takes after ``@KIND`` (:attr:`ActionKind.header`): the
+        executor and role, ``(@x) as (@r)``, or the function, ``(alias.fn)``; and where the
+        header goes on."""
+        header = _Header()
         pos = 3
-        executor: str | None = None
-        role: str | None = None
-        func: FuncRef | None = None
-        # Where the executor and the role were written, for the checker's messages about them.
-        header_spans: list[tuple[str, Span]] = []
-        header = ACTION_KINDS[kind].header
-        if header == "executor":
-            executor, pos = self.parse_executor(tokens, pos, kind_token)
-            header_spans.append(("executor", self.tok_span(tokens[pos - 2])))
+        takes = ACTION_KINDS[kind_token.text[1:]].header
+        if takes == "executor":
+            header.executor, pos = self.parse_executor(tokens, pos, kind_token)
+            header.spans.append(("executor", self.tok_span(tokens[pos - 2])))
             if pos < len(tokens) and tokens[pos].text == "as":
                 start = pos
-                role, pos = self.parse_role(tokens, pos)
+                header.role, pos = self.parse_role(tokens, pos)
                 role_token = next(t for t in tokens[start:pos] if t.kind == TokenKind.ACTOR)
-                header_spans.append(("role", self.tok_span(role_token)))
-        elif header == "func":
+                header.spans.append(("role", self.tok_span(role_token)))
+        elif takes == "func":
             if pos >= len(tokens) or tokens[pos].text != "(":
                 self.fail("expected '(alias.function)' after @func", self.tok_span(tokens[pos - 1]))
-            func, pos = self.parse_func_ref(tokens, pos + 1)
+            header.func, pos = self.parse_func_ref(tokens, pos + 1)
             if pos >= len(tokens) or tokens[pos].text != ")":
                 self.fail("expected ')'", self.tok_span(tokens[min(pos, len(tokens) - 1)]))
             pos += 1
-        if pos >= len(tokens):
-            self.warning(
-                "action header should end with ':'",
-                self.eol_span(index),
-                "add ':' at the end of the line",
-            )
-        else:
-            self.expect_header(tokens, pos)
-        span = self.tok_span(tokens[0], name)
-        self.unique("action", name.text, span, defs)
-        fields = self.parse_fields(index, end, kind)
-        fields["field_spans"] = (*header_spans, *fields["field_spans"])
-        defs.actions.append(
-            Action(
-                name=name.text,
-                kind=kind,  # type: ignore[arg-type]
-                span=span,
-                executor=executor,
-                role=role,
-                func=func,
-                **fields,
-            )
-        )
+        return header, pos
 
     def parse_executor(self, tokens: list[Token], pos: int, kind: Token) -> tuple[str, int]:
         if pos + 2 >= len(tokens) or tokens[pos].text != "(":

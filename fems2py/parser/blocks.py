@@ -87,51 +87,7 @@ class Parser(ActionsParser):
         head = tokens[0]
         word = head.text
         if head.kind != TokenKind.NAME or word not in allowed:
-            where = "inside a module" if "mainflow" not in allowed else "at the top level"
-            flow = "flow" if "mainflow" not in allowed else "mainflow"
-            if is_flow_line(tokens):
-                if defs.flow is not None:  # most likely its own line: its shape is unknown
-                    defs.flow = dataclasses.replace(defs.flow, complete=False)
-                self.fail(
-                    f"this flow line is not indented under '{flow}:'",
-                    self.tok_span(head),
-                    f"indent the flow's lines under '{flow}:'",
-                )
-            if (
-                head.kind == TokenKind.NAME
-                and word in FIELD_NAMES
-                and len(tokens) > 1
-                and tokens[1].text == ":"
-            ):
-                self.fail(
-                    f"'{word}:' is an action field, found {where}",
-                    self.tok_span(head),
-                    "indent it under its 'action …:' line",
-                )
-            if word == "mainflow":
-                # Most likely meant as the module's flow: report once, then read it as one.
-                self.error(
-                    f"'mainflow:' is not allowed {where}",
-                    self.tok_span(head),
-                    "a module's own flow is 'flow:'",
-                )
-                word = "flow"
-            elif head.kind == TokenKind.NAME and word in TOP_LEVEL_BLOCKS:
-                self.fail(
-                    f"'{word}:' is not allowed {where}",
-                    self.tok_span(head),
-                    "a module holds meta:, vars:, actions, modules, memory/context methods "
-                    f"and flow:; write '{word}:' at the top level",
-                )
-            else:
-                meant = difflib.get_close_matches(word, allowed, n=1, cutoff=0.6)
-                if meant and meant[0] in DEFINITIONS and len(tokens) > 1:
-                    self.note_broken(tokens[1])  # 'actoin talk …': talk is still defined
-                self.fail(
-                    f"unknown block '{head.text}' {where}",
-                    self.tok_span(head),
-                    suggest(word, allowed) or "blocks are: " + ", ".join(allowed),
-                )
+            word = self.misplaced_block(tokens, defs, allowed)
         definitions = {
             "memory": self.parse_method,
             "context": self.parse_method,
@@ -161,6 +117,59 @@ class Parser(ActionsParser):
             if word != "sketch":  # §2.1: any number of sketch: blocks
                 self.once(word if word != "mainflow" else "flow", tokens[0], defs)
             BLOCK_PARSERS[word](self, index, end, defs)
+
+    def misplaced_block(
+        self, tokens: list[Token], defs: Definitions, allowed: tuple[str, ...]
+    ) -> str:
+        """A line that starts no block allowed here: a flow line or an action field out of
+        place, a top-level block inside a module, a misspelling. Reported; only ``mainflow:``
+        in a module is read on, as the module's ``flow:`` (its word is returned)."""
+        head = tokens[0]
+        word = head.text
+        where = "inside a module" if "mainflow" not in allowed else "at the top level"
+        flow = "flow" if "mainflow" not in allowed else "mainflow"
+        if is_flow_line(tokens):
+            if defs.flow is not None:  # most likely its own line: its shape is unknown
+                defs.flow = dataclasses.replace(defs.flow, complete=False)
+            self.fail(
+                f"this flow line is not indented under '{flow}:'",
+                self.tok_span(head),
+                f"indent the flow's lines under '{flow}:'",
+            )
+        if (
+            head.kind == TokenKind.NAME
+            and word in FIELD_NAMES
+            and len(tokens) > 1
+            and tokens[1].text == ":"
+        ):
+            self.fail(
+                f"'{word}:' is an action field, found {where}",
+                self.tok_span(head),
+                "indent it under its 'action …:' line",
+            )
+        if word == "mainflow":
+            # Most likely meant as the module's flow: report once, then read it as one.
+            self.error(
+                f"'mainflow:' is not allowed {where}",
+                self.tok_span(head),
+                "a module's own flow is 'flow:'",
+            )
+            return "flow"
+        if head.kind == TokenKind.NAME and word in TOP_LEVEL_BLOCKS:
+            self.fail(
+                f"'{word}:' is not allowed {where}",
+                self.tok_span(head),
+                "a module holds meta:, vars:, actions, modules, memory/context methods "
+                f"and flow:; write '{word}:' at the top level",
+            )
+        meant = difflib.get_close_matches(word, allowed, n=1, cutoff=0.6)
+        if meant and meant[0] in DEFINITIONS and len(tokens) > 1:
+            self.note_broken(tokens[1])  # 'actoin talk …': talk is still defined
+        self.fail(
+            f"unknown block '{head.text}' {where}",
+            self.tok_span(head),
+            suggest(word, allowed) or "blocks are: " + ", ".join(allowed),
+        )
 
     def parse_module(self, index: int, end: int, tokens: list[Token], defs: Definitions) -> None:
         if len(tokens) < 2 or tokens[1].kind != TokenKind.NAME:
