@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import functools
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -42,15 +43,19 @@ def format_lines(lines: Iterable[ContextLine]) -> str:
 
 
 def context_entries(lines: Iterable[ContextLine]) -> list[str]:
-    """One ``[@speaker]: text`` entry per row of a kind in contexts (§13.1), the speaker named
-    as its kind's row says."""
-    entries = []
-    for kind_name, name, soul, content in lines:
-        kind = MESSAGE_KINDS[kind_name]
-        if kind.in_context:
-            speaker = kind.label.format(who=name or soul or "unknown", name=name)
-            entries.append(f"[{speaker}]: {content}")
-    return entries
+    """One ``[@speaker]: text`` entry per row of a kind in contexts (§13.1)."""
+    return [
+        f"[{speaker}]: {content}"
+        for kind, name, soul, content in lines
+        if (speaker := _speaker(kind, name, soul)) is not None
+    ]
+
+
+@functools.lru_cache(maxsize=1024)  # a context reads tens of thousands of rows, few speakers
+def _speaker(kind: str, name: str | None, soul: str | None) -> str | None:
+    """The speaker as its kind's row names it, or None for a kind in nobody's context."""
+    row = MESSAGE_KINDS[kind]
+    return row.label.format(who=name or soul or "unknown", name=name) if row.in_context else None
 
 
 def builtin_context(
