@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from enum import StrEnum
 from functools import cached_property
 
 TAB_WIDTH = 4
@@ -187,6 +188,20 @@ def normalize(text: str, flow: bool = False) -> str:
 # --------------------------------------------------------------------------- tokens
 
 
+class TokenKind(StrEnum):
+    """What a token is; each value is also the name of its group in the token pattern."""
+
+    NAME = "name"
+    ACTOR = "actor"  # ``@name``, or a lone ``@``
+    NUMBER = "number"
+    STRING = "string"  # quoted, ``value`` holding its content
+    OP = "op"
+    OTHER = "other"  # a character no other kind takes, or digits run into letters
+
+
+_GROUP_KINDS = {kind.value: kind for kind in TokenKind}
+
+
 @dataclass(slots=True)
 class Token:
     """A token of a syntax line; ``col`` is 0-based in the line, ``end`` one past the end.
@@ -194,7 +209,7 @@ class Token:
     Never changed once made, but not a frozen dataclass: a frozen one sets each field through
     ``object.__setattr__``, which made making the tokens of a script half of tokenizing it."""
 
-    kind: str  # name, actor, number, string, op, other
+    kind: TokenKind
     text: str
     line: int
     col: int
@@ -212,6 +227,7 @@ _TOKEN = re.compile(
     """,
     re.VERBOSE,
 )
+_OPERANDS = (TokenKind.NAME, TokenKind.NUMBER, TokenKind.ACTOR)  # a ``-`` after one subtracts
 _ESCAPES = {"n": "\n", "t": "\t", '"': '"', "'": "'", "\\": "\\", "”": "”", "“": "“"}
 
 
@@ -246,24 +262,23 @@ def tokenize(text: str, line: int, start: int = 0, end: int | None = None) -> li
         if ch in _OPEN_QUOTES and opens_quote(text, i):
             j = min(_quote_end(text, i), stop)
             raw = text[i:j]
-            tokens.append(Token("string", raw, line, i, j, unquote(raw)))
+            tokens.append(Token(TokenKind.STRING, raw, line, i, j, unquote(raw)))
             i = j
             continue
         match = _TOKEN.match(text, i, stop)
         if match is None:
-            tokens.append(Token("other", ch, line, i, i + 1))
+            tokens.append(Token(TokenKind.OTHER, ch, line, i, i + 1))
             i += 1
             continue
-        kind = match.lastgroup or "other"
+        kind = _GROUP_KINDS[match.lastgroup or "other"]
         if (
-            kind == "number"
+            kind is TokenKind.NUMBER
             and ch == "-"
             and tokens
-            and (tokens[-1].kind in ("name", "number", "actor") or tokens[-1].text in ")]}")
+            and (tokens[-1].kind in _OPERANDS or tokens[-1].text in ")]}")
         ):
             # ``a-1`` is an operator and a number, not a name followed by ``-1``.
-            kind = "op"
-            tokens.append(Token(kind, "-", line, i, i + 1))
+            tokens.append(Token(TokenKind.OP, "-", line, i, i + 1))
             i += 1
             continue
         tokens.append(Token(kind, match.group(), line, i, match.end()))

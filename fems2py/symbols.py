@@ -21,9 +21,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from fems_runtime.words import ACTOR_TYPES
+
 from fems2py.expressions import ALLOWED_CALLS
 from fems2py.kinds import FIELD_NAMES
-from fems2py.lexer import SourceLine, Token, split_lines, tokenize
+from fems2py.lexer import SourceLine, Token, TokenKind, split_lines, tokenize
 from fems2py.parser.text import closing_bracket, split_commas
 
 SymbolKind = Literal["action", "module", "variable", "actor", "node", "code", "function", "method"]
@@ -244,7 +246,7 @@ class _Scanner:
         """A block header (``vars:``, ``action x @ai(@a):``, ``module M(p):`` …); pushes its
         frame and returns True, or returns False for any other line."""
         first = tokens[0]
-        if first.kind != "name" or not code.rstrip().endswith(":"):
+        if first.kind != TokenKind.NAME or not code.rstrip().endswith(":"):
             return False
         namespace = self.namespace
         word = first.text
@@ -254,10 +256,10 @@ class _Scanner:
                 self.flow_starts[line.number] = namespace
             self.stack.append(_Frame(line.indent, kind, namespace))
             return True
-        name = tokens[1] if len(tokens) > 1 and tokens[1].kind == "name" else None
+        name = tokens[1] if len(tokens) > 1 and tokens[1].kind == TokenKind.NAME else None
         if word == "action" and name is not None:
             self._add("action", name, definition=True)
-            if len(tokens) > 2 and tokens[2].kind == "actor":
+            if len(tokens) > 2 and tokens[2].kind == TokenKind.ACTOR:
                 self.action_kinds[(name.text, namespace)] = tokens[2].text[1:]
             self._action_header(tokens[2:])
             self.stack.append(_Frame(line.indent, "action", namespace, name.text))
@@ -268,7 +270,7 @@ class _Scanner:
             inner = inner if inner.startswith("module:") else "module:" + inner
             self.stack.append(_Frame(line.indent, "module", inner, name.text))
             for param in tokens[2:]:
-                if param.kind in ("name", "actor"):
+                if param.kind in (TokenKind.NAME, TokenKind.ACTOR):
                     self._add("variable", param, definition=True)
             return True
         if word in ("memory", "context") and name is not None:
@@ -281,10 +283,10 @@ class _Scanner:
     def _action_header(self, tokens: list[Token]) -> None:
         """``@ai(@x) as (@role)`` or ``@func(alias.fn)`` after the action's name."""
         for i, token in enumerate(tokens[1:], start=1):
-            if token.kind == "actor":
+            if token.kind == TokenKind.ACTOR:
                 self._add("at", token)
-            elif token.kind == "name" and token.text != "as":
-                if _follows(tokens, i, ".") and tokens[i - 2].kind == "name":
+            elif token.kind == TokenKind.NAME and token.text != "as":
+                if _follows(tokens, i, ".") and tokens[i - 2].kind == TokenKind.NAME:
                     continue
                 if _precedes(tokens, i, "."):
                     self._code_call(tokens, i)
@@ -298,7 +300,7 @@ class _Scanner:
             return
         self._add("variable", tokens[0], definition=True)
         for token in tokens[2:]:
-            if token.kind == "actor":
+            if token.kind == TokenKind.ACTOR:
                 self._add("at", token)
         if code.rstrip().endswith("|"):
             self.stack.append(_Frame(line.indent, "text", self.namespace, "verbatim"))
@@ -306,17 +308,17 @@ class _Scanner:
     def _actors_line(self, tokens: list[Token]) -> None:
         """``ai|human [@]name = …``; a definition written without ``@`` still defines
         ``@name`` (§6.1)."""
-        if len(tokens) >= 2 and tokens[0].text in ("ai", "human"):
+        if len(tokens) >= 2 and tokens[0].text in ACTOR_TYPES:
             name = tokens[1]
-            if name.kind == "name":
+            if name.kind == TokenKind.NAME:
                 self.raw.append(
                     _Raw("at", "@" + name.text, name.line, name.col, name.end, ("main",), True)
                 )
-            elif name.kind == "actor":
+            elif name.kind == TokenKind.ACTOR:
                 self._add("at", name, definition=True)
 
     def _code_line(self, tokens: list[Token]) -> None:
-        if len(tokens) >= 2 and tokens[1].text == "=" and tokens[0].kind == "name":
+        if len(tokens) >= 2 and tokens[1].text == "=" and tokens[0].kind == TokenKind.NAME:
             self._add("code", tokens[0], definition=True)
 
     def _field_line(self, owner: _Frame, line: SourceLine, code: str, tokens: list[Token]) -> None:
@@ -340,11 +342,11 @@ class _Scanner:
                 self._placeholders(line.number, line.raw, value_col, True)
         elif key == "scope":
             for token in rest:
-                if token.kind == "actor":
+                if token.kind == TokenKind.ACTOR:
                     self._add("at", token)
-                elif token.kind == "name" and token.text != "all":
+                elif token.kind == TokenKind.NAME and token.text != "all":
                     self._add("variable", token)
-                elif token.kind == "name":
+                elif token.kind == TokenKind.NAME:
                     self._add("maybe_variable", token)
         elif key == "in":
             for item in _items(rest):
@@ -356,7 +358,7 @@ class _Scanner:
             self._expression(rest, arguments="maybe_variable")
         elif key == "fallback":
             self._binding(rest)
-        elif key in ("memory", "context") and rest and rest[0].kind == "name":
+        elif key in ("memory", "context") and rest and rest[0].kind == TokenKind.NAME:
             self._add("method", rest[0])
         elif key == "interrupt":
             self._expression([t for t in rest if t.text not in ("HUMAN", "HUMAN_EXCEPT")])
@@ -367,9 +369,9 @@ class _Scanner:
         for item in _items(tokens):
             depth = 0
             for i, token in enumerate(item):
-                if token.text in "([{" and token.kind == "op":
+                if token.text in "([{" and token.kind == TokenKind.OP:
                     depth += 1
-                elif token.text in ")]}" and token.kind == "op":
+                elif token.text in ")]}" and token.kind == TokenKind.OP:
                     depth -= 1
                 if token.text in ("=", "+=", "-=") and depth == 0:
                     self._target(item[:i])
@@ -398,7 +400,7 @@ class _Scanner:
                 self._add("node", name, definition=binds)
                 i += 3
                 continue
-            if text == "&" and i + 1 < len(tokens) and tokens[i + 1].kind == "name":
+            if text == "&" and i + 1 < len(tokens) and tokens[i + 1].kind == TokenKind.NAME:
                 self._add("module", tokens[i + 1])
                 i += 2
                 if i < len(tokens) and tokens[i].text == "(":
@@ -411,9 +413,9 @@ class _Scanner:
                 self._expression(tokens[i + 1 : close])
                 i = close + 1
                 continue
-            if text in ("for", "par") and token.kind == "name" and i + 2 < len(tokens):
+            if text in ("for", "par") and token.kind == TokenKind.NAME and i + 2 < len(tokens):
                 loop_var = tokens[i + 1]
-                if loop_var.kind == "actor":
+                if loop_var.kind == TokenKind.ACTOR:
                     self._add("at", loop_var)
                 colon = next(
                     (j for j in range(len(tokens) - 1, i, -1) if tokens[j].text == ":"), None
@@ -421,7 +423,7 @@ class _Scanner:
                 self._expression(tokens[i + 3 : colon])
                 i = len(tokens) if colon is None else colon + 1
                 continue
-            if token.kind == "name" and text not in _FLOW_WORDS:
+            if token.kind == TokenKind.NAME and text not in _FLOW_WORDS:
                 self._add("action", token)
             i += 1
 
@@ -430,7 +432,7 @@ class _Scanner:
         if len(tokens) >= 2 and tokens[0].text == "&":
             self._add("module", tokens[1])
             self._expression(tokens[2:])
-        elif tokens and tokens[0].kind == "name":
+        elif tokens and tokens[0].kind == TokenKind.NAME:
             self._add("action", tokens[0])
 
     # ------------------------------------------------------------------ expressions
@@ -446,11 +448,15 @@ class _Scanner:
         a ``code:`` function; ``d.key`` is a literal key; keywords, booleans in any case
         and builtins are no names."""
         for i, token in enumerate(tokens):
-            if token.kind == "actor":
+            if token.kind == TokenKind.ACTOR:
                 self._add("at", token)
                 continue
-            if token.kind != "name" or _follows(tokens, i, "."):
-                if token.kind == "name" and i >= 2 and tokens[i - 2].kind == "actor":
+            if token.kind != TokenKind.NAME or _follows(tokens, i, "."):
+                if (
+                    token.kind == TokenKind.NAME
+                    and i >= 2
+                    and tokens[i - 2].kind == TokenKind.ACTOR
+                ):
                     self._add("variable", token)  # @x.attr
                 continue
             word = token.text
@@ -458,14 +464,14 @@ class _Scanner:
                 continue
             if _precedes(tokens, i, "."):
                 after = tokens[i + 2] if i + 2 < len(tokens) else None
-                if after is not None and after.kind == "actor":
+                if after is not None and after.kind == TokenKind.ACTOR:
                     self._add("variable", token)  # attr.@x
-                elif after is not None and after.kind == "name" and not attribute_keys:
+                elif after is not None and after.kind == TokenKind.NAME and not attribute_keys:
                     self._code_call(tokens, i)
                 else:
                     self._add("variable", token)  # d.key, a literal key
                 continue
-            builtin = word in ALLOWED_CALLS or word in ("ai", "human", "add", "remove")
+            builtin = word in ALLOWED_CALLS or word in (*ACTOR_TYPES, "add", "remove")
             self._add("maybe_variable" if builtin else arguments, token)
 
     def _code_call(self, tokens: list[Token], i: int) -> None:
@@ -486,7 +492,9 @@ class _Scanner:
             if raw[max(0, match.start() - 1) : match.start()] == "{":
                 continue
             inner = tokenize(raw, number, match.start(1), match.end(1))
-            if inner and all(t.kind in ("name", "actor") or t.text in ".[]" for t in inner):
+            if inner and all(
+                t.kind in (TokenKind.NAME, TokenKind.ACTOR) or t.text in ".[]" for t in inner
+            ):
                 self._expression(inner)
 
     # ------------------------------------------------------------------ recording

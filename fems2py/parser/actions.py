@@ -5,15 +5,27 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from fems2py.diagnostics import suggest
 from fems2py.kinds import ACTION_KINDS, FIELD_NAMES, TEXT_FIELDS, kinds_with
-from fems2py.lexer import Token
+from fems2py.lexer import Token, TokenKind
 from fems2py.nodes import Action, FuncRef, Input, Interrupt, Method, Resolve, Span
 from fems2py.parser.base import Abort, Definitions
 from fems2py.parser.flows import FlowsParser
 from fems2py.parser.text import INTEGER, closing_bracket, split_commas
+
+
+@dataclass
+class _Header:
+    """What an action's header says after its kind (§9.1)."""
+
+    executor: str | None = None
+    role: str | None = None
+    func: FuncRef | None = None
+    # Where the executor and the role were written, for the checker's messages about them.
+    spans: list[tuple[str, Span]] = field(default_factory=list)
 
 
 class ActionsParser(FlowsParser):
@@ -21,7 +33,7 @@ class ActionsParser(FlowsParser):
 
     def parse_method(self, index: int, end: int, tokens: list[Token], defs: Definitions) -> None:
         kind = tokens[0].text
-        if len(tokens) < 2 or tokens[1].kind != "name":
+        if len(tokens) < 2 or tokens[1].kind != TokenKind.NAME:
             self.fail(f"expected a {kind} method name", self.tok_span(tokens[-1]))
         name = tokens[1]
         if len(tokens) < 3 or tokens[2].text != "(":
@@ -62,7 +74,36 @@ class ActionsParser(FlowsParser):
         )
 
     def parse_action(self, index: int, end: int, tokens: list[Token], defs: Definitions) -> None:
-        if len(tokens) < 2 or tokens[1].kind != "name":
+        name, kind_token = self.parse_action_name_and_kind(tokens)
+        kind = kind_token.text[1:]
+        header, pos = self.parse_action_header(tokens, kind_token)
+        if pos >= len(tokens):
+            self.warning(
+                "action header should end with ':'",
+                self.eol_span(index),
+                "add ':' at the end of the line",
+            )
+        else:
+            self.expect_header(tokens, pos)
+        span = self.tok_span(tokens[0], name)
+        self.unique("action", name.text, span, defs)
+        fields = self.parse_fields(index, end, kind)
+        fields["field_spans"] = (*header.spans, *fields["field_spans"])
+        defs.actions.append(
+            Action(
+                name=name.text,
+                kind=kind,  # type: ignore[arg-type]
+                span=span,
+                executor=header.executor,
+                role=header.role,
+                func=header.func,
+                **fields,
+            )
+        )
+
+    def parse_action_name_and_kind(self, tokens: list[Token]) -> tuple[Token, Token]:
+        """``action NAME @KIND``: the name and the kind, a row of the kinds table."""
+        if len(tokens) < 2 or tokens[1].kind != TokenKind.NAME:
             self.fail(
                 "expected an action name after 'action'",
                 self.tok_span(tokens[1] if len(tokens) > 1 else tokens[0]),
@@ -70,7 +111,7 @@ class ActionsParser(FlowsParser):
             )
         name = tokens[1]
         self.check_name(name, "action")
-        if len(tokens) < 3 or tokens[2].kind != "actor":
+        if len(tokens) < 3 or tokens[2].kind != TokenKind.ACTOR:
             at = tokens[2] if len(tokens) > 2 else name
             self.fail(
                 f"expected the action kind after 'action {name.text}'",
@@ -85,51 +126,31 @@ class ActionsParser(FlowsParser):
                 self.tok_span(kind_token),
                 suggest(kind, ACTION_KINDS) or "kinds: " + ", ".join("@" + k for k in ACTION_KINDS),
             )
+        return name, kind_token
+
+    def parse_action_header(self, tokens: list[Token], kind_token: Token) -> tuple[_Header, int]:
+        """What the kind's header takes after ``@KIND`` (:attr:`ActionKind.header`): the
+        executor and role, ``(@x) as (@r)``, or the function, ``(alias.fn)``; and where the
+        header goes on."""
+        header = _Header()
         pos = 3
-        executor: str | None = None
-        role: str | None = None
-        func: FuncRef | None = None
-        # Where the executor and the role were written, for the checker's messages about them.
-        header_spans: list[tuple[str, Span]] = []
-        header = ACTION_KINDS[kind].header
-        if header == "executor":
-            executor, pos = self.parse_executor(tokens, pos, kind_token)
-            header_spans.append(("executor", self.tok_span(tokens[pos - 2])))
+        takes = ACTION_KINDS[kind_token.text[1:]].header
+        if takes == "executor":
+            header.executor, pos = self.parse_executor(tokens, pos, kind_token)
+            header.spans.append(("executor", self.tok_span(tokens[pos - 2])))
             if pos < len(tokens) and tokens[pos].text == "as":
                 start = pos
-                role, pos = self.parse_role(tokens, pos)
-                role_token = next(t for t in tokens[start:pos] if t.kind == "actor")
-                header_spans.append(("role", self.tok_span(role_token)))
-        elif header == "func":
+                header.role, pos = self.parse_role(tokens, pos)
+                role_token = next(t for t in tokens[start:pos] if t.kind == TokenKind.ACTOR)
+                header.spans.append(("role", self.tok_span(role_token)))
+        elif takes == "func":
             if pos >= len(tokens) or tokens[pos].text != "(":
                 self.fail("expected '(alias.function)' after @func", self.tok_span(tokens[pos - 1]))
-            func, pos = self.parse_func_ref(tokens, pos + 1)
+            header.func, pos = self.parse_func_ref(tokens, pos + 1)
             if pos >= len(tokens) or tokens[pos].text != ")":
                 self.fail("expected ')'", self.tok_span(tokens[min(pos, len(tokens) - 1)]))
             pos += 1
-        if pos >= len(tokens):
-            self.warning(
-                "action header should end with ':'",
-                self.eol_span(index),
-                "add ':' at the end of the line",
-            )
-        else:
-            self.expect_header(tokens, pos)
-        span = self.tok_span(tokens[0], name)
-        self.unique("action", name.text, span, defs)
-        fields = self.parse_fields(index, end, kind)
-        fields["field_spans"] = (*header_spans, *fields["field_spans"])
-        defs.actions.append(
-            Action(
-                name=name.text,
-                kind=kind,  # type: ignore[arg-type]
-                span=span,
-                executor=executor,
-                role=role,
-                func=func,
-                **fields,
-            )
-        )
+        return header, pos
 
     def parse_executor(self, tokens: list[Token], pos: int, kind: Token) -> tuple[str, int]:
         if pos + 2 >= len(tokens) or tokens[pos].text != "(":
@@ -139,14 +160,14 @@ class ActionsParser(FlowsParser):
                 f"write {kind.text}(@name)",
             )
         who = tokens[pos + 1]
-        if who.kind == "name":
+        if who.kind == TokenKind.NAME:
             self.warning(
                 f"actor references carry '@': '{who.text}' is read as '@{who.text}'",
                 self.tok_span(who),
                 f"write {kind.text}(@{who.text})",
             )
             executor = "@" + who.text
-        elif who.kind == "actor" and who.text != "@":
+        elif who.kind == TokenKind.ACTOR and who.text != "@":
             executor = who.text
         else:
             self.fail("expected an actor such as @eve", self.tok_span(who))
@@ -165,7 +186,7 @@ class ActionsParser(FlowsParser):
         parens = pos < len(tokens) and tokens[pos].text == "("
         if parens:
             pos += 1
-        if pos >= len(tokens) or tokens[pos].kind != "actor" or tokens[pos].text == "@":
+        if pos >= len(tokens) or tokens[pos].kind != TokenKind.ACTOR or tokens[pos].text == "@":
             self.fail("expected 'as (@role)'", self.tok_span(tokens[min(pos, len(tokens) - 1)]))
         role = tokens[pos].text
         pos += 1
@@ -183,7 +204,7 @@ class ActionsParser(FlowsParser):
             try:
                 tokens = self.tokens(item)
                 key = tokens[0]
-                if key.kind != "name" or key.text not in FIELD_NAMES:
+                if key.kind != TokenKind.NAME or key.text not in FIELD_NAMES:
                     self.fail(
                         f"unknown action field '{key.text}'",
                         self.tok_span(key),
@@ -239,7 +260,7 @@ class ActionsParser(FlowsParser):
                 self.fail("expected '(arg, …)' or the end of the line", self.tok_span(tokens[pos]))
             names = []
             for piece in split_commas(tokens[pos + 1 : -1]):
-                if len(piece) != 1 or piece[0].kind not in ("name", "actor"):
+                if len(piece) != 1 or piece[0].kind not in (TokenKind.NAME, TokenKind.ACTOR):
                     at = piece[0] if piece else tokens[pos]
                     self.fail("resolve arguments are names", self.tok_span(at))
                 names.append(piece[0].text)
@@ -282,7 +303,7 @@ class ActionsParser(FlowsParser):
             if pos != len(tokens):
                 self.fail(f"unexpected '{tokens[pos].text}'", self.tok_span(tokens[pos]))
             return {"fallback": call}
-        if len(tokens) != 1 or tokens[0].kind != "name":
+        if len(tokens) != 1 or tokens[0].kind != TokenKind.NAME:
             self.fail("fallback: expects an action name or &Module", self.tok_span(tokens[0]))
         return {"fallback": tokens[0].text}
 
@@ -308,16 +329,16 @@ class ActionsParser(FlowsParser):
                 if tokens[1].text != "(" or closing_bracket(tokens, 1) != len(tokens) - 1:
                     self.fail("expected HUMAN_EXCEPT(@a, @b)", self.tok_span(tokens[1]))
                 for piece in split_commas(tokens[2:-1]):
-                    if len(piece) != 1 or piece[0].kind != "actor":
+                    if len(piece) != 1 or piece[0].kind != TokenKind.ACTOR:
                         at = piece[0] if piece else tokens[1]
                         self.fail("HUMAN_EXCEPT lists actors such as @eve", self.tok_span(at))
                     actors.append(piece[0].text)
             return {"interrupt": Interrupt("human_except", actors=tuple(actors), span=span)}
         if (
             len(tokens) == 3
-            and tokens[0].kind == "name"
+            and tokens[0].kind == TokenKind.NAME
             and tokens[1].text == "."
-            and tokens[2].kind == "name"
+            and tokens[2].kind == TokenKind.NAME
             and tokens[0].text in self.code_aliases
         ):
             func, _ = self.parse_func_ref(tokens, 0)

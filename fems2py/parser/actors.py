@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from fems_runtime.words import ACTOR_TYPES
+
 from fems2py.diagnostics import suggest
-from fems2py.lexer import Token
+from fems2py.lexer import Token, TokenKind
 from fems2py.nodes import ActorDef, Blueprint, BoolValue, ListValue, Span, StringValue
 from fems2py.parser.base import Abort, Definitions
 from fems2py.parser.definitions import DefinitionsParser
 from fems2py.parser.text import split_commas
 
 ACTOR_PROPS = ("soul", "source", "tools")
+_TYPES_WRITTEN = " or ".join(f"'{kind}'" for kind in ACTOR_TYPES)  # 'ai' or 'human'
 
 
 class ActorsParser(DefinitionsParser):
@@ -31,62 +34,21 @@ class ActorsParser(DefinitionsParser):
 
     def parse_actor(self, tokens: list[Token]) -> ActorDef:
         kind = tokens[0]
-        if kind.text not in ("ai", "human"):
+        if kind.text not in ACTOR_TYPES:
             self.fail(
-                f"an actor definition starts with 'ai' or 'human', found '{kind.text}'",
+                f"an actor definition starts with {_TYPES_WRITTEN}, found '{kind.text}'",
                 self.tok_span(kind),
-                suggest(kind.text, ("ai", "human")),
+                suggest(kind.text, ACTOR_TYPES),
             )
-        if len(tokens) < 2 or tokens[1].kind not in ("name", "actor") or tokens[1].text == "@":
+        if (
+            len(tokens) < 2
+            or tokens[1].kind not in (TokenKind.NAME, TokenKind.ACTOR)
+            or tokens[1].text == "@"
+        ):
             self.fail(f"expected an actor name after '{kind.text}'", self.tok_span(tokens[-1]))
         name_token = tokens[1]
-        name = name_token.text if name_token.kind == "actor" else "@" + name_token.text
-        props: dict[str, tuple[Token, list[Token]]] = {}
-        if len(tokens) > 2:
-            if tokens[2].text != "=":
-                self.fail(
-                    f"expected '=' after {name}", self.tok_span(tokens[2]), "write ai @x = soul:1"
-                )
-            pieces = split_commas(tokens[3:])
-            if len(pieces) > 1 and not pieces[-1]:
-                pieces.pop()  # a trailing comma
-            for piece in pieces:
-                glued = next(
-                    (
-                        at
-                        for at in range(3, len(piece) - 1)
-                        if piece[at].text in ACTOR_PROPS and piece[at + 1].text == ":"
-                    ),
-                    None,
-                )
-                if glued is not None:
-                    self.fail(
-                        f"expected ',' before '{piece[glued].text}'",
-                        self.tok_span(piece[glued]),
-                        "separate properties with ',': soul:1, source:fast",
-                    )
-                if len(piece) >= 2 and piece[0].text in ACTOR_PROPS and piece[1].text != ":":
-                    self.fail(
-                        f"expected ':' after '{piece[0].text}'",
-                        self.tok_span(piece[1]),
-                        f"write {piece[0].text}:{piece[1].text}",
-                    )
-                if len(piece) < 2 or piece[0].kind != "name" or piece[1].text != ":":
-                    at = piece[0] if piece else tokens[2]
-                    self.fail(
-                        "expected 'key:value'", self.tok_span(at), "keys: soul, source, tools"
-                    )
-                key = piece[0]
-                if key.text not in ACTOR_PROPS:
-                    self.error(
-                        f"unknown actor property '{key.text}'",
-                        self.tok_span(key),
-                        suggest(key.text, ACTOR_PROPS) or "properties: soul, source, tools",
-                    )
-                    continue
-                if key.text in props:
-                    self.error(f"'{key.text}' is given twice", self.tok_span(key))
-                props[key.text] = (key, piece[2:])
+        name = name_token.text if name_token.kind == TokenKind.ACTOR else "@" + name_token.text
+        props = self.parse_actor_props(name, tokens[2:]) if len(tokens) > 2 else {}
         soul = name[1:]
         source = None
         tools: tuple[str, ...] | bool = ()
@@ -100,11 +62,67 @@ class ActorsParser(DefinitionsParser):
         span = self.span(kind.line, kind.col, tokens[-1].end)
         return ActorDef(kind.text, name, soul, source, tools, span, tool_spans)  # type: ignore[arg-type]
 
+    def parse_actor_props(
+        self, name: str, tokens: list[Token]
+    ) -> dict[str, tuple[Token, list[Token]]]:
+        """``= soul:1, source:fast, tools:[…]`` after actor ``name``: each property's key and
+        value tokens (§6.2–§6.4)."""
+        equals = tokens[0]
+        if equals.text != "=":
+            self.fail(f"expected '=' after {name}", self.tok_span(equals), "write ai @x = soul:1")
+        pieces = split_commas(tokens[1:])
+        if len(pieces) > 1 and not pieces[-1]:
+            pieces.pop()  # a trailing comma
+        props: dict[str, tuple[Token, list[Token]]] = {}
+        for piece in pieces:
+            key = self.actor_prop_key(piece, equals)
+            if key is None:
+                continue
+            if key.text in props:
+                self.error(f"'{key.text}' is given twice", self.tok_span(key))
+            props[key.text] = (key, piece[2:])
+        return props
+
+    def actor_prop_key(self, piece: list[Token], equals: Token) -> Token | None:
+        """The key of one ``key:value`` property; None, reported, when it is no property."""
+        glued = next(
+            (
+                at
+                for at in range(3, len(piece) - 1)
+                if piece[at].text in ACTOR_PROPS and piece[at + 1].text == ":"
+            ),
+            None,
+        )
+        if glued is not None:
+            self.fail(
+                f"expected ',' before '{piece[glued].text}'",
+                self.tok_span(piece[glued]),
+                "separate properties with ',': soul:1, source:fast",
+            )
+        if len(piece) >= 2 and piece[0].text in ACTOR_PROPS and piece[1].text != ":":
+            self.fail(
+                f"expected ':' after '{piece[0].text}'",
+                self.tok_span(piece[1]),
+                f"write {piece[0].text}:{piece[1].text}",
+            )
+        if len(piece) < 2 or piece[0].kind != TokenKind.NAME or piece[1].text != ":":
+            at = piece[0] if piece else equals
+            self.fail("expected 'key:value'", self.tok_span(at), "keys: soul, source, tools")
+        key = piece[0]
+        if key.text not in ACTOR_PROPS:
+            self.error(
+                f"unknown actor property '{key.text}'",
+                self.tok_span(key),
+                suggest(key.text, ACTOR_PROPS) or "properties: soul, source, tools",
+            )
+            return None
+        return key
+
     def prop_text(self, prop: tuple[Token, list[Token]]) -> str:
         key, value = prop
         if not value:
             self.fail(f"expected a value after '{key.text}:'", self.tok_span(key))
-        if len(value) == 1 and value[0].kind == "string":
+        if len(value) == 1 and value[0].kind == TokenKind.STRING:
             return value[0].value
         return self.lines[value[0].line - 1].code()[value[0].col : value[-1].end].strip()
 
@@ -127,7 +145,7 @@ class ActorsParser(DefinitionsParser):
         self.fail("tools: expects a list of tool names, true or false", self.tok_span(key))
 
     def parse_blueprint(self, index: int, end: int, tokens: list[Token], defs: Definitions) -> None:
-        if len(tokens) < 2 or tokens[1].kind != "name":
+        if len(tokens) < 2 or tokens[1].kind != TokenKind.NAME:
             self.fail("expected a blueprint name", self.tok_span(tokens[-1]))
         self.expect_header(tokens, 2)
         source: str | None = None

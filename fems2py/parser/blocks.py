@@ -13,7 +13,7 @@ from pathlib import Path
 
 from fems2py.diagnostics import Diagnostic, suggest
 from fems2py.kinds import FIELD_NAMES
-from fems2py.lexer import Token
+from fems2py.lexer import Token, TokenKind
 from fems2py.nodes import ActionBlock, Module, Script, Span
 from fems2py.parser.actions import ActionsParser
 from fems2py.parser.base import Abort, Definitions
@@ -69,7 +69,7 @@ class Parser(ActionsParser):
         for index, end in self.items(start, stop):
             tokens = self.tokens(index)
             header = tokens[-1].text == ":"  # a block of its own, even if misspelled
-            known = tokens[0].kind == "name" and tokens[0].text in TOP_LEVEL_BLOCKS
+            known = tokens[0].kind == TokenKind.NAME and tokens[0].text in TOP_LEVEL_BLOCKS
             if stray and not known and not header:
                 continue  # more of the lines the previous error is about
             stray = False
@@ -86,59 +86,15 @@ class Parser(ActionsParser):
         tokens = self.tokens(index)
         head = tokens[0]
         word = head.text
-        if head.kind != "name" or word not in allowed:
-            where = "inside a module" if "mainflow" not in allowed else "at the top level"
-            flow = "flow" if "mainflow" not in allowed else "mainflow"
-            if is_flow_line(tokens):
-                if defs.flow is not None:  # most likely its own line: its shape is unknown
-                    defs.flow = dataclasses.replace(defs.flow, complete=False)
-                self.fail(
-                    f"this flow line is not indented under '{flow}:'",
-                    self.tok_span(head),
-                    f"indent the flow's lines under '{flow}:'",
-                )
-            if (
-                head.kind == "name"
-                and word in FIELD_NAMES
-                and len(tokens) > 1
-                and tokens[1].text == ":"
-            ):
-                self.fail(
-                    f"'{word}:' is an action field, found {where}",
-                    self.tok_span(head),
-                    "indent it under its 'action …:' line",
-                )
-            if word == "mainflow":
-                # Most likely meant as the module's flow: report once, then read it as one.
-                self.error(
-                    f"'mainflow:' is not allowed {where}",
-                    self.tok_span(head),
-                    "a module's own flow is 'flow:'",
-                )
-                word = "flow"
-            elif head.kind == "name" and word in TOP_LEVEL_BLOCKS:
-                self.fail(
-                    f"'{word}:' is not allowed {where}",
-                    self.tok_span(head),
-                    "a module holds meta:, vars:, actions, modules, memory/context methods "
-                    f"and flow:; write '{word}:' at the top level",
-                )
-            else:
-                meant = difflib.get_close_matches(word, allowed, n=1, cutoff=0.6)
-                if meant and meant[0] in DEFINITIONS and len(tokens) > 1:
-                    self.note_broken(tokens[1])  # 'actoin talk …': talk is still defined
-                self.fail(
-                    f"unknown block '{head.text}' {where}",
-                    self.tok_span(head),
-                    suggest(word, allowed) or "blocks are: " + ", ".join(allowed),
-                )
+        if head.kind != TokenKind.NAME or word not in allowed:
+            word = self.misplaced_block(tokens, defs, allowed)
         definitions = {
             "memory": self.parse_method,
             "context": self.parse_method,
             "action": self.parse_action,
             "module": self.parse_module,
         }
-        if word == "action" and len(tokens) > 1 and tokens[1].kind == "name":
+        if word == "action" and len(tokens) > 1 and tokens[1].kind == TokenKind.NAME:
             last = self.lines[end - 1]
             self.action_blocks.append(
                 ActionBlock(
@@ -151,7 +107,7 @@ class Parser(ActionsParser):
             try:
                 definitions[word](index, end, tokens, defs)
             except Abort:
-                if len(tokens) > 1 and tokens[1].kind == "name":
+                if len(tokens) > 1 and tokens[1].kind == TokenKind.NAME:
                     self.broken_names.add(tokens[1].text)
                 raise
         elif word == "blueprint":
@@ -162,8 +118,61 @@ class Parser(ActionsParser):
                 self.once(word if word != "mainflow" else "flow", tokens[0], defs)
             BLOCK_PARSERS[word](self, index, end, defs)
 
+    def misplaced_block(
+        self, tokens: list[Token], defs: Definitions, allowed: tuple[str, ...]
+    ) -> str:
+        """A line that starts no block allowed here: a flow line or an action field out of
+        place, a top-level block inside a module, a misspelling. Reported; only ``mainflow:``
+        in a module is read on, as the module's ``flow:`` (its word is returned)."""
+        head = tokens[0]
+        word = head.text
+        where = "inside a module" if "mainflow" not in allowed else "at the top level"
+        flow = "flow" if "mainflow" not in allowed else "mainflow"
+        if is_flow_line(tokens):
+            if defs.flow is not None:  # most likely its own line: its shape is unknown
+                defs.flow = dataclasses.replace(defs.flow, complete=False)
+            self.fail(
+                f"this flow line is not indented under '{flow}:'",
+                self.tok_span(head),
+                f"indent the flow's lines under '{flow}:'",
+            )
+        if (
+            head.kind == TokenKind.NAME
+            and word in FIELD_NAMES
+            and len(tokens) > 1
+            and tokens[1].text == ":"
+        ):
+            self.fail(
+                f"'{word}:' is an action field, found {where}",
+                self.tok_span(head),
+                "indent it under its 'action …:' line",
+            )
+        if word == "mainflow":
+            # Most likely meant as the module's flow: report once, then read it as one.
+            self.error(
+                f"'mainflow:' is not allowed {where}",
+                self.tok_span(head),
+                "a module's own flow is 'flow:'",
+            )
+            return "flow"
+        if head.kind == TokenKind.NAME and word in TOP_LEVEL_BLOCKS:
+            self.fail(
+                f"'{word}:' is not allowed {where}",
+                self.tok_span(head),
+                "a module holds meta:, vars:, actions, modules, memory/context methods "
+                f"and flow:; write '{word}:' at the top level",
+            )
+        meant = difflib.get_close_matches(word, allowed, n=1, cutoff=0.6)
+        if meant and meant[0] in DEFINITIONS and len(tokens) > 1:
+            self.note_broken(tokens[1])  # 'actoin talk …': talk is still defined
+        self.fail(
+            f"unknown block '{head.text}' {where}",
+            self.tok_span(head),
+            suggest(word, allowed) or "blocks are: " + ", ".join(allowed),
+        )
+
     def parse_module(self, index: int, end: int, tokens: list[Token], defs: Definitions) -> None:
-        if len(tokens) < 2 or tokens[1].kind != "name":
+        if len(tokens) < 2 or tokens[1].kind != TokenKind.NAME:
             self.fail("expected a module name after 'module'", self.tok_span(tokens[-1]))
         name = tokens[1]
         self.check_name(name, "module")
@@ -172,7 +181,7 @@ class Parser(ActionsParser):
         if pos < len(tokens) and tokens[pos].text == "(":
             pieces, close = self.bracketed(tokens, pos)
             for piece in pieces:
-                if len(piece) != 1 or piece[0].kind not in ("name", "actor"):
+                if len(piece) != 1 or piece[0].kind not in (TokenKind.NAME, TokenKind.ACTOR):
                     at = piece[0] if piece else tokens[pos]
                     self.fail("module parameters are names", self.tok_span(at))
                 self.check_name(piece[0], "parameter")

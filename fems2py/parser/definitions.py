@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 
-from fems2py.lexer import Token
+from fems_runtime.words import RESERVED_NODE_NAMES
+
+from fems2py.lexer import Token, TokenKind
 from fems2py.nodes import CodeAlias, FuncRef, MetaEntry, Value, VarDecl
 from fems2py.parser.base import Abort, Definitions
 from fems2py.parser.text import TextParser
@@ -31,11 +33,7 @@ RESERVED = frozenset(
         "in",
         "all",
         "any",
-        "START",
-        "END",
-        "IN",
-        "OUT",
-        "BREAK",
+        *RESERVED_NODE_NAMES,
     ]
 )
 TEXT_META_KEYS = frozenset({"name", "version", "id", "system_safety", "output_style"})
@@ -51,7 +49,11 @@ class DefinitionsParser(TextParser):
         """``key = value`` (or ``key: value``): the key token and the column after the separator."""
         tokens = self.tokens(index)
         key = tokens[0]
-        if key.kind not in ("name", "actor") or len(tokens) < 2 or tokens[1].text not in seps:
+        if (
+            key.kind not in (TokenKind.NAME, TokenKind.ACTOR)
+            or len(tokens) < 2
+            or tokens[1].text not in seps
+        ):
             sep = next((i for i, token in enumerate(tokens) if token.text in seps), None)
             if sep is not None and sep > 0 and tokens[0].text not in ("[", "{", "-", "->"):
                 written = self.lines[index].raw[key.col : tokens[sep - 1].end]
@@ -63,7 +65,11 @@ class DefinitionsParser(TextParser):
                     f"e.g. {example}",
                 )
             expected = " or ".join(f"'{sep}'" for sep in seps)
-            at = tokens[1] if len(tokens) > 1 and key.kind in ("name", "actor") else key
+            at = (
+                tokens[1]
+                if len(tokens) > 1 and key.kind in (TokenKind.NAME, TokenKind.ACTOR)
+                else key
+            )
             self.fail(
                 f"expected 'name {seps[0]} value' here, found '{at.text}'",
                 self.tok_span(at),
@@ -102,9 +108,9 @@ class DefinitionsParser(TextParser):
 
     def note_broken(self, token: Token, actor: bool = False) -> None:
         """Remember the name a broken definition was about to define (see Script.broken_names)."""
-        if token.kind == "name":
+        if token.kind == TokenKind.NAME:
             self.broken_names.add("@" + token.text if actor else token.text)
-        elif token.kind == "actor" and token.text != "@":
+        elif token.kind == TokenKind.ACTOR and token.text != "@":
             self.broken_names.add(token.text)
 
     def check_name(self, token: Token, what: str, allow_all: bool = False) -> None:
@@ -120,7 +126,7 @@ class DefinitionsParser(TextParser):
         for item, item_end in self.items(index + 1, end):
             try:
                 key, col = self.split_key(item, ("=",))
-                if key.kind != "name":
+                if key.kind != TokenKind.NAME:
                     self.fail("a code alias is an identifier", self.tok_span(key))
                 self.check_name(key, "code alias")
                 value = self.parse_text_value(item, col, item_end, key.text, read_file=False)
@@ -138,9 +144,9 @@ class DefinitionsParser(TextParser):
         """``alias.fn`` at ``tokens[pos]``."""
         if (
             len(tokens) < pos + 3
-            or tokens[pos].kind != "name"
+            or tokens[pos].kind != TokenKind.NAME
             or tokens[pos + 1].text != "."
-            or tokens[pos + 2].kind != "name"
+            or tokens[pos + 2].kind != TokenKind.NAME
         ):
             at = tokens[min(pos, len(tokens) - 1)]
             self.fail("expected 'alias.function'", self.tok_span(at), "e.g. game.resolve_night")

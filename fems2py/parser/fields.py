@@ -6,9 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal, TypeVar
 
+from fems_runtime.words import OUT_TYPES
+
 from fems2py.diagnostics import suggest
 from fems2py.expressions import compile_expression, compile_value
-from fems2py.lexer import Token, quote_end
+from fems2py.lexer import Token, TokenKind, quote_end
 from fems2py.nodes import (
     Assignment,
     Expr,
@@ -26,7 +28,6 @@ from fems2py.parser.actors import ActorsParser
 from fems2py.parser.base import Abort
 from fems2py.parser.text import CLOSERS, bracket_depth, closing_bracket, split_commas
 
-OUT_TYPES = ("int", "float", "bool", "string", "actor", "enum", "dropdown")
 _Item = TypeVar("_Item")
 
 
@@ -51,10 +52,10 @@ def _out_pieces(tokens: list[Token]) -> list[list[Token]]:
         if not piece:
             continue
         attaches = (len(piece) > 1 and piece[0].text in ("choices", "label")) or (
-            piece[0].kind == "string"
+            piece[0].kind == TokenKind.STRING
         )
         if merged and attaches:
-            comma = Token("op", ",", piece[0].line, piece[0].col, piece[0].col)
+            comma = Token(TokenKind.OP, ",", piece[0].line, piece[0].col, piece[0].col)
             merged[-1] = [*merged[-1], comma, *piece]
         else:
             merged.append(piece)
@@ -69,7 +70,7 @@ def _is_choices_variable(part: list[Token]) -> bool:
         and part[0].text == "choices"
         and part[1].text == "="
         and part[2].text == "{"
-        and part[3].kind == "name"
+        and part[3].kind == TokenKind.NAME
         and part[4].text == "}"
     )
 
@@ -99,7 +100,7 @@ class FieldsParser(ActorsParser):
         """An unterminated quote swallows the rest of its line: say so before anything else
         (otherwise the error is about a bracket or an arrow the string swallowed)."""
         for token in tokens:
-            if token.kind == "string" and quote_end(token.text, 0) != len(token.text):
+            if token.kind == TokenKind.STRING and quote_end(token.text, 0) != len(token.text):
                 self.fail("unterminated string", self.tok_span(token), "close the quote")
 
     def parse_scope(self, tokens: list[Token]) -> Scope:
@@ -150,10 +151,10 @@ class FieldsParser(ActorsParser):
             len(piece) == 3
             and piece[0].text == "{"
             and piece[2].text == "}"
-            and piece[1].kind in ("name", "actor")
+            and piece[1].kind in (TokenKind.NAME, TokenKind.ACTOR)
         ):
             return ScopeItem("expand", piece[1].text, span)
-        if len(piece) >= 2 and all(t.kind in ("name", "actor") for t in piece[:2]):
+        if len(piece) >= 2 and all(t.kind in (TokenKind.NAME, TokenKind.ACTOR) for t in piece[:2]):
             self.fail(
                 f"expected ',' between '{piece[0].text}' and '{piece[1].text}'",
                 self.tok_span(piece[1]),
@@ -161,9 +162,9 @@ class FieldsParser(ActorsParser):
             )
         if len(piece) == 1:
             token = piece[0]
-            if token.kind == "actor" and token.text != "@":
+            if token.kind == TokenKind.ACTOR and token.text != "@":
                 return ScopeItem("actor", token.text, span)
-            if token.kind == "name":
+            if token.kind == TokenKind.NAME:
                 return ScopeItem("all" if token.text == "all" else "var", token.text, span)
         self.fail(
             "a scope item is @actor, a variable, {variable} or all",
@@ -215,7 +216,7 @@ class FieldsParser(ActorsParser):
 
     def parse_input(self, piece: list[Token]) -> Input:
         name = piece[0]
-        if name.kind not in ("name", "actor") or name.text == "@":
+        if name.kind not in (TokenKind.NAME, TokenKind.ACTOR) or name.text == "@":
             self.fail(f"expected a parameter name, found '{name.text}'", self.tok_span(name))
         if len(piece) == 1:
             return Input(name.text, None, self.tok_span(name))
@@ -296,10 +297,10 @@ class FieldsParser(ActorsParser):
             self.fail("expected a type", self.tok_span(near))
         caption: str | None = None
         for part in parts:
-            if len(part) == 1 and part[0].kind == "string":
+            if len(part) == 1 and part[0].kind == TokenKind.STRING:
                 caption = part[0].value
             elif len(part) == 3 and part[0].text == "label" and part[1].text == "=":
-                if part[2].kind != "string":
+                if part[2].kind != TokenKind.STRING:
                     self.fail(
                         "expected a quoted label after 'label='",
                         self.tok_span(part[2]),
@@ -308,7 +309,7 @@ class FieldsParser(ActorsParser):
                 caption = part[2].value
         type_tokens = parts[0]
         name = type_tokens[0]
-        if name.kind == "string" or (name.text == "label" and len(type_tokens) > 1):
+        if name.kind == TokenKind.STRING or (name.text == "label" and len(type_tokens) > 1):
             return None, caption
         if name.text not in OUT_TYPES:
             self.warning(
@@ -338,7 +339,7 @@ class FieldsParser(ActorsParser):
             elif len(part) >= 3 and part[0].text == "choices" and part[1].text == "=":
                 choices = self.parse_choices(part[2:])
             elif (len(part) >= 3 and part[0].text == "label" and part[1].text == "=") or (
-                len(part) == 1 and part[0].kind == "string"
+                len(part) == 1 and part[0].kind == TokenKind.STRING
             ):
                 continue
             elif part:
@@ -358,19 +359,19 @@ class FieldsParser(ActorsParser):
     def parse_target(self, tokens: list[Token], pos: int) -> tuple[Target, int]:
         """§9.6 targets: ``name``, ``@var``, ``dict.@x``, ``@x.attr``, ``attr.@x``, ``dict[key]``."""
         first = tokens[pos]
-        if first.kind not in ("name", "actor") or first.text == "@":
+        if first.kind not in (TokenKind.NAME, TokenKind.ACTOR) or first.text == "@":
             self.fail(f"expected a variable name, found '{first.text}'", self.tok_span(first))
         pos += 1
         if pos + 1 < len(tokens) and tokens[pos].text == ".":
             second = tokens[pos + 1]
-            if second.kind not in ("name", "actor"):
+            if second.kind not in (TokenKind.NAME, TokenKind.ACTOR):
                 self.fail("expected a name after '.'", self.tok_span(second))
             span = self.tok_span(first, second)
-            if first.kind == "actor" and second.kind == "actor":
+            if first.kind == TokenKind.ACTOR and second.kind == TokenKind.ACTOR:
                 self.fail("a path has one actor side", span, "write '@x.attr' or 'attr.@x'")
-            if first.kind == "actor":
+            if first.kind == TokenKind.ACTOR:
                 return Target(second.text, span, key=first.text, key_kind="actor"), pos + 2
-            kind: Literal["actor", "name"] = "actor" if second.kind == "actor" else "name"
+            kind: Literal["actor", "name"] = "actor" if second.kind == TokenKind.ACTOR else "name"
             return Target(first.text, span, key=second.text, key_kind=kind), pos + 2
         if pos < len(tokens) and tokens[pos].text == "[":
             close = closing_bracket(tokens, pos)
@@ -378,7 +379,7 @@ class FieldsParser(ActorsParser):
                 self.fail("expected 'name[key]'", self.tok_span(tokens[pos]))
             span = self.tok_span(first, tokens[close])
             inner = tokens[pos + 1 : close]
-            if len(inner) == 1 and inner[0].kind == "actor" and inner[0].text != "@":
+            if len(inner) == 1 and inner[0].kind == TokenKind.ACTOR and inner[0].text != "@":
                 return Target(first.text, span, key=inner[0].text, key_kind="actor"), close + 1
             line = self.lines[first.line - 1].code()
             key = line[inner[0].col : inner[-1].end].strip()
@@ -447,6 +448,6 @@ class FieldsParser(ActorsParser):
 
     def single_name(self, index: int, col: int, end: int, what: str) -> str:
         tokens = self.field_tokens(index, col, end, what)
-        if len(tokens) != 1 or tokens[0].kind != "name":
+        if len(tokens) != 1 or tokens[0].kind != TokenKind.NAME:
             self.fail(f"{what}: expects one method name", self.tok_span(tokens[0]))
         return tokens[0].text

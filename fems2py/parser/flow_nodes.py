@@ -1,17 +1,20 @@
-"""The nodes of a flow (§12.1): ``[X]``, ``[X]:action``, ``&Module(args)``, anonymous
-action nodes and standalone binding lines ``[X]: target``, collected in a graph builder."""
+"""The elements of a flow's chains: its nodes (§12.1) — ``[X]``, ``[X]:action``,
+``&Module(args)``, anonymous action nodes and standalone binding lines ``[X]: target``,
+collected in a graph builder — and the arrows between them, with their conditions (§12.2)."""
 
 from __future__ import annotations
 
 import dataclasses
+from typing import NoReturn
 
-from fems2py.lexer import Token
+from fems_runtime.words import RESERVED_NODE_NAMES
+
+from fems2py.lexer import Token, TokenKind, comment_start
 from fems2py.nodes import Binding, Edge, Expr, FlowNode, Graph, Loop, ModuleCall, Span
 from fems2py.parser.base import Abort, Declaration, ParserBase
 from fems2py.parser.definitions import RESERVED
-from fems2py.parser.fields import FieldsParser
-
-RESERVED_NODE_NAMES = frozenset({"START", "END", "IN", "OUT", "BREAK"})
+from fems2py.parser.fields import FieldsParser, unclosed_bracket
+from fems2py.parser.text import CLOSERS, bracket_depth, closing_bracket
 
 
 class GraphBuilder:
@@ -60,7 +63,7 @@ class FlowNodesParser(FieldsParser):
         return (
             len(tokens) >= 4
             and tokens[0].text == "["
-            and tokens[1].kind == "name"
+            and tokens[1].kind == TokenKind.NAME
             and tokens[2].text == "]"
             and tokens[3].text == ":"
             and all(token.text != "->" for token in tokens[4:])
@@ -168,7 +171,7 @@ class FlowNodesParser(FieldsParser):
         if token.text == "[":
             if (
                 pos + 2 >= len(tokens)
-                or tokens[pos + 1].kind != "name"
+                or tokens[pos + 1].kind != TokenKind.NAME
                 or tokens[pos + 2].text != "]"
             ):
                 self.fail("expected '[Name]'", self.tok_span(token), "node names are words: [A]")
@@ -195,13 +198,13 @@ class FlowNodesParser(FieldsParser):
                 self.eol_token_span(token),
                 f"e.g. {token.text} @speaker in alive:",
             )
-        if token.kind == "name" and pos + 1 < len(tokens) and tokens[pos + 1].text == "(":
+        if token.kind == TokenKind.NAME and pos + 1 < len(tokens) and tokens[pos + 1].text == "(":
             self.fail(
                 f"unexpected '(' after '{token.text}'",
                 self.tok_span(tokens[pos + 1]),
                 f"actions take no arguments; a module call starts with '&': &{token.text}(…)",
             )
-        if token.text == "&" or token.kind == "name":
+        if token.text == "&" or token.kind == TokenKind.NAME:
             binding, after = self.parse_binding(tokens, pos)
             label = f"&{binding.module}" if isinstance(binding, ModuleCall) else binding
             name = f"{label}@{token.line}:{token.col + 1}"
@@ -215,7 +218,7 @@ class FlowNodesParser(FieldsParser):
         token = tokens[pos]
         if token.text == "&":
             return self.parse_module_call(tokens, pos)
-        if token.kind != "name":
+        if token.kind != TokenKind.NAME:
             self.fail(f"expected an action name, found '{token.text}'", self.tok_span(token))
         if token.text in RESERVED_NODE_NAMES:
             self.fail(
@@ -233,7 +236,7 @@ class FlowNodesParser(FieldsParser):
 
     def parse_module_call(self, tokens: list[Token], pos: int) -> tuple[ModuleCall, int]:
         amp = tokens[pos]
-        if pos + 1 >= len(tokens) or tokens[pos + 1].kind != "name":
+        if pos + 1 >= len(tokens) or tokens[pos + 1].kind != TokenKind.NAME:
             self.fail("expected a module name after '&'", self.tok_span(amp))
         name = tokens[pos + 1]
         pos += 2
@@ -249,6 +252,72 @@ class FlowNodesParser(FieldsParser):
                 args.append(expr)
             pos = close + 1
         return ModuleCall(name.text, tuple(args), self.tok_span(amp, tokens[pos - 1])), pos
+
+    def parse_arrow(self, tokens: list[Token], pos: int) -> tuple[Expr | None, int]:
+        """``->`` then optionally ``if EXPR ->`` or ``(if EXPR)`` (§12.2)."""
+        pos += 1
+        if pos < len(tokens) and tokens[pos].text == "if":
+            stop = pos + 1
+            while stop < len(tokens) and not (
+                tokens[stop].text == "->" and bracket_depth(tokens[pos + 1 : stop]) == 0
+            ):
+                stop += 1
+            if stop == pos + 1:
+                self.fail("expected a condition after 'if'", self.tok_span(tokens[pos]))
+            if stop == len(tokens):
+                self.missing_condition_arrow(tokens, pos + 1)
+            condition = self.expression(tokens[pos + 1 : stop])
+            if condition is None:
+                raise Abort
+            return condition, stop + 1
+        if pos + 1 < len(tokens) and tokens[pos].text == "(" and tokens[pos + 1].text == "if":
+            close = closing_bracket(tokens, pos)
+            if close < 0:
+                self.fail("'(' is never closed", self.tok_span(tokens[pos]))
+            if close == pos + 2:
+                self.fail("expected a condition after 'if'", self.tok_span(tokens[pos + 1]))
+            condition = self.expression(tokens[pos + 2 : close])
+            if condition is None:
+                raise Abort
+            pos = close + 1
+            if pos < len(tokens) and tokens[pos].text == "->":
+                pos += 1
+            return condition, pos
+        return None, pos
+
+    def missing_condition_arrow(self, tokens: list[Token], start: int) -> NoReturn:
+        """``-> if (c) [B]`` or ``-> if (c -> [B]``: say which of the two went wrong."""
+        opener = unclosed_bracket(tokens[start:])
+        if opener is not None:
+            raw = self.lines[opener.line - 1].raw
+            comment = raw[comment_start(raw) :]
+            hint = f"close it with '{CLOSERS[opener.text]}'"
+            if CLOSERS[opener.text] in comment:
+                hint = (
+                    f"'{comment[:2].strip()}' after a space starts a comment (§1.3) and hides the "
+                    "rest of the line; for floor division write day//2"
+                )
+            self.fail(f"'{opener.text}' is never closed", self.tok_span(opener), hint)
+        hint = "write -> if (condition) -> [Node], or -> (if condition) [Node]"
+        for at in range(start + 1, len(tokens)):
+            if tokens[at].text == "[" and bracket_depth(tokens[start:at]) == 0:
+                self.fail(
+                    f"expected '->' before {_describe_node(tokens, at)}",
+                    self.tok_span(tokens[at]),
+                    hint,
+                )
+        self.fail("expected '->' after the condition", self.eol_token_span(tokens[-1]), hint)
+
+
+def _describe_node(tokens: list[Token], pos: int) -> str:
+    """``[Name]`` when the tokens at ``pos`` spell one, else just ``'['``."""
+    if (
+        pos + 2 < len(tokens)
+        and tokens[pos + 1].kind == TokenKind.NAME
+        and tokens[pos + 2].text == "]"
+    ):
+        return f"[{tokens[pos + 1].text}]"
+    return "'['"
 
 
 def _position(node: FlowNode) -> tuple[int, int]:

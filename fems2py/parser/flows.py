@@ -1,17 +1,16 @@
-"""Flows (§12): ``mainflow:``/``flow:`` lines, chains, conditions, forks, ``for``/``par``
-loops and joins, built into :class:`~fems2py.nodes.Graph` values."""
+"""Flows (§12): ``mainflow:``/``flow:`` lines, chains, forks, ``for``/``par`` loops and joins,
+built into :class:`~fems2py.nodes.Graph` values (the nodes and arrows of a chain:
+:mod:`fems2py.parser.flow_nodes`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NoReturn
 
-from fems2py.lexer import Token, comment_start
+from fems2py.lexer import Token, TokenKind
 from fems2py.nodes import Expr, Join, Loop, Span
 from fems2py.parser.base import Abort, Definitions
-from fems2py.parser.fields import unclosed_bracket
 from fems2py.parser.flow_nodes import FlowNodesParser, GraphBuilder
-from fems2py.parser.text import CLOSERS, INTEGER, bracket_depth, closing_bracket
+from fems2py.parser.text import INTEGER, closing_bracket
 
 
 @dataclass
@@ -30,6 +29,29 @@ class _LoopBody:
     ends: list[str] = field(default_factory=list)
 
 
+@dataclass
+class _Level:
+    """One level of flow lines being read (a flow, a fork's branches, a loop body)."""
+
+    graph: GraphBuilder
+    start_from: str | None  # where a line starting with '->' starts; None at a flow's top
+    loop: _LoopBody | None
+    pending: _Pending | None = None
+    join: tuple[str, Token] | None = None  # a join whose 'to [node]' line comes next
+    after_error: bool = False  # the line before was broken
+    # Consecutive '->' lines after a loop body are all exit lines of that loop (like the
+    # out-edges of one node, §12.3): ``-> if (won) -> [END]`` / ``-> if (not won) -> [P]``.
+    loop_exit: str | None = None
+
+    def repeats_error(self, tokens: list[Token]) -> bool:
+        """Whether a line after a broken one would only repeat its error: a line continuing it
+        ("needs a node before it"), or the ``to`` of a join whose header was broken."""
+        continues = tokens[0].text == "->" or is_construct(tokens, 0)
+        if continues and self.pending is None and self.start_from is None:
+            return True
+        return tokens[0].text == "to"
+
+
 def _arrow_hint(found: str) -> str | None:
     if found in ("-", "=", ">", "→", "—", "－"):
         return "the flow arrow is '->' (or '--')"
@@ -42,15 +64,19 @@ def is_flow_line(tokens: list[Token]) -> bool:
     """``[A] …``, ``-> …``, ``&M …`` or ``name -> …``: a line that belongs in a flow."""
     head = tokens[0]
     return head.text in ("[", "->", "&") or (
-        head.kind == "name" and len(tokens) > 1 and tokens[1].text == "->"
+        head.kind == TokenKind.NAME and len(tokens) > 1 and tokens[1].text == "->"
     )
 
 
-def _describe_node(tokens: list[Token], pos: int) -> str:
-    """``[Name]`` when the tokens at ``pos`` spell one, else just ``'['``."""
-    if pos + 2 < len(tokens) and tokens[pos + 1].kind == "name" and tokens[pos + 2].text == "]":
-        return f"[{tokens[pos + 1].text}]"
-    return "'['"
+def is_construct(tokens: list[Token], pos: int) -> bool:
+    """Whether ``tokens[pos]`` starts ``fork:`` or ``for``/``par VAR in …:``."""
+    head = tokens[pos]
+    if head.kind != TokenKind.NAME or head.text not in ("fork", "for", "par"):
+        return False
+    after = tokens[pos + 1] if pos + 1 < len(tokens) else None
+    if head.text == "fork":
+        return after is not None and after.text == ":"
+    return after is not None and after.kind in (TokenKind.NAME, TokenKind.ACTOR)
 
 
 def _describe(tokens: list[Token], pos: int) -> str:
@@ -124,100 +150,105 @@ class FlowsParser(FlowNodesParser):
         """Flow lines of one level. ``start_from`` is where a line starting with ``->`` starts
         (a fork's node, a loop's head); at the top of a flow such a line continues the
         previous line's trailing ``->``."""
-        join_node: tuple[str, Token] | None = None
-        # After a broken line, lines that would continue it are skipped quietly: their
-        # "needs a node before it" would only repeat the first error.
-        after_error = False
-        # Consecutive '->' lines after a loop body are all exit lines of that loop (like the
-        # out-edges of one node, §12.3): ``-> if (won) -> [END]`` / ``-> if (not won) -> [P]``.
-        loop_exit: str | None = None
+        level = _Level(graph, start_from, loop, pending)
         for index, end in self.items(start, stop):
             tokens = self.tokens(index, flow=True)
-            continues = tokens[0].text == "->" or self.is_construct(tokens, 0)
             if tokens[0].text != "->":
-                loop_exit = None
-            if after_error and continues and pending is None and start_from is None:
+                level.loop_exit = None
+            if level.after_error and level.repeats_error(tokens):
                 continue
-            if after_error and tokens[0].text == "to":
-                continue  # the 'to' of a join whose header was broken
-            after_error = False
+            level.after_error = False
             try:
-                self.closed_strings(tokens)
-                if self.is_declaration(tokens):  # declares a node, creates no edge (§12.1)
-                    self.declare(tokens, index, end)
-                    continue
-                if join_node is not None:
-                    node, join_token = join_node
-                    join_node = None
-                    if tokens[0].text != "to":
-                        self.error(
-                            "expected 'to [node]' after the join's inputs",
-                            self.tok_span(tokens[0]),
-                            "a join ends with a line 'to [next]' at the join's indentation",
-                        )
-                    else:
-                        pending = self.parse_chain(
-                            tokens, 1, index, end, graph, node, loop, None, arrow_done=True
-                        )
-                        continue
-                head = tokens[0]
-                if head.text == "join":
-                    self.drop_pending(pending, loop)
-                    pending = None
-                    join_node = (self.parse_join(tokens, index, end, graph, loop), head)
-                    continue
-                if head.text == "to":
-                    self.fail("'to' without a join before it", self.tok_span(head))
-                if head.text == "->":
-                    if pending is not None and (pending.loop_exit or start_from is None):
-                        source: str | None = pending.node
-                        if pending.loop_exit and start_from is None:
-                            loop_exit = pending.node
-                    elif pending is None and loop_exit is not None:
-                        source = loop_exit
-                    else:
-                        self.drop_pending(pending, loop)
-                        source = start_from
-                    pending = None
-                    if source is None:
-                        self.fail(
-                            "a line starting with '->' needs a node before it",
-                            self.tok_span(head),
-                            "end the previous line with '->' or start this line with a node",
-                        )
-                    pending = self.parse_chain(tokens, 0, index, end, graph, source, loop, None)
-                elif self.is_construct(tokens, 0):
-                    if pending is None or pending.loop_exit:
-                        self.fail(
-                            f"'{head.text}' needs a node before it",
-                            self.tok_span(head),
-                            f"end the previous line with '->', or write 'X -> {head.text} …'",
-                        )
-                    source = pending.node
-                    pending = self.parse_construct(tokens, 0, index, end, graph, source, None, loop)
-                else:
-                    self.drop_pending(pending, loop)
-                    pending = self.parse_chain(tokens, 0, index, end, graph, None, loop, None)
+                self.parse_flow_line(level, tokens, index, end)
             except Abort:
-                pending = None
-                after_error = True
-        if join_node is not None:
+                level.pending = None
+                level.after_error = True
+        if level.join is not None:
             self.error(
                 "join has no 'to [node]' line",
-                self.tok_span(join_node[1]),
+                self.tok_span(level.join[1]),
                 "add a line 'to [next]' after the join's inputs",
             )
-        return pending
+        return level.pending
 
-    @staticmethod
-    def is_construct(tokens: list[Token], pos: int) -> bool:
-        head = tokens[pos]
-        if head.kind != "name" or head.text not in ("fork", "for", "par"):
+    def parse_flow_line(self, level: _Level, tokens: list[Token], index: int, end: int) -> None:
+        """One flow line (and the lines indented under it) into ``level``."""
+        self.closed_strings(tokens)
+        if self.is_declaration(tokens):  # declares a node, creates no edge (§12.1)
+            self.declare(tokens, index, end)
+            return
+        if level.join is not None:
+            joined, level.join = level.join[0], None
+            if self.parse_join_exit(level, joined, tokens, index, end):
+                return
+        head = tokens[0]
+        if head.text == "join":
+            self.drop_pending(level.pending, level.loop)
+            level.pending = None
+            level.join = (self.parse_join(tokens, index, end, level.graph, level.loop), head)
+        elif head.text == "to":
+            self.fail("'to' without a join before it", self.tok_span(head))
+        elif head.text == "->":
+            level.pending = self.parse_arrow_line(level, tokens, index, end)
+        elif is_construct(tokens, 0):
+            pending = level.pending
+            if pending is None or pending.loop_exit:
+                self.fail(
+                    f"'{head.text}' needs a node before it",
+                    self.tok_span(head),
+                    f"end the previous line with '->', or write 'X -> {head.text} …'",
+                )
+            level.pending = self.parse_construct(
+                tokens, 0, index, end, level.graph, pending.node, None, level.loop
+            )
+        else:
+            self.drop_pending(level.pending, level.loop)
+            level.pending = self.parse_chain(
+                tokens, 0, index, end, level.graph, None, level.loop, None
+            )
+
+    def parse_join_exit(
+        self, level: _Level, joined: str, tokens: list[Token], index: int, end: int
+    ) -> bool:
+        """The line after the inputs of join ``joined``: ``to [X] …`` goes on from the join
+        (True); any other line is reported as missing it, then read as a line of its own."""
+        if tokens[0].text != "to":
+            self.error(
+                "expected 'to [node]' after the join's inputs",
+                self.tok_span(tokens[0]),
+                "a join ends with a line 'to [next]' at the join's indentation",
+            )
             return False
-        after = tokens[pos + 1] if pos + 1 < len(tokens) else None
-        if head.text == "fork":
-            return after is not None and after.text == ":"
-        return after is not None and after.kind in ("name", "actor")
+        level.pending = self.parse_chain(
+            tokens, 1, index, end, level.graph, joined, level.loop, None, arrow_done=True
+        )
+        return True
+
+    def parse_arrow_line(
+        self, level: _Level, tokens: list[Token], index: int, end: int
+    ) -> _Pending | None:
+        """A line starting with ``->``: it goes on from the previous line's trailing ``->``,
+        from the loop whose exit lines these are, or from the level's own node (a fork's,
+        a loop head)."""
+        pending = level.pending
+        source: str | None
+        if pending is not None and (pending.loop_exit or level.start_from is None):
+            source = pending.node
+            if pending.loop_exit and level.start_from is None:
+                level.loop_exit = pending.node
+        elif pending is None and level.loop_exit is not None:
+            source = level.loop_exit
+        else:
+            self.drop_pending(pending, level.loop)
+            source = level.start_from
+        level.pending = None
+        if source is None:
+            self.fail(
+                "a line starting with '->' needs a node before it",
+                self.tok_span(tokens[0]),
+                "end the previous line with '->' or start this line with a node",
+            )
+        return self.parse_chain(tokens, 0, index, end, level.graph, source, level.loop, None)
 
     def parse_chain(
         self,
@@ -271,67 +302,12 @@ class FlowsParser(FlowNodesParser):
                         index + 1, end, graph, start_from=None, loop=loop, pending=trailing
                     )
                 return trailing
-            if self.is_construct(tokens, pos):
+            if is_construct(tokens, pos):
                 return self.parse_construct(tokens, pos, index, end, graph, prev, condition, loop)
             node, pos = self.parse_element(tokens, pos, graph)
             graph.edge(prev, node, condition, self.tok_span(arrow, tokens[pos - 1]))
             prev = node
             condition = None
-
-    def parse_arrow(self, tokens: list[Token], pos: int) -> tuple[Expr | None, int]:
-        """``->`` then optionally ``if EXPR ->`` or ``(if EXPR)`` (§12.2)."""
-        pos += 1
-        if pos < len(tokens) and tokens[pos].text == "if":
-            stop = pos + 1
-            while stop < len(tokens) and not (
-                tokens[stop].text == "->" and bracket_depth(tokens[pos + 1 : stop]) == 0
-            ):
-                stop += 1
-            if stop == pos + 1:
-                self.fail("expected a condition after 'if'", self.tok_span(tokens[pos]))
-            if stop == len(tokens):
-                self.missing_condition_arrow(tokens, pos + 1)
-            condition = self.expression(tokens[pos + 1 : stop])
-            if condition is None:
-                raise Abort
-            return condition, stop + 1
-        if pos + 1 < len(tokens) and tokens[pos].text == "(" and tokens[pos + 1].text == "if":
-            close = closing_bracket(tokens, pos)
-            if close < 0:
-                self.fail("'(' is never closed", self.tok_span(tokens[pos]))
-            if close == pos + 2:
-                self.fail("expected a condition after 'if'", self.tok_span(tokens[pos + 1]))
-            condition = self.expression(tokens[pos + 2 : close])
-            if condition is None:
-                raise Abort
-            pos = close + 1
-            if pos < len(tokens) and tokens[pos].text == "->":
-                pos += 1
-            return condition, pos
-        return None, pos
-
-    def missing_condition_arrow(self, tokens: list[Token], start: int) -> NoReturn:
-        """``-> if (c) [B]`` or ``-> if (c -> [B]``: say which of the two went wrong."""
-        opener = unclosed_bracket(tokens[start:])
-        if opener is not None:
-            raw = self.lines[opener.line - 1].raw
-            comment = raw[comment_start(raw) :]
-            hint = f"close it with '{CLOSERS[opener.text]}'"
-            if CLOSERS[opener.text] in comment:
-                hint = (
-                    f"'{comment[:2].strip()}' after a space starts a comment (§1.3) and hides the "
-                    "rest of the line; for floor division write day//2"
-                )
-            self.fail(f"'{opener.text}' is never closed", self.tok_span(opener), hint)
-        hint = "write -> if (condition) -> [Node], or -> (if condition) [Node]"
-        for at in range(start + 1, len(tokens)):
-            if tokens[at].text == "[" and bracket_depth(tokens[start:at]) == 0:
-                self.fail(
-                    f"expected '->' before {_describe_node(tokens, at)}",
-                    self.tok_span(tokens[at]),
-                    hint,
-                )
-        self.fail("expected '->' after the condition", self.eol_token_span(tokens[-1]), hint)
 
     def parse_construct(
         self,
@@ -375,6 +351,29 @@ class FlowsParser(FlowNodesParser):
         source: str,
         condition: Expr | None,
     ) -> _Pending:
+        """``for``/``par VAR in EXPR:`` and its body, one node of ``graph`` after ``source``;
+        the lines after it that start with ``->`` are its exit lines."""
+        head = tokens[pos]
+        var, iterable = self.parse_loop_header(tokens, pos)
+        name = f"{head.text}@{head.line}:{head.col + 1}"
+        body, body_loop = self.parse_loop_body(head, name, index, end)
+        last = self.lines[end - 1]
+        span = Span(self.path, head.line, head.col + 1, last.number, len(last.raw) + 1)
+        loop_node = Loop(
+            head.text,  # type: ignore[arg-type]
+            var.text,
+            iterable,
+            body.build(span),
+            name,
+            tuple(body_loop.ends),
+            span,
+        )
+        graph.add(name, self.tok_span(head, tokens[-1]), loop_node, True)
+        graph.edge(source, name, condition, self.tok_span(head))
+        return _Pending(name, self.tok_span(head), loop_exit=True)
+
+    def parse_loop_header(self, tokens: list[Token], pos: int) -> tuple[Token, Expr]:
+        """The loop variable and what it goes over, of the ``for``/``par`` at ``pos``."""
         head = tokens[pos]
         var = tokens[pos + 1]
         if var.text == "@" or pos + 2 >= len(tokens) or tokens[pos + 2].text != "in":
@@ -395,7 +394,13 @@ class FlowsParser(FlowNodesParser):
         iterable = self.expression(tokens[pos + 3 : -1])
         if iterable is None:
             raise Abort
-        name = f"{head.text}@{head.line}:{head.col + 1}"
+        return var, iterable
+
+    def parse_loop_body(
+        self, head: Token, name: str, index: int, end: int
+    ) -> tuple[GraphBuilder, _LoopBody]:
+        """The lines under loop header ``head``: a graph of their own that each iteration
+        enters at node ``name`` (§12.7), and the nodes where an iteration ends."""
         body = GraphBuilder(self)
         body.add(name, self.tok_span(head), None, True)
         body_loop = _LoopBody()
@@ -413,20 +418,7 @@ class FlowsParser(FlowNodesParser):
                 self.line_span(first),
                 "start the line where each iteration begins with '->' (§12.7)",
             )
-        last = self.lines[end - 1]
-        span = Span(self.path, head.line, head.col + 1, last.number, len(last.raw) + 1)
-        loop_node = Loop(
-            head.text,  # type: ignore[arg-type]
-            var.text,
-            iterable,
-            body.build(span),
-            name,
-            tuple(body_loop.ends),
-            span,
-        )
-        graph.add(name, self.tok_span(head, tokens[-1]), loop_node, True)
-        graph.edge(source, name, condition, self.tok_span(head))
-        return _Pending(name, self.tok_span(head), loop_exit=True)
+        return body, body_loop
 
     def parse_join(
         self,

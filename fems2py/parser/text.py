@@ -8,7 +8,15 @@ import re
 from collections.abc import Callable
 
 from fems2py.kinds import FIELD_NAMES
-from fems2py.lexer import Token, block_text, comment_start, quote_end, text_indent, unquote
+from fems2py.lexer import (
+    Token,
+    TokenKind,
+    block_text,
+    comment_start,
+    quote_end,
+    text_indent,
+    unquote,
+)
 from fems2py.nodes import (
     MAX_DEPTH,
     ActorValue,
@@ -136,18 +144,7 @@ class TextParser(ParserBase):
                 )
             return self.parse_block_text(index, end, what)
         if has_body:
-            deeper = next(sub for sub in range(index + 1, end) if not self.lines[sub].blank)
-            words = self.tokens(deeper)
-            looks_like_field = (
-                len(words) > 1 and words[0].text in FIELD_NAMES and words[1].text == ":"
-            )
-            self.error(
-                f"unexpected indented line under '{what}'",
-                self.line_span(deeper),
-                f"indent '{words[0].text}:' like '{what}:'"
-                if looks_like_field
-                else "end the line with '|' to start a text block",
-            )
+            self.indented_under_value(index, end, what)
         if not text:
             comment = line.raw[cut:].strip()
             self.fail(
@@ -177,6 +174,20 @@ class TextParser(ParserBase):
                 self.fail("unterminated string", span, "close the quote")
         value = StringValue(text, "bare", span)
         return value, lambda offset: (line.number, start + 1 + offset)
+
+    def indented_under_value(self, index: int, end: int, what: str) -> None:
+        """Lines indented under a one-line value: most likely a field indented too deep, or a
+        text block whose ``|`` was left out."""
+        deeper = next(sub for sub in range(index + 1, end) if not self.lines[sub].blank)
+        words = self.tokens(deeper)
+        looks_like_field = len(words) > 1 and words[0].text in FIELD_NAMES and words[1].text == ":"
+        self.error(
+            f"unexpected indented line under '{what}'",
+            self.line_span(deeper),
+            f"indent '{words[0].text}:' like '{what}:'"
+            if looks_like_field
+            else "end the line with '|' to start a text block",
+        )
 
     def parse_file_text(
         self, text: str, quote_at: int, start: int, number: int, read_file: bool
@@ -336,9 +347,9 @@ class TextParser(ParserBase):
 
     def scalar(self, token: Token, owner: bool = False) -> Value:
         span = self.tok_span(token)
-        if token.kind == "string":
+        if token.kind == TokenKind.STRING:
             return StringValue(token.value, "quoted", span)
-        if token.kind == "number":
+        if token.kind == TokenKind.NUMBER:
             if owner:
                 return StringValue(token.text, "bare", span)
             if INTEGER.match(token.text):
@@ -349,7 +360,7 @@ class TextParser(ParserBase):
             if not math.isfinite(number):
                 self.fail(f"{token.text[:40]} is too large to be a finite number", span)
             return NumberValue(number, span)
-        if token.kind == "actor":
+        if token.kind == TokenKind.ACTOR:
             if token.text == "@":
                 self.fail("expected an actor name after '@'", span)
             return ActorValue(token.text, span)

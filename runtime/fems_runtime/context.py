@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import functools
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -16,9 +17,9 @@ from dataclasses import dataclass, field
 from itertools import accumulate, islice
 from typing import TYPE_CHECKING, Any, Protocol
 
-from fems_runtime.names import NARRATOR
 from fems_runtime.records import RunError
 from fems_runtime.values import format_value
+from fems_runtime.words import MESSAGE_KINDS
 
 if TYPE_CHECKING:
     from fems_runtime.flow import Context, MethodSpec
@@ -28,9 +29,6 @@ if TYPE_CHECKING:
     from fems_runtime.variables import ActorSpec, Frame
 
 MEMORY_HEADER = "Relevant memory:"
-#: Kinds in nobody's context (§13.1): the prompt, and a model's private reasoning, which its
-#: own later turns do not see either.
-PRIVATE_KINDS = frozenset({"prompt", "reasoning"})
 
 
 def format_context(messages: Iterable[Message]) -> str:
@@ -40,29 +38,24 @@ def format_context(messages: Iterable[Message]) -> str:
 
 def format_lines(lines: Iterable[ContextLine]) -> str:
     """:func:`format_context` for ``(kind, speaker_name, speaker_soul, content)`` rows; the
-    private kinds are left out."""
+    kinds in nobody's context are left out."""
     return "\n\n".join(context_entries(lines))
 
 
 def context_entries(lines: Iterable[ContextLine]) -> list[str]:
-    """One ``[@speaker]: text`` entry per visible row, the private kinds left out."""
+    """One ``[@speaker]: text`` entry per row of a kind in contexts (§13.1)."""
     return [
-        f"[{_speaker(kind, name, soul)}]: {content}"
+        f"[{speaker}]: {content}"
         for kind, name, soul, content in lines
-        if kind not in PRIVATE_KINDS
+        if (speaker := _speaker(kind, name, soul)) is not None
     ]
 
 
-def _speaker(kind: str, name: str | None, soul: str | None) -> str:
-    if kind == "narration":
-        return NARRATOR
-    if kind == "feedback":
-        return "feedback"
-    if kind == "tool_call":
-        return f"{name or soul or 'unknown'} → tool"
-    if kind == "tool_result":
-        return f"tool {name}"
-    return name or soul or "unknown"
+@functools.lru_cache(maxsize=1024)  # a context reads tens of thousands of rows, few speakers
+def _speaker(kind: str, name: str | None, soul: str | None) -> str | None:
+    """The speaker as its kind's row names it, or None for a kind in nobody's context."""
+    row = MESSAGE_KINDS[kind]
+    return row.label.format(who=name or soul or "unknown", name=name) if row.in_context else None
 
 
 def builtin_context(
