@@ -145,6 +145,7 @@ class RecordingProxy:
     def __init__(self, upstream: str, *, reasoning: bool = False) -> None:
         host, port = upstream.removeprefix("http://").split(":")
         self.exchanges: list[Exchange] = []
+        self.abandoned = 0  # streams the engine closed before their end
         self.reasoning = reasoning
         self._numbers = itertools.count(1)  # each answer's thought is its own
         self._lock = threading.Lock()
@@ -164,6 +165,15 @@ class RecordingProxy:
 
             def _forward(self, body: bytes) -> None:
                 upstream = http.client.HTTPConnection(host, int(port), timeout=600)
+                try:
+                    self._relay(upstream, body)
+                except (BrokenPipeError, ConnectionResetError):
+                    with proxy._lock:  # the engine closed its stream (a timeout, a cancel)
+                        proxy.abandoned += 1
+                finally:
+                    upstream.close()
+
+            def _relay(self, upstream: http.client.HTTPConnection, body: bytes) -> None:
                 headers = {"Content-Type": self.headers.get("Content-Type", "application/json")}
                 upstream.request(self.command, self.path, body or None, headers)
                 answer = upstream.getresponse()
@@ -188,7 +198,6 @@ class RecordingProxy:
                     received += chunk
                     self.wfile.write(chunk)
                     self.wfile.flush()
-                upstream.close()
                 if self.command == "POST":
                     exchange = Exchange(
                         json.loads(body), answer.status, answer.getheader("Content-Type") or "",

@@ -40,6 +40,7 @@ def game(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             f'api_base = "{proxy.api_base}"\n'
             'api_key = "local"\n'
             f"max_tokens = {MAX_TOKENS}\n"
+            "max_concurrency = 1\n"  # llama.cpp's server answers one request at a time
             f"context_window = {CONTEXT_TOKENS}\n",
             encoding="utf-8",
         )
@@ -52,6 +53,7 @@ def game(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             cwd=folder, capture_output=True, text=True, timeout=1800, check=False,
         )  # fmt: skip
         exchanges = list(proxy.exchanges)
+        abandoned = proxy.abandoned
     events = [json.loads(line) for line in (folder / "trace.jsonl").read_text().splitlines()]
     with sqlite3.connect(folder / "game.db") as db:
         messages = db.execute("SELECT id, kind, content FROM fems_messages ORDER BY seq").fetchall()
@@ -60,6 +62,7 @@ def game(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "result": json.loads((folder / "result.json").read_text()),
         "calls": [e for e in events if e["event"] == "llm_call"],
         "exchanges": exchanges,
+        "abandoned": abandoned,
         "messages": messages,
     }
 
@@ -81,6 +84,12 @@ def test_every_call_streamed_and_went_to_the_model(game: dict[str, Any]) -> None
         assert exchange.request["stream"] is True and exchange.streamed()
         assert exchange.request["max_tokens"] == MAX_TOKENS
         assert exchange.request["model"] == MODEL_ALIAS
+
+
+def test_no_call_waited_on_the_one_slot_server_until_cut(game: dict[str, Any]) -> None:
+    """`max_concurrency = 1` in the entry (§15.4): the engine queues calls itself, so none sits
+    silent behind another on the server until `--timeout` closes it (as they did without)."""
+    assert game["abandoned"] == 0
 
 
 def _model_text(exchange: Any) -> str:

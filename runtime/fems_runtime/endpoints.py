@@ -107,8 +107,8 @@ LITELLM_ONLY_OPTIONS = frozenset(
 )  # fmt: skip
 """Options of litellm's call that are not request fields: never sent to an endpoint."""
 
-FEMS_OPTIONS = frozenset({"context_window", "reasoning"})
-"""fems2py's own model-map options (§13.2a, §15.7): read by the runtime, sent to no one."""
+FEMS_OPTIONS = frozenset({"context_window", "reasoning", "max_concurrency"})
+"""fems2py's own model-map options (§13.2a, §15.4, §15.7): read by the runtime, sent to no one."""
 
 LITELLM_EXTRA = "pip install 'fems-runtime[litellm]'"
 STREAM_CHUNK_DEPRECATION = r"Accessing the 'model_\w+' attribute on the instance"

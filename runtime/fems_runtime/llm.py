@@ -225,6 +225,7 @@ class ModelClient:
         self._notice = notice or (lambda text: print(text, file=sys.stderr))
         self._noticed = False
         self._slots = asyncio.Semaphore(max(1, int(max_concurrency)))
+        self._server_slots: dict[str, asyncio.Semaphore] = {}
         self._pacing: dict[str, tuple[asyncio.Lock, list[float]]] = {}
         self._rng = random.Random(seed)
         self._openai = OpenAIClients(width=max(1, int(max_concurrency)))
@@ -399,7 +400,7 @@ class ModelClient:
         while True:
             attempts += 1
             try:
-                async with self._slots:
+                async with self._server_slot(choice), self._slots:
                     await self._pace(choice.model, max(self.delay, delay))
                     if deadline is None:
                         deadline = loop.time() + self.retry.budget
@@ -430,6 +431,20 @@ class ModelClient:
                         f"({self.retry.budget:g} s retry budget): {error}"
                     ) from None
                 await asyncio.sleep(wait)
+
+    def _server_slot(self, choice: ModelChoice) -> contextlib.AbstractAsyncContextManager[Any]:
+        """The model map's own cap on calls in flight to one server (§15.4): a local server
+        that answers one request at a time queues the others, and a queued request is silence
+        that ``--timeout`` would cut, so they wait here instead, before the run's slot. Aliases
+        of one ``api_base`` share its cap."""
+        limit = choice.options.get("max_concurrency")
+        if limit is None:
+            return contextlib.nullcontext()
+        server = str(choice.options.get("api_base") or choice.model)
+        slots = self._server_slots.get(server)
+        if slots is None:
+            slots = self._server_slots[server] = asyncio.Semaphore(int(limit))
+        return slots
 
     def _route(self, choice: ModelChoice) -> OpenAIRoute | None:
         """The `openai` SDK route of ``choice`` (None: litellm's), worked out once per choice
@@ -545,6 +560,9 @@ def _check_own_options(alias: str, options: Mapping[str, Any]) -> None:
         isinstance(window, bool) or not isinstance(window, int) or window <= 0
     ):
         raise RunError(f"model alias {alias!r}: context_window must be a positive number of tokens")
+    cap = options.get("max_concurrency")
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap <= 0):
+        raise RunError(f"model alias {alias!r}: max_concurrency must be a positive whole number")
     effort = options.get("reasoning")
     if effort is not None and effort not in REASONING_EFFORTS:
         raise RunError(

@@ -215,6 +215,37 @@ def test_concurrency_cap_and_cancellation_release_slots(path: str) -> None:
     assert len(server.requests) == 7
 
 
+@both_paths
+def test_a_model_map_cap_queues_calls_before_they_reach_the_server(path: str) -> None:
+    """`max_concurrency` in an entry (§15.4): a one-slot local server gets one request at a
+    time, shared by the aliases of its api_base, and the wait for the cap is not silence: with
+    `--timeout` shorter than the queue, every call still completes."""
+    with fake_openai(Behaviour(pause=0.3)) as server:
+        client = make_client(server, path, timeout=0.6)
+        for alias in ("test", "priced"):
+            client.model_map[alias]["max_concurrency"] = 1
+
+        async def scenario() -> list[CallResult]:
+            choices = [client.resolve(alias) for alias in ("test", "priced")] * 3
+            try:
+                await client.complete(choices[0], MESSAGES, TURN)  # litellm's first call is slow
+                return await asyncio.gather(*(client.complete(c, MESSAGES, TURN) for c in choices))
+            finally:
+                await client.aclose()
+
+        results = asyncio.run(scenario())
+    assert [r.attempts for r in results] == [1] * 6
+    assert server.max_in_flight == 1
+    assert all("max_concurrency" not in request for request in server.requests)
+
+
+@pytest.mark.parametrize("cap", [0, -2, 1.5, True, "2"])
+def test_a_model_map_cap_must_be_a_positive_whole_number(cap: object) -> None:
+    client = ModelClient(model_map={"local": {"model": "openai/x", "max_concurrency": cap}})
+    with pytest.raises(RunError, match="max_concurrency must be a positive whole number"):
+        client.resolve("local")
+
+
 def test_one_pooled_client_per_base_url_keeps_its_connection() -> None:
     with fake_openai() as server, fake_openai() as other:
         client = ModelClient(
