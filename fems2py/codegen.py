@@ -57,7 +57,7 @@ from fems2py.nodes import (
     Target,
     Value,
 )
-from fems2py.visitor import BindingVisitor
+from fems2py.visitor import BindingVisitor, NodeVisitor
 
 TERMINALS = frozenset({"END", "OUT", "BREAK"})
 
@@ -190,35 +190,66 @@ def text_code(value: StringValue) -> str:
 
 def value_code(value: Value) -> str:
     """Python code building a FEM value literal (§4.2); actor references are ``fr.Actor``."""
-    if isinstance(value, StringValue):
-        return text_code(value)
-    if isinstance(value, NumberValue | BoolValue):
-        return repr(value.value)
-    if isinstance(value, NullValue):
-        return "None"
-    if isinstance(value, ActorValue):
-        return f"fr.Actor({value.name!r})"
-    if isinstance(value, ListValue):
-        return "[" + ", ".join(value_code(item) for item in value.items) + "]"
-    if isinstance(value, DictValue):
-        pairs = ", ".join(f"{value_code(k)}: {value_code(v)}" for k, v in value.items)
-        return "{" + pairs + "}"
-    raise TypeError(f"unknown value node {type(value).__name__}")
+    code = _ValueCode().visit(value)
+    assert code is not None
+    return code
 
 
 def plain_value(value: Value) -> Any:
     """A FEM value as plain data (actors as ``"@name"`` strings), for specs and metadata."""
-    if isinstance(value, StringValue | NumberValue | BoolValue):
+    return _PlainValue().visit(value)
+
+
+class _ValueCode(NodeVisitor[str]):
+    """The Python building each kind of value literal (see :func:`value_code`)."""
+
+    def visit_StringValue(self, value: StringValue) -> str:
+        return text_code(value)
+
+    def visit_NumberValue(self, value: NumberValue) -> str:
+        return repr(value.value)
+
+    visit_BoolValue = visit_NumberValue
+
+    def visit_NullValue(self, value: NullValue) -> str:
+        return "None"
+
+    def visit_ActorValue(self, value: ActorValue) -> str:
+        return f"fr.Actor({value.name!r})"
+
+    def visit_ListValue(self, value: ListValue) -> str:
+        return "[" + ", ".join(value_code(item) for item in value.items) + "]"
+
+    def visit_DictValue(self, value: DictValue) -> str:
+        pairs = ", ".join(f"{value_code(k)}: {value_code(v)}" for k, v in value.items)
+        return "{" + pairs + "}"
+
+    def generic_visit(self, node: Any, *args: Any, **kwargs: Any) -> str:
+        raise TypeError(f"unknown value node {type(node).__name__}")
+
+
+class _PlainValue(NodeVisitor[Any]):
+    """Each kind of value literal as plain data (see :func:`plain_value`)."""
+
+    def visit_StringValue(self, value: StringValue | NumberValue | BoolValue) -> Any:
         return value.value
-    if isinstance(value, NullValue):
+
+    visit_NumberValue = visit_BoolValue = visit_StringValue
+
+    def visit_NullValue(self, value: NullValue) -> None:
         return None
-    if isinstance(value, ActorValue):
+
+    def visit_ActorValue(self, value: ActorValue) -> str:
         return value.name
-    if isinstance(value, ListValue):
+
+    def visit_ListValue(self, value: ListValue) -> list[Any]:
         return [plain_value(item) for item in value.items]
-    if isinstance(value, DictValue):
+
+    def visit_DictValue(self, value: DictValue) -> dict[Any, Any]:
         return {_hashable(plain_value(k)): plain_value(v) for k, v in value.items}
-    raise TypeError(f"unknown value node {type(value).__name__}")
+
+    def generic_visit(self, node: Any, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(f"unknown value node {type(node).__name__}")
 
 
 def _hashable(value: Any) -> Any:
@@ -732,10 +763,10 @@ class _BindingCode(BindingVisitor[list[Statement]]):
 
     def visit_ActionName(self, action: str, node_id: str, name: str) -> list[Statement]:
         function = self.flow.scope.actions.get(action, python_name(action))
-        return [f"await ctx.step({py(node_id)}, {function})"]
+        return [flowgen.Step(node_id, function)]
 
     def visit_PassThrough(self, binding: None, node_id: str, name: str) -> list[Statement]:
-        return [f"await ctx.step({py(node_id)})"]
+        return [flowgen.Step(node_id)]
 
     visit_Join = visit_PassThrough  # the fork before it does the joining (§12.6)
 
@@ -751,7 +782,7 @@ class _BindingCode(BindingVisitor[list[Statement]]):
         args = [py(loop.kind), py(loop.var), python_of(loop.iterable), self.flow.bodies[name]]
         if node_id != loop_node(loop.kind, loop.var):
             args.append(f"node={py(node_id)}")
-        return [f"await ctx.loop({', '.join(args)})"]
+        return [flowgen.Line(f"await ctx.loop({', '.join(args)})")]
 
 
 class _FlowEmitter:
@@ -780,7 +811,9 @@ class _FlowEmitter:
 
     def emit(self) -> tuple[bool, str, list[str]]:
         if not self.nodes and self.loop is None:
-            stub = 'return "OUT"  # a stub module (empty flow:): calling it does nothing'
+            stub = flowgen.Return(
+                py("OUT"), note="a stub module (empty flow:): calling it does nothing"
+            )
             return False, "str | None", flowgen.render_body([stub])
         edges: dict[str, list[Edge]] = {}
         for edge in self.graph.edges:
@@ -797,7 +830,7 @@ class _FlowEmitter:
         code = flowgen.NodeCode(
             body=self.node_body,
             node_id=self.node_id,
-            marker=line_marker,
+            marker=lambda line: flowgen.Comment(line_marker(line)),
             condition=lambda edge: python_of(edge.condition) if edge.condition else "True",
             fork=self.fork_code,
             stuck=self.stuck_code,
@@ -811,7 +844,7 @@ class _FlowEmitter:
             returns = "None"
             statements = flowgen.returning_nothing(statements)
         elif structured and flowgen.falls_off(statements):
-            statements.append("return None")
+            statements.append(flowgen.Return())
         return not structured, returns, flowgen.render_body(statements)
 
     def node_id(self, name: str) -> str:
@@ -830,10 +863,13 @@ class _FlowEmitter:
         if node is None or (self.loop is not None and name == self.loop.head):
             return []  # a loop body's head is the loop's own node, counted outside (§12.7)
         line = self.node_line(node)
-        lines: list[Statement] = [line_marker(line)]
+        lines: list[Statement] = [flowgen.Comment(line_marker(line))]
         if line not in self.commented:
             self.commented.add(line)
-            lines += [f"# {comment_text(text)}" for text in self.generator.comments_above(line)]
+            lines += [
+                flowgen.Comment(f"# {comment_text(text)}")
+                for text in self.generator.comments_above(line)
+            ]
         return lines + (_BindingCode(self).visit(node.binding, self.node_id(name), name) or [])
 
     def fork_code(self, name: str) -> str:
@@ -850,9 +886,9 @@ class _FlowEmitter:
         self.commented.clear()
         self.stuck_nodes.clear()
 
-    def stuck_code(self, name: str) -> str:
+    def stuck_code(self, name: str) -> flowgen.Raise:
         self.stuck_nodes.add(name)
-        return f"raise ctx.stuck({py(self.node_id(name))})"
+        return flowgen.Raise(f"ctx.stuck({py(self.node_id(name))})")
 
     def record_conditions(self, edges: Mapping[str, list[Edge]]) -> None:
         """The table a "flow stuck" error reads (§12.3): each condition and what it reads."""

@@ -349,11 +349,12 @@ def test_a_body_that_returns_nothing_is_made_from_its_statement_tree() -> None:
     """Module calls, returns and dead ``else``\\ s are decided on the tree: a condition or an
     argument holding the words "return None" or "if not await" is never touched."""
     call = flowgen.Call('ctx.call(M, "if not await x")')
-    arm = ([], 'ctx["w"] == "return None"', [call, "return None"])
-    loop = flowgen.Block("while True:", [call, "return None"])
-    body: list[flowgen.Statement] = [loop, flowgen.If([arm], ["# stuck", "return None"])]
+    arm = flowgen.Arm((), 'ctx["w"] == "return None"', (call, flowgen.Return()))
+    loop = flowgen.Loop((call, flowgen.Return()))
+    stuck = (flowgen.Comment("# stuck"), flowgen.Return())
+    body: list[flowgen.Statement] = [loop, flowgen.If((arm,), stuck)]
     assert not flowgen.ends_flow(body)
-    assert flowgen.ends_flow([*body, 'return await ctx.step("END")'])
+    assert flowgen.ends_flow([*body, flowgen.Return(flowgen.Step("END"))])
     assert flowgen.render_body(flowgen.returning_nothing(body)) == [
         "    while True:",
         '        if not await ctx.call(M, "if not await x"):',
