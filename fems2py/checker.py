@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from fems_runtime.words import FIXED_ACTOR_ATTRIBUTES as STATIC_ATTRIBUTES
+
 from fems2py.checks.codefiles import CodeFileError, FuncSignature, Param, read_signatures
 from fems2py.checks.flows import FlowChecker
 from fems2py.checks.scope import Namespace, Use
@@ -56,8 +58,6 @@ from fems2py.visitor import BindingVisitor, NodeVisitor, walk
 
 __all__ = ["CheckedScript", "FuncSignature", "Param", "check"]
 
-#: §7.3: attributes every actor has; any other attribute is a dict declared in ``vars:``.
-STATIC_ATTRIBUTES = frozenset({"type", "soul", "source", "tools", "name"})
 #: §8.1: ``in:`` names of memory/context methods that are not variables.
 METHOD_INPUTS = frozenset({"prompt", "session", "session_id", "turn", "turn_id", "@actor"})
 #: §10.5: names a ``resolve:`` argument list may use besides variables and ``in:`` names.

@@ -59,8 +59,6 @@ from fems2py.nodes import (
 )
 from fems2py.visitor import BindingVisitor, NodeVisitor
 
-TERMINALS = frozenset({"END", "OUT", "BREAK"})
-
 # Names the generated module defines, imports or calls itself (conditions call the builtins of
 # §12.2, dropdown specs call `tuple`); a .fems name equal to one of them gets a suffix so it
 # cannot shadow them.

@@ -27,6 +27,8 @@ import warnings
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from fems_runtime.words import ACTOR_TYPES
+
 from fems2py.cache import pickled
 from fems2py.diagnostics import Diagnostics, suggest
 from fems2py.nodes import MAX_DEPTH, Expr, PathRef, Span
@@ -55,7 +57,7 @@ ALLOWED_CALLS = frozenset(
 )
 _BOOLEANS = {"true": "True", "false": "False"}
 _CONSTANTS = {**_BOOLEANS, "null": "None"}
-_TYPE_WORDS = frozenset({"ai", "human"})
+_TYPE_WORDS = frozenset(ACTOR_TYPES)
 _ALLOWED_KEYWORDS = frozenset(
     {"in", "not", "and", "or", "is", "if", "else", "True", "False", "None"}
 )

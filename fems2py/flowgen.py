@@ -33,11 +33,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from fems_runtime.words import TERMINAL_NODES as TERMINALS
+
 from fems2py.checks.graphs import dominators, immediate_post_dominators, reachable
 from fems2py.exclusive import all_exclusive, exactly_one
 from fems2py.nodes import Edge, FlowNode
-
-TERMINALS = frozenset({"END", "OUT", "BREAK"})
 
 # ------------------------------------------------------------------------------ statements
 

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from fems_runtime.words import RESERVED_NODE_NAMES
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 from pygls.uris import from_fs_path, to_fs_path
@@ -239,7 +240,6 @@ def references(
 
 
 _RENAMABLE: frozenset[SymbolKind] = frozenset({"action", "module", "variable", "actor", "node"})
-_RESERVED_NODES = frozenset({"START", "END", "IN", "OUT", "BREAK"})
 
 
 @server.feature(types.TEXT_DOCUMENT_PREPARE_RENAME)
@@ -251,7 +251,7 @@ def prepare_rename(ls: FemsLanguageServer, params: types.PrepareRenameParams) ->
 
 
 def _can_rename(symbol: Symbol) -> bool:
-    return symbol.kind in _RENAMABLE and symbol.name not in _RESERVED_NODES
+    return symbol.kind in _RENAMABLE and symbol.name not in RESERVED_NODE_NAMES
 
 
 @server.feature(types.TEXT_DOCUMENT_RENAME)

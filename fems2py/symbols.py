@@ -21,6 +21,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from fems_runtime.words import ACTOR_TYPES
+
 from fems2py.expressions import ALLOWED_CALLS
 from fems2py.kinds import FIELD_NAMES
 from fems2py.lexer import SourceLine, Token, split_lines, tokenize
@@ -306,7 +308,7 @@ class _Scanner:
     def _actors_line(self, tokens: list[Token]) -> None:
         """``ai|human [@]name = …``; a definition written without ``@`` still defines
         ``@name`` (§6.1)."""
-        if len(tokens) >= 2 and tokens[0].text in ("ai", "human"):
+        if len(tokens) >= 2 and tokens[0].text in ACTOR_TYPES:
             name = tokens[1]
             if name.kind == "name":
                 self.raw.append(
@@ -465,7 +467,7 @@ class _Scanner:
                 else:
                     self._add("variable", token)  # d.key, a literal key
                 continue
-            builtin = word in ALLOWED_CALLS or word in ("ai", "human", "add", "remove")
+            builtin = word in ALLOWED_CALLS or word in (*ACTOR_TYPES, "add", "remove")
             self._add("maybe_variable" if builtin else arguments, token)
 
     def _code_call(self, tokens: list[Token], i: int) -> None:

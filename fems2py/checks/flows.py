@@ -13,6 +13,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from fems_runtime.words import MAIN_ONLY_NODES as MAIN_ONLY
+from fems_runtime.words import MODULE_ONLY_NODES as MODULE_ONLY
+from fems_runtime.words import RESERVED_NODE_NAMES as RESERVED_NODES
+from fems_runtime.words import TERMINAL_NODES as TERMINALS
+
 from fems2py.checks.graphs import EXIT, dominators, immediate_post_dominators, reachable
 from fems2py.checks.regions import Regions, topological_order
 from fems2py.checks.scope import Namespace, Use
@@ -71,10 +76,6 @@ class Checker(Protocol):
     def is_unbound_actor_variable(self, name: str, namespace: Namespace) -> bool: ...
 
 
-TERMINALS = frozenset({"END", "OUT", "BREAK"})
-MAIN_ONLY = frozenset({"START", "END"})
-MODULE_ONLY = frozenset({"IN", "OUT", "BREAK"})
-RESERVED_NODES = MAIN_ONLY | MODULE_ONLY
 _COMPLEMENTS = {
     frozenset({ast.Eq, ast.NotEq}),
     frozenset({ast.In, ast.NotIn}),

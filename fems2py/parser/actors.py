@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from fems_runtime.words import ACTOR_TYPES
+
 from fems2py.diagnostics import suggest
 from fems2py.lexer import Token
 from fems2py.nodes import ActorDef, Blueprint, BoolValue, ListValue, Span, StringValue
@@ -31,11 +33,11 @@ class ActorsParser(DefinitionsParser):
 
     def parse_actor(self, tokens: list[Token]) -> ActorDef:
         kind = tokens[0]
-        if kind.text not in ("ai", "human"):
+        if kind.text not in ACTOR_TYPES:
             self.fail(
                 f"an actor definition starts with 'ai' or 'human', found '{kind.text}'",
                 self.tok_span(kind),
-                suggest(kind.text, ("ai", "human")),
+                suggest(kind.text, ACTOR_TYPES),
             )
         if len(tokens) < 2 or tokens[1].kind not in ("name", "actor") or tokens[1].text == "@":
             self.fail(f"expected an actor name after '{kind.text}'", self.tok_span(tokens[-1]))

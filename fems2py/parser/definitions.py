@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from fems_runtime.words import RESERVED_NODE_NAMES
+
 from fems2py.lexer import Token
 from fems2py.nodes import CodeAlias, FuncRef, MetaEntry, Value, VarDecl
 from fems2py.parser.base import Abort, Definitions
@@ -31,11 +33,7 @@ RESERVED = frozenset(
         "in",
         "all",
         "any",
-        "START",
-        "END",
-        "IN",
-        "OUT",
-        "BREAK",
+        *RESERVED_NODE_NAMES,
     ]
 )
 TEXT_META_KEYS = frozenset({"name", "version", "id", "system_safety", "output_style"})

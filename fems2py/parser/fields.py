@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal, TypeVar
 
+from fems_runtime.words import OUT_TYPES
+
 from fems2py.diagnostics import suggest
 from fems2py.expressions import compile_expression, compile_value
 from fems2py.lexer import Token, quote_end
@@ -26,7 +28,6 @@ from fems2py.parser.actors import ActorsParser
 from fems2py.parser.base import Abort
 from fems2py.parser.text import CLOSERS, bracket_depth, closing_bracket, split_commas
 
-OUT_TYPES = ("int", "float", "bool", "string", "actor", "enum", "dropdown")
 _Item = TypeVar("_Item")
 
 

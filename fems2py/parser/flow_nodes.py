@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 
+from fems_runtime.words import RESERVED_NODE_NAMES
+
 from fems2py.lexer import Token
 from fems2py.nodes import Binding, Edge, Expr, FlowNode, Graph, Loop, ModuleCall, Span
 from fems2py.parser.base import Abort, Declaration, ParserBase
 from fems2py.parser.definitions import RESERVED
 from fems2py.parser.fields import FieldsParser
-
-RESERVED_NODE_NAMES = frozenset({"START", "END", "IN", "OUT", "BREAK"})
 
 
 class GraphBuilder:

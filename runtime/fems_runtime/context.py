@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from itertools import accumulate, islice
 from typing import TYPE_CHECKING, Any, Protocol
 
-from fems_runtime.names import NARRATOR
 from fems_runtime.records import RunError
 from fems_runtime.values import format_value
+from fems_runtime.words import MESSAGE_KINDS
 
 if TYPE_CHECKING:
     from fems_runtime.flow import Context, MethodSpec
@@ -28,9 +28,6 @@ if TYPE_CHECKING:
     from fems_runtime.variables import ActorSpec, Frame
 
 MEMORY_HEADER = "Relevant memory:"
-#: Kinds in nobody's context (§13.1): the prompt, and a model's private reasoning, which its
-#: own later turns do not see either.
-PRIVATE_KINDS = frozenset({"prompt", "reasoning"})
 
 
 def format_context(messages: Iterable[Message]) -> str:
@@ -40,29 +37,20 @@ def format_context(messages: Iterable[Message]) -> str:
 
 def format_lines(lines: Iterable[ContextLine]) -> str:
     """:func:`format_context` for ``(kind, speaker_name, speaker_soul, content)`` rows; the
-    private kinds are left out."""
+    kinds in nobody's context are left out."""
     return "\n\n".join(context_entries(lines))
 
 
 def context_entries(lines: Iterable[ContextLine]) -> list[str]:
-    """One ``[@speaker]: text`` entry per visible row, the private kinds left out."""
-    return [
-        f"[{_speaker(kind, name, soul)}]: {content}"
-        for kind, name, soul, content in lines
-        if kind not in PRIVATE_KINDS
-    ]
-
-
-def _speaker(kind: str, name: str | None, soul: str | None) -> str:
-    if kind == "narration":
-        return NARRATOR
-    if kind == "feedback":
-        return "feedback"
-    if kind == "tool_call":
-        return f"{name or soul or 'unknown'} → tool"
-    if kind == "tool_result":
-        return f"tool {name}"
-    return name or soul or "unknown"
+    """One ``[@speaker]: text`` entry per row of a kind in contexts (§13.1), the speaker named
+    as its kind's row says."""
+    entries = []
+    for kind_name, name, soul, content in lines:
+        kind = MESSAGE_KINDS[kind_name]
+        if kind.in_context:
+            speaker = kind.label.format(who=name or soul or "unknown", name=name)
+            entries.append(f"[{speaker}]: {content}")
+    return entries
 
 
 def builtin_context(

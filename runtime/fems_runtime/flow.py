@@ -26,8 +26,8 @@ from fems_runtime.signals import OutSpec
 from fems_runtime.specs import ScopeItem, TurnResult, TurnSpec
 from fems_runtime.values import format_value
 from fems_runtime.variables import Frame
+from fems_runtime.words import TERMINAL_NODES
 
-TERMINALS = ("END", "OUT", "BREAK")
 YIELD_EVERY = 64  # steps between two yields to the event loop of a flow that runs alone
 _MISSING: Any = object()
 
@@ -437,7 +437,7 @@ class Context:
             result = await _enter(flow, ctx, targets[index], inner_stop)
             frames[index].finish()
             results[index] = result
-            if result in TERMINALS:
+            if result in TERMINAL_NODES:
                 self._call.exits.add(result)
             if race is not None and result == merge:
                 race.arrive(ctx._lineage)
@@ -534,7 +534,7 @@ class Context:
             delay=max(self.delay, float(spec.meta.get("delay") or 0)),
         )
         result = await _enter(flow, inner, None)
-        exits = inner._call.exits | ({result} if result in TERMINALS else set())
+        exits = inner._call.exits | ({result} if result in TERMINAL_NODES else set())
         return "OUT" in exits
 
 

@@ -19,9 +19,6 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-#: The speaker name narration is stored and shown under (§13.2: ``[narrator]: text``).
-NARRATOR = "narrator"
-
 
 def declared_name(function: str, module_functions: Collection[str]) -> str:
     """The ``.fems`` name of generated function ``function``: without the longest prefix

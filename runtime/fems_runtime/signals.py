@@ -31,11 +31,10 @@ from fems_runtime.values import (
     parse_literal,
     valid_text,
 )
+from fems_runtime.words import OUT_TYPES
 
 if TYPE_CHECKING:
     from fems_runtime.variables import Frame, Undo
-
-OUT_TYPES = ("int", "float", "bool", "string", "actor", "enum", "dropdown")
 
 # Markdown emphasis and inline code around the prefix are ignored (§10.1): **SET VARIABLE:**,
 # __SET VARIABLE__:, `SET VARIABLE:` <<…>>; the marks are in the character classes that take

@@ -11,8 +11,10 @@ and a model's reasoning shows only as a folded line saying how long it was.
 from __future__ import annotations
 
 import sys
-from collections.abc import Collection, Mapping
-from typing import IO, Any
+from collections.abc import Callable, Collection, Mapping
+from typing import IO, Any, ClassVar
+
+from fems_runtime.words import MESSAGE_KINDS, TranscriptShow
 
 _SPEAKER_STYLES = ("cyan", "green", "magenta", "yellow", "blue", "bright_red", "bright_cyan")
 
@@ -29,33 +31,55 @@ class Transcript:
         self.last_live: LiveReply | None = None  # the streamed reply printed last, if any
 
     def message(self, kind: str, speaker: str, room: Collection[str], text: str) -> None:
-        """Print one stored message; ``room`` is the scope it was stored for."""
-        from rich.text import Text
-
-        if kind == "prompt":
+        """Print one stored message, as its kind's row says; ``room`` is the scope it was
+        stored for."""
+        show = MESSAGE_KINDS[kind].transcript
+        if show == "hidden":
             return
         self.last_live = None
-        if kind == "reasoning":  # private to the model (§13.1): folded, never the reply's text
-            self._console.print(
-                Text(f"  … {speaker} reasoned ({len(text)} characters)", style="dim")
-            )
-            return
+        self._SHOWS[show](self, speaker, room, text)
+
+    def _folded(self, speaker: str, room: Collection[str], text: str) -> None:
+        """Private to the model (§13.1): how long it was, never its text."""
+        from rich.text import Text
+
+        self._console.print(Text(f"  … {speaker} reasoned ({len(text)} characters)", style="dim"))
+
+    def _narration(self, speaker: str, room: Collection[str], text: str) -> None:
+        from rich.text import Text
+
         where = self._room_label(room)
-        if kind == "narration":
-            self._console.print(Text.assemble((f"  ~ {text}", "italic"), (f"  [{where}]", "dim")))
-            return
-        if kind == "feedback":
-            self._console.print(Text(f"  (feedback to {speaker}, private) {text}", style="dim"))
-            return
-        if kind == "tool_call":
-            self._console.print(Text.assemble((f"  ⚙ {speaker} calls ", "dim"), (text, "cyan")))
-            return
-        if kind == "tool_result":
-            self._console.print(Text(f"    ↳ {speaker}: {_preview(text)}", style="dim"))
-            return
-        self.header(speaker, where)
+        self._console.print(Text.assemble((f"  ~ {text}", "italic"), (f"  [{where}]", "dim")))
+
+    def _feedback(self, speaker: str, room: Collection[str], text: str) -> None:
+        from rich.text import Text
+
+        self._console.print(Text(f"  (feedback to {speaker}, private) {text}", style="dim"))
+
+    def _tool_call(self, speaker: str, room: Collection[str], text: str) -> None:
+        from rich.text import Text
+
+        self._console.print(Text.assemble((f"  ⚙ {speaker} calls ", "dim"), (text, "cyan")))
+
+    def _tool_result(self, speaker: str, room: Collection[str], text: str) -> None:
+        from rich.text import Text
+
+        self._console.print(Text(f"    ↳ {speaker}: {_preview(text)}", style="dim"))
+
+    def _dialog(self, speaker: str, room: Collection[str], text: str) -> None:
+        self.header(speaker, self._room_label(room))
         for line in text.splitlines() or [""]:
             self.line(line)
+
+    #: How each kind of message is printed (its row's ``transcript``), ``hidden`` aside.
+    _SHOWS: ClassVar[dict[TranscriptShow, Callable[..., None]]] = {
+        "folded": _folded,
+        "narration": _narration,
+        "feedback": _feedback,
+        "tool_call": _tool_call,
+        "tool_result": _tool_result,
+        "dialog": _dialog,
+    }
 
     def live(self, speaker: str, room: Collection[str]) -> LiveReply:
         """A reply to print as it arrives (§15.4), by ``speaker`` in ``room``."""

@@ -34,8 +34,8 @@ from fems_runtime.values import (
     parse_literal,
     to_json,
 )
+from fems_runtime.words import ACTOR_TYPES, FIXED_ACTOR_ATTRIBUTES
 
-STATIC_ATTRS = ("type", "soul", "source", "tools", "name")
 MAX_ALIAS_HOPS = 10
 OPS: tuple[str, ...] = ("=", "+=", "-=", "add", "remove")
 
@@ -61,7 +61,7 @@ class ActorSpec:
     def __post_init__(self) -> None:
         if not ACTOR_NAME.fullmatch(self.name):
             raise ValueError(f"actor names start with '@': {self.name!r}")
-        if self.type not in ("ai", "human"):
+        if self.type not in ACTOR_TYPES:
             raise ValueError(f"actor type is 'ai' or 'human', not {self.type!r}")
         if self.soul is None:
             object.__setattr__(self, "soul", self.name[1:])
@@ -311,7 +311,7 @@ class Frame:
     def attr(self, actor: str, attr: str) -> Any:
         """``@x.attr`` / ``attr.@x`` (§7.3): static attributes first, else ``vars[attr][@x]``."""
         who = self.resolve_actor(actor) if actor.startswith("@") else actor
-        if attr in STATIC_ATTRS and self.variables.is_actor(who):
+        if attr in FIXED_ACTOR_ATTRIBUTES and self.variables.is_actor(who):
             return self.variables.actor_info(who)[attr]
         table = self.get(attr)
         if table is None:
@@ -339,7 +339,7 @@ class Frame:
         """
         if op not in OPS:
             raise ValueError(f"unknown assignment operator {op!r}")
-        if key is not _MISSING and name in STATIC_ATTRS and not self.declared(name):
+        if key is not _MISSING and name in FIXED_ACTOR_ATTRIBUTES and not self.declared(name):
             raise RunError(f"'{name}' is a fixed attribute of actors and cannot be assigned")
         if type(value) not in _PLAIN:
             value = self.variables.adopt(value)

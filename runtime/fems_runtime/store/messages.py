@@ -29,6 +29,7 @@ from typing import Any
 from fems_runtime.records import RunError
 from fems_runtime.store.database import Database, bulk_insert
 from fems_runtime.store.schema import tables
+from fems_runtime.words import MESSAGE_KINDS, VISIBLE_KINDS
 
 GROUP_COMMIT_S = 0.05  # how long a submitted turn may wait to be written with the next ones
 
@@ -112,17 +113,6 @@ context text is made of (§13.2); plain rows, because a context reads tens of th
 CONTEXT_COLUMNS = ("kind", "speaker_name", "speaker_soul", "content")
 _SeqLine = tuple[int, ContextLine]  # a visible line with its sequence number
 
-MESSAGE_KINDS = (
-    "prompt",
-    "narration",
-    "reply",
-    "human",
-    "feedback",
-    "tool_call",
-    "tool_result",
-    "reasoning",  # in nobody's context (§13.1): not a visible kind
-)
-VISIBLE_KINDS = ("narration", "reply", "human", "feedback", "tool_call", "tool_result")
 _NO_LIMIT = 2**31 - 1  # above every sequence number (the column is a 32-bit integer on PostgreSQL)
 
 
@@ -324,7 +314,7 @@ class MessageLog:
         for message in new:
             if message.kind not in MESSAGE_KINDS:
                 raise ValueError(
-                    f"message kind must be one of {MESSAGE_KINDS}, not {message.kind!r}"
+                    f"message kind must be one of {tuple(MESSAGE_KINDS)}, not {message.kind!r}"
                 )
         log = self._log(session)
         return self._submit(session, log, new, checkpoint)

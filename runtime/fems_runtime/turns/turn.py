@@ -8,12 +8,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
 
-from fems_runtime.names import NARRATOR
 from fems_runtime.prompts import render
 from fems_runtime.records import RunError, TurnLog
 from fems_runtime.signals import SignalOutcome, run_resolve
 from fems_runtime.store import Checkpoint, NewMessage
 from fems_runtime.values import ACTOR_NAME, Actor
+from fems_runtime.words import NARRATOR
 
 if TYPE_CHECKING:
     from fems_runtime.flow import Context
