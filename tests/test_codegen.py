@@ -17,9 +17,10 @@ import pytest
 from bench.bench_shape import EXAMPLES, MAIN_FLOW_TARGET, TARGET, measure
 from fems2py import flowgen
 from fems2py.build import BLACK_MODE, build_source
-from fems2py.codegen import Namer, environment, py, python_name, python_of
+from fems2py.codegen import environment
 from fems2py.golden import GOLDEN_DIR, INPUT
 from fems2py.nodes import Expr, Span
+from fems2py.pycode import Namer, py, python_name, python_of
 
 
 @pytest.mark.parametrize(
