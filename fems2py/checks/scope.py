@@ -61,3 +61,8 @@ class Use:
     namespace: Namespace
     loop_vars: frozenset[str]
     via_action: int | None = None
+
+
+def all_modules(modules: Iterable[Module]) -> list[Module]:
+    """``modules`` and the modules inside them, each before its own, in source order."""
+    return [inner for module in modules for inner in (module, *all_modules(module.modules))]
