@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from fems_runtime.words import TERMINAL_NODES as TERMINALS
+from fems_runtime.words import TERMINAL_NODES
 
 from fems2py.checks.graphs import dominators, immediate_post_dominators, reachable
 from fems2py.exclusive import all_exclusive, exactly_one
@@ -253,7 +253,7 @@ def _opening(
     returns its name, a dead end or the end of an iteration returns None, §12.3, §12.9)."""
     statements: list[Statement] = list(code.body(name))
     edges = graph.edges.get(name, ())
-    if not graph.is_body and name in TERMINALS:
+    if not graph.is_body and name in TERMINAL_NODES:
         step = statements[-1] if statements else None
         if isinstance(step, Step):
             return [*statements[:-1], Return(step)], edges, True  # a step returns its node
@@ -292,7 +292,7 @@ class _Structurer:
                     self.back_edges.add((source, target))
         self.headers = {target for _, target in self.back_edges}
         self._check_reducible()
-        terminals = set() if graph.is_body else TERMINALS & self.reach
+        terminals = set() if graph.is_body else TERMINAL_NODES & self.reach
         self.post = immediate_post_dominators(sorted(self.reach), successors, terminals)
         self.emitted: set[str] = set()
         self.depth = 0

@@ -13,10 +13,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field
 
-from fems_runtime.words import MAIN_ONLY_NODES as MAIN_ONLY
-from fems_runtime.words import MODULE_ONLY_NODES as MODULE_ONLY
-from fems_runtime.words import RESERVED_NODE_NAMES as RESERVED_NODES
-from fems_runtime.words import TERMINAL_NODES as TERMINALS
+from fems_runtime.words import (
+    MAIN_ONLY_NODES,
+    MODULE_ONLY_NODES,
+    RESERVED_NODE_NAMES,
+    TERMINAL_NODES,
+)
 
 from fems2py.checks.effects import EffectFinder
 from fems2py.checks.graphs import EXIT, dominators, immediate_post_dominators, reachable
@@ -201,7 +203,9 @@ class FlowChecker:
         owner: dict[str, Part] = {}
         for part in parts:
             for name in part.names:
-                if name in RESERVED_NODES or (part.loop is not None and name == part.loop.head):
+                if name in RESERVED_NODE_NAMES or (
+                    part.loop is not None and name == part.loop.head
+                ):
                     continue
                 first = owner.setdefault(name, part)
                 if first is part:
@@ -219,7 +223,7 @@ class FlowChecker:
 
     def check_reserved(self, part: Part, in_module: bool) -> None:
         for name in part.names:
-            if name not in RESERVED_NODES:
+            if name not in RESERVED_NODE_NAMES:
                 continue
             node = part.nodes.get(name)
             if node is not None and node.anonymous:
@@ -231,13 +235,13 @@ class FlowChecker:
                     span,
                     "end an iteration with a line ending in '->'; leave through the exit line",
                 )
-            elif in_module and name in MAIN_ONLY:
+            elif in_module and name in MAIN_ONLY_NODES:
                 self.report.error(
                     f"[{name}] may not appear in a module",
                     span,
                     "a module starts at [IN] and leaves through [OUT] or [BREAK]",
                 )
-            elif not in_module and name in MODULE_ONLY:
+            elif not in_module and name in MODULE_ONLY_NODES:
                 self.report.error(
                     f"[{name}] is only allowed in a module flow",
                     span,
@@ -247,7 +251,7 @@ class FlowChecker:
     def check_reserved_case(self, part: Part) -> None:
         """``[start]``/``[End]`` are ordinary nodes; the reserved ones are upper case (§12.1)."""
         for name in part.names:
-            if name.upper() in RESERVED_NODES and name not in RESERVED_NODES:
+            if name.upper() in RESERVED_NODE_NAMES and name not in RESERVED_NODE_NAMES:
                 node = part.nodes.get(name)
                 self.report.error(
                     f"[{name}] is not the reserved node [{name.upper()}]",
@@ -348,7 +352,7 @@ class FlowChecker:
         """§12.3: a node with no out-edges ends its branch; warn unless it is an end marker."""
         ends = set(part.loop.ends) if part.loop is not None else set()
         for name in part.names:
-            if part.successors.get(name) or name in TERMINALS or name in ends:
+            if part.successors.get(name) or name in TERMINAL_NODES or name in ends:
                 continue
             if part.reach is not None and name not in part.reach:
                 continue
@@ -376,7 +380,7 @@ class FlowChecker:
         if part.loop is not None:
             for end in part.loop.ends:
                 successors.setdefault(end, []).append(EXIT)
-        terminals = TERMINALS & set(part.names) if part.loop is None else set()
+        terminals = TERMINAL_NODES & set(part.names) if part.loop is None else set()
         post = part.post = immediate_post_dominators(part.names, successors, terminals)
         for name in part.names:
             if len(part.out_edges.get(name, ())) >= 2:

@@ -12,7 +12,7 @@ import ast
 import functools
 from collections.abc import Iterable, Mapping, Set
 
-from fems_runtime.words import FIXED_ACTOR_ATTRIBUTES as STATIC_ATTRIBUTES
+from fems_runtime.words import FIXED_ACTOR_ATTRIBUTES
 
 from fems2py.checks.codefiles import FuncSignature, Param
 from fems2py.checks.report import Report
@@ -119,10 +119,10 @@ class References:
             return
         if not self.check_name(ref.name, ref.span, names, string_hint=string_hint):
             return
-        if ref.attr is None or ref.attr in STATIC_ATTRIBUTES or ref.attr in names:
+        if ref.attr is None or ref.attr in FIXED_ACTOR_ATTRIBUTES or ref.attr in names:
             return
         hint = self.module_local_hint(ref.attr) or suggest(
-            ref.attr, {n for n in names if not n.startswith("@")} | STATIC_ATTRIBUTES
+            ref.attr, {n for n in names if not n.startswith("@")} | FIXED_ACTOR_ATTRIBUTES
         )
         self.report.error(
             f"unknown attribute '{ref.attr}' of {ref.name}",
@@ -158,7 +158,7 @@ class References:
             )
         if target.key_kind == "actor" and target.key is not None:
             self.check_name(target.key, target.span, names)
-            if target.name in STATIC_ATTRIBUTES:
+            if target.name in FIXED_ACTOR_ATTRIBUTES:
                 self.report.error(
                     f"cannot assign the static attribute '{target.name}' of {target.key}",
                     target.span,

@@ -14,7 +14,7 @@ import ast
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from fems_runtime.words import TERMINAL_NODES as TERMINALS
+from fems_runtime.words import TERMINAL_NODES
 
 from fems2py.checks.effects import EffectFinder
 from fems2py.checks.graphs import reachable
@@ -97,7 +97,7 @@ class SharedState:
     def regions(self, part: Part, namespace: Namespace) -> tuple[Regions, Regions] | None:
         """What the nodes of ``part`` write and read, summed over its regions, when ``part``
         is acyclic (:mod:`fems2py.checks.regions`); None when only a walk can tell."""
-        if part.post is None or any(part.successors.get(name) for name in TERMINALS):
+        if part.post is None or any(part.successors.get(name) for name in TERMINAL_NODES):
             return None
         order = topological_order(part.names, part.successors)
         if order is None:
