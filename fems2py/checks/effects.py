@@ -56,9 +56,12 @@ class EffectFinder:
         return effects | self.binding(node.binding, namespace)
 
     def binding(self, binding: Binding, namespace: Namespace) -> Effects:
+        """What a node bound to ``binding`` in ``namespace`` runs may write and read."""
         return _BindingEffects(self).visit(binding, namespace) or Effects()
 
     def module(self, module: Module) -> Effects:
+        """What a call of ``module`` may write and read outside it (its locals left out; a
+        module that calls itself adds nothing while its effects are being found)."""
         if id(module) in self.module_cache:
             return self.module_cache[id(module)]
         if id(module) in self.module_in_progress or module.flow is None:
@@ -76,6 +79,8 @@ class EffectFinder:
         return result
 
     def action(self, action: Action) -> Effects:
+        """What ``action`` may assign as a whole (outs and ``=`` assignments without a key)
+        and what its fields read."""
         writes: set[str] = set()
         reads: set[str] = set()
         for out in action.outs or ():

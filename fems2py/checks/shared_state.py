@@ -48,6 +48,7 @@ class SharedState:
         self.report = report
 
     def check(self, key: str, part: Part, namespace: Namespace) -> None:
+        """The forks of one part of flow ``key``, and the iterations of a ``par`` body."""
         regions = self.regions(part, namespace)
         for name in part.names:
             edges = part.out_edges.get(name, ())
