@@ -1,4 +1,4 @@
-"""What a flow's nodes may write and read (§12.5a): their :class:`Effects`.
+"""What a flow's nodes may write and read (§12.5a), as :class:`~fems2py.checks.scope.Effects`.
 
 A node's effects are those of what it runs (an action's outs, assignments and reads; a
 module's whole flow, less its locals; a loop's body, less its variable) and the reads of its
@@ -8,23 +8,11 @@ out-edges' conditions. :class:`EffectFinder` works them out once per node and mo
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
 from fems2py.checks.parts import Part, split_parts
-from fems2py.checks.scope import Namespace
+from fems2py.checks.scope import Effects, Namespace
 from fems2py.nodes import Action, Binding, Loop, Module, ModuleCall, PathRef, Text
 from fems2py.visitor import BindingVisitor
-
-
-@dataclass(frozen=True)
-class Effects:
-    """Variables a node may assign with ``=`` as a whole, and variables it may read (§12.5a)."""
-
-    writes: frozenset[str] = frozenset()
-    reads: frozenset[str] = frozenset()
-
-    def __or__(self, other: Effects) -> Effects:
-        return Effects(self.writes | other.writes, self.reads | other.reads)
 
 
 class EffectFinder:

@@ -9,13 +9,10 @@ name a node is here too (:func:`describe`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
+from fems2py.checks.scope import Effects
 from fems2py.nodes import Edge, FlowNode, Graph, Join, Loop, ModuleCall
 from fems2py.visitor import BindingVisitor
-
-if TYPE_CHECKING:
-    from fems2py.checks.effects import Effects
 
 
 @dataclass
