@@ -303,9 +303,9 @@ def _run(args: argparse.Namespace) -> int:
 
 def _graph(args: argparse.Namespace) -> int:
     from fems2py.build import BuildRefused, check_overwrite, write_atomic
-    from fems2py.codegen import comment_text
     from fems2py.frontend import analyze
     from fems2py.graph import to_mermaid
+    from fems2py.pycode import comment_text
 
     if args.output is not None and args.output.suffix != ".mmd":
         print(

@@ -160,7 +160,10 @@ def mask_strings(text: str) -> str:
 
 
 class _Compiler:
-    """Compiles one expression; positions are offsets into ``text`` (line 1 = the span line)."""
+    """Compiles one expression: its text, what it reads and its diagnostics, with the
+    pre-tokenizing and the names and paths both emitters write; :class:`_AstEmitter` (the
+    fast path) or else :class:`_ParsoEmitter` writes the rest of its Python. Positions are
+    parso's (line 1 is the span's line)."""
 
     def __init__(
         self,
@@ -180,7 +183,7 @@ class _Compiler:
 
     # ------------------------------------------------------------------ positions
 
-    def _at(self, line: int, col: int, end_line: int, end_col: int) -> Span:
+    def at(self, line: int, col: int, end_line: int, end_col: int) -> Span:
         """A span for parso positions (1-based line, 0-based col) in the ``.fems`` file."""
 
         def map_pos(ln: int, c: int) -> tuple[int, int]:
@@ -191,9 +194,6 @@ class _Compiler:
         start = map_pos(line, col)
         end = map_pos(end_line, end_col)
         return Span(self.span.file, start[0], start[1], end[0], end[1])
-
-    def _leaf_span(self, node: NodeOrLeaf) -> Span:
-        return self._at(*node.start_pos, *node.end_pos)
 
     def error(self, message: str, span: Span, hint: str | None = None) -> None:
         self.ok = False
@@ -208,7 +208,7 @@ class _Compiler:
             line, col = self._offset_pos(too_deep)
             self.error(
                 f"brackets nest more than {MAX_DEPTH} levels deep here",
-                self._at(line, col, line, col + 1),
+                self.at(line, col, line, col + 1),
                 "split the expression, or compute a part of it in a code: function (§5)",
             )
             return None
@@ -216,7 +216,7 @@ class _Compiler:
             pos = self._offset_pos(match.start())
             self.error(
                 f"'{match.group()}' is not an operator in FEM expressions",
-                self._at(pos[0], pos[1], pos[0], pos[1] + 2),
+                self.at(pos[0], pos[1], pos[0], pos[1] + 2),
                 "use 'and' / 'or'",
             )
         chars = list(self.text)
@@ -278,7 +278,9 @@ class _Compiler:
                 hint = (
                     f"'{leaf.value}' is a Python keyword: a variable used here needs another name"
                 )
-            self.error(f"invalid expression: {found}", self._leaf_span(leaf), hint)
+            self.error(
+                f"invalid expression: {found}", self.at(*leaf.start_pos, *leaf.end_pos), hint
+            )
             return None
         body = tree.children[0]
         if (
@@ -288,7 +290,7 @@ class _Compiler:
             and body.children[1].type != "testlist_comp"
         ):
             body = body.children[1]  # ``if (x == 1)``: the parentheses only delimit
-        python = self.emit(body).strip()
+        python = _ParsoEmitter(self).emit(body).strip()
         return python if self.ok else None
 
     def _lone_name(self) -> Expr | None:
@@ -307,10 +309,8 @@ class _Compiler:
         ):
             return None
         lead = len(self.text) - len(self.text.lstrip())
-        span = self._at(1, lead, 1, lead + len(stripped))
+        span = self.at(1, lead, 1, lead + len(stripped))
         return Expr(self.text, f"ctx[{stripped!r}]", (PathRef(stripped, span),), self.span)
-
-    # ------------------------------------------------------------------ the stdlib fast path
 
     def _emit_with_ast(self, source: str) -> str | None:
         """The Python for ``source`` from :mod:`ast`'s tree, exactly as :meth:`_emit_with_parso`
@@ -322,20 +322,63 @@ class _Compiler:
         tree = _ast_tree(source)  # its warnings: the compile() after the emission reports them
         if tree is None:
             return None
+        try:
+            return _AstEmitter(self, source).emit(tree.body)
+        except _NotCommon:
+            self.reads.clear()
+            return None
+
+    # ------------------------------------------------------------------ what both emitters write
+
+    def free_name(self, value: str, start: tuple[int, int], end: tuple[int, int]) -> str:
+        """A free name: a variable, an actor, a FEM constant or a type word (``start`` and
+        ``end``: parso positions)."""
+        if start in self.actor_starts:
+            name = "@" + value[1:]
+            self.reads.append(PathRef(name, self.at(*start, *end)))
+            return f"ctx[{name!r}]"
+        if value.lower() in _BOOLEANS:  # any case, as in vars: (§12.2)
+            return _BOOLEANS[value.lower()]
+        if value in _CONSTANTS:
+            return _CONSTANTS[value]
+        if value in _TYPE_WORDS:
+            return repr(value)
+        self.reads.append(PathRef(value, self.at(*start, *end)))
+        return f"ctx[{value!r}]"
+
+    def path(self, actor: str, attr: str, start: tuple[int, int], end: tuple[int, int]) -> str:
+        """A FEM path (``@x.attr`` or ``attr.@x``) from ``start`` to ``end`` (parso positions);
+        ``actor`` is the actor's placeholder name (``_x``)."""
+        name = "@" + actor[1:]
+        self.reads.append(PathRef(name, self.at(*start, *end), attr=attr))
+        return f"ctx.attr({name!r}, {attr!r})"
+
+    def is_code_alias(self, name: str, is_call: bool) -> bool:
+        if self.code_aliases is None:
+            return is_call
+        return name in self.code_aliases
+
+
+class _AstEmitter:
+    """The stdlib fast path of one :class:`_Compiler`: the Python of an :mod:`ast` tree of the
+    common forms, exactly as :class:`_ParsoEmitter` would write it (see the module docs); a
+    form it does not write raises :class:`_NotCommon`, and parso takes over."""
+
+    def __init__(self, compiler: _Compiler, source: str) -> None:
+        self.compiler = compiler
         self._source = source
         self._ascii = source.isascii()
         self._line_starts = [0, 0]  # offsets of lines 1, 2, … (ast counts lines from 1)
         self._line_starts += [at + 1 for at, char in enumerate(source) if char == "\n"]
-        body = tree.body
+
+    def emit(self, body: ast.expr) -> str:
+        """The Python of the whole expression ``body`` (the tree's body)."""
+        source = self._source
         before, after = source[: self._offset(body)], source[self._end_offset(body) :]
         if before.lstrip().startswith("("):  # ``if (x == 1)``: parso drops one pair
             before = before.replace("(", "", 1)
             after = after[: after.rindex(")")] + after[after.rindex(")") + 1 :]
-        try:
-            python = _SPACE.sub(" ", before) + self._fast(body) + _SPACE.sub(" ", after)
-        except _NotCommon:
-            self.reads.clear()
-            return None
+        python = _SPACE.sub(" ", before) + self._fast(body) + _SPACE.sub(" ", after)
         return python.strip()
 
     def _position(self, line: int, byte_col: int) -> tuple[int, int]:
@@ -370,7 +413,7 @@ class _Compiler:
         if isinstance(node, ast.Name):
             line, col = self._start(node)
             text = self._text(node)
-            return self._emit_free_name(text, (line, col), (line, col + len(text)))
+            return self.compiler.free_name(text, (line, col), (line, col + len(text)))
         if isinstance(node, ast.Constant):
             text = self._text(node)
             if isinstance(node.value, str | bytes) and not _STRING.fullmatch(text):
@@ -414,7 +457,7 @@ class _Compiler:
             raise _NotCommon  # keyword arguments, or ``(f)(x)``
         if isinstance(function, ast.Name):
             name = self._text(function)
-            if name not in ALLOWED_CALLS or self._start(function) in self.actor_starts:
+            if name not in ALLOWED_CALLS or self._start(function) in self.compiler.actor_starts:
                 raise _NotCommon
             head = name
         elif isinstance(function, ast.Attribute):
@@ -434,18 +477,27 @@ class _Compiler:
             raise _NotCommon
         name, attribute = self._text(head), dotted.group(1)
         start, end = self._start(head), self._end(node)
-        head_actor = start in self.actor_starts
-        attribute_actor = (end[0], end[1] - len(attribute)) in self.actor_starts
+        head_actor = start in self.compiler.actor_starts
+        attribute_actor = (end[0], end[1] - len(attribute)) in self.compiler.actor_starts
         if head_actor and attribute_actor:
             raise _NotCommon
         if head_actor or attribute_actor:
             actor, attr = (name, attribute) if head_actor else (attribute, name)
-            return self._emit_path(actor, attr, start, end)
-        if self._is_code_alias(name, is_call):
+            return self.compiler.path(actor, attr, start, end)
+        if self.compiler.is_code_alias(name, is_call):
             return _code_member(name, attribute)
         raise _NotCommon
 
-    # ------------------------------------------------------------------ emission
+
+class _ParsoEmitter:
+    """The parso walk of one :class:`_Compiler`: the Python of every expression parso parses,
+    and the diagnostics of what FEM does not allow in one."""
+
+    def __init__(self, compiler: _Compiler) -> None:
+        self.compiler = compiler
+
+    def _leaf_span(self, node: NodeOrLeaf) -> Span:
+        return self.compiler.at(*node.start_pos, *node.end_pos)
 
     def emit(self, node: NodeOrLeaf) -> str:
         """Python for ``node``, including the whitespace before it (collapsed to one space)."""
@@ -461,7 +513,7 @@ class _Compiler:
 
     def _emit_body(self, node: BaseNode) -> str:
         if node.type in _FORBIDDEN_NODES:
-            self.error(
+            self.compiler.error(
                 f"{_FORBIDDEN_NODES[node.type]} not allowed in FEM expressions",
                 self._leaf_span(node),
             )
@@ -469,7 +521,7 @@ class _Compiler:
         if node.type == "trailer" and node.children[0].value == ".":
             # Python attribute access would reach into the values' Python objects; FEM has
             # its own paths (§7.3) and code calls instead.
-            self.error(
+            self.compiler.error(
                 f"'.{node.children[1].value}' is not allowed in FEM expressions",
                 self._leaf_span(node),
                 "FEM paths are @x.attr and attr.@x; a dict entry is d[key]; "
@@ -492,35 +544,23 @@ class _Compiler:
         if leaf.type == "name":
             return self._emit_name(leaf)
         if leaf.type == "keyword" and leaf.value not in _ALLOWED_KEYWORDS:
-            self.error(f"'{leaf.value}' is not allowed in FEM expressions", self._leaf_span(leaf))
+            self.compiler.error(
+                f"'{leaf.value}' is not allowed in FEM expressions", self._leaf_span(leaf)
+            )
         if leaf.type == "fstring_start":
-            self.error("f-strings are not allowed in FEM expressions", self._leaf_span(leaf))
+            self.compiler.error(
+                "f-strings are not allowed in FEM expressions", self._leaf_span(leaf)
+            )
         return leaf.value
 
     def _is_actor(self, leaf: Leaf) -> bool:
-        return leaf.start_pos in self.actor_starts
+        return leaf.start_pos in self.compiler.actor_starts
 
     def _fem_name(self, leaf: Leaf) -> str:
         return "@" + leaf.value[1:] if self._is_actor(leaf) else leaf.value
 
     def _emit_name(self, leaf: Leaf) -> str:
-        return self._emit_free_name(leaf.value, leaf.start_pos, leaf.end_pos)
-
-    def _emit_free_name(self, value: str, start: tuple[int, int], end: tuple[int, int]) -> str:
-        """A free name: a variable, an actor, a FEM constant or a type word (``start`` and
-        ``end``: parso positions)."""
-        if start in self.actor_starts:
-            name = "@" + value[1:]
-            self.reads.append(PathRef(name, self._at(*start, *end)))
-            return f"ctx[{name!r}]"
-        if value.lower() in _BOOLEANS:  # any case, as in vars: (§12.2)
-            return _BOOLEANS[value.lower()]
-        if value in _CONSTANTS:
-            return _CONSTANTS[value]
-        if value in _TYPE_WORDS:
-            return repr(value)
-        self.reads.append(PathRef(value, self._at(*start, *end)))
-        return f"ctx[{value!r}]"
+        return self.compiler.free_name(leaf.value, leaf.start_pos, leaf.end_pos)
 
     def _emit_trailers(self, node: BaseNode) -> str:
         """``name trailer*``: FEM paths, code calls, builtin calls, subscripts."""
@@ -542,25 +582,27 @@ class _Compiler:
             attr_actor = self._is_actor(attr_leaf)
             if head_actor or attr_actor:
                 if head_actor and attr_actor:
-                    self.error(
+                    self.compiler.error(
                         "a path has one actor side and one attribute side",
                         self._leaf_span(node),
                         "write '@x.attr' or 'attr.@x'",
                     )
                     return ""
                 actor, attr = (first, attr_leaf) if head_actor else (attr_leaf, first)
-                head = self._emit_path(actor.value, attr.value, first.start_pos, attr_leaf.end_pos)
+                head = self.compiler.path(
+                    actor.value, attr.value, first.start_pos, attr_leaf.end_pos
+                )
                 return head + self._emit_children(trailers[1:])
             is_call = len(trailers) > 1 and trailers[1].children[0].value == "("
-            if self._is_code_alias(first.value, is_call):
+            if self.compiler.is_code_alias(first.value, is_call):
                 head = _code_member(first.value, attr_leaf.value)
                 return head + self._emit_children(trailers[1:])
             if is_call:
-                self.error(
+                self.compiler.error(
                     f"cannot call '{first.value}.{attr_leaf.value}': "
                     f"'{first.value}' is not a code: alias",
-                    self._at(*first.start_pos, *attr_leaf.end_pos),
-                    suggest(first.value, self.code_aliases or ())
+                    self.compiler.at(*first.start_pos, *attr_leaf.end_pos),
+                    suggest(first.value, self.compiler.code_aliases or ())
                     or "only functions of code: files (alias.function(…)) and a few builtins "
                     "(len, min, max, …) can be called; put other logic in a code: file",
                 )
@@ -569,27 +611,13 @@ class _Compiler:
         if is_call:
             if first.value in ALLOWED_CALLS and not head_actor:
                 return first.value + self._emit_children(trailers)
-            self.error(
+            self.compiler.error(
                 f"cannot call '{self._fem_name(first)}' in a FEM expression",
                 self._leaf_span(first),
                 "only " + ", ".join(sorted(ALLOWED_CALLS)) + " and functions of code: aliases",
             )
             return ""
         return self._emit_name(first) + self._emit_children(trailers)
-
-    def _emit_path(
-        self, actor: str, attr: str, start: tuple[int, int], end: tuple[int, int]
-    ) -> str:
-        """A FEM path (``@x.attr`` or ``attr.@x``) from ``start`` to ``end`` (parso positions);
-        ``actor`` is the actor's placeholder name (``_x``)."""
-        name = "@" + actor[1:]
-        self.reads.append(PathRef(name, self._at(*start, *end), attr=attr))
-        return f"ctx.attr({name!r}, {attr!r})"
-
-    def _is_code_alias(self, name: str, is_call: bool) -> bool:
-        if self.code_aliases is None:
-            return is_call
-        return name in self.code_aliases
 
     def _emit_comparison(self, node: BaseNode) -> str:
         """§12.2 Decision: ``x in alive == false`` means ``(x in alive) == False``."""
@@ -604,7 +632,7 @@ class _Compiler:
                 and last.type in ("name", "keyword")
                 and last.value.lower() in _BOOLEANS
             ):
-                self.diagnostics.warning(
+                self.compiler.diagnostics.warning(
                     f"'{first_op}' chained with '{second_op}' is read as "
                     f"'(… {first_op} …) {second_op} {last.value}'",
                     self._leaf_span(node),

@@ -19,51 +19,165 @@ A flow is a graph (§12); the generated function should read like the script. Tw
   past what ``compile()`` accepts.
 
 The emitter works on the parser's node names and asks its owner for each node's code
-(:class:`NodeCode`); statements come back as a small tree (:class:`If`, :class:`Block`,
-:class:`Call`, strings) that :func:`render` indents. What depends on the whole body (whether
-the function returns a terminal's name at all, see :func:`returning_nothing`) is decided on
-the tree, so a body is rendered once and its text never edited.
+(:class:`NodeCode`). Statements come back as a tree of typed statements (:data:`Statement`:
+:class:`Step`, :class:`Call`, the :class:`Jump`\\ s, :class:`Loop`, :class:`If`, …), and
+every question about a body (does it fall off its end, does a path end the flow, see
+:func:`ends_flow`) is answered from the statements' types, never from their text: a
+condition or argument that reads like ``return None`` changes nothing. :func:`render`
+turns the tree into lines once, at the end.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
-from fems_runtime.words import TERMINAL_NODES as TERMINALS
+from fems_runtime.words import TERMINAL_NODES
 
 from fems2py.checks.graphs import dominators, immediate_post_dominators, reachable
 from fems2py.exclusive import all_exclusive, exactly_one
 from fems2py.nodes import Edge, FlowNode
 
-
-@dataclass
-class If:
-    """``if``/``elif`` arms (each: lines before it, condition, body) and an optional ``else``."""
-
-    arms: list[tuple[list[str], str, list[Statement]]]
-    orelse: list[Statement] | None = None
+# ------------------------------------------------------------------------------ statements
 
 
-@dataclass
-class Block:
-    """A compound statement without ``else``: ``while True:``, the dispatch's ``while``."""
+@dataclass(frozen=True)
+class Comment:
+    """A comment line, ``#`` included: a line marker or one of the author's comments."""
 
-    header: str
-    body: list[Statement]
+    text: str
+
+    def line(self) -> str:
+        return self.text
 
 
-@dataclass
+@dataclass(frozen=True)
+class Line:
+    """A simple statement after which the next one runs (``await ctx.loop(…)``,
+    ``targets = […]``, ``node = "B"``)."""
+
+    code: str
+
+    def line(self) -> str:
+        return self.code
+
+
+@dataclass(frozen=True)
+class Step:
+    """``await ctx.step(NODE, ACTION)``: counts and records node ``NODE``'s step (§12.10), runs
+    its action (a function's name, or none) and returns the node."""
+
+    node: str
+    action: str | None = None
+
+    def line(self) -> str:
+        args = repr(self.node) if self.action is None else f"{self.node!r}, {self.action}"
+        return f"await ctx.step({args})"
+
+
+@dataclass(frozen=True)
+class Jump:
+    """A simple statement after which the next one never runs."""
+
+
+@dataclass(frozen=True)
+class Return(Jump):
+    """``return VALUE``: a terminal's :class:`Step` or name (the path ends the flow there), or
+    a dispatch's ``node``; without a value ``return None`` (the path ends, the flow does not),
+    or a bare ``return`` with ``bare`` (in a function that returns nothing). ``note``: a
+    comment at the end of the line."""
+
+    value: Step | str | None = None
+    bare: bool = False
+    note: str = ""
+
+    def line(self) -> str:
+        if self.bare:
+            code = "return"
+        elif isinstance(self.value, Step):
+            code = f"return {self.value.line()}"
+        else:
+            code = f"return {self.value}"
+        return f"{code}  # {self.note}" if self.note else code
+
+
+@dataclass(frozen=True)
+class Raise(Jump):
+    """``raise ERROR``: the "flow stuck" error of a node, or a dispatch's unknown node."""
+
+    error: str
+
+    def line(self) -> str:
+        return f"raise {self.error}"
+
+
+@dataclass(frozen=True)
+class Continue(Jump):
+    """``continue``: round a ``while`` loop again."""
+
+    def line(self) -> str:
+        return "continue"
+
+
+@dataclass(frozen=True)
+class Break(Jump):
+    """``break``: out of the ``while True:`` it is in."""
+
+    def line(self) -> str:
+        return "break"
+
+
+@dataclass(frozen=True)
 class Call:
     """A module call (``ctx.call(…)``) that ends the path when the module did not reach
     ``[OUT]`` (it ended at ``[BREAK]`` or nowhere, §11): ``if not await CALL: END``, where
     ``END`` is ``return None``, or ``return`` in a function that returns nothing."""
 
     code: str
-    end: str = "return None"
+    end: Return = Return()
 
 
-Statement = str | If | Block | Call
+@dataclass(frozen=True)
+class Loop:
+    """``while True:`` around ``body``: a loop back to a label; it ends only by a jump."""
+
+    body: tuple[Statement, ...]
+    header: ClassVar[str] = "while True:"
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """The dispatch's loop: one ``if node == …:`` case per entry node (see the module docs)."""
+
+    body: tuple[Statement, ...]
+    header: ClassVar[str] = "while node is not None and node not in stop:"
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One ``if``/``elif`` arm: the comments above it, its condition's Python, its body."""
+
+    before: tuple[Comment, ...]
+    condition: str
+    body: tuple[Statement, ...]
+
+
+@dataclass(frozen=True)
+class If:
+    """``if``/``elif`` arms and an optional ``else``."""
+
+    arms: tuple[Arm, ...]
+    orelse: tuple[Statement, ...] | None = None
+
+
+#: One statement of a flow function's body.
+Statement = Comment | Line | Step | Return | Raise | Continue | Break | Call | Loop | Dispatch | If
+
+#: The statements that are one line of code.
+SimpleStatement = Comment | Line | Step | Return | Raise | Continue | Break
+
+# ------------------------------------------------------------------------------ the emitter
 
 
 @dataclass
@@ -86,17 +200,17 @@ class NodeCode:
     """What the owner of the emitter says about each node."""
 
     # the statements that run node `name` (marker, comments, step, binding)
-    body: Callable[[str], list[Statement]]
+    body: Callable[[str], Sequence[Statement]]
     # the id of a node in the generated code (`"deal_2"`)
     node_id: Callable[[str], str]
     # a marker comment for a .fems line
-    marker: Callable[[int], str]
+    marker: Callable[[int], Comment]
     # the Python of an edge's condition
     condition: Callable[[Edge], str]
     # the fork call for a node with concurrent out-edges (dispatch only)
     fork: Callable[[str], str]
     # the statement raising the "flow stuck" error of a node (its data goes to a table)
-    stuck: Callable[[str], str]
+    stuck: Callable[[str], Raise]
     # forget what a structuring attempt that failed asked for (comments placed, stuck nodes)
     restart: Callable[[], None]
 
@@ -139,13 +253,13 @@ def _opening(
     returns its name, a dead end or the end of an iteration returns None, §12.3, §12.9)."""
     statements: list[Statement] = list(code.body(name))
     edges = graph.edges.get(name, ())
-    if not graph.is_body and name in TERMINALS:
+    if not graph.is_body and name in TERMINAL_NODES:
         step = statements[-1] if statements else None
-        if isinstance(step, str) and step.startswith("await ctx.step("):
-            return [*statements[:-1], f"return {step}"], edges, True  # step returns the node
-        return [*statements, f"return {name!r}"], edges, True
+        if isinstance(step, Step):
+            return [*statements[:-1], Return(step)], edges, True  # a step returns its node
+        return [*statements, Return(repr(name))], edges, True
     if not edges:
-        return [*statements, "return None"], edges, True
+        return [*statements, Return()], edges, True
     return statements, edges, False
 
 
@@ -154,6 +268,8 @@ def _opening(
 
 @dataclass(frozen=True)
 class _Loop:
+    """A loop being structured: the label it goes back to, its nodes, its exits."""
+
     header: str
     nodes: frozenset[str]
     exit: str | None  # the one exit the loop breaks to
@@ -176,7 +292,7 @@ class _Structurer:
                     self.back_edges.add((source, target))
         self.headers = {target for _, target in self.back_edges}
         self._check_reducible()
-        terminals = set() if graph.is_body else TERMINALS & self.reach
+        terminals = set() if graph.is_body else TERMINAL_NODES & self.reach
         self.post = immediate_post_dominators(sorted(self.reach), successors, terminals)
         self.emitted: set[str] = set()
         self.depth = 0
@@ -274,9 +390,9 @@ class _Structurer:
         if loops:
             inner = loops[-1]
             if name == inner.header:
-                return ["continue"]
+                return [Continue()]
             if name == inner.exit:
-                return ["break"]
+                return [Break()]
             if name in inner.final_exits:
                 return self.sequence(name, None, ())  # ends the flow: no loop to jump in
             if any(name in (loop.header, loop.exit) for loop in loops[:-1]):
@@ -286,7 +402,7 @@ class _Structurer:
         if name in self.headers and all(loop.header != name for loop in loops):
             loop = self.loop_of(name)
             body = _without_final_continue(self.node(name, None, (*loops, loop)))
-            statements: list[Statement] = [Block("while True:", body)]
+            statements: list[Statement] = [Loop(tuple(body))]
             if loop.exit is not None:
                 statements += self.sequence(loop.exit, stop, loops)
             return statements
@@ -323,15 +439,15 @@ class _Structurer:
         return statements
 
 
-def _without_final_continue(body: list[Statement]) -> list[Statement]:
+def _without_final_continue(body: Sequence[Statement]) -> list[Statement]:
     """A loop's body without the ``continue`` that ends it, or ends the ``else`` of the
     ``if`` that ends it: the end of the body goes round again anyway."""
     last = body[-1] if body else None
-    if last == "continue":
-        return body[:-1]
+    if isinstance(last, Continue):
+        return list(body[:-1])
     if isinstance(last, If) and last.orelse:
-        return [*body[:-1], If(last.arms, _without_final_continue(last.orelse))]
-    return body
+        return [*body[:-1], If(last.arms, tuple(_without_final_continue(last.orelse)))]
+    return list(body)
 
 
 def _branch(
@@ -346,16 +462,16 @@ def _branch(
     iteration (§12.7) and any other node is stuck (§12.3), the error pointing at its first
     condition."""
     arms = [
-        ([code.marker(edge.span.line)], code.condition(edge), body)
+        Arm((code.marker(edge.span.line),), code.condition(edge), tuple(body))
         for edge, body in zip(edges, bodies, strict=True)
     ]
     conditions = [edge.condition for edge in edges if edge.condition is not None]
     if len(arms) > 1 and exactly_one(conditions):
-        before, _, body = arms.pop()
-        return If(arms, [*before, *body])
+        last = arms.pop()
+        return If(tuple(arms), (*last.before, *last.body))
     if graph.is_body and name == graph.entry:
-        return If(arms, ["return None"])
-    return If(arms, [code.marker(edges[0].span.line), code.stuck(name)])
+        return If(tuple(arms), (Return(),))
+    return If(tuple(arms), (code.marker(edges[0].span.line), code.stuck(name)))
 
 
 class _DominatorTree:
@@ -424,15 +540,14 @@ class _Dispatcher:
         for name in order:
             body = self.block(name)
             if falls_off(body):
-                body.append("continue")
-            cases.append(If([([], f"node == {self.code.node_id(name)!r}", body)]))
-        cases.append("raise ctx.unknown_node(node)")
-        loop = Block("while node is not None and node not in stop:", cases)
-        return [loop, "return node"]
+                body.append(Continue())
+            cases.append(If((Arm((), f"node == {self.code.node_id(name)!r}", tuple(body)),)))
+        cases.append(Raise("ctx.unknown_node(node)"))
+        return [Dispatch(tuple(cases)), Return("node")]
 
     def goto(self, name: str) -> list[Statement]:
         if name in self.entries:
-            return [f"node = {self.code.node_id(name)!r}"]
+            return [Line(f"node = {self.code.node_id(name)!r}")]
         return self.block(name)
 
     def block(self, name: str) -> list[Statement]:
@@ -446,19 +561,19 @@ class _Dispatcher:
             bodies = [self.goto(edge.target) for edge in edges]
             return [*statements, _branch(graph, name, edges, bodies, code)]
         fixed = [code.node_id(edge.target) for edge in edges if edge.condition is None]
-        statements.append(f"targets = {fixed!r}")
+        statements.append(Line(f"targets = {fixed!r}"))
         for edge in edges:
             if edge.condition is not None:
-                append: list[Statement] = [f"targets.append({code.node_id(edge.target)!r})"]
-                arm = ([code.marker(edge.span.line)], code.condition(edge), append)
-                statements.append(If([arm]))
+                append = Line(f"targets.append({code.node_id(edge.target)!r})")
+                arm = Arm((code.marker(edge.span.line),), code.condition(edge), (append,))
+                statements.append(If((arm,)))
         if not fixed:
             skip = graph.is_body and name == graph.entry
-            otherwise: list[Statement] = (
-                ["return None"] if skip else [code.marker(edges[0].span.line), code.stuck(name)]
+            otherwise: tuple[Statement, ...] = (
+                (Return(),) if skip else (code.marker(edges[0].span.line), code.stuck(name))
             )
-            statements.append(If([([], "not targets", otherwise)]))
-        statements.append(f"node = await {code.fork(name)}")
+            statements.append(If((Arm((), "not targets", otherwise),)))
+        statements.append(Line(f"node = await {code.fork(name)}"))
         return statements
 
 
@@ -470,56 +585,60 @@ def render(statements: Sequence[Statement], depth: int = 1) -> list[str]:
     pad = "    " * depth
     lines: list[str] = []
     for statement in statements:
-        if isinstance(statement, str):
-            lines.append(pad + statement)
-        elif isinstance(statement, Call):
-            lines += [f"{pad}if not await {statement.code}:", f"{pad}    {statement.end}"]
-        elif isinstance(statement, Block):
-            lines.append(pad + statement.header)
-            lines += render_body(statement.body, depth + 1)
-        else:
-            for index, (before, condition, body) in enumerate(statement.arms):
-                lines += [pad + line for line in before]
-                lines.append(f"{pad}{'elif' if index else 'if'} {condition}:")
+        match statement:
+            case Call(code, end):
+                lines += [f"{pad}if not await {code}:", f"{pad}    {end.line()}"]
+            case Loop(body) | Dispatch(body):
+                lines.append(pad + statement.header)
                 lines += render_body(body, depth + 1)
-            if all(_jumps(body) for _, _, body in statement.arms):
-                lines += render(statement.orelse or [], depth)  # no `else` after a jump
-                continue
-            orelse = render(statement.orelse or [], depth + 1)
-            if not _only_comments(orelse):
-                lines.append(pad + "else:")  # an else doing nothing is left out
-                lines += orelse
+            case If():
+                lines += _render_if(statement, depth)
+            case _:
+                lines.append(pad + statement.line())
     return lines
 
 
-#: The first word of a simple statement after which the next one never runs.
-_JUMP_WORDS = ("return", "raise", "continue", "break")
+def _render_if(statement: If, depth: int) -> list[str]:
+    """An ``if``'s lines: no ``else`` after arms that all jump (its body follows them), none
+    that would hold nothing but comments."""
+    pad = "    " * depth
+    lines: list[str] = []
+    for index, arm in enumerate(statement.arms):
+        lines += [pad + comment.line() for comment in arm.before]
+        lines.append(f"{pad}{'elif' if index else 'if'} {arm.condition}:")
+        lines += render_body(arm.body, depth + 1)
+    orelse = statement.orelse or ()
+    if all(_jumps(arm.body) for arm in statement.arms):
+        return lines + render(orelse, depth)
+    if not _only_comments(orelse):
+        lines.append(pad + "else:")
+        lines += render(orelse, depth + 1)
+    return lines
 
 
 def _jumps(statements: Sequence[Statement]) -> bool:
     """Whether ``statements`` end in a jump (what follows them never runs after them)."""
-    last = statements[-1] if statements else None
-    return isinstance(last, str) and last.startswith(_JUMP_WORDS)
+    return bool(statements) and isinstance(statements[-1], Jump)
 
 
 def render_body(statements: Sequence[Statement], depth: int = 1) -> list[str]:
     """Like :func:`render`, with a ``pass`` when nothing but comments would be left."""
     lines = render(statements, depth)
-    if _only_comments(lines):
+    if _only_comments(statements):
         lines.append("    " * depth + "pass")
     return lines
 
 
-def _only_comments(lines: Sequence[str]) -> bool:
-    """Whether rendered ``lines`` hold no statement (none at all, or only comments)."""
-    return all(line.lstrip().startswith("#") for line in lines)
+def _only_comments(statements: Sequence[Statement]) -> bool:
+    """Whether ``statements`` hold no code (none at all, or only comments)."""
+    return all(isinstance(statement, Comment) for statement in statements)
 
 
 def ends_flow(statements: Sequence[Statement]) -> bool:
     """Whether some path of a structured body returns a terminal's name (``[END]``, ``[OUT]``,
     ``[BREAK]``, see :func:`_opening`): the other returns are ``return None``."""
     return any(
-        statement.startswith("return ") and statement != "return None"
+        isinstance(statement, Return) and statement.value is not None
         for statement in _simple_statements(statements, into_loops=True)
     )
 
@@ -531,27 +650,30 @@ def returning_nothing(statements: Sequence[Statement], tail: bool = True) -> lis
     is just awaited; an ``else`` left with nothing but comments is dropped. ``tail``: whether
     ``statements`` end the function."""
     items = list(statements)
-    if tail and items and items[-1] == "return None":
+    if tail and items and items[-1] == Return():
         items.pop()  # the function returns None there anyway
     result: list[Statement] = []
     for index, statement in enumerate(items):
         last = tail and index == len(items) - 1
-        if statement == "return None":
-            result.append("return")
-        elif isinstance(statement, Call):
-            result.append(f"await {statement.code}" if last else Call(statement.code, "return"))
-        elif isinstance(statement, Block):  # a `while True:` goes round again: nothing ends in it
-            result.append(Block(statement.header, returning_nothing(statement.body, False)))
-        elif isinstance(statement, If):
-            arms = [(b, cond, returning_nothing(body, last)) for b, cond, body in statement.arms]
-            orelse = statement.orelse
-            if orelse is not None:
-                orelse = returning_nothing(orelse, last)
-                if last and all(isinstance(s, str) and s.startswith("#") for s in orelse):
-                    orelse = None
-            result.append(If(arms, orelse))
-        else:
-            result.append(statement)
+        match statement:
+            case Return(value=None, bare=False, note=""):
+                result.append(Return(bare=True))
+            case Call(code):
+                result.append(Line(f"await {code}") if last else Call(code, Return(bare=True)))
+            case Loop(body):  # a `while True:` goes round again: nothing ends in it
+                result.append(Loop(tuple(returning_nothing(body, False))))
+            case If(arms, orelse):
+                arms = tuple(
+                    Arm(arm.before, arm.condition, tuple(returning_nothing(arm.body, last)))
+                    for arm in arms
+                )
+                if orelse is not None:
+                    orelse = tuple(returning_nothing(orelse, last))
+                    if last and _only_comments(orelse):
+                        orelse = None
+                result.append(If(arms, orelse))
+            case _:
+                result.append(statement)
     return result
 
 
@@ -560,31 +682,40 @@ def falls_off(statements: Sequence[Statement]) -> bool:
     through a ``break`` of its own; ``return``, ``raise``, ``continue``, ``break`` never)."""
     if not statements:
         return True
-    last = statements[-1]
-    if isinstance(last, str):
-        return not last.startswith(_JUMP_WORDS)
-    if isinstance(last, Call):
-        return True
-    if isinstance(last, Block):
-        return last.header != "while True:" or _breaks(last.body)
-    arms = [body for _, _, body in last.arms]
-    return last.orelse is None or falls_off(last.orelse) or any(falls_off(arm) for arm in arms)
+    match statements[-1]:
+        case Jump():
+            return False
+        case Loop(body):
+            return _breaks(body)
+        case If(arms, orelse):
+            return orelse is None or falls_off(orelse) or any(falls_off(a.body) for a in arms)
+        case _:
+            return True
 
 
 def _breaks(statements: Sequence[Statement]) -> bool:
     """Whether a ``break`` in ``statements`` leaves the loop they are the body of."""
-    return "break" in _simple_statements(statements, into_loops=False)
+    return any(
+        isinstance(statement, Break)
+        for statement in _simple_statements(statements, into_loops=False)
+    )
 
 
-def _simple_statements(statements: Sequence[Statement], into_loops: bool) -> Iterator[str]:
+def _simple_statements(
+    statements: Sequence[Statement], into_loops: bool
+) -> Iterator[SimpleStatement]:
     """The simple statements of ``statements``, those in the arms of their ``if``\\ s too,
     and with ``into_loops`` those in their ``while`` loops (whose ``break`` is their own)."""
     for statement in statements:
-        if isinstance(statement, str):
-            yield statement
-        elif isinstance(statement, If):
-            for _, _, body in statement.arms:
-                yield from _simple_statements(body, into_loops)
-            yield from _simple_statements(statement.orelse or [], into_loops)
-        elif isinstance(statement, Block) and into_loops:
-            yield from _simple_statements(statement.body, into_loops)
+        match statement:
+            case If(arms, orelse):
+                for arm in arms:
+                    yield from _simple_statements(arm.body, into_loops)
+                yield from _simple_statements(orelse or (), into_loops)
+            case Loop(body) | Dispatch(body):
+                if into_loops:
+                    yield from _simple_statements(body, into_loops)
+            case Call():
+                pass  # its own end is no path of the body's
+            case _:
+                yield statement

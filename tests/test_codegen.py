@@ -17,9 +17,10 @@ import pytest
 from bench.bench_shape import EXAMPLES, MAIN_FLOW_TARGET, TARGET, measure
 from fems2py import flowgen
 from fems2py.build import BLACK_MODE, build_source
-from fems2py.codegen import Namer, environment, py, python_name, python_of
+from fems2py.codegen import environment
 from fems2py.golden import GOLDEN_DIR, INPUT
 from fems2py.nodes import Expr, Span
+from fems2py.pycode import Namer, py, python_name, python_of
 
 
 @pytest.mark.parametrize(
@@ -349,11 +350,12 @@ def test_a_body_that_returns_nothing_is_made_from_its_statement_tree() -> None:
     """Module calls, returns and dead ``else``\\ s are decided on the tree: a condition or an
     argument holding the words "return None" or "if not await" is never touched."""
     call = flowgen.Call('ctx.call(M, "if not await x")')
-    arm = ([], 'ctx["w"] == "return None"', [call, "return None"])
-    loop = flowgen.Block("while True:", [call, "return None"])
-    body: list[flowgen.Statement] = [loop, flowgen.If([arm], ["# stuck", "return None"])]
+    arm = flowgen.Arm((), 'ctx["w"] == "return None"', (call, flowgen.Return()))
+    loop = flowgen.Loop((call, flowgen.Return()))
+    stuck = (flowgen.Comment("# stuck"), flowgen.Return())
+    body: list[flowgen.Statement] = [loop, flowgen.If((arm,), stuck)]
     assert not flowgen.ends_flow(body)
-    assert flowgen.ends_flow([*body, 'return await ctx.step("END")'])
+    assert flowgen.ends_flow([*body, flowgen.Return(flowgen.Step("END"))])
     assert flowgen.render_body(flowgen.returning_nothing(body)) == [
         "    while True:",
         '        if not await ctx.call(M, "if not await x"):',

@@ -6,7 +6,7 @@ from typing import get_args
 
 import pytest
 
-from fems2py.codegen import _BindingCode
+from fems2py.flowcode import _BindingCode
 from fems2py.graph import _Shape
 from fems2py.nodes import (
     ActorValue,

@@ -1,5 +1,6 @@
-"""What the checks know about names: one :class:`Namespace` per lexical level, and each
-:class:`Use` of an action or a module (where it runs, and so which names it sees, §11.3).
+"""What the checks know about names: one :class:`Namespace` per lexical level, each
+:class:`Use` of an action or a module (where it runs, and so which names it sees, §11.3), and
+the :class:`Effects` of a node (which variables it may write and read, §12.5a).
 
 Plain data shared by :mod:`fems2py.checker` and the checks under :mod:`fems2py.checks`, kept
 apart so that those modules import it and not each other.
@@ -61,3 +62,19 @@ class Use:
     namespace: Namespace
     loop_vars: frozenset[str]
     via_action: int | None = None
+
+
+def all_modules(modules: Iterable[Module]) -> list[Module]:
+    """``modules`` and the modules inside them, each before its own, in source order."""
+    return [inner for module in modules for inner in (module, *all_modules(module.modules))]
+
+
+@dataclass(frozen=True)
+class Effects:
+    """Variables a node may assign with ``=`` as a whole, and variables it may read (§12.5a)."""
+
+    writes: frozenset[str] = frozenset()
+    reads: frozenset[str] = frozenset()
+
+    def __or__(self, other: Effects) -> Effects:
+        return Effects(self.writes | other.writes, self.reads | other.reads)

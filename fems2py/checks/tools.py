@@ -11,32 +11,17 @@ warning (an error under ``--strict``): the actor runs without it.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol
 
-from fems2py.checks.codefiles import FuncSignature
+from fems2py.checks.references import References
 from fems2py.diagnostics import suggest
-from fems2py.nodes import ActorDef, Blueprint, FuncRef, Script, Span
+from fems2py.nodes import ActorDef, Blueprint, FuncRef, Span
 
 
-class Checker(Protocol):
-    """What the tool checks use of the checker that runs them (:class:`fems2py.checker.Checker`)."""
-
-    script: Script
-    base_dir: Path
-    signatures: dict[str, dict[str, FuncSignature]]
-    broken_aliases: set[str]
-
-    def error(self, message: str, span: Span, hint: str | None = None) -> None: ...
-
-    def warning(self, message: str, span: Span, hint: str | None = None) -> None: ...
-
-    def check_func(self, ref: FuncRef, *, builtin_ok: bool) -> FuncSignature | None: ...
-
-
-def check_tools(checker: Checker) -> None:
+def check_tools(references: References, base_dir: Path) -> None:
     """§15.5: every actor's and blueprint's ``tools:``; tools are offered to models only (a
-    human's turns call no tools)."""
-    owners: list[ActorDef | Blueprint] = [*checker.script.actors, *checker.script.blueprints]
+    human's turns call no tools). The script's ``fems.toml`` is in ``base_dir``."""
+    script, report = references.script, references.report
+    owners: list[ActorDef | Blueprint] = [*script.actors, *script.blueprints]
     names = [name for owner in owners if not isinstance(owner.tools, bool) for name in owner.tools]
     if not names:
         return
@@ -44,16 +29,16 @@ def check_tools(checker: Checker) -> None:
     # loaded only by a script that names tools.
     from fems_runtime.mcp import McpConfigError, read_servers
 
-    config = checker.base_dir / "fems.toml"
+    config = base_dir / "fems.toml"
     try:
         servers: set[str] | str = set(read_servers(config))
     except McpConfigError as error:
         servers = str(error)  # reported where a server's tool is named
-    tools = _ToolNames(checker, servers)
+    tools = _ToolNames(references, servers)
     for owner in owners:
         human = isinstance(owner, ActorDef) and owner.kind == "human"
         if human and owner.tools not in (False, ()):
-            checker.error(
+            report.error(
                 f"human actor {owner.name} cannot have tools",
                 owner.tool_spans[0] if owner.tool_spans else owner.span,
                 "tools are offered to models on @ai turns (§15.5); remove tools: here",
@@ -70,8 +55,9 @@ class _ToolNames:
     """The checks of single names; ``servers`` the MCP servers of ``fems.toml`` (or why that
     file could not be read)."""
 
-    def __init__(self, checker: Checker, servers: set[str] | str) -> None:
-        self.checker = checker
+    def __init__(self, references: References, servers: set[str] | str) -> None:
+        self.references = references
+        self.report = references.report
         self.servers = servers
 
     def check(self, name: str, span: Span, who: str) -> None:
@@ -81,7 +67,7 @@ class _ToolNames:
             return
         alias, dot, function = name.partition(".")
         if not dot:
-            self.checker.warning(
+            self.report.warning(
                 f"tool {name} is not available: {who} runs without it",
                 span,
                 suggest(name, [*BUILTIN_TOOLS, REASONING])
@@ -90,14 +76,14 @@ class _ToolNames:
             )
             return
         if not alias or not function:
-            self.checker.error(
+            self.report.error(
                 f"unknown tool '{name}'", span, "write alias.fn or server.tool (§15.5)"
             )
             return
-        is_code = alias in self.checker.signatures or alias in self.checker.broken_aliases
+        is_code = alias in self.references.signatures or alias in self.references.broken_aliases
         is_server = isinstance(self.servers, set) and alias in self.servers
         if is_code and is_server:
-            self.checker.error(
+            self.report.error(
                 f"'{alias}' is both a code: alias and an MCP server of fems.toml",
                 span,
                 "rename one of them, so that the tool says which it is",
@@ -105,7 +91,7 @@ class _ToolNames:
         elif is_server:
             return  # its tools are known when it runs (a name it lacks is a run error)
         elif is_code and function == ALL_TOOLS:
-            self.checker.error(
+            self.report.error(
                 f"'{name}': '*' names every tool of an MCP server, and '{alias}' is a code: alias",
                 span,
                 f"name the functions one by one: {alias}.fn",
@@ -113,10 +99,10 @@ class _ToolNames:
         elif is_code:
             self.check_code_tool(name, FuncRef(alias, function, span))
         elif isinstance(self.servers, str):
-            self.checker.error(f"tool {name}: {self.servers}", span)
+            self.report.error(f"tool {name}: {self.servers}", span)
         else:
-            known = [*self.checker.signatures, *self.servers]
-            self.checker.error(
+            known = [*self.references.signatures, *self.servers]
+            self.report.error(
                 f"unknown tool '{name}': no code: alias and no MCP server '{alias}'",
                 span,
                 suggest(alias, known)
@@ -125,9 +111,9 @@ class _ToolNames:
             )
 
     def check_code_tool(self, name: str, ref: FuncRef) -> None:
-        signature = self.checker.check_func(ref, builtin_ok=False)
+        signature = self.references.check_func(ref, builtin_ok=False)
         if signature is not None and signature.tool_problem is not None:
-            self.checker.error(
+            self.report.error(
                 f"{name} cannot be offered as a tool: {signature.tool_problem}",
                 ref.span,
                 "give its parameters types such as str, int, float, bool, list[str], "

@@ -1,0 +1,212 @@
+"""The checks of what a script defines (§2.2, §4, §5, §6.2, §11): actors, ``code:`` files,
+variables, actions, modules and methods, each once; the :class:`Namespace` of each level.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from fems2py.checks.codefiles import CodeFileError, FuncSignature, read_signatures
+from fems2py.checks.meta import check_meta
+from fems2py.checks.references import References
+from fems2py.checks.report import Report
+from fems2py.checks.scope import Namespace
+from fems2py.nodes import (
+    Action,
+    ActorDef,
+    ActorValue,
+    Module,
+    NullValue,
+    Script,
+    Span,
+    StringValue,
+    Value,
+    VarDecl,
+)
+from fems2py.sources import SourceFileError, read_source_file
+from fems2py.visitor import NodeVisitor
+
+
+class _Named(Protocol):
+    """A definition: a name and where it is written."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def span(self) -> Span: ...
+
+
+def unique(items: Iterable[_Named], what: str | None, report: Report) -> dict[str, Any]:
+    """Items by name, the first definition winning; with ``what``, a second item with a
+    taken name is reported (§2.2; the parser reports actions, modules and methods)."""
+    found: dict[str, Any] = {}
+    for item in items:
+        if item.name not in found:
+            found[item.name] = item
+        elif what is not None:
+            report.error(
+                f"{what} '{item.name}' is defined twice",
+                item.span,
+                f"first defined at line {found[item.name].span.line}",
+            )
+    return found
+
+
+def check_actors(script: Script, report: Report) -> None:
+    """Actors defined twice, and actors sharing a soul (§6.2)."""
+    unique_actors = unique(script.actors, "actor", report)
+    souls: dict[str, list[ActorDef]] = {}
+    for actor in unique_actors.values():
+        souls.setdefault(actor.soul, []).append(actor)
+    for soul, actors in souls.items():
+        if len(actors) < 2:
+            continue
+        players = [a for a in actors if a.kind == "human" and a.source == "0"]
+        others = [a for a in actors if a not in players]
+        if len(others) <= 1:
+            continue
+        for actor in others[1:]:
+            report.error(
+                f"actors {others[0].name} and {actor.name} share soul '{soul}'",
+                actor.span,
+                "give each actor its own soul: (only a human with source:0 may share one)",
+            )
+
+
+@dataclass(frozen=True)
+class CodeFiles:
+    """What the ``code:`` files of a script hold (§5): each readable alias's function
+    signatures, each alias's file, and the aliases whose file is missing or broken."""
+
+    signatures: dict[str, dict[str, FuncSignature]]
+    paths: dict[str, Path]
+    broken_aliases: frozenset[str]
+
+
+def read_code_files(script: Script, base_dir: Path, root: Path | None, report: Report) -> CodeFiles:
+    """Each ``code:`` file read with :mod:`ast` (relative paths start at ``base_dir`` and stay
+    inside ``root``, default ``base_dir``); a file that cannot be read is reported."""
+    signatures: dict[str, dict[str, FuncSignature]] = {}
+    paths: dict[str, Path] = {}
+    broken: set[str] = set()
+    seen: set[str] = set()
+    for alias in script.code:
+        if alias.alias in seen:
+            report.error(f"code alias '{alias.alias}' is defined twice", alias.span)
+            continue
+        seen.add(alias.alias)
+        paths[alias.alias] = base_dir / alias.path
+        try:
+            path, data = read_source_file(base_dir, alias.path, root)
+            paths[alias.alias] = path
+            signatures[alias.alias] = read_signatures(data, alias.path)
+        except SourceFileError as problem:
+            broken.add(alias.alias)
+            report.error(f"code file '{alias.path}' {problem.reason}", alias.span, problem.hint)
+        except CodeFileError as problem:
+            broken.add(alias.alias)
+            report.error(str(problem), alias.span, f"looked at {path}")
+    return CodeFiles(signatures, paths, frozenset(broken))
+
+
+def namespaces_of(script: Script, report: Report) -> tuple[Namespace, dict[int, Namespace]]:
+    """The script's namespace and each module's (by ``id`` of the module), with what each
+    defines; names defined twice are reported, and each module's ``meta:``."""
+    actors = frozenset(actor.name for actor in script.actors)
+    root = Namespace("main", None, None)
+    _fill(root, script.variables, script.actions, (), actors, report)
+    root.modules = unique(script.modules, None, report)
+    root.methods = unique(script.methods, None, report)
+    namespaces: dict[int, Namespace] = {}
+
+    def add(module: Module, parent: Namespace) -> None:
+        key = f"module:{module.name}" if parent.module is None else f"{parent.key}/{module.name}"
+        namespace = Namespace(key, module, parent)
+        namespaces[id(module)] = namespace
+        _fill(namespace, module.variables, module.actions, module.params, actors, report)
+        namespace.modules = unique(module.modules, None, report)
+        namespace.methods = unique(module.methods, None, report)
+        for nested in module.modules:
+            add(nested, namespace)
+        check_meta(module.meta, module, report)
+
+    for module in script.modules:
+        add(module, root)
+    return root, namespaces
+
+
+def _fill(
+    namespace: Namespace,
+    variables: Iterable[VarDecl],
+    actions: Iterable[Action],
+    params: tuple[str, ...],
+    actors: frozenset[str],
+    report: Report,
+) -> None:
+    """A namespace's parameters, variables (each once, §4.1) and actions."""
+    for name in params:  # reserved or repeated names are reported by the parser
+        namespace.variables[name] = None
+    declared: dict[str, VarDecl] = {}
+    for decl in variables:
+        if decl.name in declared:
+            first = declared[decl.name].span.line
+            report.error(
+                f"variable '{decl.name}' is declared twice",
+                decl.span,
+                f"first declared at line {first}",
+            )
+            continue
+        if decl.name in params:
+            report.error(f"variable '{decl.name}' has the name of a module parameter", decl.span)
+            continue
+        if namespace.parent is None and decl.name in actors:
+            report.error(
+                f"'{decl.name}' is both an actor and a variable",
+                decl.span,
+                "rename the variable; an actor variable may hold the actor instead",
+            )
+        declared[decl.name] = decl
+        namespace.variables[decl.name] = decl
+    namespace.actions = unique(actions, None, report)
+
+
+def check_variable_values(namespace: Namespace, references: References) -> None:
+    """§4.2/§4.3: actors named in values exist; an actor variable holds one actor or ""."""
+    names = namespace.lexical_names() | references.broken
+    for decl in namespace.variables.values():
+        if decl is None:
+            continue
+        for ref in _actor_refs(decl.value):
+            references.check_name(ref.name, ref.span, names)
+        value = decl.value
+        if decl.name.startswith("@") and not (
+            isinstance(value, ActorValue | NullValue)
+            or (isinstance(value, StringValue) and value.value == "")
+        ):
+            references.report.error(
+                f'actor variable {decl.name} holds one actor or "" (unbound)',
+                value.span,
+                f'write {decl.name} = @name or {decl.name} = ""; a plain variable '
+                f"({decl.name[1:]} = …) holds anything else (§4.3)",
+            )
+
+
+class _ActorRefs(NodeVisitor[None]):
+    """Collects every ``@name`` inside a literal, list items and dict keys and values included."""
+
+    def __init__(self) -> None:
+        self.found: list[ActorValue] = []
+
+    def visit_ActorValue(self, value: ActorValue) -> None:
+        self.found.append(value)
+
+
+def _actor_refs(value: Value) -> list[ActorValue]:
+    """Every ``@name`` inside a literal, list items and dict keys and values included."""
+    refs = _ActorRefs()
+    refs.visit(value)
+    return refs.found
