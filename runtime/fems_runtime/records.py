@@ -173,23 +173,58 @@ def write_result(
     Path(path).write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
 
 
+class InheritedRecords(Protocol):
+    """The records a new session takes from the session it starts from (§16.4a,
+    :class:`fems_runtime.lineage.Inheritance`)."""
+
+    @property
+    def compares(self) -> bool: ...
+
+    def turns(self) -> set[int]: ...
+
+    def peek(self, key: Sequence[Any], attempt: int = 0) -> Mapping[str, Any] | None: ...
+
+    def candidate(self, key: Sequence[Any], attempt: int = 0) -> Mapping[str, Any] | None: ...
+
+    def take(
+        self, key: Sequence[Any], attempt: int = 0, request: str | None = None
+    ) -> Mapping[str, Any] | None: ...
+
+    def went_live(self) -> None: ...
+
+
 class TurnLog:
     """The turn keys of one run and, on ``--resume``, the records to replay (see above).
 
     ``records`` are the states of the session's last run (``kind`` ``ai``/``human``/``func``,
-    ``key``, ``attempt``, ``turn``, ``result``); keys are handed out on the event loop's thread.
+    ``key``, ``attempt``, ``turn``, ``result``, ``request``: the digest of what the turn sent);
+    keys are handed out on the event loop's thread. ``inherited``: the records of the session
+    a fork or a reuse starts from (§16.4a), taken for the turns without a record of their own.
     """
 
-    def __init__(self, records: Iterable[Mapping[str, Any]] = (), *, resumed: bool = False) -> None:
+    def __init__(
+        self,
+        records: Iterable[Mapping[str, Any]] = (),
+        *,
+        resumed: bool = False,
+        inherited: InheritedRecords | None = None,
+    ) -> None:
         self.resumed = resumed
         self.replayed = 0
+        self.inherited = inherited
         self._counts: dict[tuple[str, ...], int] = {}
         self._records: dict[tuple[Any, ...], Mapping[str, Any]] = {}
-        self.turns: set[int] = set()
+        self.turns: set[int] = set() if inherited is None else inherited.turns()
         for record in records:
             self._records[(*record["key"], record.get("attempt", 0))] = record
             if record.get("turn") is not None:
                 self.turns.add(int(record["turn"]))
+
+    @property
+    def compares(self) -> bool:
+        """Whether a turn without a record must give its request's digest to find one: a
+        reuse replays the parent's turn only when it would send what was recorded."""
+        return self.inherited is not None and self.inherited.compares
 
     def key(self, path: str, node: str | None, action: str, who: str) -> list[Any]:
         """The key of a turn that starts now (counts its occurrence)."""
@@ -199,28 +234,57 @@ class TurnLog:
         return [*base, occurrence]
 
     def peek(self, key: Sequence[Any], attempt: int = 0) -> Mapping[str, Any] | None:
-        """The record of ``key`` (and ``attempt``), if any, without counting it as replayed."""
-        return self._records.get((*key, attempt))
-
-    def recorded(self, key: Sequence[Any], attempt: int = 0) -> Mapping[str, Any] | None:
-        """The record of ``key`` (and ``attempt``) to replay, or None: the turn goes live."""
+        """The record of ``key`` (and ``attempt``) to replay, if any, without taking it: the
+        session's own, else a fork's from its parent."""
         record = self._records.get((*key, attempt))
+        if record is None and self.inherited is not None:
+            record = self.inherited.peek(key, attempt)
+        return record
+
+    def candidate(self, key: Sequence[Any], attempt: int = 0) -> Mapping[str, Any] | None:
+        """A reuse's parent record of ``key`` that the turn may replay if its request matches
+        (its turn number is the turn's while it is compared)."""
+        return self.inherited.candidate(key, attempt) if self.inherited is not None else None
+
+    def recorded(
+        self, key: Sequence[Any], attempt: int = 0, request: str | None = None
+    ) -> Mapping[str, Any] | None:
+        """The record of ``key`` (and ``attempt``) to replay, or None: the turn goes live.
+        ``request`` is the digest of what the turn would send (a reuse compares it)."""
+        record = self._records.get((*key, attempt))
+        if record is None and self.inherited is not None:
+            record = self.inherited.take(key, attempt, request)
+            if record is not None and record.get("turn") is not None:
+                self.turns.add(int(record["turn"]))
         if record is not None:
             self.replayed += 1
         return record
 
+    def going_live(self) -> None:
+        """A turn is called, asked or run live: a reuse replays nothing from now on."""
+        if self.inherited is not None:
+            self.inherited.went_live()
+
     @staticmethod
     def entry(
-        kind: str, key: Sequence[Any], turn: int | None, result: Mapping[str, Any], attempt: int = 0
+        kind: str,
+        key: Sequence[Any],
+        turn: int | None,
+        result: Mapping[str, Any],
+        attempt: int = 0,
+        request: str | None = None,
     ) -> dict[str, Any]:
         """The JSON state of one turn record."""
-        return {
+        entry = {
             "kind": kind,
             "key": list(key),
             "attempt": attempt,
             "turn": turn,
             "result": to_json(dict(result)),
         }
+        if request is not None:
+            entry["request"] = request
+        return entry
 
 
 class StepCounter:
