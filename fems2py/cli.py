@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fems_runtime.options import fork_point, run_flags
+
 from fems2py import __version__
 from fems2py.collector import loading_modules
 from fems2py.diagnostics import CompileError, Diagnostic
@@ -83,8 +85,7 @@ def _argument_parser() -> argparse.ArgumentParser:
         "run",
         help="build (cached by source hash) and run a script; other options go to the module",
         description="Build FILE (cached by its source hash) and run it. Every option after FILE "
-        "is passed to the generated module: --model --replies --db --session --human --seed "
-        "--timeout --retry-budget --max-cost --trace --result --resume --serve --port --root.",
+        f"is passed to the generated module: {run_flags()}.",
     )
     run.add_argument("file", type=Path, metavar="FILE")
     run.add_argument("--root", type=Path, metavar="DIR", help=ROOT_HELP)
@@ -194,6 +195,13 @@ def _add_batch_parser(commands: argparse._SubParsersAction[argparse.ArgumentPars
         metavar="USD",
         help="the batch's cost limit: no session starts once the batch's recorded cost passes "
         "it, and running sessions stop after the turn that passed it (§15.6)",
+    )
+    batch.add_argument(
+        "--fork",
+        type=fork_point,
+        metavar="SESSION:TURN",
+        help="every session continues session SESSION from its turn TURN: its first TURN "
+        "turns replayed, the rest live with the session's seed (§16.4a)",
     )
     batch.add_argument("--root", type=Path, metavar="DIR", help=ROOT_HELP)
     batch.add_argument(
