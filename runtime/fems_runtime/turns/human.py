@@ -122,6 +122,7 @@ class HumanTurn(Turn):
             "human",
             node=self.ctx.node,
             action=spec.action,
+            turn=self.id,
             actor=executor,
             text=answer.text,
             vars=answer.vars,
