@@ -296,23 +296,36 @@ def _copy_history(store: Store, db: Any, parent: int, session: int, upto: int, t
 @dataclass
 class Inheritance:
     """The parent's records a branch may still take (see the module's docstring); a
-    :class:`~fems_runtime.records.TurnLog` asks it for the turns it has no record of."""
+    :class:`~fems_runtime.records.TurnLog` asks it for the turns it has no record of.
+
+    ``order`` holds the records in the parent's order, ``records`` those not taken yet. The
+    copies are stored in the parent's order too: the branches of a ``par`` replay in the order
+    they start, not in the order their replies came in, so a record taken before an earlier
+    one waits for it (``ready``), and the context of the turns after the region is the
+    parent's. A live turn, and the end of the run, store what waits.
+    """
 
     store: Store
     session: int
     parent: int
+    order: list[ParentRecord]
     records: dict[tuple[Any, ...], ParentRecord]
     reuse: bool
     messages: dict[int, tuple[Message, tuple[list[str], list[str]]]] = field(default_factory=dict)
     live: bool = False  # a reuse went live: nothing more is taken
     taken: set[int] = field(default_factory=set)  # the numbers of the turns taken
+    positions: dict[tuple[Any, ...], int] = field(default_factory=dict)  # in ``order``
+    ready: dict[int, dict[str, Any]] = field(default_factory=dict)  # taken, by position
+    cursor: int = 0  # the parent position of the first record not stored or skipped
+    in_order: bool = True  # False once a turn went live: copies are stored when taken
 
     @classmethod
     def load(
         cls, store: Store, session: int, mark: Mapping[str, Any], own: Sequence[Mapping[str, Any]]
     ) -> Inheritance | None:
         """What the session's ``run`` mark says it inherits (None: nothing), less what its own
-        records hold already; a reuse whose own records include a live one is live."""
+        records hold already (an interrupted branch took those); a reuse whose own records
+        include a live one is live."""
         reuse = "reuse" in mark
         origin = mark.get("reuse") or mark.get("fork")
         if not isinstance(origin, Mapping):
@@ -320,16 +333,21 @@ class Inheritance:
         parent = int(origin["session"])
         option = f"--reuse {parent}" if reuse else f"--fork {parent}"
         run = parent_run(store, parent, option)
-        records = list(run.records) if reuse else fork_records(run, int(origin["turn"]))
+        order = list(run.records) if reuse else fork_records(run, int(origin["turn"]))
         held = {(*r["key"], r.get("attempt", 0)) for r in own}
+        live = any("from" not in r for r in own)
         inheritance = cls(
             store,
             session,
             parent,
-            {r.slot: r for r in records if r.slot not in held},
+            order,
+            {r.slot: r for r in order if r.slot not in held},
             reuse,
-            live=reuse and any("from" not in r for r in own),
+            live=reuse and live,
+            taken={int(r["turn"]) for r in own if "from" in r and r.get("turn") is not None},
+            in_order=not live,
         )
+        inheritance.positions = {record.slot: index for index, record in enumerate(order)}
         inheritance.messages = _messages_by_seq(store, parent)
         return inheritance
 
@@ -359,19 +377,50 @@ class Inheritance:
     def take(
         self, key: Sequence[Any], attempt: int = 0, request: str | None = None
     ) -> Mapping[str, Any] | None:
-        """The record of ``key``, now stored in the new session with copies of its messages
-        (its ``before`` in the new session's numbering); None: the turn goes live."""
+        """The record of ``key``, to be stored in the new session with copies of its messages
+        (its ``before`` then in the new session's numbering); None: the turn goes live."""
         record = self.records.get((*key, attempt))
         if record is None or (self.reuse and (self.live or record.state.get("request") != request)):
             return None
         del self.records[record.slot]
-        before = record.state.get("before")
-        copies = [] if before is None else self._copies(int(before), record.seq)
-        state = {**record.state, "from": self.parent}
-        batch = self.store.submit(self.session, copies, Checkpoint(state, record.step, record.node))
         if record.turn is not None:
             self.taken.add(record.turn)
-        return {**state, "before": batch.seq_from} if copies else state
+        state = {**record.state, "from": self.parent}
+        if self.in_order:
+            self.ready[self.positions[record.slot]] = state
+            self._store_ready()
+        else:
+            self._store(record, state)
+        return state
+
+    def _store_ready(self) -> None:
+        """Store the taken records that no record before them in the parent's order waits
+        for (a record held by the session already waits for nothing)."""
+        while self.cursor < len(self.order):
+            record = self.order[self.cursor]
+            state = self.ready.pop(self.cursor, None)
+            if state is not None:
+                self._store(record, state)
+            elif record.slot in self.records:
+                return
+            self.cursor += 1
+
+    def _store(self, record: ParentRecord, state: dict[str, Any]) -> None:
+        """Store one taken record with copies of the messages the parent stored with it."""
+        before = record.state.get("before")
+        copies = [] if before is None else self._copies(int(before), record.seq)
+        batch = self.store.submit(
+            self.session, copies, Checkpoint(dict(state), record.step, record.node)
+        )
+        if copies:
+            state["before"] = batch.seq_from
+
+    def _store_all(self) -> None:
+        """Store every taken record now (in the parent's order), and later ones when taken."""
+        for position in sorted(self.ready):
+            self._store(self.order[position], self.ready[position])
+        self.ready.clear()
+        self.in_order = False
 
     def _copies(self, after: int, upto: int) -> list[NewMessage]:
         copies = []
@@ -398,13 +447,18 @@ class Inheritance:
         return copies
 
     def went_live(self) -> None:
-        """A turn goes live: a reuse takes nothing more, and records where it branched."""
+        """A turn goes live: what was taken is stored; a reuse takes nothing more, and
+        records where it branched."""
+        if self.in_order:
+            self._store_all()
         if self.compares:
             self.live = True
             self.store.set_branch_turn(self.session, max(self.taken, default=0))
 
     def finish(self) -> None:
-        """At the end of the run: a reuse that never went live branched at its last turn."""
+        """At the end of the run: what was taken is stored; a reuse that never went live
+        branched at its last turn."""
+        self._store_all()
         if self.compares:
             self.store.set_branch_turn(self.session, max(self.taken, default=0))
 

@@ -170,8 +170,8 @@ class AiTurn(CallingTurn):
                     return str(record["result"]["reply"]), bool(record["result"].get("interrupted"))
                 rounds += 1
                 continue
+            services.log.going_live()  # first: what a fork took is stored, its `before` known
             await self.rebuild_request()
-            services.log.going_live()
             self.sent = self.request_digest(offline)
             answer = await self.live_call(offline)
             result.calls += 1
