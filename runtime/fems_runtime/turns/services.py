@@ -61,29 +61,21 @@ class TurnServices(SharedServices):
         does not exist, a database that cannot be opened) is a run error located in the script.
         ``resume`` continues the session's last run from its turn records (§16.4): ``session``
         (or ``meta.session``) names it, else the newest session of this script. ``branch``
-        starts a new session from another one's turns (§16.4a).
-        ``timeout`` and ``retry_budget`` (seconds) win over ``meta:`` (§15.4); ``root``: the
-        folder the built-in tools may reach (default: the script's folder, §15.5)."""
+        starts a new session from another one's turns (§16.4a). ``timeout`` and
+        ``retry_budget`` (seconds) win over ``meta:`` (§15.4); ``root``: the folder the
+        built-in tools may reach (default: the script's folder, §15.5)."""
         script = program.script
         meta = dict(script.meta)
-        model = "fems/script" if replies is not None and model is None else model
         project_dirs = _project_dirs(program, base_dir)
         try:
-            models = ModelClient.for_project(
-                *project_dirs,
-                meta_model=_text(meta.get("model")) or None,
-                run_model=model,
-                seed=seed or 0,
-                replies=replies,
-                **_client_options(meta, timeout, retry_budget),
+            client = _client_options(meta, timeout, retry_budget)
+            models = _model_client(project_dirs, meta, model, seed or 0, replies, client)
+            store, number, log = open_store(
+                program, variables, db, Opening(session, resume, branch)
             )
-            opened = Opening(session, resume, branch)
-            store, number, log = open_store(program, variables, db, opened)
         except RunError as error:
             raise error.located(script.file, None) from None
-        tools = Toolbox(
-            root if root is not None else project_dirs[0], code, project_servers(project_dirs)
-        )
+        folder = root if root is not None else project_dirs[0]
         return cls(
             models=models,
             store=store,
@@ -93,7 +85,7 @@ class TurnServices(SharedServices):
             human=_human_provider(human, seed or 0),
             code=code,
             log=log,
-            toolbox=tools,
+            toolbox=Toolbox(folder, code, project_servers(project_dirs)),
             all_tools=_script_tools(variables),
             **_meta_settings(meta),
         )
@@ -142,6 +134,25 @@ class TurnServices(SharedServices):
             self.store.set_last_turn(self.session, max(self.log.turns), at_least=True)
         self.store.set_status(self.session, status)
         self.store.close()
+
+
+def _model_client(
+    project_dirs: list[Path],
+    meta: Mapping[str, Any],
+    model: str | None,
+    seed: int,
+    replies: str | Path | Mapping[str, Any] | None,
+    options: Mapping[str, Any],
+) -> ModelClient:
+    """The run's model client (§15.2): ``--replies`` implies ``fems/script``."""
+    return ModelClient.for_project(
+        *project_dirs,
+        meta_model=_text(meta.get("model")) or None,
+        run_model="fems/script" if replies is not None and model is None else model,
+        seed=seed,
+        replies=replies,
+        **options,
+    )
 
 
 def _meta_settings(meta: Mapping[str, Any]) -> dict[str, Any]:
