@@ -293,3 +293,33 @@ def test_a_batch_runs_continuations_of_one_branch_point(
         )
         first = [m for m in messages(db, session) if m[3] <= 18]
         assert first == [m for m in messages(db, 1) if m[3] <= 18]
+
+
+def test_a_session_run_twice_is_forked_with_its_first_run_as_history(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "side.py").write_text(SIDE, encoding="utf-8")
+    (tmp_path / "t.fems").write_text(SCRIPT, encoding="utf-8")
+    module = tmp_path / "t.py"
+    build_file(tmp_path / "t.fems", module)
+    db = tmp_path / "d.db"
+    for _ in range(2):  # the second run continues session 1 (§3 `session`) from turn 7
+        assert (
+            main(module, capsys, "--model", "fems/mock", "--db", str(db), "--session", "1 / new")[0]
+            == 0
+        )
+    turns = max(m[3] for m in messages(db, 1))
+    assert turns > 6  # the first run's six, then the second's (side.py counts on)
+    status, err = main(module, capsys, "--model", "fems/mock", "--db", str(db), "--fork", "1")
+    assert status == 0, err
+    assert f"(session 2, {turns - 6} turns replayed from session 1)" in err
+    assert messages(db, 2) == messages(db, 1)
+    with Store(str(db)) as store:  # the copied history's scope tags came along
+        assert store.visible_lines(2, "Ann") == store.visible_lines(1, "Ann")
+
+    status, err = main(module, capsys, "--model", "fems/mock", "--db", str(db), "--fork", "1:3")
+    assert status == 0, err
+    assert "turn 3 is from an earlier run of session 1" in err
+    assert "forking at the start of its last run (turn 6)" in err
+    assert session_row(db, 3)["branch_turn"] == 6
+    assert [m for m in messages(db, 3) if m[3] <= 6] == [m for m in messages(db, 1) if m[3] <= 6]

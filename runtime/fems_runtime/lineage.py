@@ -73,10 +73,10 @@ class Branch:
             session, colon, turn = value.strip().partition(":")
             if session.strip().isdigit() and (not colon or turn.strip().isdigit()):
                 return cls(int(session), int(turn) if colon else None)
-        elif isinstance(value, Sequence) and len(value) == 2:
-            session_value, turn_value = value
-            if isinstance(session_value, int) and isinstance(turn_value, int):
-                return cls(session_value, turn_value)
+        elif isinstance(value, tuple | list) and len(value) == 2:
+            session_number, turn_number = value
+            if type(session_number) is int and type(turn_number) is int:
+                return cls(session_number, turn_number)
         raise RunError(f"--fork {value!r}: give SESSION or SESSION:TURN (for example 3:40)")
 
 
@@ -236,16 +236,16 @@ def open_branch(
     turn = None
     if not branch.reuse:
         turn = origin["turn"] = fork_turn(run, branch, warn)
-    history = int(run.mark.get("seq") or 0)
+    history, start = int(run.mark.get("seq") or 0), int(run.mark.get("turn") or 0)
     mark = {
         "kind": "run",
-        "turn": int(run.mark.get("turn") or 0),
+        "turn": start,
         "seq": history,
         "reuse" if branch.reuse else "fork": origin,
     }
 
     def begin(db: Any, session: int) -> None:
-        _copy_history(store, db, branch.parent, session, history, mark["turn"])
+        _copy_history(store, db, branch.parent, session, history, start)
         row = checkpoint_row(session, history, Checkpoint(mark), time.time())
         bulk_insert(db, "checkpoints", CHECKPOINT_COLUMNS, [row])
         if on_create is not None:
