@@ -188,10 +188,10 @@ def run_job(spec: BatchSpec, job: Job) -> dict[str, Any]:
     table = _batch_table(spec.db)
     store = table.store
     settings = job.settings(spec.sets)
-    session, resume = job.session, False
+    session, resume, branch = job.session, False, False
     if session is None:
         session = _new_session(table, program, spec, BatchTag(spec.batch, job.index, settings))
-        resume = spec.fork is not None  # a branch begins as a resumed run (§16.4a)
+        branch = spec.fork is not None  # a branch begins as a resumed run (§16.4a)
     elif (store.session(session) or {}).get("status") == "completed":
         # it completed, but its worker died before reporting it
         return completed_row(store, job, settings, table.runs(spec.batch)[job.index])
@@ -205,7 +205,8 @@ def run_job(spec: BatchSpec, job: Job) -> dict[str, Any]:
         limit = CostLimit(spec.max_cost, elsewhere=others, what="the batch", again=again)
     with tempfile.TemporaryDirectory(prefix="fems2py-batch-") as folder:
         result_file = Path(folder) / "result.json"
-        status, error = asyncio.run(_run(program, spec, job, session, resume, result_file, limit))
+        replays = resume or branch
+        status, error = asyncio.run(_run(program, spec, job, session, replays, result_file, limit))
         ended = _read_result(result_file)
     row: dict[str, Any] = {
         "index": job.index,

@@ -302,8 +302,7 @@ class Program:
         list and write in (default: the script's, §15.5). ``max_cost`` (US dollars, over
         ``meta: max_cost``; a batch passes its own :class:`~fems_runtime.limits.CostLimit`)
         stops the run after the turn whose recorded cost passed it (§15.6)."""
-        options = dict(locals())
-        del options["self"]
+        options = {name: value for name, value in locals().items() if name != "self"}
         run = _Run(self, options)
         try:  # a failure from here on, even before the first step, is a failed run (§16.3)
             ctx = await run.open()
