@@ -186,10 +186,11 @@ def fork_turn(run: ParentRun, branch: Branch, warn: Callable[[str], None]) -> in
     region = _REGION.match(path)
     if region is None:
         return turn
+    branches = (f"{region[0]}>", f"{region[0]}[")  # its branches' paths (not `#10` for `#1`)
     inside = [
         r.turn
         for r in run.records
-        if r.turn is not None and str(r.state["key"][0]).startswith(region[0])
+        if r.turn is not None and str(r.state["key"][0]).startswith(branches)
     ]
     before = max(
         (r.turn for r in run.records if r.turn is not None and r.turn < min(inside)), default=start
