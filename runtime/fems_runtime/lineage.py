@@ -40,7 +40,6 @@ from fems_runtime.records import RunError
 from fems_runtime.store import Checkpoint, NewMessage
 from fems_runtime.store.database import bulk_insert
 from fems_runtime.store.messages import CHECKPOINT_COLUMNS, checkpoint_row
-from fems_runtime.values import to_json
 
 if TYPE_CHECKING:
     from fems_runtime.store import Message, Store
@@ -83,8 +82,9 @@ class Branch:
 def request_digest(request: Mapping[str, Any]) -> str:
     """The sha256 of what a turn asks (its kind, action, executor, model and options, the
     messages it sends; a function, its inputs and its code file's hash): ``--reuse`` replays
-    a turn only when this is the recorded one."""
-    text = json.dumps(to_json(dict(request)), sort_keys=True, ensure_ascii=False, default=str)
+    a turn only when this is the recorded one. Values JSON cannot hold count by their
+    ``repr``."""
+    text = json.dumps(request, sort_keys=True, ensure_ascii=False, default=repr)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 

@@ -45,6 +45,7 @@ again (at-least-once); which branches win a ``join(n)`` race is decided again on
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 import threading
@@ -173,6 +174,31 @@ def write_result(
     Path(path).write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
 
 
+class GrowingTextDigests:
+    """sha256 digests of texts that only grow at their end, such as an actor's context kept
+    between its turns (``owner`` names the growing text: the same object for each longer
+    version): each text is hashed once, not again at every turn that sends it."""
+
+    KEEP = 64  # growing texts followed at once (an actor's context each)
+
+    def __init__(self) -> None:
+        self._hashed: dict[int, tuple[object, Any, int]] = {}
+
+    def digest(self, text: str, owner: object) -> str:
+        """The sha256 of ``text``, the newest version of ``owner``'s text."""
+        found = self._hashed.get(id(owner))
+        if found is not None and found[0] is owner and found[2] <= len(text):
+            hasher, done = found[1], found[2]
+        else:
+            hasher, done = hashlib.sha256(), 0
+        hasher.update(text[done:].encode("utf-8", "surrogatepass"))
+        self._hashed.pop(id(owner), None)
+        if len(self._hashed) >= self.KEEP:
+            self._hashed.pop(next(iter(self._hashed)))
+        self._hashed[id(owner)] = (owner, hasher, len(text))
+        return str(hasher.copy().hexdigest())
+
+
 class InheritedRecords(Protocol):
     """The records a new session takes from the session it starts from (§16.4a,
     :class:`fems_runtime.lineage.Inheritance`)."""
@@ -212,6 +238,7 @@ class TurnLog:
         self.resumed = resumed
         self.replayed = 0
         self.inherited = inherited
+        self.contexts = GrowingTextDigests()  # of the contexts that requests send (§16.4a)
         self._counts: dict[tuple[str, ...], int] = {}
         self._records: dict[tuple[Any, ...], Mapping[str, Any]] = {}
         self.turns: set[int] = set() if inherited is None else inherited.turns()

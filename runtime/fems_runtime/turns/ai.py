@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from fems_runtime.context import model_request, retry_messages
@@ -231,11 +231,27 @@ class AiTurn(CallingTurn):
                 "max_tokens": self.max_tokens,
                 "reasoning": self.effort,
                 "tools": [tool.schema() for tool in self.tools],
-                "messages": [*self.request.messages(self.window_keep()), *self.added],
-                "offline": asdict(offline) if choice.offline else None,
+                "sent": self.sent_parts(),
+                "offline": repr(offline) if choice.offline else None,
                 "seed": self.services.models.mock.seed if mock else None,
             }
         )
+
+    def sent_parts(self) -> dict[str, Any]:
+        """What decides the messages the call sends (the system text, the context as a digest
+        and how much of it fits, memory, prompt, what later calls add): the same parts send
+        the same messages, and the context, the longest part, is hashed once as it grows."""
+        assert self.request is not None
+        request, context = self.request, self.request.context
+        return {
+            "system": request.system,
+            "context": self.services.log.contexts.digest(context.text, context.starts),
+            "entries": context.count,
+            "keep": self.window_keep(),
+            "memory": request.memory,
+            "prompt": request.prompt,
+            "added": self.added,
+        }
 
     def replay(self, offline: OfflineTurn, record: Mapping[str, Any]) -> None:
         """A recorded call of a resumed run: nothing is stored again, the conversation gets
