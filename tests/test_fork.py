@@ -118,6 +118,8 @@ def test_a_fork_replays_the_first_turns_then_goes_live_with_its_own_copies(
     events = read_trace(trace)
     calls = [e for e in events if e["event"] == "llm_call"]
     assert calls and min(e["turn"] for e in calls) == 11  # nothing up to turn 10 was called
+    with Store(str(db)) as store:  # the copies are not its calls: no usage of their own
+        assert store.session_usage(2)["model_calls"] == len(calls)
     replayed = {e["turn"] for e in events if e["event"] == "replay" and "turn" in e}
     assert replayed == set(range(1, 11))
     # the fork has the parent's first ten turns, then another game (seed 2)
@@ -152,6 +154,10 @@ def test_run_takes_fork_from_python_and_refuses_what_makes_no_sense(
     outcome = game.run(model="fems/mock", human="fems/mock", seed=4, db=str(db), fork="1:5")
     assert (outcome.session, outcome.reused) == (2, 5)
     assert game.run(model="fems/mock", human="fems/mock", db=str(db), fork=(1, 3)).reused == 3
+    script = str(module.with_name("werewolf.fems"))
+    args = ["run", script, "--db", str(db), *MOCK, "--fork", "1:7"]
+    assert fems2py_main(args) == 0  # `fems2py run` passes the options to the module
+    assert "(session 4, 7 turns replayed from session 1)" in capsys.readouterr().err
     with pytest.raises(RunError, match="give SESSION or SESSION:TURN"):
         game.run(db=str(db), fork="one")
     with pytest.raises(RunError, match="--fork 9: session 9 does not exist"):

@@ -15,8 +15,9 @@ for a fork, the turn it branches at), the parent's messages of earlier runs are 
 ``run`` mark (§16.4) records where the session comes from. The run is then a resumed run of the
 new session (see :mod:`fems_runtime.records`): it replays its own records first, and a turn
 without one asks :class:`Inheritance` for the parent's record. A record taken from the parent is
-stored in the new session with copies of the messages the parent stored with it, in one
-transaction, marked ``"from": PARENT``; the parent is only read. So a fork or a reuse that is
+stored in the new session with copies of the messages the parent stored with it (without their
+usage figures: the new session did not pay for them), in one transaction, marked
+``"from": PARENT``; the parent is only read. So a fork or a reuse that is
 killed resumes with ``--resume`` like any session, and takes from the parent what it had not
 taken yet.
 
@@ -46,6 +47,10 @@ if TYPE_CHECKING:
 
 SECRET_OPTIONS = frozenset({"api_key", "api_base", "base_url", "headers", "extra_headers"})
 """Model options that say where and as whom a request goes, not what it asks: not in a digest."""
+
+UNPAID = ("model", "prompt_tokens", "completion_tokens", "cost")
+"""What a copied message leaves out: a replayed turn is not a model call of the new session, so
+its cost limit (§15.6) and its usage count only what it called itself."""
 
 _REGION = re.compile(r"/.*?#\d+(?=[>\[]|$)")  # the outermost fork or par of a branch path
 
@@ -271,7 +276,8 @@ def _copy_history(store: Store, db: Any, parent: int, session: int, upto: int, t
     if upto:
         m = t.messages
         names = [c.name for c in m.columns if c.name not in ("id", "session_id")]
-        rows = sa.select(sa.literal(session), *(m.c[n] for n in names)).where(
+        values = (sa.null() if n in UNPAID else m.c[n] for n in names)
+        rows = sa.select(sa.literal(session), *values).where(
             (m.c.session_id == parent) & (m.c.seq <= upto)
         )
         db.execute(m.insert().from_select(["session_id", *names], rows))
@@ -424,6 +430,8 @@ class Inheritance:
         self.in_order = False
 
     def _copies(self, after: int, upto: int) -> list[NewMessage]:
+        """Copies of the parent's messages after ``after`` up to ``upto``: what was said, by
+        whom, to whom; not the usage figures (:data:`UNPAID`)."""
         copies = []
         for seq in range(after + 1, upto + 1):
             message, (souls, users) = self.messages[seq]
@@ -439,10 +447,6 @@ class Inheritance:
                     speaker_soul=message.speaker_soul,
                     speaker_user=message.speaker_user,
                     speaker_name=message.speaker_name,
-                    model=message.model,
-                    prompt_tokens=message.prompt_tokens,
-                    completion_tokens=message.completion_tokens,
-                    cost=message.cost,
                 )
             )
         return copies
