@@ -4,7 +4,11 @@ another one's turns, replayed from its records, with its own copies of their mes
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -329,3 +333,53 @@ def test_a_session_run_twice_is_forked_with_its_first_run_as_history(
     assert "forking at the start of its last run (turn 6)" in err
     assert session_row(db, 3)["branch_turn"] == 6
     assert [m for m in messages(db, 3) if m[3] <= 6] == [m for m in messages(db, 1) if m[3] <= 6]
+
+
+WAITING = """\
+import os
+import time
+from pathlib import Path
+
+COUNT = []
+
+
+def note(said):
+    COUNT.append(said)
+    if len(COUNT) == 2 and os.environ.get("WAIT"):  # the parent waits here, running
+        Path("waiting").touch()
+        while not Path("go").exists():
+            time.sleep(0.02)
+    return len(COUNT)
+"""
+
+
+def test_a_running_parent_is_forked_at_a_turn_it_recorded(tmp_path: Path) -> None:
+    (tmp_path / "side.py").write_text(WAITING, encoding="utf-8")
+    (tmp_path / "t.fems").write_text(SCRIPT, encoding="utf-8")
+    module = tmp_path / "t.py"
+    build_file(tmp_path / "t.fems", module)
+    args = [sys.executable, str(module), "--db", "d.db", "--model", "fems/mock"]
+    wait = {**os.environ, "WAIT": "1"}  # until the test lets it go on
+    with subprocess.Popen(
+        args, cwd=tmp_path, env=wait, stderr=subprocess.PIPE, text=True
+    ) as running:
+        try:
+            deadline = time.monotonic() + 60
+            while not (tmp_path / "waiting").exists():
+                assert running.poll() is None and time.monotonic() < deadline
+                time.sleep(0.02)
+            assert session_row(tmp_path / "d.db", 1)["status"] == "running"
+            forked = run_program(module, "--db", "d.db", "--model", "fems/mock", "--fork", "1:3")
+            assert forked.returncode == 0, forked.stderr
+            assert "3 turns replayed from session 1" in forked.stderr
+            (tmp_path / "go").touch()
+            _, err = running.communicate(timeout=60)
+            assert running.returncode == 0, err
+        finally:
+            if running.poll() is None:
+                running.kill()
+    parent = messages(tmp_path / "d.db", 1)
+    assert session_row(tmp_path / "d.db", 1)["status"] == "completed"
+    assert [m for m in messages(tmp_path / "d.db", 2) if m[3] <= 3] == [
+        m for m in parent if m[3] <= 3
+    ]
