@@ -316,22 +316,6 @@ class Program:
         finally:
             run.writer.close()
 
-    def _cost_limit(self, option: float | CostLimit | None, turns: TurnServices) -> None:
-        """The run's cost limit (§15.6), counting from what the session has already spent and
-        then from every message the store writes, checked after each turn once it is written."""
-        limit = cost_limit(option, self.script.meta)
-        if limit is None:
-            return
-        spent = turns.store.session_usage(turns.session)["cost"]
-        limit.start(turns.session, spent, lambda text: turns.warn(f"{self.script.file}: {text}"))
-        turns.store.listen(limit.saw)
-
-        def check(spec: TurnSpec) -> None:
-            turns.store.flush()
-            limit.check(spec.action)
-
-        turns.after_turn.append(check)
-
     def locate(self, error: BaseException, db: str | None = None) -> BaseException:
         """A :class:`RunError` with the ``.fems`` location of ``error`` (its innermost generated
         line, through the line table); other exceptions are wrapped. The password of the
@@ -472,7 +456,7 @@ class _Run:
             turns.transcript = (
                 transcript if isinstance(transcript, Transcript) else Transcript(everyone=everyone)
             )
-        program._cost_limit(options["max_cost"], turns)
+        self._cost_limit(options["max_cost"], turns)
         services = _Services(program, variables, self.writer, turns, code)
         methods = {m.name: m for m in program.methods}
         self.ctx = Context(services, variables.root, self.steps, methods=methods)
@@ -482,6 +466,24 @@ class _Run:
         elif souls is not None:
             turns.store.seed_file(souls)
         return self.ctx
+
+    def _cost_limit(self, option: float | CostLimit | None, turns: TurnServices) -> None:
+        """The run's cost limit (§15.6), counting from what the session has already spent and
+        then from every message the store writes, checked after each turn once it is written."""
+        limit = cost_limit(option, self.program.script.meta)
+        if limit is None:
+            return
+        spent = turns.store.session_usage(turns.session)["cost"]
+        limit.start(
+            turns.session, spent, lambda text: turns.warn(f"{self.program.script.file}: {text}")
+        )
+        turns.store.listen(limit.saw)
+
+        def check(spec: TurnSpec) -> None:
+            turns.store.flush()
+            limit.check(spec.action)
+
+        turns.after_turn.append(check)
 
     async def completed(self) -> RunResult:
         """Close the run as completed and write its ``--result`` file."""
