@@ -25,13 +25,7 @@ MEASURED = (ROOT / "fems2py", ROOT / "runtime" / "fems_runtime")
 FILE_LINES, CLASS_LINES, FUNCTION_LINES = 800, 400, 60
 
 #: ``"path::Qualified.name"`` (or a path alone for a file) → the size it may keep for now.
-ALLOWED: dict[str, int] = {
-    # helper `fork` is splitting these
-    "fems2py/batch/runner.py::prepare": 74,
-    "fems2py/batch/runner.py::run_batch": 77,
-    "runtime/fems_runtime/app.py::Program.run_async": 139,
-    "runtime/fems_runtime/turns/services.py::TurnServices.open": 63,
-}
+ALLOWED: dict[str, int] = {}
 
 
 @dataclass(frozen=True)

@@ -172,3 +172,26 @@ def test_a_database_made_before_lineage_gains_its_columns(url: str) -> None:
             (1, None),
         ]
         assert [node.session["id"] for node in store.session_tree()[0].children] == [fork]
+
+
+def test_forks_and_reuses_of_a_werewolf_game_on_postgres(url: str, tmp_path: Path) -> None:
+    """§16.4a on PostgreSQL: a session continued by a second run is forked with its first
+    run's messages as history (copied by INSERT … SELECT, scope tags too), and reused whole."""
+    from fems_helpers import load
+
+    module = tmp_path / "werewolf.py"
+    build_file(WEREWOLF / "werewolf.fems", module, bundle=True)
+    game = load(module)
+    options = {"model": "fems/mock", "human": "fems/mock", "db": url}
+    game.run(**options, seed=1, session="1 / new")
+    game.run(**options, seed=2, session=1)  # a second game in session 1, after the first
+    forked = game.run(**options, seed=2, fork=1)
+    reused = game.run(**options, seed=2, reuse=1)
+    assert forked.model_calls == reused.model_calls == 0
+    with Store(url) as store:
+        parent = [(m.seq, m.kind, m.content, m.turn) for m in store.messages(1)]
+        scopes = [store.visible_lines(1, soul) for soul in ("alice", "bob")]
+        for session in (forked.session, reused.session):
+            assert [(m.seq, m.kind, m.content, m.turn) for m in store.messages(session)] == parent
+            assert [store.visible_lines(session, soul) for soul in ("alice", "bob")] == scopes
+            assert store.session(session)["parent"] == 1

@@ -6,8 +6,8 @@ compared on the same games. Run ``index`` is ``seed position × models + model p
 batch extended with ``--runs`` keeps every index it had.
 
 The batch id is ``--batch NAME``, else derived from what decides a session's outcome: the
-built module, the first seed, the models, the ``--set`` values, who plays humans and the
-replies. The number of runs is not part of it: rerunning with a larger ``--runs`` adds
+built module, the first seed, the models, the ``--set`` values, who plays humans, the
+replies and the ``--fork`` branch point. The number of runs is not part of it: rerunning with a larger ``--runs`` adds
 sessions to the same batch.
 """
 
@@ -84,8 +84,10 @@ def batch_id(
     sets: Mapping[str, str],
     human: str,
     replies: Any,
+    fork: Any = None,
 ) -> str:
-    """``--batch NAME`` (checked), else ``SCRIPT-HASH`` of what decides the sessions."""
+    """``--batch NAME`` (checked), else ``SCRIPT-HASH`` of what decides the sessions (with
+    ``fork``, the branch point they all start from)."""
     if name is not None:
         if not BATCH_NAME.fullmatch(name):
             raise UsageError(
@@ -100,6 +102,7 @@ def batch_id(
             "set": dict(sorted(sets.items())),
             "human": human,
             "replies": replies,
+            **({"fork": [fork.parent, fork.turn]} if fork is not None else {}),
         },
         sort_keys=True,
         ensure_ascii=False,

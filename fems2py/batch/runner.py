@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fems_runtime.records import RunError
 
@@ -42,6 +42,9 @@ from fems2py.batch.worker import (
     run_job,
     start_worker,
 )
+
+if TYPE_CHECKING:
+    from fems_runtime.lineage import Branch
 
 MAX_RESTARTS = 3  # pools rebuilt after a worker died, per invocation
 STOP_GRACE_S = 15.0  # how long stopped sessions may take to flush and mark themselves
@@ -71,6 +74,7 @@ class BatchOptions:
     retry_budget: float | None = None
     root: Path | None = None
     max_cost: float | None = None
+    fork: str | None = None  # SESSION:TURN: every session continues that one (§16.4a)
     progress: bool = True
 
 
@@ -89,22 +93,53 @@ class Prepared:
 def prepare(options: BatchOptions, module_path: Path) -> Prepared:
     """Check the options against the built module and the database; raise :class:`UsageError`
     for a mistake (and :class:`fems_runtime.records.RunError` for a database that fails)."""
-    from fems_runtime.store import Store, database_url
-
     plan = make_plan(options.runs, options.seeds, options.models)
+    _check_settings(options)
+    sets = parse_sets(options.sets)
+    source = module_path.read_text(encoding="utf-8")
+    program = load_module(ModuleBundle(str(module_path), source)).PROGRAM
+    initial_values(program, sets)  # a --set the script cannot take: a UsageError
+    collect = _collected(options, program)
+    url = _database(options, program)
+    fork = _branch_point(options.fork, url)
+    replies = _read_replies(options.replies)
+    name = batch_id(
+        options.batch, program.script.file, source, plan, sets, options.human, replies, fork
+    )
+    spec = BatchSpec(
+        batch=name,
+        module=ModuleBundle(str(module_path), source, _code_files(module_path, program)),
+        db=url,
+        human=str(options.human),
+        project_dir=str(options.script.resolve().parent),
+        replies=replies,
+        sets=sets,
+        timeout=options.timeout,
+        retry_budget=options.retry_budget,
+        root=str(options.root.resolve()) if options.root is not None else None,
+        max_cost=options.max_cost,
+        fork=fork,
+    )
+    prepared = Prepared(spec, plan, collect, [])
+    _sort_jobs(prepared, options.souls)
+    return prepared
+
+
+def _check_settings(options: BatchOptions) -> None:
+    """The options that need nothing but themselves: a cost limit, an unattended human."""
     if options.max_cost is not None and not 0 <= options.max_cost < float("inf"):
         raise UsageError(
             f"--max-cost {options.max_cost:g}: give a number of US dollars ≥ 0", "e.g. --max-cost 5"
         )
-    sets = parse_sets(options.sets)
     if options.human == "terminal":
         raise UsageError(
             "--human terminal: a batch runs unattended",
             "use --human fems/mock or an answers file",
         )
-    source = module_path.read_text(encoding="utf-8")
-    program = load_module(ModuleBundle(str(module_path), source)).PROGRAM
-    initial_values(program, sets)  # a --set the script cannot take: a UsageError
+
+
+def _collected(options: BatchOptions, program: Any) -> list[str]:
+    """The ``--collect`` variables, each one of the script's."""
     collect = [name.strip() for item in options.collect for name in item.split(",")]
     collect = [name for name in dict.fromkeys(collect) if name]
     for name in collect:
@@ -115,6 +150,13 @@ def prepare(options: BatchOptions, module_path: Path) -> Prepared:
                 f"--collect {name}: the script has no variable {name!r}",
                 suggest(name, program.variables) or "--collect names variables of vars:",
             )
+    return collect
+
+
+def _database(options: BatchOptions, program: Any) -> str:
+    """The batch's database URL: one its workers share (a file, or a server for Ray)."""
+    from fems_runtime.store import database_url
+
     db = options.db if options.db is not None else str(program.script.meta.get("database") or "")
     if options.db is not None and not options.db.strip():
         raise UsageError("--db is empty: give a database path or SQLAlchemy URL")
@@ -130,36 +172,48 @@ def prepare(options: BatchOptions, module_path: Path) -> Prepared:
             "give --db a PostgreSQL URL every machine reaches "
             "(postgresql+psycopg://user@host/db), or run on this machine with --ray alone",
         )
-    replies = _read_replies(options.replies)
-    name = batch_id(options.batch, program.script.file, source, plan, sets, options.human, replies)
-    spec = BatchSpec(
-        batch=name,
-        module=ModuleBundle(str(module_path), source, _code_files(module_path, program)),
-        db=url,
-        human=str(options.human),
-        project_dir=str(options.script.resolve().parent),
-        replies=replies,
-        sets=sets,
-        timeout=options.timeout,
-        retry_budget=options.retry_budget,
-        root=str(options.root.resolve()) if options.root is not None else None,
-        max_cost=options.max_cost,
-    )
-    prepared = Prepared(spec, plan, collect, [])
+    return url
+
+
+def _branch_point(fork: str | None, url: str) -> Branch | None:
+    """``--fork SESSION:TURN``: the turn every session branches at, checked against the
+    database once (with its notice, §16.4a), so the workers branch silently."""
+    if fork is None:
+        return None
+    from fems_runtime.lineage import Branch, fork_turn, parent_run
+    from fems_runtime.store import Store
+
+    branch = Branch.fork(fork)
     with Store(url) as store:
-        if options.souls is not None:
-            store.seed_file(options.souls)
-        earlier = BatchTable(store).runs(name)
-        for job in plan.jobs():
+        if store.session(branch.parent) is None:
+            raise UsageError(f"--fork {fork}: session {branch.parent} does not exist")
+        run = parent_run(store, branch.parent, branch.option)
+    notices: list[str] = []
+    turn = fork_turn(run, branch, notices.append)
+    for notice in notices:
+        print(f"fems2py batch: notice: {notice}", file=sys.stderr)
+    return Branch(branch.parent, turn)
+
+
+def _sort_jobs(prepared: Prepared, souls: Path | None) -> None:
+    """Which of the plan's sessions an earlier invocation completed (their rows), and which
+    are left to run: new ones, and interrupted ones to resume."""
+    from fems_runtime.store import Store
+
+    spec = prepared.spec
+    with Store(spec.db) as store:
+        if souls is not None:
+            store.seed_file(souls)
+        earlier = BatchTable(store).runs(spec.batch)
+        for job in prepared.plan.jobs():
             run = earlier.get(job.index)
             if run is None:
                 prepared.jobs.append(job)
             elif run["status"] == "completed":
-                row = completed_row(store, job, job.settings(sets), run)
+                row = completed_row(store, job, job.settings(spec.sets), run)
                 prepared.rows[job.index] = row
             else:
                 prepared.jobs.append(dataclasses.replace(job, session=run["session"]))
-    return prepared
 
 
 def _read_replies(path: Path | None) -> dict[str, Any] | None:
@@ -512,8 +566,6 @@ def run_batch(options: BatchOptions, module_path: Path) -> int:
 
     prepared = prepare(options, module_path)
     spec, plan = prepared.spec, prepared.plan
-    total = len(plan.jobs())
-    workers = max(1, min(options.workers or os.cpu_count() or 1, len(prepared.jobs) or 1))
 
     def refresh(jobs: list[Job]) -> list[Job]:
         with Store(spec.db) as store:
@@ -527,42 +579,12 @@ def run_batch(options: BatchOptions, module_path: Path) -> int:
 
     outcome = Outcome()
     if not prepared.jobs:
-        print(f"batch {spec.batch}: all {total} sessions already completed", file=sys.stderr)
-    else:
-        executor = make_executor(options, spec, workers)
-        where = "Ray task slots" if options.ray is not None else "processes"
         print(
-            f"batch {spec.batch}: {total} sessions, {len(prepared.rows)} already completed, "
-            f"{len(prepared.jobs)} to run on {workers} {where}"
-            + (
-                f" (their messages: {worker_log(options, spec.batch)})"
-                if options.ray is None
-                else ""
-            ),
+            f"batch {spec.batch}: all {len(plan.jobs())} sessions already completed",
             file=sys.stderr,
         )
-        display: RichDisplay | QuietDisplay = (
-            RichDisplay(total, spec.batch) if options.progress else QuietDisplay()
-        )
-        with contextlib.ExitStack() as stack:
-            budget = None
-            if options.max_cost is not None:
-                store = stack.enter_context(Store(spec.db))
-                budget = CostBudget(options.max_cost, BatchSpending(BatchTable(store), spec.batch))
-            try:
-                outcome = execute(
-                    executor, prepared.jobs, refresh, display, list(prepared.rows.values()), budget
-                )
-            finally:
-                display.close()
-                executor.close()
-            if outcome.not_started and budget is not None:
-                print(
-                    f"batch {spec.batch}: the batch's recorded cost ${budget.spent():.4f} passed "
-                    f"--max-cost ${budget.limit:g}: {outcome.not_started} sessions not started; "
-                    "run the same command with a higher --max-cost to go on",
-                    file=sys.stderr,
-                )
+    else:
+        outcome = _run_jobs(options, prepared, refresh)
     rows = _all_rows(plan, prepared, outcome, refresh)
     summary = results.summarize(rows, prepared.collect, plan.models)
     try:
@@ -582,6 +604,54 @@ def run_batch(options: BatchOptions, module_path: Path) -> int:
             file=sys.stderr,
         )
     return EXIT_OK if all(row["status"] == "completed" for row in rows) else EXIT_FAILED
+
+
+def _run_jobs(
+    options: BatchOptions, prepared: Prepared, refresh: Callable[[list[Job]], list[Job]]
+) -> Outcome:
+    """Run the jobs left on the pool or on Ray, with a progress display and the cost limit."""
+    from fems_runtime.store import Store
+
+    spec, total = prepared.spec, len(prepared.plan.jobs())
+    workers = max(1, min(options.workers or os.cpu_count() or 1, len(prepared.jobs)))
+    executor = make_executor(options, spec, workers)
+    where = "Ray task slots" if options.ray is not None else "processes"
+    log = f" (their messages: {worker_log(options, spec.batch)})" if options.ray is None else ""
+    print(
+        f"batch {spec.batch}: {total} sessions{_branch_text(spec.fork)}, "
+        f"{len(prepared.rows)} already completed, {len(prepared.jobs)} to run on {workers} "
+        f"{where}{log}",
+        file=sys.stderr,
+    )
+    display: RichDisplay | QuietDisplay = (
+        RichDisplay(total, spec.batch) if options.progress else QuietDisplay()
+    )
+    with contextlib.ExitStack() as stack:
+        budget = None
+        if options.max_cost is not None:
+            store = stack.enter_context(Store(spec.db))
+            budget = CostBudget(options.max_cost, BatchSpending(BatchTable(store), spec.batch))
+        try:
+            earlier = list(prepared.rows.values())
+            outcome = execute(executor, prepared.jobs, refresh, display, earlier, budget)
+        finally:
+            display.close()
+            executor.close()
+        if outcome.not_started and budget is not None:
+            print(
+                f"batch {spec.batch}: the batch's recorded cost ${budget.spent():.4f} passed "
+                f"--max-cost ${budget.limit:g}: {outcome.not_started} sessions not started; "
+                "run the same command with a higher --max-cost to go on",
+                file=sys.stderr,
+            )
+    return outcome
+
+
+def _branch_text(fork: Branch | None) -> str:
+    """How the batch's header names its branch point (§16.4a)."""
+    if fork is None:
+        return ""
+    return f" continuing session {fork.parent} from turn {fork.turn}"
 
 
 def _all_rows(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,6 +65,16 @@ class BatchTable:
         script_hash: str | None = None,
     ) -> int:
         """A new session of the store, tagged with ``tag`` in the transaction that creates it."""
+        return self.store.open_session(
+            "new",
+            title=title,
+            script=script,
+            script_hash=script_hash,
+            on_create=self.tag_writer(tag),
+        )
+
+    def tag_writer(self, tag: BatchTag) -> Callable[[Any, int], None]:
+        """What tags a session with ``tag`` inside the transaction that creates it."""
 
         def write_tag(db: Any, session: int) -> None:
             db.execute(
@@ -77,9 +87,7 @@ class BatchTable:
                 )
             )
 
-        return self.store.open_session(
-            "new", title=title, script=script, script_hash=script_hash, on_create=write_tag
-        )
+        return write_tag
 
     def runs(self, batch: str) -> dict[int, dict[str, Any]]:
         """The runs of a batch by index: ``{"session", "status", "settings", "result"}``

@@ -28,6 +28,7 @@ from typing import Any
 from fems_runtime.app import Program
 from fems_runtime.funcs import load_code
 from fems_runtime.limits import CostLimit
+from fems_runtime.lineage import Branch, open_branch
 from fems_runtime.records import RunError
 from fems_runtime.store import Store
 from fems_runtime.values import LiteralError, parse_literal
@@ -65,6 +66,7 @@ class BatchSpec:
     retry_budget: float | None = None
     root: str | None = None
     max_cost: float | None = None  # the whole batch's (§15.6)
+    fork: Branch | None = None  # every session continues this branch point (§16.4a)
 
 
 @dataclass(frozen=True)
@@ -186,14 +188,10 @@ def run_job(spec: BatchSpec, job: Job) -> dict[str, Any]:
     table = _batch_table(spec.db)
     store = table.store
     settings = job.settings(spec.sets)
-    session, resume = job.session, False
+    session, resume, branch = job.session, False, False
     if session is None:
-        session = table.open_session(
-            BatchTag(spec.batch, job.index, settings),
-            title=str(program.script.meta.get("name") or "") or None,
-            script=program.script.file,
-            script_hash=program.script.sha256,
-        )
+        session = _new_session(table, program, spec, BatchTag(spec.batch, job.index, settings))
+        branch = spec.fork is not None  # a branch begins as a resumed run (§16.4a)
     elif (store.session(session) or {}).get("status") == "completed":
         # it completed, but its worker died before reporting it
         return completed_row(store, job, settings, table.runs(spec.batch)[job.index])
@@ -207,7 +205,8 @@ def run_job(spec: BatchSpec, job: Job) -> dict[str, Any]:
         limit = CostLimit(spec.max_cost, elsewhere=others, what="the batch", again=again)
     with tempfile.TemporaryDirectory(prefix="fems2py-batch-") as folder:
         result_file = Path(folder) / "result.json"
-        status, error = asyncio.run(_run(program, spec, job, session, resume, result_file, limit))
+        replays = resume or branch
+        status, error = asyncio.run(_run(program, spec, job, session, replays, result_file, limit))
         ended = _read_result(result_file)
     row: dict[str, Any] = {
         "index": job.index,
@@ -224,6 +223,24 @@ def run_job(spec: BatchSpec, job: Job) -> dict[str, Any]:
     if status != "interrupted":
         table.save_result(spec.batch, job.index, row)
     return row
+
+
+def _new_session(table: BatchTable, program: Program, spec: BatchSpec, tag: BatchTag) -> int:
+    """A new session of the batch, tagged; with ``--fork``, one that branches from the
+    batch's branch point (checked, with its notices, when the batch was prepared)."""
+    title = str(program.script.meta.get("name") or "") or None
+    script = program.script
+    if spec.fork is None:
+        return table.open_session(tag, title=title, script=script.file, script_hash=script.sha256)
+    return open_branch(
+        table.store,
+        spec.fork,
+        title=title,
+        script=script.file,
+        script_hash=script.sha256,
+        warn=lambda text: None,
+        on_create=table.tag_writer(tag),
+    )
 
 
 def completed_row(

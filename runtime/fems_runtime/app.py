@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hashlib
 import os
 import sys
 import traceback
@@ -32,8 +33,10 @@ from fems_runtime.flow import (
     failed_node,
 )
 from fems_runtime.limits import CostLimit, cost_limit
+from fems_runtime.lineage import Branch, request_digest
 from fems_runtime.linetable import LineTable
 from fems_runtime.names import DeclaredNames
+from fems_runtime.options import run_option_parser
 from fems_runtime.records import RunError, StepCounter, TraceWriter, TurnLog, write_result
 from fems_runtime.store import Checkpoint, hide_password
 from fems_runtime.transcript import Transcript
@@ -93,6 +96,7 @@ class RunResult:
     variables: dict[str, Any]
     model_calls: int = 0
     replayed: int = 0  # turns a resumed run took from the session's records (§16.4)
+    reused: int = 0  # turns a fork or a reuse took from its parent session (§16.4a)
 
 
 class _Services:
@@ -115,6 +119,7 @@ class _Services:
         self.trace = trace
         self.turns = turns  # ctx.ai/human/mind run their turns there
         self._code = code
+        self._hashes: dict[str, str | None] = {}
 
     def code(self, alias: str) -> ModuleType:
         """The ``code:`` file ``alias``, loaded once, relative to the generated module (§5)."""
@@ -126,16 +131,20 @@ class _Services:
         name = f"action {spec.action} ({spec.code}.{spec.function})"
         log = self.turns.log
         key = log.key(ctx.path, ctx.node, spec.action, f"{spec.code}.{spec.function}")
-        record = log.recorded(key)
         spawn = spec.code == "system" and spec.function == "spawn"  # built in (§9.8)
         try:
+            record = log.recorded(key)
+            inputs = None
+            if record is None and log.compares:  # a reuse replays the same call (§16.4a)
+                inputs = self._inputs(ctx, spec, spawn, name)
+                record = log.recorded(key, request=self._digest(spec, inputs))
             if record is not None:  # a resumed run replays the recorded result (§16.4)
                 return self._replay_func(ctx, spec, record["result"])
+            log.going_live()
+            if inputs is None:
+                inputs = self._inputs(ctx, spec, spawn, name)
+            self.trace.write("func", node=ctx.node, action=spec.action, inputs=inputs)
             if spawn:
-                inputs = dict(spec.inputs or {})
-                if "spawn_requests" not in inputs and ctx.frame.declared("spawn_requests"):
-                    inputs["spawn_requests"] = ctx["spawn_requests"]
-                self.trace.write("func", node=ctx.node, action=spec.action, inputs=inputs)
                 result: Any = funcs.spawn(
                     self.variables,
                     inputs.get("spawn_requests"),
@@ -144,26 +153,54 @@ class _Services:
                 )
             else:
                 function = self._code.function(spec.code, spec.function)
-                given = spec.inputs
-                inputs = (
-                    given
-                    if given is not None
-                    else funcs.auto_inputs(function, ctx.frame, name=name)
-                )
-                self.trace.write("func", node=ctx.node, action=spec.action, inputs=inputs)
                 result = await funcs.call_function(function, inputs, name=name)
             pairs = funcs.assign_returns(ctx.frame, result, spec.outs or (), name=name)
             done: dict[str, Any] = {"outs": [value for _, value in pairs]}
             if spawn:
                 done["actors"] = result
+            entry = TurnLog.entry("func", key, None, done, request=self._digest(spec, inputs))
             self.turns.store.submit(
-                self.turns.session,
-                (),
-                Checkpoint(TurnLog.entry("func", key, None, done), ctx.steps.total, ctx.node),
+                self.turns.session, (), Checkpoint(entry, ctx.steps.total, ctx.node)
             )
         except RunError as error:
             raise error.located(self.file, spec.line) from error.__cause__
         return result
+
+    def _inputs(self, ctx: Context, spec: FuncSpec, spawn: bool, name: str) -> dict[str, Any]:
+        """The function's inputs: its ``in:``, else its parameters' variables (§9.7); a spawn
+        also takes the ``spawn_requests`` variable (§9.8)."""
+        if spawn:
+            inputs = dict(spec.inputs or {})
+            if "spawn_requests" not in inputs and ctx.frame.declared("spawn_requests"):
+                inputs["spawn_requests"] = ctx["spawn_requests"]
+            return inputs
+        if spec.inputs is not None:
+            return dict(spec.inputs)
+        function = self._code.function(spec.code, spec.function)
+        return funcs.auto_inputs(function, ctx.frame, name=name)
+
+    def _digest(self, spec: FuncSpec, inputs: Mapping[str, Any]) -> str:
+        """The digest of a function call (§16.4a): the function, its inputs, its file's hash."""
+        return request_digest(
+            {
+                "kind": "func",
+                "action": spec.action,
+                "function": f"{spec.code}.{spec.function}",
+                "inputs": dict(inputs),
+                "code": self._code_hash(spec.code),
+            }
+        )
+
+    def _code_hash(self, alias: str) -> str | None:
+        """The sha256 of the ``code:`` file ``alias`` (None: built in, or not readable)."""
+        if alias not in self._hashes:
+            path = self._code.files.get(alias)
+            try:
+                data = Path(path).read_bytes() if path is not None else None
+            except OSError:
+                data = None
+            self._hashes[alias] = hashlib.sha256(data).hexdigest() if data is not None else None
+        return self._hashes[alias]
 
     def _replay_func(self, ctx: Context, spec: FuncSpec, done: Mapping[str, Any]) -> Any:
         """A recorded function result: write its out values again (a spawn registers its
@@ -243,6 +280,8 @@ class Program:
         trace: str | Path | None = None,
         result: str | Path | None = None,
         resume: bool = False,
+        fork: str | int | Sequence[int] | None = None,
+        reuse: int | None = None,
         transcript: bool | Transcript = False,
         souls: str | Path | Mapping[str, Any] | None = None,
         observer: RunObserver | None = None,
@@ -259,133 +298,27 @@ class Program:
         spend retrying) override ``meta: timeout`` / ``retry_budget`` (§15.4).
         ``resume`` continues an interrupted or failed session (``session`` N, else the newest
         session of this script) from its turn records (§16.4, see :mod:`fems_runtime.records`):
-        a completed session or one run from a different script is refused. ``observer``
-        watches the run (the stage, §17); ``human`` may be a provider object (its page).
-        ``root`` is the folder the built-in tools read, list and write in (default: the
-        script's, §15.5). ``max_cost`` (US dollars, over ``meta: max_cost``; a batch passes its
-        own :class:`~fems_runtime.limits.CostLimit`) stops the run after the turn whose
-        recorded cost passed it (§15.6)."""
-        steps = StepCounter(int(self.script.meta.get("max_steps", DEFAULT_MAX_STEPS)), "the run")
-        variables: Variables | None = None
-        turns: TurnServices | None = None
-        ctx: Context | None = None
-        writer = TraceWriter(None)
+        a completed session or one run from a different script is refused. ``fork``
+        (``"SESSION:TURN"``, ``SESSION`` or a pair) starts a new session from another's first
+        turns, ``reuse`` (a session number) from its unchanged turns (§16.4a, see
+        :mod:`fems_runtime.lineage`). ``observer`` watches the run (the stage, §17); ``human``
+        may be a provider object (its page). ``root`` is the folder the built-in tools read,
+        list and write in (default: the script's, §15.5). ``max_cost`` (US dollars, over
+        ``meta: max_cost``; a batch passes its own :class:`~fems_runtime.limits.CostLimit`)
+        stops the run after the turn whose recorded cost passed it (§15.6)."""
+        options = {name: value for name, value in locals().items() if name != "self"}
+        run = _Run(self, options)
         try:  # a failure from here on, even before the first step, is a failed run (§16.3)
-            from fems_runtime.turns import TurnServices
-
-            if db is not None and not str(db).strip():
-                raise RunError("--db is empty: give a database path or SQLAlchemy URL")
-            writer = TraceWriter(trace)
-            variables = Variables(self.variables, self.actors, self.blueprints)
-            code = funcs.CodeFiles(self.script.code, Path(self.module_file).resolve().parent)
-            turns = TurnServices.open(
-                self,
-                variables,
-                writer,
-                model=model,
-                replies=replies,
-                db=db,
-                session=session,
-                human=human,
-                seed=seed,
-                code=code.module,
-                resume=bool(resume),
-                root=root,
-                timeout=timeout,
-                retry_budget=retry_budget,
-            )
-            if observer is not None:
-                observer.run_opened(turns.store, turns.session, writer)
-                turns.reply_watchers.append(observer.reply_started)
-            if transcript:
-                turns.transcript = (
-                    transcript
-                    if isinstance(transcript, Transcript)
-                    else Transcript(everyone=[spec.name for spec in self.actors])
-                )
-            self._cost_limit(max_cost, turns)
-            services = _Services(self, variables, writer, turns, code)
-            ctx = Context(
-                services, variables.root, steps, methods={m.name: m for m in self.methods}
-            )
-            if isinstance(souls, Mapping):
-                turns.store.seed(souls)
-            elif souls is not None:
-                turns.store.seed_file(souls)
+            ctx = await run.open()
             await self.main_flow(ctx)
-            if observer is not None:
-                observer.run_closing("completed", None)
-            await turns.models.aclose()
-            await turns.toolbox.aclose()
-            turns.finish("completed")
-            outcome = RunResult(
-                turns.session,
-                "completed",
-                steps.count,
-                variables.snapshot(),
-                turns.model_calls,
-                turns.log.replayed,
-            )
-            if result is not None:
-                write_result(
-                    result,
-                    session=turns.session,
-                    status="completed",
-                    steps=steps.count,
-                    variables=outcome.variables,
-                )
-            return outcome
+            return await run.completed()
         except BaseException as error:
-            located = self.locate(error, db)
-            node = failed_node(error) or (ctx.node if ctx is not None else None)
-            # each report is tried even when another one fails: the result file matters most
-            with contextlib.suppress(Exception):
-                line = getattr(located, "line", None)
-                writer.write("error", node=node, line=line, message=str(located))
-            if result is not None:
-                try:
-                    write_result(
-                        result,
-                        session=turns.session if turns is not None else None,
-                        status="failed",
-                        steps=steps.count,
-                        variables=variables.snapshot() if variables is not None else {},
-                        error=str(located),
-                    )
-                except Exception as unwritten:  # reported with the run's own error
-                    if isinstance(located, RunError):
-                        located.message += f" (and --result {result} was not written: {unwritten})"
-            if turns is not None:
-                with contextlib.suppress(Exception):
-                    if observer is not None:
-                        observer.run_closing("failed", str(located))
-                with contextlib.suppress(Exception):
-                    await turns.models.aclose()
-                with contextlib.suppress(Exception):
-                    await turns.toolbox.aclose()
-                with contextlib.suppress(Exception):
-                    turns.finish("failed")
+            located = await run.failed(error)
             if located is error:
                 raise
             raise located from error
         finally:
-            writer.close()
-
-    def _cost_limit(self, option: float | CostLimit | None, turns: TurnServices) -> None:
-        """The run's cost limit (§15.6), counting from what the session has already spent and
-        then from every message the store writes, checked after each turn once it is written."""
-        limit = cost_limit(option, self.script.meta)
-        if limit is None:
-            return
-        spent = turns.store.session_usage(turns.session)["cost"]
-        limit.start(turns.session, spent, lambda text: turns.warn(f"{self.script.file}: {text}"))
-        turns.store.listen(limit.saw)
-
-        def check(spec: TurnSpec) -> None:
-            turns.store.flush()
-            limit.check(spec.action)
-
-        turns.after_turn.append(check)
+            run.writer.close()
 
     def locate(self, error: BaseException, db: str | None = None) -> BaseException:
         """A :class:`RunError` with the ``.fems`` location of ``error`` (its innermost generated
@@ -410,12 +343,9 @@ class Program:
         parser = _argument_parser(self.script)
         try:
             args = parser.parse_args(argv)
-            if args.resume and str(args.session or "").strip().lower() == "new":
-                parser.error("--resume continues a session: give --session N (or leave it out)")
-            if args.port is not None and not args.serve:
-                parser.error("--port chooses the stage's port: use it with --serve")
-            if args.db is not None and not args.db.strip():
-                parser.error("--db is empty: give a database path or SQLAlchemy URL")
+            problem = _usage_problem(args)
+            if problem is not None:
+                parser.error(problem)
         except SystemExit as exit_:
             return int(exit_.code or 0)
         options = {k: v for k, v in vars(args).items() if v is not None}
@@ -457,10 +387,10 @@ class Program:
                 {name: outcome.variables.get(name, "(not a variable)") for name in shown},
             )
             return EXIT_OK
-        resumed = f", {outcome.replayed} turns replayed" if options.get("resume") else ""
         print(
             f"{self.script.file}: completed in {outcome.steps} steps, "
-            f"{outcome.model_calls} model calls (session {outcome.session}{resumed})",
+            f"{outcome.model_calls} model calls (session {outcome.session}"
+            f"{_replayed(outcome, options)})",
             file=sys.stderr,
         )
         for name in shown:
@@ -484,104 +414,212 @@ class Program:
         return "".join(lines)
 
 
+class _Run:
+    """One run of a :class:`Program` with its options (those of :meth:`Program.run_async`):
+    opened, played by the main flow, then completed or failed."""
+
+    def __init__(self, program: Program, options: dict[str, Any]) -> None:
+        self.program = program
+        self.options = options
+        meta = program.script.meta
+        self.steps = StepCounter(int(meta.get("max_steps", DEFAULT_MAX_STEPS)), "the run")
+        self.writer = TraceWriter(None)
+        self.variables: Variables | None = None
+        self.turns: TurnServices | None = None
+        self.ctx: Context | None = None
+
+    async def open(self) -> Context:
+        """The run's services, its session (new, resumed or branched) and the main flow's
+        context."""
+        from fems_runtime.turns import TurnServices
+
+        program, options = self.program, self.options
+        db = options["db"]
+        if db is not None and not str(db).strip():
+            raise RunError("--db is empty: give a database path or SQLAlchemy URL")
+        self.writer = TraceWriter(options["trace"])
+        variables = self.variables = Variables(
+            program.variables, program.actors, program.blueprints
+        )
+        code = funcs.CodeFiles(program.script.code, Path(program.module_file).resolve().parent)
+        turns = self.turns = TurnServices.open(
+            program,
+            variables,
+            self.writer,
+            **{name: options[name] for name in _SERVICE_OPTIONS},
+            code=code.module,
+            resume=bool(options["resume"]),
+            branch=_branch(options["fork"], options["reuse"]),
+        )
+        observer = options["observer"]
+        if observer is not None:
+            observer.run_opened(turns.store, turns.session, self.writer)
+            turns.reply_watchers.append(observer.reply_started)
+        transcript = options["transcript"]
+        if transcript:
+            everyone = [spec.name for spec in program.actors]
+            turns.transcript = (
+                transcript if isinstance(transcript, Transcript) else Transcript(everyone=everyone)
+            )
+        self._cost_limit(options["max_cost"], turns)
+        services = _Services(program, variables, self.writer, turns, code)
+        methods = {m.name: m for m in program.methods}
+        self.ctx = Context(services, variables.root, self.steps, methods=methods)
+        souls = options["souls"]
+        if isinstance(souls, Mapping):
+            turns.store.seed(souls)
+        elif souls is not None:
+            turns.store.seed_file(souls)
+        return self.ctx
+
+    def _cost_limit(self, option: float | CostLimit | None, turns: TurnServices) -> None:
+        """The run's cost limit (§15.6), counting from what the session has already spent and
+        then from every message the store writes, checked after each turn once it is written."""
+        limit = cost_limit(option, self.program.script.meta)
+        if limit is None:
+            return
+        spent = turns.store.session_usage(turns.session)["cost"]
+        limit.start(
+            turns.session, spent, lambda text: turns.warn(f"{self.program.script.file}: {text}")
+        )
+        turns.store.listen(limit.saw)
+
+        def check(spec: TurnSpec) -> None:
+            turns.store.flush()
+            limit.check(spec.action)
+
+        turns.after_turn.append(check)
+
+    async def completed(self) -> RunResult:
+        """Close the run as completed and write its ``--result`` file."""
+        turns, variables = self.turns, self.variables
+        assert turns is not None and variables is not None
+        observer = self.options["observer"]
+        if observer is not None:
+            observer.run_closing("completed", None)
+        await turns.models.aclose()
+        await turns.toolbox.aclose()
+        turns.finish("completed")
+        log = turns.log
+        outcome = RunResult(
+            turns.session,
+            "completed",
+            self.steps.count,
+            variables.snapshot(),
+            turns.model_calls,
+            log.replayed,
+            getattr(log.inherited, "reused", 0),
+        )
+        if self.options["result"] is not None:
+            write_result(
+                self.options["result"],
+                session=turns.session,
+                status="completed",
+                steps=self.steps.count,
+                variables=outcome.variables,
+            )
+        return outcome
+
+    async def failed(self, error: BaseException) -> BaseException:
+        """Report a failed run (trace, ``--result``, observer), close it, and return the error
+        to raise: located in the ``.fems`` file."""
+        program, turns, db = self.program, self.turns, self.options["db"]
+        located = program.locate(error, db)
+        node = failed_node(error) or (self.ctx.node if self.ctx is not None else None)
+        # each report is tried even when another one fails: the result file matters most
+        with contextlib.suppress(Exception):
+            line = getattr(located, "line", None)
+            self.writer.write("error", node=node, line=line, message=str(located))
+        result = self.options["result"]
+        if result is not None:
+            try:
+                write_result(
+                    result,
+                    session=turns.session if turns is not None else None,
+                    status="failed",
+                    steps=self.steps.count,
+                    variables=self.variables.snapshot() if self.variables is not None else {},
+                    error=str(located),
+                )
+            except Exception as unwritten:  # reported with the run's own error
+                if isinstance(located, RunError):
+                    located.message += f" (and --result {result} was not written: {unwritten})"
+        if turns is not None:
+            await self._close_failed(turns, str(located))
+        return located
+
+    async def _close_failed(self, turns: TurnServices, message: str) -> None:
+        """Tell the observer, close the models and tools, mark the session failed: each step
+        tried even when another one fails."""
+        observer = self.options["observer"]
+        with contextlib.suppress(Exception):
+            if observer is not None:
+                observer.run_closing("failed", message)
+        with contextlib.suppress(Exception):
+            await turns.models.aclose()
+        with contextlib.suppress(Exception):
+            await turns.toolbox.aclose()
+        with contextlib.suppress(Exception):
+            turns.finish("failed")
+
+
+_SERVICE_OPTIONS = (
+    "model",
+    "replies",
+    "db",
+    "session",
+    "human",
+    "seed",
+    "root",
+    "timeout",
+    "retry_budget",
+)
+"""The run options :meth:`TurnServices.open` takes as they are."""
+
+
+def _branch(fork: str | int | Sequence[int] | None, reuse: int | None) -> Branch | None:
+    """Where ``fork=`` or ``reuse=`` starts the run's session (§16.4a)."""
+    if fork is not None and reuse is not None:
+        raise RunError("--fork and --reuse both start a new session from another: give one")
+    if reuse is not None:
+        if isinstance(reuse, bool) or not isinstance(reuse, int) or reuse < 1:
+            raise RunError(f"--reuse {reuse!r}: give a session number")
+        return Branch(reuse, reuse=True)
+    return Branch.fork(fork) if fork is not None else None
+
+
 def _argument_parser(script: ScriptInfo) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        description=f"Run {script.file} (compiled by fems2py {script.compiler}).",
-        epilog="Exit status: 0 completed, 1 run error, 2 usage error. Set FEMS_TRACEBACK=1 to "
-        "see the Python traceback behind a run error, mapped to .fems lines.",
-    )
-    parser.add_argument("--model", help="default model (litellm string, fems/mock, fems/script)")
-    parser.add_argument(
-        "--replies", help="JSON replies file for the fems/script model (implies it)"
-    )
-    parser.add_argument("--db", help="database path or SQLAlchemy URL (default: meta.database)")
-    parser.add_argument("--session", help="new, N or 'N / new' (default: meta.session)")
-    parser.add_argument(
-        "--human",
-        help="'terminal', 'fems/mock' (deterministic answers, for unattended runs) or a JSON "
-        "answers file for human turns",
-    )
-    parser.add_argument("--seed", type=int, help="seed for fems/mock")
-    parser.add_argument(
-        "--timeout",
-        type=_seconds,
-        metavar="S",
-        help="seconds a model request may take before it is retried (default: meta.timeout, 60)",
-    )
-    parser.add_argument(
-        "--retry-budget",
-        type=_seconds,
-        metavar="S",
-        help="seconds a model call may spend retrying transient errors (default: "
-        "meta.retry_budget, 120)",
-    )
-    parser.add_argument(
-        "--max-cost",
-        type=_dollars,
-        metavar="USD",
-        help="stop the run once its recorded cost passes this many US dollars, after the turn "
-        "that passed it (default: meta.max_cost; --resume with a higher limit goes on)",
-    )
-    parser.add_argument("--trace", help="write a JSONL event trace to this file")
-    parser.add_argument("--result", help="write the final result JSON to this file")
-    parser.add_argument(
-        "--root",
-        metavar="DIR",
-        help="the folder the read/list/write tools may reach (default: the script's folder)",
-    )
-    parser.add_argument(
-        "--souls",
-        metavar="FILE",
-        help="load personas and user profiles from a YAML or JSON file (souls:, users:)",
-    )
-    parser.add_argument(
-        "--transcript",
-        action="store_true",
-        default=None,
-        help="print the dialog as it happens: speaker, room, narration",
-    )
-    parser.add_argument(
-        "--show",
-        metavar="VAR,…",
-        help="print these final variables when the run completes (e.g. --show winner,day)",
-    )
-    parser.add_argument(
-        "--resume",
-        action="store_true",
-        default=None,
-        help="continue an interrupted or failed session from its last checkpoint (with "
-        "--session N, else the newest session of this script), replaying recorded turns",
-    )
-    parser.add_argument(
-        "--serve",
-        action="store_true",
-        default=None,
-        help="watch the run in the browser: serve the stage on 127.0.0.1 (needs "
-        "fems-runtime[web]); human turns are answered in the page",
-    )
-    parser.add_argument(
-        "--port", type=int, help="the stage's port (with --serve; default: a free one)"
-    )
-    return parser
+    """The module's command line (§16.3): the options of :data:`RUN_OPTIONS`."""
+    return run_option_parser(f"Run {script.file} (compiled by fems2py {script.compiler}).")
 
 
-def _seconds(text: str) -> float:
-    """A number of seconds > 0 (``--timeout``, ``--retry-budget``)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r}: give a number of seconds > 0")
-    return value
+def _replayed(outcome: RunResult, options: Mapping[str, Any]) -> str:
+    """What the summary line says of the turns a run did not make itself."""
+    if options.get("reuse") is not None:
+        return f", {outcome.reused} turns reused from session {options['reuse']}"
+    if options.get("fork") is not None:
+        parent = str(options["fork"]).partition(":")[0]
+        return f", {outcome.reused} turns replayed from session {parent}"
+    if options.get("resume"):
+        return f", {outcome.replayed} turns replayed"
+    return ""
 
 
-def _dollars(text: str) -> float:
-    """A number of US dollars ≥ 0 (``--max-cost``)."""
-    try:
-        value = float(text.strip().removeprefix("$"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of US dollars") from None
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r}: give a number of US dollars ≥ 0")
-    return value
+def _usage_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with a combination of options, if anything."""
+    new_session = str(args.session or "").strip().lower() == "new"
+    if args.resume and new_session:
+        return "--resume continues a session: give --session N (or leave it out)"
+    branch = "--fork" if args.fork is not None else "--reuse" if args.reuse is not None else None
+    if branch is not None:
+        if args.fork is not None and args.reuse is not None:
+            return "--fork and --reuse both start a new session from another: give one"
+        if args.resume:
+            return f"{branch} starts a new session; --resume continues one: give one of them"
+        if args.session is not None and not new_session:
+            return f"{branch} starts a new session: leave out --session"
+    if args.port is not None and not args.serve:
+        return "--port chooses the stage's port: use it with --serve"
+    if args.db is not None and not args.db.strip():
+        return "--db is empty: give a database path or SQLAlchemy URL"
+    return None

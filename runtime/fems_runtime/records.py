@@ -45,6 +45,7 @@ again (at-least-once); which branches win a ``join(n)`` race is decided again on
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 import threading
@@ -173,23 +174,84 @@ def write_result(
     Path(path).write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
 
 
+class GrowingTextDigests:
+    """sha256 digests of texts that only grow at their end, such as an actor's context kept
+    between its turns (``owner`` names the growing text: the same object for each longer
+    version): each text is hashed once, not again at every turn that sends it."""
+
+    KEEP = 64  # growing texts followed at once (an actor's context each)
+
+    def __init__(self) -> None:
+        self._hashed: dict[int, tuple[object, Any, int]] = {}
+
+    def digest(self, text: str, owner: object) -> str:
+        """The sha256 of ``text``, the newest version of ``owner``'s text."""
+        found = self._hashed.get(id(owner))
+        if found is not None and found[0] is owner and found[2] <= len(text):
+            hasher, done = found[1], found[2]
+        else:
+            hasher, done = hashlib.sha256(), 0
+        hasher.update(text[done:].encode("utf-8", "surrogatepass"))
+        self._hashed.pop(id(owner), None)
+        if len(self._hashed) >= self.KEEP:
+            self._hashed.pop(next(iter(self._hashed)))
+        self._hashed[id(owner)] = (owner, hasher, len(text))
+        return str(hasher.copy().hexdigest())
+
+
+class InheritedRecords(Protocol):
+    """The records a new session takes from the session it starts from (§16.4a,
+    :class:`fems_runtime.lineage.Inheritance`)."""
+
+    @property
+    def compares(self) -> bool: ...
+
+    def turns(self) -> set[int]: ...
+
+    def peek(self, key: Sequence[Any], attempt: int = 0) -> Mapping[str, Any] | None: ...
+
+    def candidate(self, key: Sequence[Any], attempt: int = 0) -> Mapping[str, Any] | None: ...
+
+    def take(
+        self, key: Sequence[Any], attempt: int = 0, request: str | None = None
+    ) -> Mapping[str, Any] | None: ...
+
+    def went_live(self) -> None: ...
+
+
 class TurnLog:
     """The turn keys of one run and, on ``--resume``, the records to replay (see above).
 
     ``records`` are the states of the session's last run (``kind`` ``ai``/``human``/``func``,
-    ``key``, ``attempt``, ``turn``, ``result``); keys are handed out on the event loop's thread.
+    ``key``, ``attempt``, ``turn``, ``result``, ``request``: the digest of what the turn sent);
+    keys are handed out on the event loop's thread. ``inherited``: the records of the session
+    a fork or a reuse starts from (§16.4a), taken for the turns without a record of their own.
     """
 
-    def __init__(self, records: Iterable[Mapping[str, Any]] = (), *, resumed: bool = False) -> None:
+    def __init__(
+        self,
+        records: Iterable[Mapping[str, Any]] = (),
+        *,
+        resumed: bool = False,
+        inherited: InheritedRecords | None = None,
+    ) -> None:
         self.resumed = resumed
         self.replayed = 0
+        self.inherited = inherited
+        self.contexts = GrowingTextDigests()  # of the contexts that requests send (§16.4a)
         self._counts: dict[tuple[str, ...], int] = {}
         self._records: dict[tuple[Any, ...], Mapping[str, Any]] = {}
-        self.turns: set[int] = set()
+        self.turns: set[int] = set() if inherited is None else inherited.turns()
         for record in records:
             self._records[(*record["key"], record.get("attempt", 0))] = record
             if record.get("turn") is not None:
                 self.turns.add(int(record["turn"]))
+
+    @property
+    def compares(self) -> bool:
+        """Whether a turn without a record must give its request's digest to find one: a
+        reuse replays the parent's turn only when it would send what was recorded."""
+        return self.inherited is not None and self.inherited.compares
 
     def key(self, path: str, node: str | None, action: str, who: str) -> list[Any]:
         """The key of a turn that starts now (counts its occurrence)."""
@@ -199,28 +261,57 @@ class TurnLog:
         return [*base, occurrence]
 
     def peek(self, key: Sequence[Any], attempt: int = 0) -> Mapping[str, Any] | None:
-        """The record of ``key`` (and ``attempt``), if any, without counting it as replayed."""
-        return self._records.get((*key, attempt))
-
-    def recorded(self, key: Sequence[Any], attempt: int = 0) -> Mapping[str, Any] | None:
-        """The record of ``key`` (and ``attempt``) to replay, or None: the turn goes live."""
+        """The record of ``key`` (and ``attempt``) to replay, if any, without taking it: the
+        session's own, else a fork's from its parent."""
         record = self._records.get((*key, attempt))
+        if record is None and self.inherited is not None:
+            record = self.inherited.peek(key, attempt)
+        return record
+
+    def candidate(self, key: Sequence[Any], attempt: int = 0) -> Mapping[str, Any] | None:
+        """A reuse's parent record of ``key`` that the turn may replay if its request matches
+        (its turn number is the turn's while it is compared)."""
+        return self.inherited.candidate(key, attempt) if self.inherited is not None else None
+
+    def recorded(
+        self, key: Sequence[Any], attempt: int = 0, request: str | None = None
+    ) -> Mapping[str, Any] | None:
+        """The record of ``key`` (and ``attempt``) to replay, or None: the turn goes live.
+        ``request`` is the digest of what the turn would send (a reuse compares it)."""
+        record = self._records.get((*key, attempt))
+        if record is None and self.inherited is not None:
+            record = self.inherited.take(key, attempt, request)
+            if record is not None and record.get("turn") is not None:
+                self.turns.add(int(record["turn"]))
         if record is not None:
             self.replayed += 1
         return record
 
+    def going_live(self) -> None:
+        """A turn is called, asked or run live: a reuse replays nothing from now on."""
+        if self.inherited is not None:
+            self.inherited.went_live()
+
     @staticmethod
     def entry(
-        kind: str, key: Sequence[Any], turn: int | None, result: Mapping[str, Any], attempt: int = 0
+        kind: str,
+        key: Sequence[Any],
+        turn: int | None,
+        result: Mapping[str, Any],
+        attempt: int = 0,
+        request: str | None = None,
     ) -> dict[str, Any]:
         """The JSON state of one turn record."""
-        return {
+        entry = {
             "kind": kind,
             "key": list(key),
             "attempt": attempt,
             "turn": turn,
             "result": to_json(dict(result)),
         }
+        if request is not None:
+            entry["request"] = request
+        return entry
 
 
 class StepCounter:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from fems_runtime.context import model_request, retry_messages
+from fems_runtime.lineage import model_options, request_digest
 from fems_runtime.offline import OfflineTurn, named_actors, offline_out
 from fems_runtime.records import RunError
 from fems_runtime.signals import aapply_signals
@@ -48,13 +49,15 @@ class AiTurn(CallingTurn):
     """
 
     first: Mapping[str, Any] | None = None
+    sent: str | None = None  # the digest of the live call's request (§16.4a)
     unsaved: list[NewMessage] = field(default_factory=list)
     outputs: list[tuple[str, Any]] = field(default_factory=list)
     saved: bool = False
 
     async def begin(self) -> None:
         """Take the turn's id and the values its methods wrote from its first record when it
-        is replayed (§16.4), else a new id and the first call's messages."""
+        is replayed (§16.4), else a new id and the first call's messages; a reuse compares
+        those with its parent's record, whose turn number the turn takes meanwhile (§16.4a)."""
         services, room = self.services, self.room
         names = offered_names(room.executor_spec.tools, services.all_tools)
         self.choice = services.models.resolve(self.spec.model, room.executor_spec.source)
@@ -64,15 +67,19 @@ class AiTurn(CallingTurn):
         self.tools = await services.toolbox.tools(names) if names else []
         # its first record is its first tool round's when it called tools, else its reply's
         log = services.log
-        self.first = (log.peek(_round_key(self.key, 0)) if self.tools else None) or log.peek(
-            self.key
-        )
+        first_key = _round_key(self.key, 0) if self.tools else self.key
+        self.first = (log.peek(first_key) if self.tools else None) or log.peek(self.key)
         if self.first is not None:
             self.id = int(self.first["turn"])
             for name, value in self.first["result"].get("outputs", ()):
                 self.frame.assign(name, "=", self.frame.variables.adopt(value))
         else:
-            self.id = services.new_turn()
+            candidate = log.candidate(first_key) if log.compares else None
+            if candidate is not None:
+                self.id = int(candidate["turn"])
+                log.turns.add(self.id)
+            else:
+                self.id = services.new_turn()
             self.request = await model_request(self, self.outputs)
         self.unsaved = self.opening_messages()
 
@@ -155,9 +162,7 @@ class AiTurn(CallingTurn):
             limit = services.max_tool_rounds
         rounds = 0
         while True:
-            record = services.log.recorded(_round_key(self.key, rounds), attempt)
-            if record is None:
-                record = services.log.recorded(self.key, attempt)
+            record = await self.recorded_call(offline, rounds)
             if record is not None:
                 self.replay(offline, record)
                 result.calls += 1
@@ -165,9 +170,9 @@ class AiTurn(CallingTurn):
                     return str(record["result"]["reply"]), bool(record["result"].get("interrupted"))
                 rounds += 1
                 continue
-            if self.request is None:  # earlier calls were replayed: rebuild what was sent
-                before = self.first.get("before") if self.first is not None else None
-                self.request = await model_request(self, self.outputs, last=before)
+            services.log.going_live()  # first: what a fork took is stored, its `before` known
+            await self.rebuild_request()
+            self.sent = self.request_digest(offline)
             answer = await self.live_call(offline)
             result.calls += 1
             call = answer.call
@@ -184,6 +189,69 @@ class AiTurn(CallingTurn):
                 )
             await self.run_tools(call, rounds, attempt)
             rounds += 1
+
+    async def recorded_call(self, offline: OfflineTurn, rounds: int) -> Mapping[str, Any] | None:
+        """The record of the call about to be made (a tool round's, else the reply's), or None:
+        it goes live. A reuse compares what the call would send with its parent's record."""
+        log, attempt = self.services.log, offline.attempt
+        record = log.recorded(_round_key(self.key, rounds), attempt) or log.recorded(
+            self.key, attempt
+        )
+        if record is None and log.compares:
+            await self.rebuild_request()
+            digest = self.request_digest(offline)
+            record = log.recorded(_round_key(self.key, rounds), attempt, digest) or log.recorded(
+                self.key, attempt, digest
+            )
+        if record is not None and rounds == 0 and attempt == 0:
+            self.first = record  # as stored in this session (a fork's copy: its numbering)
+        return record
+
+    async def rebuild_request(self) -> None:
+        """Earlier calls were replayed: build what the first call sent, from the messages
+        stored before the turn."""
+        if self.request is None:
+            before = self.first.get("before") if self.first is not None else None
+            self.request = await model_request(self, self.outputs, last=before)
+
+    def request_digest(self, offline: OfflineTurn) -> str:
+        """The digest of the call about to be made (§16.4a): what the model is sent and how,
+        and for an offline model what its reply depends on."""
+        assert self.choice is not None and self.request is not None
+        choice = self.choice
+        mock = choice.model == "fems/mock"
+        return request_digest(
+            {
+                "kind": "ai",
+                "action": self.spec.action,
+                "executor": str(self.room.executor),
+                "actor": self.actor,
+                "model": choice.model,
+                "options": model_options(choice.options),
+                "max_tokens": self.max_tokens,
+                "reasoning": self.effort,
+                "tools": [tool.schema() for tool in self.tools],
+                "sent": self.sent_parts(),
+                "offline": repr(offline) if choice.offline else None,
+                "seed": self.services.models.mock.seed if mock else None,
+            }
+        )
+
+    def sent_parts(self) -> dict[str, Any]:
+        """What decides the messages the call sends (the system text, the context as a digest
+        and how much of it fits, memory, prompt, what later calls add): the same parts send
+        the same messages, and the context, the longest part, is hashed once as it grows."""
+        assert self.request is not None
+        request, context = self.request, self.request.context
+        return {
+            "system": request.system,
+            "context": self.services.log.contexts.digest(context.text, context.starts),
+            "entries": context.count,
+            "keep": self.window_keep(),
+            "memory": request.memory,
+            "prompt": request.prompt,
+            "added": self.added,
+        }
 
     def replay(self, offline: OfflineTurn, record: Mapping[str, Any]) -> None:
         """A recorded call of a resumed run: nothing is stored again, the conversation gets
@@ -250,7 +318,7 @@ class AiTurn(CallingTurn):
         if not self.saved and self.outputs:
             done["outputs"] = [list(pair) for pair in self.outputs]
         self.saved = True
-        self.save(self.unsaved, done, key=key, attempt=attempt)
+        self.save(self.unsaved, done, key=key, attempt=attempt, request=self.sent)
         self.unsaved = []
 
 

@@ -231,6 +231,7 @@ class CallingTurn(Turn):
             "llm_call",
             node=self.ctx.node,
             action=self.spec.action,
+            turn=self.id,
             actor=self.actor,
             scope=self.room.names,
             model=self.choice.model,

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from fems_runtime.context import context_view
 from fems_runtime.human import AnswersFileHuman, HumanAnswer, HumanRequest
+from fems_runtime.lineage import request_digest
 from fems_runtime.records import RunError
 from fems_runtime.signals import Rejected, apply_values
 from fems_runtime.specs import TurnResult
@@ -36,8 +37,16 @@ async def run_human_turn(
     turn = HumanTurn.start(services, ctx, spec, room)
     if services.human is None:
         raise RunError("human turns need --human terminal or an answers file")
-    record = services.log.recorded(turn.key)
-    answer = turn.replay(record) if record is not None else await turn.ask()
+    log = services.log
+    record = log.recorded(turn.key)
+    request = None
+    if record is None and log.compares:  # a reuse: replayed if the person sees the same
+        candidate = log.candidate(turn.key)
+        turn.id = int(candidate["turn"]) if candidate is not None else services.new_turn()
+        log.turns.add(turn.id)
+        request = await turn.request()
+        record = log.recorded(turn.key, request=turn.digest(request))
+    answer = turn.replay(record) if record is not None else await turn.ask(request)
     return await turn.apply(answer)
 
 
@@ -62,12 +71,10 @@ class HumanTurn(Turn):
                 next_answer(self.spec.action, str(self.room.executor))
         return answer
 
-    async def ask(self) -> HumanAnswer:
-        """Ask the person, then store the opening, their text and the turn's record."""
-        services, spec, room = self.services, self.spec, self.room
-        assert services.human is not None
-        self.id = services.new_turn()
-        request = HumanRequest(
+    async def request(self) -> HumanRequest:
+        """What the person is shown: the prompt, the outs to answer and their context."""
+        spec, room = self.spec, self.room
+        return HumanRequest(
             action=spec.action,
             actor=str(room.executor),
             prompt=self.texts.shown,
@@ -76,10 +83,35 @@ class HumanTurn(Turn):
             role=self.actor if spec.role else None,
             frame=self.frame,
         )
+
+    def digest(self, request: HumanRequest) -> str:
+        """The digest of what the person is asked (§16.4a)."""
+        return request_digest(
+            {
+                "kind": "human",
+                "action": request.action,
+                "executor": request.actor,
+                "prompt": request.prompt,
+                "outs": list(request.outs),
+                "context": request.context,
+                "role": request.role,
+            }
+        )
+
+    async def ask(self, request: HumanRequest | None = None) -> HumanAnswer:
+        """Ask the person (``request``: built already), then store the opening, their text
+        and the turn's record."""
+        services = self.services
+        assert services.human is not None
+        services.log.going_live()
+        if not self.id:
+            self.id = services.new_turn()
+        if request is None:
+            request = await self.request()
         answer = await services.human.ask(request)
         said = self.message("human", answer.text)
         done = {"text": answer.text, "vars": answer.vars}
-        self.save([*self.opening_messages(), said], done)
+        self.save([*self.opening_messages(), said], done, request=self.digest(request))
         return answer
 
     async def apply(self, answer: HumanAnswer) -> TurnResult:
@@ -90,6 +122,7 @@ class HumanTurn(Turn):
             "human",
             node=self.ctx.node,
             action=spec.action,
+            turn=self.id,
             actor=executor,
             text=answer.text,
             vars=answer.vars,

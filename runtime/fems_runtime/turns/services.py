@@ -4,11 +4,14 @@ the entry of each turn, where its errors are located at the action."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fems_runtime.human import AnswersFileHuman, HumanProvider, MockHuman, TerminalHuman
+from fems_runtime.lineage import Branch, Inheritance, open_branch
 from fems_runtime.llm import DEFAULT_RETRY_BUDGET, DEFAULT_TIMEOUT, ModelClient, RetryPolicy
 from fems_runtime.mcp import project_servers
 from fems_runtime.records import RunError, TraceWriter, TurnLog
@@ -46,6 +49,7 @@ class TurnServices(SharedServices):
         code: Callable[[str], Any] | None = None,
         base_dir: str | Path = ".",
         resume: bool = False,
+        branch: Branch | None = None,
         timeout: float | None = None,
         retry_budget: float | None = None,
         root: str | Path | None = None,
@@ -56,43 +60,34 @@ class TurnServices(SharedServices):
         working directory), which wins on a conflict (§15.2). A failure here (a session that
         does not exist, a database that cannot be opened) is a run error located in the script.
         ``resume`` continues the session's last run from its turn records (§16.4): ``session``
-        (or ``meta.session``) names it, else the newest session of this script.
-        ``timeout`` and ``retry_budget`` (seconds) win over ``meta:`` (§15.4); ``root``: the
-        folder the built-in tools may reach (default: the script's folder, §15.5)."""
+        (or ``meta.session``) names it, else the newest session of this script. ``branch``
+        starts a new session from another one's turns (§16.4a). ``timeout`` and
+        ``retry_budget`` (seconds) win over ``meta:`` (§15.4); ``root``: the folder the
+        built-in tools may reach (default: the script's folder, §15.5)."""
         script = program.script
         meta = dict(script.meta)
-        model = "fems/script" if replies is not None and model is None else model
         project_dirs = _project_dirs(program, base_dir)
         try:
-            models = ModelClient.for_project(
-                *project_dirs,
-                meta_model=_text(meta.get("model")) or None,
-                run_model=model,
-                seed=seed or 0,
-                replies=replies,
-                **_client_options(meta, timeout, retry_budget),
+            client = _client_options(meta, timeout, retry_budget)
+            models = _model_client(project_dirs, meta, model, seed or 0, replies, client)
+            store, number, log = open_store(
+                program, variables, db, Opening(session, resume, branch)
             )
-            store, number, log = open_store(program, variables, db, session, resume)
         except RunError as error:
             raise error.located(script.file, None) from None
+        folder = root if root is not None else project_dirs[0]
         return cls(
             models=models,
             store=store,
             session=number,
             trace=trace,
             file=script.file,
-            safety=_text(meta.get("system_safety")),
-            style=_text(meta.get("output_style")),
-            owners=_owners(meta.get("owner", ())),
             human=_human_provider(human, seed or 0),
             code=code,
             log=log,
-            toolbox=Toolbox(
-                root if root is not None else project_dirs[0], code, project_servers(project_dirs)
-            ),
+            toolbox=Toolbox(folder, code, project_servers(project_dirs)),
             all_tools=_script_tools(variables),
-            max_tool_rounds=int(meta.get("max_tool_rounds", DEFAULT_MAX_TOOL_ROUNDS)),
-            max_tokens=meta["max_tokens"] if isinstance(meta.get("max_tokens"), int) else None,
+            **_meta_settings(meta),
         )
 
     async def ai_turn(self, ctx: Context, spec: TurnSpec) -> TurnResult:
@@ -123,12 +118,52 @@ class TurnServices(SharedServices):
 
     def finish(self, status: str) -> None:
         """Print the run's warnings, record how the session ended, release the database."""
+        inherited = self.log.inherited
+        if isinstance(inherited, Inheritance):
+            inherited.finish()
+            if status == "completed" and inherited.left():
+                self.warn(
+                    f"{self.file}: --fork {inherited.parent}: {inherited.left()} of the "
+                    f"records to replay from session {inherited.parent} did not come up (the "
+                    "script changed before the fork point?): those turns ran live; --reuse "
+                    "replays only what is unchanged"
+                )
         if isinstance(self.warn, RunWarnings):
             self.warn.flush()
         if self.log.turns:  # a resumed run: never hand out a replayed turn id again
             self.store.set_last_turn(self.session, max(self.log.turns), at_least=True)
         self.store.set_status(self.session, status)
         self.store.close()
+
+
+def _model_client(
+    project_dirs: list[Path],
+    meta: Mapping[str, Any],
+    model: str | None,
+    seed: int,
+    replies: str | Path | Mapping[str, Any] | None,
+    options: Mapping[str, Any],
+) -> ModelClient:
+    """The run's model client (§15.2): ``--replies`` implies ``fems/script``."""
+    return ModelClient.for_project(
+        *project_dirs,
+        meta_model=_text(meta.get("model")) or None,
+        run_model="fems/script" if replies is not None and model is None else model,
+        seed=seed,
+        replies=replies,
+        **options,
+    )
+
+
+def _meta_settings(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """What every turn takes from ``meta:`` (§3): the system blocks, the owners, the caps."""
+    return {
+        "safety": _text(meta.get("system_safety")),
+        "style": _text(meta.get("output_style")),
+        "owners": _owners(meta.get("owner", ())),
+        "max_tool_rounds": int(meta.get("max_tool_rounds", DEFAULT_MAX_TOOL_ROUNDS)),
+        "max_tokens": meta["max_tokens"] if isinstance(meta.get("max_tokens"), int) else None,
+    }
 
 
 def _client_options(
@@ -180,21 +215,39 @@ def _project_dirs(program: Any, base_dir: str | Path) -> list[Path]:
     return dirs
 
 
+@dataclass(frozen=True)
+class Opening:
+    """Which session a run opens: ``session`` (§3 `session`, None: ``meta.session``), resumed
+    (§16.4), or a new one that ``branch`` starts (§16.4a); ``warn`` takes the notices."""
+
+    session: str | int | None = None
+    resume: bool = False
+    branch: Branch | None = None
+    warn: Callable[[str], None] = field(default=lambda text: print(text, file=sys.stderr))
+
+
 def open_store(
-    program: Any,
-    variables: Variables,
-    db: str | None,
-    session: str | int | None,
-    resume: bool = False,
+    program: Any, variables: Variables, db: str | None, opening: Opening
 ) -> tuple[Store, int, TurnLog]:
     """Open the database and the session (§3 `database`, `session`), recording the actors;
-    a new run marks its start, a resumed one loads the records to replay (§16.4)."""
+    a new run marks its start, a resumed one loads the records to replay (§16.4), a branch
+    begins as a resumed run of its new session (§16.4a)."""
     script = program.script
     meta = script.meta
     store = Store(db or _text(meta.get("database")) or None)
-    spec = meta.get("session") if session is None else session
+    spec = meta.get("session") if opening.session is None else opening.session
     try:
-        if resume:
+        if opening.branch is not None:
+            branched = open_branch(
+                store,
+                opening.branch,
+                title=_text(meta.get("name")) or None,
+                script=script.file,
+                script_hash=script.sha256,
+                warn=lambda text: opening.warn(f"{script.file}: notice: {text}"),
+            )
+            number, log = _resume_session(store, script, branched)
+        elif opening.resume:
             number, log = _resume_session(store, script, spec)
         else:
             number = store.open_session(
@@ -205,28 +258,34 @@ def open_store(
             )
             store.start_run(number)
             log = TurnLog()
-        store.record_actors(
-            number,
-            {
-                spec.name: {
-                    "type": spec.type,
-                    "soul_id": str(spec.soul),
-                    "source": spec.source,
-                    "blueprint": spec.blueprint,
-                }
-                for spec in variables.actors.values()
-            },
-        )
-        store.load_personas(str(spec.soul) for spec in variables.actors.values())
+        _record_actors(store, number, variables)
     except BaseException:
         store.close()
         raise
     return store, number, log
 
 
+def _record_actors(store: Store, number: int, variables: Variables) -> None:
+    """The session's actors and their personas (§14)."""
+    store.record_actors(
+        number,
+        {
+            spec.name: {
+                "type": spec.type,
+                "soul_id": str(spec.soul),
+                "source": spec.source,
+                "blueprint": spec.blueprint,
+            }
+            for spec in variables.actors.values()
+        },
+    )
+    store.load_personas(str(spec.soul) for spec in variables.actors.values())
+
+
 def _resume_session(store: Store, script: Any, spec: str | int | None) -> tuple[int, TurnLog]:
     """Check that session ``spec`` (or the newest of this script) can be resumed, then make
-    it ready: status running, turn counter back at its last run's start."""
+    it ready: status running, turn counter back at its last run's start; a session that a
+    fork or a reuse started inherits its parent's records (§16.4a)."""
     number, _ = parse_session_spec(spec)
     if number is None:
         number = store.latest_session(script.file)
@@ -253,7 +312,8 @@ def _resume_session(store: Store, script: Any, spec: str | int | None) -> tuple[
     start, records = found
     store.set_last_turn(number, int(start.get("turn") or 0))
     store.set_status(number, "running")
-    return number, TurnLog(records, resumed=True)
+    inherited = Inheritance.load(store, number, start, records)
+    return number, TurnLog(records, resumed=True, inherited=inherited)
 
 
 def _human_provider(

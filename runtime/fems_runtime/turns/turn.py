@@ -218,12 +218,13 @@ class Turn:
         *,
         key: Sequence[Any] | None = None,
         attempt: int = 0,
+        request: str | None = None,
     ) -> None:
         """Store ``messages`` with the turn's record (``result`` under ``key``, by default the
-        turn's) in one transaction, written by the store's writer without waiting for it, and
-        show them in the transcript."""
+        turn's; ``request`` the digest of what it sent, §16.4a) in one transaction, written by
+        the store's writer without waiting for it, and show them in the transcript."""
         steps = getattr(self.ctx, "steps", None)
-        state = TurnLog.entry(self.record_kind, key or self.key, self.id, result, attempt)
+        state = TurnLog.entry(self.record_kind, key or self.key, self.id, result, attempt, request)
         record = Checkpoint(state, step=steps.total if steps is not None else 0, node=self.ctx.node)
         services = self.services
         services.store.submit(services.session, messages, record)

@@ -1,0 +1,170 @@
+"""The generated module's run options (§16.3), listed once: the module's command line is built
+from :data:`RUN_OPTIONS`, and ``fems2py run`` names them in its help from the same table."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+def seconds(text: str) -> float:
+    """A number of seconds > 0 (``--timeout``, ``--retry-budget``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of seconds > 0")
+    return value
+
+
+def dollars(text: str) -> float:
+    """A number of US dollars ≥ 0 (``--max-cost``)."""
+    try:
+        value = float(text.strip().removeprefix("$"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of US dollars") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of US dollars ≥ 0")
+    return value
+
+
+FORK_POINT = re.compile(r"\s*(\d+)\s*(?::\s*(\d+)\s*)?")
+
+
+def fork_point(text: str) -> str:
+    """``SESSION`` or ``SESSION:TURN`` (``--fork``), checked and kept as written."""
+    if FORK_POINT.fullmatch(text) is None:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give SESSION or SESSION:TURN (for example --fork 3:40)"
+        )
+    return text.strip()
+
+
+def session_number(text: str) -> int:
+    """A session number ≥ 1 (``--reuse``)."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a session number (for example 3)")
+    return int(text)
+
+
+@dataclass(frozen=True)
+class RunOption:
+    """One option of the module's command line: its flag, help, the type that reads its value
+    (None: text) and the value's name in the help; ``switch`` options take no value."""
+
+    flag: str
+    help: str
+    type: Callable[[str], Any] | None = None
+    metavar: str | None = None
+    switch: bool = False
+
+    def add_to(self, parser: argparse.ArgumentParser) -> None:
+        if self.switch:  # default None: an option not given is not passed to run()
+            parser.add_argument(self.flag, action="store_true", default=None, help=self.help)
+            return
+        extra: dict[str, Any] = {"type": self.type} if self.type is not None else {}
+        if self.metavar is not None:
+            extra["metavar"] = self.metavar
+        parser.add_argument(self.flag, help=self.help, **extra)
+
+
+RUN_OPTIONS: tuple[RunOption, ...] = (
+    RunOption("--model", "default model (litellm string, fems/mock, fems/script)"),
+    RunOption("--replies", "JSON replies file for the fems/script model (implies it)"),
+    RunOption("--db", "database path or SQLAlchemy URL (default: meta.database)"),
+    RunOption("--session", "new, N or 'N / new' (default: meta.session)"),
+    RunOption(
+        "--human",
+        "'terminal', 'fems/mock' (deterministic answers, for unattended runs) or a JSON "
+        "answers file for human turns",
+    ),
+    RunOption("--seed", "seed for fems/mock", type=int),
+    RunOption(
+        "--timeout",
+        "seconds a model request may take before it is retried (default: meta.timeout, 60)",
+        type=seconds,
+        metavar="S",
+    ),
+    RunOption(
+        "--retry-budget",
+        "seconds a model call may spend retrying transient errors (default: "
+        "meta.retry_budget, 120)",
+        type=seconds,
+        metavar="S",
+    ),
+    RunOption(
+        "--max-cost",
+        "stop the run once its recorded cost passes this many US dollars, after the turn "
+        "that passed it (default: meta.max_cost; --resume with a higher limit goes on)",
+        type=dollars,
+        metavar="USD",
+    ),
+    RunOption("--trace", "write a JSONL event trace to this file"),
+    RunOption("--result", "write the final result JSON to this file"),
+    RunOption(
+        "--root",
+        "the folder the read/list/write tools may reach (default: the script's folder)",
+        metavar="DIR",
+    ),
+    RunOption(
+        "--souls",
+        "load personas and user profiles from a YAML or JSON file (souls:, users:)",
+        metavar="FILE",
+    ),
+    RunOption(
+        "--transcript", "print the dialog as it happens: speaker, room, narration", switch=True
+    ),
+    RunOption(
+        "--show",
+        "print these final variables when the run completes (e.g. --show winner,day)",
+        metavar="VAR,…",
+    ),
+    RunOption(
+        "--resume",
+        "continue an interrupted or failed session from its last checkpoint (with "
+        "--session N, else the newest session of this script), replaying recorded turns",
+        switch=True,
+    ),
+    RunOption(
+        "--fork",
+        "start a new session from session SESSION: its first TURN turns (all without :TURN) "
+        "are replayed from its records, then the run goes live with this run's options",
+        type=fork_point,
+        metavar="SESSION[:TURN]",
+    ),
+    RunOption(
+        "--reuse",
+        "start a new session that replays each turn of session SESSION whose request is "
+        "unchanged, and goes live at the first turn whose request differs (after an edit)",
+        type=session_number,
+        metavar="SESSION",
+    ),
+    RunOption(
+        "--serve",
+        "watch the run in the browser: serve the stage on 127.0.0.1 (needs "
+        "fems-runtime[web]); human turns are answered in the page",
+        switch=True,
+    ),
+    RunOption("--port", "the stage's port (with --serve; default: a free one)", type=int),
+)
+
+
+def run_option_parser(description: str) -> argparse.ArgumentParser:
+    """The module's command line: every option of :data:`RUN_OPTIONS`."""
+    parser = argparse.ArgumentParser(
+        description=description,
+        epilog="Exit status: 0 completed, 1 run error, 2 usage error. Set FEMS_TRACEBACK=1 to "
+        "see the Python traceback behind a run error, mapped to .fems lines.",
+    )
+    for option in RUN_OPTIONS:
+        option.add_to(parser)
+    return parser
+
+
+def run_flags() -> str:
+    """The options' flags, for a help text that lists them (``fems2py run``)."""
+    return " ".join(option.flag for option in RUN_OPTIONS)
