@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -310,6 +311,45 @@ def test_resume_replays_the_servers_answers_without_calling_the_tool(tmp_path: P
     sent = sent_text(llm_calls(events, "ask")[0])
     assert "plant the lighthouse" in sent and "move the lighthouse" not in sent
     assert not any(alive(pid) for pid in server_pids(tmp_path, "git"))
+
+
+def test_a_fork_replays_the_servers_answers_without_calling_the_tool(tmp_path: Path) -> None:
+    """§16.4a: a fork takes the parent's tool rounds as recorded: the tool is not called again
+    (a new commit would show in a new git_log), and its server does not outlive the run."""
+    repository = git_repository(tmp_path / "repo")
+    declare(tmp_path, git=["mcp_server_git", "--repository", str(repository)])
+    source = GIT_SCRIPT.replace("tools: [git.*, clock.get_current_time]", "tools: [git.git_log]")
+    module = build_script(tmp_path, source)
+    log = {"name": "git.git_log", "arguments": {"repo_path": str(repository)}}
+    replies = tmp_path / "replies.json"
+    db = tmp_path / "dialog.db"
+    answer = 'Planted. SET VARIABLE: <<answer = "ok">>'
+    replies.write_text(
+        json.dumps({"ask": [{"tool_calls": [log]}, answer], "chat": ["Hi."]}), encoding="utf-8"
+    )
+    parent = run_program(module, "--replies", str(replies), "--db", str(db))
+    assert parent.returncode == 0, parent.stderr
+    git = ["git", "-C", str(repository), "-c", "user.name=T", "-c", "user.email=t@example.org"]
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "move the lighthouse"], check=True)
+    replies.write_text(json.dumps({"chat": ["Hello again."]}), encoding="utf-8")
+    trace = tmp_path / "trace.jsonl"
+    forked = run_program(
+        module, "--replies", str(replies), "--db", str(db), "--fork", "1:1", "--trace", str(trace)
+    )
+    assert forked.returncode == 0, forked.stderr
+    events = read_trace(trace)
+    assert tool_events(events) == []
+    assert [call["action"] for call in llm_calls(events)] == ["chat"]
+    assert not any(alive(pid) for pid in server_pids(tmp_path, "git"))
+    with sqlite3.connect(db) as database:
+        results = [
+            content
+            for (content,) in database.execute(
+                "SELECT content FROM fems_messages WHERE session_id = 2 AND kind = 'tool_result'"
+            )
+        ]
+    assert len(results) == 1 and "plant the lighthouse" in results[0]
+    assert "move the lighthouse" not in results[0]
 
 
 FAILING_SERVERS = {
