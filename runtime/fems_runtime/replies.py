@@ -47,6 +47,8 @@ class MalformedReply(Exception):
 
 def field_of(value: Any, name: str) -> Any:
     """``value[name]`` of a JSON object, ``value.name`` of litellm's objects, else None."""
+    if type(value) is dict:  # the openai path's JSON: read ~90 times a reply, before the ABC
+        return value.get(name)
     if isinstance(value, Mapping):
         return value.get(name)
     return getattr(value, name, None)
