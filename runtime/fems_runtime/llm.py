@@ -195,6 +195,43 @@ def _env_alias_key(alias: str) -> str:
     return "FEMS_MODEL_" + re.sub(r"\W", "_", alias, flags=re.ASCII).upper()
 
 
+class SilenceWatch:
+    """Ends a stream once it has been silent for ``silence`` seconds (§15.4), on the
+    ``asyncio.timeout`` that first waited for its first chunk. A chunk only notes when it came;
+    one timer, re-armed for the silence after the latest chunk whenever it finds that one came
+    since, does the watching (moving the timeout at every chunk cost ~3.5 µs a chunk)."""
+
+    def __init__(self, limit: asyncio.Timeout, silence: float) -> None:
+        self._limit = limit
+        self._silence = silence
+        self._loop = asyncio.get_running_loop()
+        self._last = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+        self.started = False
+
+    def heard(self) -> None:
+        """A chunk came: silence counts from now."""
+        self._last = self._loop.time()
+        if not self.started:  # from the first chunk on, only silence is watched
+            self.started = True
+            self._limit.reschedule(None)
+            self._timer = self._loop.call_at(self._last + self._silence, self._check)
+
+    def close(self) -> None:
+        """The stream ended (or was cancelled): nothing left to watch."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _check(self) -> None:
+        quiet_until = self._last + self._silence
+        if self._loop.time() < quiet_until:
+            self._timer = self._loop.call_at(quiet_until, self._check)
+        else:  # silent for too long: the timeout ends the stream at once
+            self._timer = None
+            self._limit.reschedule(self._loop.time())
+
+
 class ModelClient:
     """Resolves models (§15.2) and makes calls with a global in-flight cap and per-model spacing."""
 
@@ -489,16 +526,18 @@ class ModelClient:
             self._openai.client(route)
             chunks = self._openai.stream(route, messages, silence, tools, fields)
         builder = ReplyBuilder(None if stream is None else stream.add)
-        loop = asyncio.get_running_loop()
-        started = False
+        watch: SilenceWatch | None = None
         try:
-            async with asyncio.timeout(timeout) as watch, contextlib.aclosing(chunks) as source:
-                async for chunk in source:
-                    watch.reschedule(loop.time() + silence)
-                    started = True
-                    builder.add(chunk)
+            async with asyncio.timeout(timeout) as limit, contextlib.aclosing(chunks) as source:
+                watch = SilenceWatch(limit, silence)
+                try:
+                    async for chunk in source:
+                        watch.heard()
+                        builder.add(chunk)
+                finally:
+                    watch.close()
         except TimeoutError:
-            if started:
+            if watch is not None and watch.started:
                 raise ModelCallError("timeout", f"the reply stopped for {silence:g} s") from None
             raise ModelCallError("timeout", f"no answer within {timeout:g} s") from None
         except MalformedReply as error:
