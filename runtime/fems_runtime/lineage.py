@@ -139,35 +139,14 @@ class ParentRun:
 def parent_run(store: Store, parent: int, option: str) -> ParentRun:
     """Read the parent's last run (a still running or interrupted one too: what it has
     recorded so far)."""
-    t, sa = store.tables, store.tables.sa
-    columns = (
-        t.checkpoints.c.state,
-        t.checkpoints.c.seq,
-        t.checkpoints.c.step,
-        t.checkpoints.c.node,
-    )
-    with store.read() as db:
-        rows = db.execute(
-            sa.select(*columns)
-            .where(t.checkpoints.c.session_id == parent)
-            .order_by(t.checkpoints.c.id)
-        ).all()
-    states = [(json.loads(row[0]), row) for row in rows]
-    starts = [
-        i for i, (s, _) in enumerate(states) if isinstance(s, dict) and s.get("kind") == "run"
-    ]
-    if not starts:
+    found = store.run_rows(parent)
+    if found is None:
         raise RunError(
             f"{option}: session {parent} has no turn records (it ran before this runtime "
             "recorded turns, or it never started)"
         )
-    mark = states[starts[-1]][0]
-    records = tuple(
-        ParentRecord(state, row[1], row[2], row[3])
-        for state, row in states[starts[-1] + 1 :]
-        if isinstance(state, dict) and "key" in state
-    )
-    return ParentRun(mark, records)
+    mark, rows = found
+    return ParentRun(mark, tuple(ParentRecord(*row) for row in rows))
 
 
 def fork_turn(run: ParentRun, branch: Branch, warn: Callable[[str], None]) -> int:

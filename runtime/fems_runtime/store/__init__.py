@@ -227,4 +227,5 @@ class Store:
     asave_checkpoint = _Served("checkpoints", Checkpoints.asave_checkpoint)
     start_run = _Served("checkpoints", Checkpoints.start_run)
     run_records = _Served("checkpoints", Checkpoints.run_records)
+    run_rows = _Served("checkpoints", Checkpoints.run_rows)
     last_checkpoint = _Served("checkpoints", Checkpoints.last_checkpoint)

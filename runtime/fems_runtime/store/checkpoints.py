@@ -24,6 +24,9 @@ from fems_runtime.store.messages import (
 )
 from fems_runtime.store.schema import tables
 
+RecordRow = tuple[dict[str, Any], int, int, str | None]
+"""A turn record with its checkpoint row's ``seq``, ``step`` and ``node``."""
+
 
 class Checkpoints:
     """The checkpoints of a database's sessions."""
@@ -73,20 +76,33 @@ class Checkpoints:
     def run_records(self, session: int) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
         """The last run's start mark and its turn records in order, or None when no run of the
         session left a mark (it ran before this runtime recorded turns)."""
+        found = self.run_rows(session)
+        return None if found is None else (found[0], [row[0] for row in found[1]])
+
+    def run_rows(self, session: int) -> tuple[dict[str, Any], list[RecordRow]] | None:
+        """:meth:`run_records` with each record's checkpoint row: its ``seq``, ``step`` and
+        ``node`` (what a fork copies with it, §16.4a)."""
         t, sa = self._t, self._t.sa
+        c = t.checkpoints.c
         with self._db.read() as db:
             rows = db.execute(
-                sa.select(t.checkpoints.c.state)
-                .where(t.checkpoints.c.session_id == session)
-                .order_by(t.checkpoints.c.id)
-            ).scalars()
-            states = [json.loads(text) for text in rows]
-        starts = [i for i, s in enumerate(states) if isinstance(s, dict) and s.get("kind") == "run"]
+                sa.select(c.state, c.seq, c.step, c.node)
+                .where(c.session_id == session)
+                .order_by(c.id)
+            ).all()
+        states = [(json.loads(row[0]), row) for row in rows]
+        starts = [
+            i for i, (s, _) in enumerate(states) if isinstance(s, dict) and s.get("kind") == "run"
+        ]
         if not starts:
             return None
         start = starts[-1]
-        records = [s for s in states[start + 1 :] if isinstance(s, dict) and "key" in s]
-        return states[start], records
+        records = [
+            (state, row[1], row[2], row[3])
+            for state, row in states[start + 1 :]
+            if isinstance(state, dict) and "key" in state
+        ]
+        return states[start][0], records
 
     def last_checkpoint(self, session: int) -> dict[str, Any] | None:
         """The newest checkpoint: ``{"id", "seq", "step", "node", "state"}`` or None."""
