@@ -16,7 +16,9 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fems_helpers import build_script, llm_calls, read_trace, run_program, run_script, sent_text
@@ -27,6 +29,7 @@ from fems_runtime.tools import Toolbox, ToolCall
 LAUNCHER = """
 import os, sys
 from pathlib import Path
+from typing import Any
 
 with Path(sys.argv[1]).open("a", encoding="utf-8") as pids:  # one line per start
     pids.write(f"{os.getpid()}\\n")
@@ -244,6 +247,7 @@ def test_the_server_stops_when_the_run_fails(tmp_path: Path) -> None:
 WAITING = """
 import asyncio
 from pathlib import Path
+from typing import Any
 
 
 async def wait() -> str:
@@ -283,20 +287,40 @@ def test_ctrl_c_stops_the_server(tmp_path: Path) -> None:
     assert not alive(pid)
 
 
+@dataclass(frozen=True)
+class GitLogGame:
+    """GIT_SCRIPT offering only git.git_log, built, with its repository and the tool call."""
+
+    repository: Path
+    module: Path
+    log: dict[str, Any]
+    replies: Path
+    db: Path
+
+    @classmethod
+    def make(cls, project: Path) -> GitLogGame:
+        repository = git_repository(project / "repo")
+        declare(project, git=["mcp_server_git", "--repository", str(repository)])
+        source = GIT_SCRIPT.replace(
+            "tools: [git.*, clock.get_current_time]", "tools: [git.git_log]"
+        )
+        log = {"name": "git.git_log", "arguments": {"repo_path": str(repository)}}
+        module = build_script(project, source)
+        return cls(repository, module, log, project / "replies.json", project / "dialog.db")
+
+    def commit(self, message: str) -> None:
+        """A commit after a first run: a new git_log would show it, a replayed one cannot."""
+        git = ["git", "-C", str(self.repository), "-c", "user.name=T", "-c", "user.email=t@x.org"]
+        subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", message], check=True)
+
+
 def test_resume_replays_the_servers_answers_without_calling_the_tool(tmp_path: Path) -> None:
-    repository = git_repository(tmp_path / "repo")
-    declare(tmp_path, git=["mcp_server_git", "--repository", str(repository)])
-    source = GIT_SCRIPT.replace("tools: [git.*, clock.get_current_time]", "tools: [git.git_log]")
-    module = build_script(tmp_path, source)
-    log = {"name": "git.git_log", "arguments": {"repo_path": str(repository)}}
-    replies = tmp_path / "replies.json"
-    db = tmp_path / "dialog.db"
+    game = GitLogGame.make(tmp_path)
+    module, log, replies, db = game.module, game.log, game.replies, game.db
     replies.write_text(json.dumps({"ask": [{"tool_calls": [log]}]}), encoding="utf-8")
     failed = run_program(module, "--replies", str(replies), "--db", str(db))
     assert failed.returncode == 1 and "no reply left" in failed.stderr
-    # a commit after the first run: a new git_log would show it, the replayed one cannot
-    git = ["git", "-C", str(repository), "-c", "user.name=T", "-c", "user.email=t@example.org"]
-    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "move the lighthouse"], check=True)
+    game.commit("move the lighthouse")
     answer = 'Planted. SET VARIABLE: <<answer = "ok">>'
     replies.write_text(
         json.dumps({"ask": [{"tool_calls": [log]}, answer], "chat": ["Hi."]}), encoding="utf-8"
@@ -316,21 +340,15 @@ def test_resume_replays_the_servers_answers_without_calling_the_tool(tmp_path: P
 def test_a_fork_replays_the_servers_answers_without_calling_the_tool(tmp_path: Path) -> None:
     """§16.4a: a fork takes the parent's tool rounds as recorded: the tool is not called again
     (a new commit would show in a new git_log), and its server does not outlive the run."""
-    repository = git_repository(tmp_path / "repo")
-    declare(tmp_path, git=["mcp_server_git", "--repository", str(repository)])
-    source = GIT_SCRIPT.replace("tools: [git.*, clock.get_current_time]", "tools: [git.git_log]")
-    module = build_script(tmp_path, source)
-    log = {"name": "git.git_log", "arguments": {"repo_path": str(repository)}}
-    replies = tmp_path / "replies.json"
-    db = tmp_path / "dialog.db"
+    game = GitLogGame.make(tmp_path)
+    module, log, replies, db = game.module, game.log, game.replies, game.db
     answer = 'Planted. SET VARIABLE: <<answer = "ok">>'
     replies.write_text(
         json.dumps({"ask": [{"tool_calls": [log]}, answer], "chat": ["Hi."]}), encoding="utf-8"
     )
     parent = run_program(module, "--replies", str(replies), "--db", str(db))
     assert parent.returncode == 0, parent.stderr
-    git = ["git", "-C", str(repository), "-c", "user.name=T", "-c", "user.email=t@example.org"]
-    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "move the lighthouse"], check=True)
+    game.commit("move the lighthouse")
     replies.write_text(json.dumps({"chat": ["Hello again."]}), encoding="utf-8")
     trace = tmp_path / "trace.jsonl"
     forked = run_program(
