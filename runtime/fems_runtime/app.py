@@ -508,7 +508,7 @@ class _Run:
             variables.snapshot(),
             turns.model_calls,
             log.replayed,
-            getattr(log.inherited, "reused", 0),
+            log.inherited.reused if log.inherited is not None else 0,
         )
         if self.options["result"] is not None:
             write_result(
@@ -598,7 +598,7 @@ def _replayed(outcome: RunResult, options: Mapping[str, Any]) -> str:
     if options.get("reuse") is not None:
         return f", {outcome.reused} turns reused from session {options['reuse']}"
     if options.get("fork") is not None:
-        parent = str(options["fork"]).partition(":")[0]
+        parent = Branch.fork(options["fork"]).parent
         return f", {outcome.reused} turns replayed from session {parent}"
     if options.get("resume"):
         return f", {outcome.replayed} turns replayed"
