@@ -37,6 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from fems_runtime.options import FORK_POINT
 from fems_runtime.records import RunError
 from fems_runtime.store import Checkpoint, NewMessage
 from fems_runtime.store.database import bulk_insert
@@ -74,9 +75,8 @@ class Branch:
         if isinstance(value, int) and not isinstance(value, bool):
             return cls(value)
         if isinstance(value, str):
-            session, colon, turn = value.strip().partition(":")
-            if session.strip().isdigit() and (not colon or turn.strip().isdigit()):
-                return cls(int(session), int(turn) if colon else None)
+            if found := FORK_POINT.fullmatch(value):
+                return cls(int(found[1]), int(found[2]) if found[2] else None)
         elif isinstance(value, tuple | list) and len(value) == 2:
             session_number, turn_number = value
             if type(session_number) is int and type(turn_number) is int:
