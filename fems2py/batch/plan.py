@@ -7,8 +7,8 @@ batch extended with ``--runs`` keeps every index it had.
 
 The batch id is ``--batch NAME``, else derived from what decides a session's outcome: the
 built module, the first seed, the models, the ``--set`` values, who plays humans, the
-replies and the ``--fork`` branch point. The number of runs is not part of it: rerunning with a larger ``--runs`` adds
-sessions to the same batch.
+replies and the ``--fork`` branch point. The number of runs is not part of it: rerunning
+with a larger ``--runs`` adds sessions to the same batch.
 """
 
 from __future__ import annotations

@@ -188,10 +188,9 @@ def _branch_point(fork: str | None, url: str) -> Branch | None:
         if store.session(branch.parent) is None:
             raise UsageError(f"--fork {fork}: session {branch.parent} does not exist")
         run = parent_run(store, branch.parent, branch.option)
-    notices: list[str] = []
-    turn = fork_turn(run, branch, notices.append)
-    for notice in notices:
-        print(f"fems2py batch: notice: {notice}", file=sys.stderr)
+    turn = fork_turn(
+        run, branch, lambda text: print(f"fems2py batch: notice: {text}", file=sys.stderr)
+    )
     return Branch(branch.parent, turn)
 
 
