@@ -69,8 +69,8 @@ class FlowCode:
         bodies: dict[str, str] = {}
         later: list[tuple[str, Loop, str]] = []
         for node in graph.nodes:
-            inner = _LoopOf().visit(node.binding)
-            if inner is not None and node.name not in bodies:
+            inner = node.binding
+            if isinstance(inner, Loop) and node.name not in bodies:
                 bodies[node.name] = self.namer.take(_body_name(function, inner))
                 later.append((node.name, inner, bodies[node.name]))
         flow = _FlowEmitter(self, scope, graph, function, ids, bodies, loop)
@@ -103,20 +103,6 @@ class FlowCode:
 
     def merge_node(self, flow_key: str, node: str) -> str | None:
         return self.merge_nodes.get((flow_key, node))
-
-
-class _LoopOf(BindingVisitor[Loop]):
-    """A node's loop, if it is bound to one."""
-
-    def visit_Loop(self, loop: Loop) -> Loop:
-        return loop
-
-
-class _JoinOf(BindingVisitor[Join]):
-    """A node's join, if it is bound to one."""
-
-    def visit_Join(self, join: Join) -> Join:
-        return join
 
 
 class _BindingCode(BindingVisitor[list[Statement]]):
@@ -288,8 +274,12 @@ def _node_ids(graph: Graph, outer: Mapping[str, str]) -> dict[str, str]:
             continue
         # the runtime's rules for loops and module calls (fems_runtime.names), so ctx.loop and
         # ctx.call need no node= for them; an action, or &Module as written
-        loop = _LoopOf().visit(node.binding)
-        base = loop_node(loop.kind, loop.var) if loop else node.name.rsplit("@", 1)[0]
+        loop = node.binding
+        base = (
+            loop_node(loop.kind, loop.var)
+            if isinstance(loop, Loop)
+            else node.name.rsplit("@", 1)[0]
+        )
         candidate, count = base, next_count.get(base, 2)
         while candidate in used:
             candidate, count = f"{base}_{count}", count + 1
@@ -344,7 +334,7 @@ def _join_count(graph: Graph, merge: str | None) -> int | None:
     if merge is None:
         return None
     try:
-        join = _JoinOf().visit(graph.node(merge).binding)
+        join = graph.node(merge).binding
     except KeyError:
         return None
-    return join.count if join is not None else None
+    return join.count if isinstance(join, Join) else None

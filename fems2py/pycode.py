@@ -69,8 +69,7 @@ def py(value: Any) -> str:
         pieces = value.split("\n")
         return "fr.lines(\n" + "".join(f"{piece!r},\n" for piece in pieces) + ")"
     if isinstance(value, tuple):
-        inner = ", ".join(py(item) for item in value)
-        return f"({inner},)" if len(value) == 1 else f"({inner})"
+        return tuple_code(py(item) for item in value)
     if isinstance(value, list):
         return "[" + ", ".join(py(item) for item in value) + "]"
     if isinstance(value, dict):

@@ -24,7 +24,7 @@ from fems2py.checks.effects import EffectFinder
 from fems2py.checks.graphs import EXIT, dominators, immediate_post_dominators, reachable
 from fems2py.checks.parts import Part, describe, split_parts
 from fems2py.checks.references import References
-from fems2py.checks.scope import Namespace, Use
+from fems2py.checks.scope import Namespace, Use, all_modules
 from fems2py.checks.shared_state import SharedState
 from fems2py.diagnostics import suggest
 from fems2py.kinds import ACTION_KINDS
@@ -34,7 +34,6 @@ from fems2py.nodes import (
     Graph,
     Join,
     Loop,
-    Module,
     ModuleCall,
     NullValue,
     Script,
@@ -59,14 +58,9 @@ def flows_of(
 ) -> tuple[Flow, ...]:
     """The main flow, then each module's flow (nested modules after their module)."""
     flows = [Flow("main", script.flow, root)]
-
-    def add(modules: Iterable[Module]) -> None:
-        for module in modules:
-            namespace = namespaces[id(module)]
-            flows.append(Flow(namespace.key, module.flow, namespace))
-            add(module.modules)
-
-    add(script.modules)
+    for module in all_modules(script.modules):
+        namespace = namespaces[id(module)]
+        flows.append(Flow(namespace.key, module.flow, namespace))
     return tuple(flows)
 
 

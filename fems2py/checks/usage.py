@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
-from fems2py.checks.scope import Namespace
+from fems2py.checks.scope import Namespace, all_modules
 from fems2py.diagnostics import Diagnostic
 from fems2py.nodes import ActionBlock, FlowNode, Graph, Module, Script
 from fems2py.visitor import NodeVisitor
@@ -27,7 +27,7 @@ def unused_actions(
     """The action definitions (broken ones included) that no flow uses. Nothing is reported
     while a flow is missing or has a syntax error: its uses are not all known."""
     flows = [(root, script.flow)] + [
-        (modules[id(m)], m.flow) for m in _all_modules(script) if id(m) in modules
+        (modules[id(m)], m.flow) for m in all_modules(script.modules) if id(m) in modules
     ]
     if any(graph is None or not graph.complete for _, graph in flows):
         return ()
@@ -119,12 +119,3 @@ class _ActionNames(NodeVisitor[None]):
 
     def visit_ActionName(self, name: str) -> None:
         self.found.append(name)
-
-
-def _all_modules(script: Script) -> list[Module]:
-    def walk(modules: Iterable[Module]) -> Iterator[Module]:
-        for module in modules:
-            yield module
-            yield from walk(module.modules)
-
-    return list(walk(script.modules))
