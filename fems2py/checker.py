@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fems2py.checks.actions import ActionChecks
-from fems2py.checks.codefiles import FuncSignature, Param
+from fems2py.checks.codefiles import FuncSignature
 from fems2py.checks.definitions import (
     check_actors,
     check_variable_values,
@@ -41,7 +41,7 @@ from fems2py.diagnostics import Diagnostic
 from fems2py.nodes import ActionBlock, Graph, Loop, Script, Span
 from fems2py.visitor import walk
 
-__all__ = ["CheckedScript", "FuncSignature", "Param", "check"]
+__all__ = ["CheckedScript", "check"]
 
 
 @dataclass(frozen=True)
