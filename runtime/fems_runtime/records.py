@@ -55,6 +55,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+from fems_runtime.reasoning import Piece
 from fems_runtime.values import to_json
 
 
@@ -383,11 +384,12 @@ class StreamedReply:
 
 
 class LiveReplyListener(Protocol):
-    """Shows one streamed reply as it arrives: ``feed(kind, chunk)`` each piece (kind
-    ``"text"``, ``"reasoning"``, or ``"discard"`` when the stream broke off and the call is
-    made again), ``finish(final)`` the reply as it will be stored once the call is over."""
+    """Shows one streamed reply as it arrives: ``feed(kind, chunk)`` each piece (a
+    `~fems_runtime.reasoning.Piece`: text, reasoning, or a discard when the stream broke off
+    and the call is made again), ``finish(final)`` the reply as it will be stored once the
+    call is over."""
 
-    def feed(self, kind: str, chunk: str) -> None: ...
+    def feed(self, kind: Piece, chunk: str) -> None: ...
 
     def finish(self, final: str) -> None: ...
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from fems_runtime.context import Request, estimate_messages, estimate_tokens, fit_to_window
 from fems_runtime.llm import ContextTooLong, ReplyStream
+from fems_runtime.reasoning import Piece
 from fems_runtime.records import LiveReplyListener, RunError, StreamedReply
 from fems_runtime.turns.turn import Turn
 from fems_runtime.values import valid_text
@@ -66,7 +67,7 @@ class CallingTurn(Turn):
                     keep = self.halved = (self.request.context.count if keep is None else keep) // 2
         except BaseException:  # a failed or cancelled call (join(n), Ctrl-C) leaves no reply
             for watcher in watchers:
-                watcher.feed("discard", "")
+                watcher.feed(Piece.DISCARD, "")
             raise
         if call is None:
             assert stream is not None  # an interrupt watched it
@@ -261,12 +262,12 @@ class Answer:
     reasoning: str
 
 
-def _fan_out(shown: Sequence[LiveReplyListener]) -> Callable[[str, str], None] | None:
+def _fan_out(shown: Sequence[LiveReplyListener]) -> Callable[[Piece, str], None] | None:
     """The stream's listener: every piece to each of ``shown`` (None: nobody shows it)."""
     if len(shown) <= 1:
         return shown[0].feed if shown else None
 
-    def feed(kind: str, chunk: str) -> None:
+    def feed(kind: Piece, chunk: str) -> None:
         for listener in shown:
             listener.feed(kind, chunk)
 
