@@ -347,7 +347,7 @@ class ModelClient:
         self,
         choice: ModelChoice,
         messages: list[dict[str, Any]],
-        turn: OfflineTurn,
+        turn: OfflineTurn | None = None,
         delay: float = 0.0,
         tools: Sequence[Mapping[str, Any]] = (),
         *,
@@ -363,6 +363,7 @@ class ModelClient:
         cap) wins over the model map's; ``reasoning`` (``deep_think``, §15.7) over the model
         map's ``reasoning``."""
         if choice.model in OFFLINE_MODELS:
+            turn = turn or OfflineTurn("", "")  # asked outside a turn: it knows of none
             if tools or turn.tools:  # the offered tools, as the model sees them
                 turn = replace(turn, tools=tuple(tool["function"] for tool in tools))
             result = _without_reasoning(self._offline(choice, messages, turn))

@@ -252,6 +252,12 @@ class TurnLog:
                 self.turns.add(int(record["turn"]))
 
     @property
+    def replays(self) -> bool:
+        """Whether any turn may be replayed: the run resumes a session that has records, or
+        starts from another session's (§16.4, §16.4a); else every turn goes live at once."""
+        return bool(self._records) or self.inherited is not None
+
+    @property
     def compares(self) -> bool:
         """Whether a turn without a record must give its request's digest to find one: a
         reuse replays the parent's turn only when it would send what was recorded."""
