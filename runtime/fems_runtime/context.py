@@ -355,7 +355,7 @@ class _RunParts(Protocol):
     @property
     def code(self) -> Callable[[str], Any] | None: ...
     @property
-    def contexts(self) -> ContextCache | None: ...
+    def contexts(self) -> ContextCache: ...
     @property
     def store(self) -> Store: ...
     @property
@@ -458,7 +458,6 @@ async def context_view(
         text = await method_block(turn, method, outputs)
         return ContextView.of(text.split("\n\n") if text else [])
     services, room = turn.services, turn.room
-    assert services.contexts is not None
     return services.contexts.view(
         services.session, soul=room.voice_soul, user=room.executor_spec.user, last=last
     )

@@ -355,7 +355,8 @@ class ModelClient:
         max_tokens: int | None = None,
         reasoning: str | None = None,
     ) -> CallResult:
-        """One model call: offline models answer directly, real ones stream through
+        """One model call: offline models answer directly (``turn``: what they know of the
+        call; a turn gives it only for them), real ones stream through
         `fems_runtime.endpoints`. ``delay`` is a module's meta.delay; the larger of it and the
         script's applies. ``tools`` are the offered tools' entries of the ``tools`` request
         parameter (§15.5). ``stream`` is filled as the reply arrives (an offline reply at

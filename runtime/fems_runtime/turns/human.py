@@ -18,6 +18,7 @@ from fems_runtime.turns.turn import Room, Turn, finish
 
 if TYPE_CHECKING:
     from fems_runtime.flow import Context
+    from fems_runtime.human import HumanProvider
     from fems_runtime.specs import TurnSpec
     from fems_runtime.turns.shared import SharedServices
 
@@ -35,7 +36,8 @@ async def run_human_turn(
 ) -> TurnResult:
     """Run a `@human` turn; ``room`` when the caller has resolved it already (a mind turn)."""
     turn = HumanTurn.start(services, ctx, spec, room)
-    if services.human is None:
+    human = services.human
+    if human is None:
         raise RunError("human turns need --human terminal or an answers file")
     log = services.log
     record = log.recorded(turn.key)
@@ -46,7 +48,7 @@ async def run_human_turn(
         log.turns.add(turn.id)
         request = await turn.request()
         record = log.recorded(turn.key, request=turn.digest(request))
-    answer = turn.replay(record) if record is not None else await turn.ask(request)
+    answer = turn.replay(record) if record is not None else await turn.ask(human, request)
     return await turn.apply(answer)
 
 
@@ -98,17 +100,16 @@ class HumanTurn(Turn):
             }
         )
 
-    async def ask(self, request: HumanRequest | None = None) -> HumanAnswer:
-        """Ask the person (``request``: built already), then store the opening, their text
-        and the turn's record."""
+    async def ask(self, human: HumanProvider, request: HumanRequest | None = None) -> HumanAnswer:
+        """Ask the person through ``human`` (``request``: built already), then store the
+        opening, their text and the turn's record."""
         services = self.services
-        assert services.human is not None
         services.log.going_live()
         if not self.id:
             self.id = services.new_turn()
         if request is None:
             request = await self.request()
-        answer = await services.human.ask(request)
+        answer = await human.ask(request)
         said = self.message("human", answer.text)
         done = {"text": answer.text, "vars": answer.vars}
         self.save([*self.opening_messages(), said], done, request=self.digest(request))

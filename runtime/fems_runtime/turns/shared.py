@@ -93,15 +93,15 @@ class SharedServices:
     all_tools: tuple[str, ...] = ()  # what `tools: true` offers besides read and list (§15.5)
     max_tool_rounds: int = DEFAULT_MAX_TOOL_ROUNDS
     max_tokens: int | None = None  # meta: the cap of every reply without its own (§3, §9.2)
-    contexts: ContextCache | None = None  # the actors' built-in contexts (made from `store`)
+    #: the actors' built-in contexts, made from ``store``
+    contexts: ContextCache = field(init=False)
     warned: set[tuple[str, str]] = field(default_factory=set)  # (what, actor) warned once
     #: called with the spec after each turn, its messages submitted (a run's cost limit,
     #: §15.6, stops the run there by raising a RunError)
     after_turn: list[Callable[[TurnSpec], None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        if self.contexts is None:
-            self.contexts = ContextCache(self.store)
+        self.contexts = ContextCache(self.store)
 
     def warned_once(self, what: str, actor: str) -> bool:
         """Whether ``actor`` was warned about ``what`` already; the first time, False (and it
