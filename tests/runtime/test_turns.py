@@ -17,7 +17,7 @@ from fems_runtime.human import AnswersFileHuman
 from fems_runtime.linetable import LineTable
 from fems_runtime.llm import CallResult, ModelChoice, ModelClient, ReplyStream
 from fems_runtime.offline import OfflineTurn
-from fems_runtime.records import RunError, StepCounter, TraceWriter
+from fems_runtime.records import RunError, StepCounter, TraceWriter, TurnLog
 from fems_runtime.signals import OutSpec
 from fems_runtime.specs import InterruptSpec, ResolveSpec, ScopeItem, TurnSpec
 from fems_runtime.store import Store
@@ -699,3 +699,29 @@ def test_the_transcript_prints_a_streamed_reply_as_it_arrives() -> None:
         "    I accuse Bob.",
         "    SET VARIABLE: <<kill = @bob>>",
     ]  # printed once, the reasoning never as text
+
+
+def test_a_new_sessions_turn_goes_live_without_asking_the_turn_log(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A run without records decides once that its turns are live: no call of the turn asks
+    the log for a record or tells it that it goes live (§16.4), retries and tool rounds
+    included; its records still carry the digest of what each call sent (§16.4a)."""
+
+    def asked(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a live turn of a new session asked the turn log")
+
+    monkeypatch.setattr(TurnLog, "recorded", asked)
+    monkeypatch.setattr(TurnLog, "going_live", asked)
+    run = make_run({"pick": ["SET VARIABLE: <<count = lots>>", "SET VARIABLE: <<count = 2>>"]})
+    digests: list[str] = []
+    submit = run.services.store.submit
+
+    def stored(session: int, messages: Any, record: Any = None) -> Any:
+        digests.append(record.state["request"])
+        return submit(session, messages, record)
+
+    monkeypatch.setattr(run.services.store, "submit", stored)
+    result = run.turn(spec(prompt="How many?", outs=(OutSpec("count", type="int"),), max_retries=2))
+    assert run.ctx.frame.get("count") == 2 and result.calls == 2
+    assert len(digests) == 2 and len(set(digests)) == 2
