@@ -119,7 +119,7 @@ class AiTurn(CallingTurn):
 
     async def play(self) -> TurnResult:
         """Call, read the signals, check them; retry with feedback while the action allows."""
-        spec, frame = self.spec, self.frame
+        spec, frame = self.spec, self.ctx.frame
         base = self.offline_turn() if self.setup.choice.offline else None
         result = TurnResult()
         attempt = 0

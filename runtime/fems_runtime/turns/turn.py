@@ -26,9 +26,10 @@ _SPEAKERS = {"narration": NARRATOR}
 Scope = Literal["room", "executor", "nobody"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Room:
-    """Who acts and who is in scope for one turn, resolved when the action runs (§9.3)."""
+    """Who acts and who is in scope for one turn, resolved when the action runs (§9.3);
+    ``voice_soul`` is the soul the turn speaks with (its role's, with `as`)."""
 
     executor: Actor
     executor_spec: ActorSpec
@@ -37,6 +38,7 @@ class Room:
     actors: list[Actor]
     souls: set[str]
     users: set[str]
+    voice_soul: str
 
     @classmethod
     def of(cls, services: SharedServices, frame: Frame, spec: TurnSpec) -> Room:
@@ -51,15 +53,21 @@ class Room:
                 actors.insert(0, who)
         souls = {str(registry[a].soul) for a in actors}
         users = {u for a in actors if (u := registry[a].user)} | set(services.owners)
-        return cls(executor, registry[executor], voice, registry[voice], actors, souls, users)
+        voice_spec = registry[voice]
+        return cls(
+            executor,
+            registry[executor],
+            voice,
+            voice_spec,
+            actors,
+            souls,
+            users,
+            str(voice_spec.soul),
+        )
 
     @property
     def names(self) -> list[str]:
         return sorted(str(a) for a in self.actors)
-
-    @property
-    def voice_soul(self) -> str:
-        return str(self.voice_spec.soul)
 
 
 def _scope_actors(frame: Frame, spec: TurnSpec) -> list[Actor]:
