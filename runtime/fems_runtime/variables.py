@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from fems_runtime.records import RunError
@@ -57,6 +57,9 @@ class ActorSpec:
     source: str | None = None
     tools: tuple[str, ...] | bool = False
     blueprint: str | None = None
+    #: the person's user id, for a human with a source other than ``0`` (§6.3); worked out
+    #: once, as every turn in the actor's scope reads it
+    user: str | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not ACTOR_NAME.fullmatch(self.name):
@@ -65,13 +68,8 @@ class ActorSpec:
             raise ValueError(f"actor type is 'ai' or 'human', not {self.type!r}")
         if self.soul is None:
             object.__setattr__(self, "soul", self.name[1:])
-
-    @property
-    def user(self) -> str | None:
-        """The person's user id for a human with a source other than ``0`` (§6.3)."""
-        if self.type == "human" and self.source not in (None, "", "0"):
-            return self.source
-        return None
+        person = self.type == "human" and self.source not in (None, "", "0")
+        object.__setattr__(self, "user", self.source if person else None)
 
 
 @dataclass(frozen=True)
