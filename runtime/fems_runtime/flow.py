@@ -460,7 +460,7 @@ class Context:
         events.emit(BranchEnded.after(began, reached=reached))
         return reached
 
-    async def _joined(self, fork: ForkBegan | None, branches: Awaitable[None]) -> None:
+    async def _joined(self, fork: ForkBegan | None, branches: Awaitable[Any]) -> None:
         """Await every branch of ``fork``; a failure ends the fork's span with its error."""
         try:
             await branches
@@ -600,14 +600,16 @@ class Context:
                 line,
             )
         fork = self._fork_began(kind, var=var, items=tuple(snapshot))
-        if kind == "for":
+        if kind == "for" and fork is None:
+            for item in snapshot:
+                await _enter(body, self._derive(self.frame.loop({var: item})), None)
+            return
+        if fork is not None and kind == "for":
             for index, item in enumerate(snapshot):
                 ctx = self._derive(self.frame.loop({var: item}))
-                await self._joined(
-                    fork, ctx._in_branch(fork, index, _enter(body, ctx, None), item=item)
-                )
-            if fork is not None:
-                self.services.events.emit(ForkJoined.after(fork, kind="for", node=self.node))
+                work = ctx._in_branch(fork, index, _enter(body, ctx, None), item=item)
+                await self._joined(fork, work)
+            self.services.events.emit(ForkJoined.after(fork, kind="for", node=self.node))
             return
         frames = [self.frame.branch(f"par {var}={format_value(item)}") for item in snapshot]
         path = self._branch_path(f"{self.node or 'par'} {var}")
