@@ -331,6 +331,11 @@ class StoredMessage:
     #: the model call whose streamed reply it is (:class:`ModelCallBegan` id), None otherwise
     call: int | None = None
 
+    @property
+    def private(self) -> bool:
+        """Whether its content is a model's reasoning, never exported (§13.1)."""
+        return self.kind == "reasoning"
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MessagesStored(RunEvent):
@@ -411,7 +416,7 @@ class ModelCallEnded(Ended):
     #: the actors in the turn's scope, sorted
     scope: tuple[str, ...] = ()
     #: tokens sent, received, spent reasoning and read from the provider's cache (None:
-    #: not reported)
+    #: not reported; cached tokens also None when the cache served none)
     input_tokens: int | None = None
     output_tokens: int | None = None
     reasoning_tokens: int | None = None

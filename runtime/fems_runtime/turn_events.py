@@ -93,6 +93,7 @@ def model_call_ended(
         input_tokens=call.prompt_tokens if call else None,
         output_tokens=call.completion_tokens if call else None,
         reasoning_tokens=call.reasoning_tokens if call else None,
+        cached_tokens=call.cached_tokens if call else None,
         cost=call.cost if call else None,
         finish_reason=call.finish_reason if call else None,
         tries=call.attempts if call else None,
