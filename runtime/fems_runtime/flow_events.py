@@ -6,7 +6,7 @@ path."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fems_runtime.events import (
     Assigned,
@@ -21,8 +21,25 @@ from fems_runtime.events import (
 )
 
 if TYPE_CHECKING:
-    from fems_runtime.flow import Context
+    from fems_runtime.events import RunEvents
     from fems_runtime.variables import Frame
+
+
+class _Services(Protocol):
+    @property
+    def events(self) -> RunEvents: ...
+
+
+class Context(Protocol):
+    """What the flow's events need of a :class:`~fems_runtime.flow.Context`: the run's
+    events, where it is, and the span its events happen in (a branch sets its own)."""
+
+    span: int | None
+
+    @property
+    def services(self) -> _Services: ...
+
+    def where(self, action: str | None = None, actor: str | None = None) -> Where: ...
 
 
 def assigned(
