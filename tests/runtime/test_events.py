@@ -5,14 +5,20 @@ and the trace written only by its subscriber."""
 from __future__ import annotations
 
 import ast
+import asyncio
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fems_helpers import build_script, load, read_trace
 from fems_runtime import events as ev
+from fems_runtime.llm import ModelClient
 from fems_runtime.records import TRACE_FORMAT, RunError, trace_line
 from fems_runtime.values import to_json
+
+from tests.runtime.fake_openai import Behaviour, fake_openai
+from tests.runtime.test_endpoints import openai_entry
+from tests.runtime.test_turns import make_run, spec
 
 RUNTIME = Path(__file__).resolve().parents[2] / "runtime" / "fems_runtime"
 
@@ -413,3 +419,46 @@ def test_reasoning_is_marked_so_exporters_leave_it_out() -> None:
     assert ev.content_fields(ev.ModelCallEnded)["reply"] == ev.CONTENT
     assert "reasoning" not in ev.content_fields(ev.ModelCallBegan)
     assert ev.ReplyChunk(id=1, parent=None, where=ev.Where(), kind="reasoning").private
+
+
+def test_a_streamed_call_reports_its_first_chunk_pieces_and_usage() -> None:
+    """A model behind the OpenAI protocol: its provider and models, time to first chunk, each
+    piece (the reasoning marked private), the usage the provider reported."""
+    behaviour = Behaviour(text="kept words", reasoning="Hmm.", reasoning_tokens=3, cached_tokens=5)
+    with fake_openai(behaviour) as server:
+        models = ModelClient(
+            model_map={"test": openai_entry(server.api_base, "test")}, run_model="test", environ={}
+        )
+        run = make_run(models=models)
+        seen: list[ev.RunEvent] = []
+        run.services.events.subscribe(seen.append)
+
+        async def talk() -> None:
+            try:
+                await run.services.ai_turn(run.ctx, spec(prompt="Talk."))
+            finally:
+                await models.aclose()
+
+        asyncio.run(talk())
+    began = next(e for e in seen if isinstance(e, ev.ModelCallBegan))
+    assert (began.provider, began.request_model, began.streamed) == ("openai", "openai/test", True)
+    inside = [e for e in seen if e.parent == began.id]
+    assert isinstance(inside[0], ev.ModelCallFirstChunk) and inside[0].kind == "reasoning"
+    chunks = [(e.kind, e.chunk, e.private) for e in inside if isinstance(e, ev.ReplyChunk)]
+    assert chunks == [
+        ("reasoning", "Hmm.", True),
+        ("text", "kept ", False),
+        ("text", "words", False),
+    ]
+    (ended,) = [e for e in seen if isinstance(e, ev.ModelCallEnded)]
+    usage = (ended.input_tokens, ended.output_tokens, ended.reasoning_tokens, ended.cached_tokens)
+    assert usage == (11, 7, 3, 5)
+    assert (ended.response_model, ended.finish_reason, ended.reply) == (
+        "openai/test",
+        "stop",
+        "kept words",
+    )
+    assert ended.reasoning == "Hmm." and ended.mono >= inside[0].mono >= began.mono
+    stored = next(e for e in seen if isinstance(e, ev.MessagesStored))
+    assert {m.kind: m.call for m in stored.messages}["reply"] == began.id  # shown as it came
+    assert [m.private for m in stored.messages if m.kind == "reasoning"] == [True]
