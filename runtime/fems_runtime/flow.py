@@ -379,7 +379,7 @@ class Context:
         """Count one execution of ``node`` (§12.10), remember where this branch is, and run
         the node's ``action`` if it has one. Returns ``node``: a flow ends with
         ``return await ctx.step("END")``."""
-        began = await self._count_step(node, sys._getframe(1))
+        began = await self._count_step(node, sys._getframe(1), action)
         if action is not None:
             if began is None:
                 await action(self)
@@ -389,10 +389,12 @@ class Context:
             self.services.events.emit(StepEnded.after(began))
         return node
 
-    async def _count_step(self, node: str, caller: FrameType) -> StepBegan | None:
+    async def _count_step(
+        self, node: str, caller: FrameType, action: ActionFunction | None = None
+    ) -> StepBegan | None:
         """One execution of ``node``, at the ``.fems`` line of the generated line ``caller``
         runs: counted, remembered as where this branch is, and begun as a span when someone
-        listens (its caller ends it)."""
+        listens (its caller ends it), naming the node's ``action``."""
         services, steps = self.services, self.steps
         line = services.lines.at(caller)
         self.node, self.line = node, line
@@ -400,7 +402,8 @@ class Context:
         began = None
         events = services.events
         if events.active:
-            where = events.where(self.path, node, line)
+            named = services.names.of(action.__name__) if action is not None else None
+            where = events.where(self.path, node, line, named)
             began = events.emit(
                 StepBegan(id=events.new_id(), parent=self.span, where=where, step=steps.total)
             )

@@ -150,6 +150,8 @@ def test_a_sequence_nests_turns_in_steps_and_model_calls_in_turns(tmp_path: Path
     )
     assert (call.where.action, call.where.actor, call.where.line) == ("talk", "@a", 5)
     assert call.reply and call.messages[-1]["content"] == "Say 0."
+    steps = [e.where.action for e in events if isinstance(e, ev.StepBegan)]
+    assert steps == [None, "talk", "count", None]
     (assigned,) = [event for event in events if isinstance(event, ev.Assigned)]
     assert (assigned.target, assigned.op, assigned.value) == ("n", "+=", 1)
     stored = [event for event in events if isinstance(event, ev.MessagesStored)]
