@@ -254,6 +254,7 @@ class TurnEnded(Ended):
     #: the action's kind; a ``mind`` turn says ``ai`` or ``human``, the kind it ran as
     kind: TurnEventKind
     #: the turn's id in the session (§14), None for turns without one (``@func``, ``@assign``)
+    #: and for a turn that failed before it had one
     turn: int | None = None
     #: the model calls it made or replayed
     calls: int = 0

@@ -142,6 +142,10 @@ def test_a_sequence_nests_turns_in_steps_and_model_calls_in_turns(tmp_path: Path
     assert (run.outcome, run.steps, run.model_calls) == ("ok", 4, 1)
     assert {event.where.session for event in events} == {1}
     assert {event.where.file for event in events} == {"t.fems"}
+    assert [(end.kind, end.turn) for end in ends(events, ev.TurnEnded)] == [
+        ("ai", 1),
+        ("assign", None),
+    ]
     (call,) = ends(events, ev.ModelCallEnded)
     assert (call.provider, call.request_model, call.response_model) == (
         "fems",
@@ -317,7 +321,8 @@ def test_a_human_turn_waits_inside_its_turn(tmp_path: Path) -> None:
         "      wait",
         "  step END",
     ]
-    assert [end.kind for end in ends(events, ev.TurnEnded)] == ["human", "human"]
+    turns = [(end.kind, end.turn) for end in ends(events, ev.TurnEnded)]
+    assert turns == [("human", 1), ("human", 2)]
     answered = [event for event in events if isinstance(event, ev.HumanAnswered)]
     assert [(a.where.actor, a.text, a.values) for a in answered] == [
         ("@you", "there", {"pick": "x"}),
