@@ -27,6 +27,7 @@ BENCHMARKS = (
     "steps",
     "width",
     "start",
+    "path",
     "fuzz",
     "batch",
 )

@@ -21,6 +21,7 @@ import time
 import warnings
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from types import ModuleType
 from typing import Any
 
@@ -114,24 +115,43 @@ LITELLM_EXTRA = "pip install 'fems-runtime[litellm]'"
 STREAM_CHUNK_DEPRECATION = r"Accessing the 'model_\w+' attribute on the instance"
 
 
-class ModelCallError(Exception):
-    """A failed request, described the same way on both paths.
+class Failure(StrEnum):
+    """What went wrong with a request, one row each: its name, whether another attempt may
+    succeed (§15.4; an HTTP error's status decides for itself), and how the error begins."""
 
-    ``kind``: ``status`` (HTTP error), ``timeout`` (silence, §15.4), ``connection``, ``cut``
-    (a stream that ended before its end), ``malformed`` (an answer that is not a chat
-    completion), ``context`` (the request is longer than the model's window, §13.2a),
-    ``key`` (no API key), ``setup`` (a package the path needs is not installed) or ``other``.
-    """
+    transient: bool
+    lead: str
+
+    def __new__(cls, value: str, transient: bool, lead: str = "") -> Failure:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.transient = transient
+        member.lead = lead
+        return member
+
+    STATUS = "status", False  # an HTTP error: transient by TRANSIENT_STATUS
+    TIMEOUT = "timeout", True  # silence (§15.4)
+    CONNECTION = "connection", True
+    CUT = "cut", True  # a stream that ended before its end
+    MALFORMED = "malformed", True, "malformed answer: "  # not a chat completion
+    CONTEXT = "context", False  # the request is longer than the model's window (§13.2a)
+    KEY = "key", False  # no API key
+    SETUP = "setup", False  # a package the path needs is not installed
+    OTHER = "other", False
+
+
+class ModelCallError(Exception):
+    """A failed request, described the same way on both paths; ``kind`` a :class:`Failure`."""
 
     def __init__(
         self,
-        kind: str,
+        kind: Failure | str,
         detail: str,
         *,
         status: int | None = None,
         retry_after: float | None = None,
     ) -> None:
-        self.kind = kind
+        self.kind = Failure[str(kind).upper()]
         self.detail = detail
         self.status = status
         self.retry_after = retry_after
@@ -141,19 +161,17 @@ class ModelCallError(Exception):
     def transient(self) -> bool:
         """Whether another attempt may succeed (§15.4: rate limits, 5xx, timeouts, dropped
         connections, malformed answers); authentication and other errors fail at once."""
-        if self.kind == "status":
+        if self.kind is Failure.STATUS:
             return self.status in TRANSIENT_STATUS
-        return self.kind in ("timeout", "connection", "cut", "malformed")
+        return self.kind.transient
 
     def describe(self) -> str:
         """The error as the run reports it (after ``model NAME: ``)."""
         text = self.detail if len(self.detail) <= 300 else self.detail[:300] + "…"
-        if self.kind == "status":
+        if self.kind is Failure.STATUS:
             hint = " (check the API key)" if self.status in AUTH_STATUS else ""
             return f"HTTP {self.status}: {text}{hint}"
-        if self.kind == "malformed":
-            return f"malformed answer: {text}"
-        return text
+        return f"{self.kind.lead}{text}"
 
 
 def parse_retry_after(headers: Any) -> float | None:
@@ -195,12 +213,19 @@ class OpenAIRoute:
     fields: Mapping[str, Any] = field(default_factory=dict)
     headers: Mapping[str, str] | None = None
     organization: str | None = None
+    provider: Provider | None = None  # a known OpenAI-compatible provider's (its key rule)
 
 
-def _provider_of(model: str) -> tuple[str | None, str]:
-    """(provider, name) of a litellm model string: `groq/llama3` → (groq, llama3)."""
+def provider_of(model: str, options: Mapping[str, Any]) -> tuple[str | None, str]:
+    """(provider, name it knows the model by) of a litellm model string and its model-map
+    options, the one place this is decided: `groq/llama3` → (groq, llama3); the options'
+    `custom_llm_provider` wins, and names the model in full unless its prefix is that provider."""
     prefix, slash, rest = model.partition("/")
-    return (prefix, rest) if slash and rest else (None, model)
+    provider, name = (prefix, rest) if slash and rest else (None, model)
+    custom = options.get("custom_llm_provider")
+    if isinstance(custom, str) and custom:
+        return custom, (name if provider == custom else model)
+    return provider, name
 
 
 def openai_route(
@@ -212,11 +237,8 @@ def openai_route(
     provider is requested under its full name (`meta-llama/Llama-3` on a vLLM server), except
     for the providers with their own protocol (`NATIVE_PROTOCOL`), which stay with litellm.
     """
-    provider_name, name = _provider_of(model)
+    provider_name, name = provider_of(model, options)
     explicit_base = options.get("api_base") or options.get("base_url")
-    custom = options.get("custom_llm_provider")
-    if isinstance(custom, str) and custom:
-        provider_name, name = custom, (name if provider_name == custom else model)
     provider = OPENAI_COMPATIBLE.get(provider_name or "")
     if provider is None:
         if not explicit_base or provider_name in NATIVE_PROTOCOL:
@@ -239,19 +261,20 @@ def openai_route(
         fields=fields,
         headers=options.get("extra_headers"),
         organization=options.get("organization"),
+        provider=provider,
     )
 
 
 def speaks_deepseek(model: str, options: Mapping[str, Any]) -> bool:
     """Whether the model is DeepSeek's, which has its own thinking switch (§15.7)."""
-    provider = options.get("custom_llm_provider") or _provider_of(model)[0]
+    provider = provider_of(model, options)[0]
     base = str(options.get("api_base") or options.get("base_url") or "")
     return provider == "deepseek" or "api.deepseek.com" in base
 
 
-def missing_key(model: str, route: OpenAIRoute) -> str | None:
+def missing_key(route: OpenAIRoute) -> str | None:
     """The environment variable to set when ``route`` needs a key it does not have."""
-    provider = OPENAI_COMPATIBLE.get(_provider_of(model)[0] or "")
+    provider = route.provider
     if route.api_key or provider is None or not provider.key_required:
         return None
     if provider.base_url is not None and route.base_url != provider.base_url.rstrip("/"):
@@ -434,20 +457,20 @@ def _sdk_error(openai: ModuleType, error: Exception, timeout: float) -> ModelCal
     if isinstance(error, openai.APIStatusError):
         detail = _body_message(error.body) or error.response.text or str(error)
         if context_exceeded(error.status_code, getattr(error, "code", None), detail):
-            return ModelCallError("context", detail, status=error.status_code)
+            return ModelCallError(Failure.CONTEXT, detail, status=error.status_code)
         return ModelCallError(
-            "status",
+            Failure.STATUS,
             detail,
             status=error.status_code,
             retry_after=parse_retry_after(error.response.headers),
         )
     if isinstance(error, openai.APITimeoutError):
-        return ModelCallError("timeout", f"no answer within {timeout:g} s")
+        return ModelCallError(Failure.TIMEOUT, f"no answer within {timeout:g} s")
     if isinstance(error, openai.APIConnectionError):
-        return ModelCallError("connection", _connection_detail(error))
+        return ModelCallError(Failure.CONNECTION, _connection_detail(error))
     if isinstance(error, openai.APIResponseValidationError | json.JSONDecodeError):
-        return ModelCallError("malformed", str(error))
-    return ModelCallError("other", str(error))
+        return ModelCallError(Failure.MALFORMED, str(error))
+    return ModelCallError(Failure.OTHER, str(error))
 
 
 @functools.cache
@@ -472,7 +495,7 @@ def _chunk_stream_class(openai: ModuleType) -> type:
                         continue
                     yield _event_chunk(event.data)
                 if not ended:
-                    raise ModelCallError("cut", "the reply stream ended before its end")
+                    raise ModelCallError(Failure.CUT, "the reply stream ended before its end")
             finally:
                 await response.aclose()
 
@@ -485,9 +508,9 @@ async def _read_whole(response: Any) -> bytes:
     try:
         return bytes(await response.aread())
     except http.TimeoutException:
-        raise ModelCallError("timeout", "the answer stopped coming") from None
+        raise ModelCallError(Failure.TIMEOUT, "the answer stopped coming") from None
     except http.TransportError as error:
-        raise ModelCallError("connection", f"connection failed: {error}") from None
+        raise ModelCallError(Failure.CONNECTION, f"connection failed: {error}") from None
 
 
 def _event_chunk(data: str) -> Any:
@@ -495,14 +518,16 @@ def _event_chunk(data: str) -> Any:
     try:
         chunk = json.loads(data)
     except json.JSONDecodeError as bad:
-        raise ModelCallError("malformed", f"a stream event that is not JSON ({bad})") from None
+        raise ModelCallError(
+            Failure.MALFORMED, f"a stream event that is not JSON ({bad})"
+        ) from None
     failure = chunk.get("error") if isinstance(chunk, dict) else None
     if failure:
         detail = _body_message(chunk) or "an error"
         code = failure.get("code") if isinstance(failure, Mapping) else None
         if context_exceeded(400, code, detail):
-            raise ModelCallError("context", detail, status=400)
-        raise ModelCallError("cut", f"the reply stream ended with {detail}")
+            raise ModelCallError(Failure.CONTEXT, detail, status=400)
+        raise ModelCallError(Failure.CUT, f"the reply stream ended with {detail}")
     return chunk
 
 
@@ -562,7 +587,7 @@ def import_litellm() -> ModuleType:
             litellm: Any = import_large("litellm")
         except ImportError:
             raise ModelCallError(
-                "setup",
+                Failure.SETUP,
                 "this provider is served through litellm, which is not installed "
                 f"({LITELLM_EXTRA})",
             ) from None
@@ -600,7 +625,7 @@ async def litellm_stream(
         async for chunk in response:
             yield chunk
         if getattr(response, "received_finish_reason", "") is None:
-            raise ModelCallError("cut", "the reply stream ended before its end")
+            raise ModelCallError(Failure.CUT, "the reply stream ended before its end")
     except ModelCallError:
         raise
     except Exception as error:
@@ -614,29 +639,29 @@ def _litellm_error(error: Exception, timeout: float) -> ModelCallError:
     inner = getattr(error, "original_exception", None)
     if type(error).__name__ == "MidStreamFallbackError" and isinstance(inner, Exception):
         broken = _litellm_error(inner, timeout)  # a stream that broke off part-way: its cause
-        return ModelCallError("cut", f"the reply stream broke off: {broken.describe()}")
+        return ModelCallError(Failure.CUT, f"the reply stream broke off: {broken.describe()}")
     text = str(getattr(error, "message", "") or error).partition("\nTraceback")[0].strip()
     text = text or type(error).__name__
     detail = _LITELLM_PREFIX.sub("", text).strip() or text
     if _MISSING_CREDENTIALS.search(text):
-        return ModelCallError("key", detail)
+        return ModelCallError(Failure.KEY, detail)
     names = {cls.__name__ for cls in type(error).__mro__}
     if names & {"Timeout", "APITimeoutError"} or isinstance(error, TimeoutError):
-        return ModelCallError("timeout", f"no answer within {timeout:g} s")
+        return ModelCallError(Failure.TIMEOUT, f"no answer within {timeout:g} s")
     if detail.startswith("Connection error") or isinstance(error, ConnectionError):
-        return ModelCallError("connection", "connection failed")
+        return ModelCallError(Failure.CONNECTION, "connection failed")
     if detail.startswith(("Expecting", "Invalid JSON", "Unterminated")):
-        return ModelCallError("malformed", detail)
+        return ModelCallError(Failure.MALFORMED, detail)
     status = getattr(error, "status_code", None)
     if "ContextWindowExceededError" in names or context_exceeded(status, None, detail):
-        return ModelCallError("context", detail, status=status)
+        return ModelCallError(Failure.CONTEXT, detail, status=status)
     if isinstance(status, int):
         retry_after = parse_retry_after(getattr(error, "litellm_response_headers", None))
         if retry_after is None:
             retry_after = parse_retry_after(
                 getattr(getattr(error, "response", None), "headers", None)
             )
-        return ModelCallError("status", detail, status=status, retry_after=retry_after)
+        return ModelCallError(Failure.STATUS, detail, status=status, retry_after=retry_after)
     if names & {"APIConnectionError"}:
-        return ModelCallError("connection", "connection failed")
-    return ModelCallError("other", detail)
+        return ModelCallError(Failure.CONNECTION, "connection failed")
+    return ModelCallError(Failure.OTHER, detail)

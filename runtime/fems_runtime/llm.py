@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from fems_runtime.endpoints import (
+    Failure,
     ModelCallError,
     OpenAIClients,
     OpenAIRoute,
@@ -37,7 +38,7 @@ from fems_runtime.endpoints import (
 )
 from fems_runtime.offline import OFFLINE_MODELS, MockModel, OfflineTurn, ScriptModel
 from fems_runtime.prices import PRICES, PriceTable
-from fems_runtime.reasoning import split_reasoning
+from fems_runtime.reasoning import Piece, split_reasoning
 from fems_runtime.records import RunError
 from fems_runtime.replies import MalformedReply, Reply, ReplyBuilder
 from fems_runtime.tools import ToolCall
@@ -85,12 +86,12 @@ class ReplyStream:
     """What a call has received so far, for the transcript, the stage and an interrupt
     (§10.7): the reply text and the reasoning, each cut from the other as they arrive.
 
-    ``listener(kind, chunk)`` is told every piece as it arrives, kind ``"text"`` or
-    ``"reasoning"``; and ``("discard", "")`` when an attempt's stream broke off and its pieces
-    are dropped before the call is retried (§15.4).
+    ``listener(kind, chunk)`` is told every piece as it arrives (a `Piece`), and
+    ``(Piece.DISCARD, "")`` when an attempt's stream broke off and its pieces are dropped
+    before the call is retried (§15.4).
     """
 
-    def __init__(self, listener: Callable[[str, str], None] | None = None) -> None:
+    def __init__(self, listener: Callable[[Piece, str], None] | None = None) -> None:
         self._listener = listener
         self._text: list[str] = []
         self._reasoning: list[str] = []
@@ -105,9 +106,9 @@ class ReplyStream:
         """The reasoning so far (provider field, or the leading think block)."""
         return "".join(self._reasoning)
 
-    def add(self, kind: str, chunk: str) -> None:
-        """One piece of the reply (``"text"``) or of its reasoning (``"reasoning"``)."""
-        (self._text if kind == "text" else self._reasoning).append(chunk)
+    def add(self, kind: Piece, chunk: str) -> None:
+        """One piece of the reply or of its reasoning."""
+        (self._text if kind == Piece.TEXT else self._reasoning).append(chunk)
         if self._listener is not None:
             self._listener(kind, chunk)
 
@@ -118,7 +119,7 @@ class ReplyStream:
         self._text.clear()
         self._reasoning.clear()
         if self._listener is not None:
-            self._listener("discard", "")
+            self._listener(Piece.DISCARD, "")
 
 
 class ContextTooLong(RunError):
@@ -347,7 +348,7 @@ class ModelClient:
         self,
         choice: ModelChoice,
         messages: list[dict[str, Any]],
-        turn: OfflineTurn,
+        turn: OfflineTurn | None = None,
         delay: float = 0.0,
         tools: Sequence[Mapping[str, Any]] = (),
         *,
@@ -363,11 +364,12 @@ class ModelClient:
         cap) wins over the model map's; ``reasoning`` (``deep_think``, §15.7) over the model
         map's ``reasoning``."""
         if choice.model in OFFLINE_MODELS:
+            turn = turn or OfflineTurn("", "")  # asked outside a turn: it knows of none
             if tools or turn.tools:  # the offered tools, as the model sees them
                 turn = replace(turn, tools=tuple(tool["function"] for tool in tools))
             result = _without_reasoning(self._offline(choice, messages, turn))
             if stream is not None:
-                for kind, chunk in (("reasoning", result.reasoning), ("text", result.text)):
+                for kind, chunk in ((Piece.REASONING, result.reasoning), (Piece.TEXT, result.text)):
                     if chunk:
                         stream.add(kind, chunk)
             return _numbered(result, messages)
@@ -453,9 +455,9 @@ class ModelClient:
                 if fields and self._refused_reasoning(choice, fields, error):
                     attempts -= 1  # the same attempt again, without the fields it refused
                     continue
-                if error.kind == "context":
+                if error.kind is Failure.CONTEXT:
                     raise ContextTooLong(choice.model, error.detail) from None
-                if error.kind == "key":
+                if error.kind is Failure.KEY:
                     raise RunError(
                         f"model {choice.model} has no API key: {error.detail} (a .env file next "
                         "to the script or in the working directory is read too)"
@@ -495,7 +497,7 @@ class ModelClient:
                 openai_route(choice.model, choice.options, self.environ),
             )
         route = known[1]
-        if route is not None and (variable := missing_key(choice.model, route)):
+        if route is not None and (variable := missing_key(route)):
             raise RunError(
                 f"model {choice.model} has no API key: set {variable} (a .env file next to the "
                 "script or in the working directory is read too)"
@@ -517,7 +519,7 @@ class ModelClient:
         chunk; between chunks, the model's `timeout` (§15.4: silence, not the whole reply),
         whatever the SDK does."""
         if timeout <= 0:  # the budget ran out while this attempt waited for a slot
-            raise ModelCallError("timeout", "no time left in the retry budget")
+            raise ModelCallError(Failure.TIMEOUT, "no time left in the retry budget")
         silence = float(choice.options.get("timeout") or self.timeout)
         # importing the SDK or litellm (seconds, once) is not the endpoint's time
         if route is None:
@@ -539,10 +541,12 @@ class ModelClient:
                     watch.close()
         except TimeoutError:
             if watch is not None and watch.started:
-                raise ModelCallError("timeout", f"the reply stopped for {silence:g} s") from None
-            raise ModelCallError("timeout", f"no answer within {timeout:g} s") from None
+                raise ModelCallError(
+                    Failure.TIMEOUT, f"the reply stopped for {silence:g} s"
+                ) from None
+            raise ModelCallError(Failure.TIMEOUT, f"no answer within {timeout:g} s") from None
         except MalformedReply as error:
-            raise ModelCallError("malformed", str(error)) from None
+            raise ModelCallError(Failure.MALFORMED, str(error)) from None
         return builder.reply()
 
     def _refused_reasoning(
@@ -550,7 +554,11 @@ class ModelClient:
     ) -> bool:
         """Whether the model refused the request to reason (it has no reasoning mode): then
         it is a notice, once per model, and the call goes on without it (§15.7)."""
-        if "reasoning_effort" not in fields or error.kind != "status" or error.status != 400:
+        if (
+            "reasoning_effort" not in fields
+            or error.kind is not Failure.STATUS
+            or error.status != 400
+        ):
             return False
         if not re.search(r"reasoning|thinking", error.detail, re.IGNORECASE):
             return False

@@ -12,11 +12,22 @@ stream and the whole text split alike.
 from __future__ import annotations
 
 import re
+from enum import StrEnum
 
 TAGS = ("think", "thinking")
 _OPENINGS = tuple(f"<{tag}>" for tag in TAGS)
 _LEADING_BLOCK = re.compile(r"\s*<(think|thinking)>", re.IGNORECASE)
 _CLOSINGS = {tag: re.compile(f"</{tag}>", re.IGNORECASE) for tag in TAGS}
+
+
+class Piece(StrEnum):
+    """What a piece of a streamed reply is, as its listeners are told (§13.1, §15.4): the
+    reply's text, its reasoning, or ``DISCARD`` (with no text) when an attempt's stream broke
+    off and what it said is dropped before the call is made again."""
+
+    TEXT = "text"
+    REASONING = "reasoning"
+    DISCARD = "discard"
 
 
 def split_reasoning(text: str) -> tuple[str, str]:
@@ -40,7 +51,7 @@ class ReasoningSplitter:
     """`split_reasoning` for a reply that arrives in pieces.
 
     `feed` takes each piece and returns what can be told already, as ``(kind, text)`` pairs
-    with kind ``"reasoning"`` or ``"text"``; it holds back only what is still undecided: the
+    of kind `Piece.REASONING` or `Piece.TEXT`; it holds back only what is still undecided: the
     start of the reply while it may yet open a think block, and the end of the block while it
     may be the start of its closing tag. `finish` returns what is held at the end.
     """
@@ -51,7 +62,7 @@ class ReasoningSplitter:
         self._decided = False  # past the start: pieces are reply text
         self._trim = False  # right after a block: the reply's leading whitespace is dropped
 
-    def feed(self, piece: str) -> list[tuple[str, str]]:
+    def feed(self, piece: str) -> list[tuple[Piece, str]]:
         """The parts of ``piece`` (with what was held) that are decided."""
         if self._decided and self._closing is None:
             return self._text(piece)
@@ -60,17 +71,17 @@ class ReasoningSplitter:
             return self._at_start()
         return self._in_block()
 
-    def finish(self) -> list[tuple[str, str]]:
+    def finish(self) -> list[tuple[Piece, str]]:
         """What was held back when the reply ends: an unfinished tag is what it looked like
         (text at the start, reasoning inside a block)."""
         held, self._held = self._held, ""
         if not held:
             return []
         if self._closing is not None:
-            return [("reasoning", held)]
-        return [("text", held)]
+            return [(Piece.REASONING, held)]
+        return [(Piece.TEXT, held)]
 
-    def _at_start(self) -> list[tuple[str, str]]:
+    def _at_start(self) -> list[tuple[Piece, str]]:
         start = self._held.lstrip()
         lowered = start[: len(_OPENINGS[-1])].lower()
         for opening in _OPENINGS:
@@ -83,30 +94,30 @@ class ReasoningSplitter:
             return []  # still only whitespace, or the start of an opening tag
         self._decided = True
         held, self._held = self._held, ""
-        return [("text", held)]
+        return [(Piece.TEXT, held)]
 
-    def _in_block(self) -> list[tuple[str, str]]:
+    def _in_block(self) -> list[tuple[Piece, str]]:
         assert self._closing is not None
         held = self._held
         closing = _CLOSINGS[self._closing].search(held)
         if closing is not None:
             self._closing, self._held, self._trim = None, "", True
             return [
-                *_some("reasoning", held[: closing.start()]),
+                *_some(Piece.REASONING, held[: closing.start()]),
                 *self._text(held[closing.end() :]),
             ]
         keep = _partial_suffix(held, f"</{self._closing}>")
         self._held = held[len(held) - keep :] if keep else ""
-        return _some("reasoning", held[: len(held) - keep])
+        return _some(Piece.REASONING, held[: len(held) - keep])
 
-    def _text(self, piece: str) -> list[tuple[str, str]]:
+    def _text(self, piece: str) -> list[tuple[Piece, str]]:
         if self._trim:
             piece = piece.lstrip()
             self._trim = not piece
-        return _some("text", piece)
+        return _some(Piece.TEXT, piece)
 
 
-def _some(kind: str, text: str) -> list[tuple[str, str]]:
+def _some(kind: Piece, text: str) -> list[tuple[Piece, str]]:
     return [(kind, text)] if text else []
 
 

@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from fems_runtime import events
+from fems_runtime.reasoning import Piece
 from fems_runtime.values import to_json
 
 
@@ -402,6 +403,12 @@ class TurnLog:
                 self.turns.add(int(record["turn"]))
 
     @property
+    def replays(self) -> bool:
+        """Whether any turn may be replayed: the run resumes a session that has records, or
+        starts from another session's (§16.4, §16.4a); else every turn goes live at once."""
+        return bool(self._records) or self.inherited is not None
+
+    @property
     def compares(self) -> bool:
         """Whether a turn without a record must give its request's digest to find one: a
         reuse replays the parent's turn only when it would send what was recorded."""
@@ -534,11 +541,12 @@ class StreamedReply:
 
 
 class LiveReplyListener(Protocol):
-    """Shows one streamed reply as it arrives: ``feed(kind, chunk)`` each piece (kind
-    ``"text"``, ``"reasoning"``, or ``"discard"`` when the stream broke off and the call is
-    made again), ``finish(final)`` the reply as it will be stored once the call is over."""
+    """Shows one streamed reply as it arrives: ``feed(kind, chunk)`` each piece (a
+    `~fems_runtime.reasoning.Piece`: text, reasoning, or a discard when the stream broke off
+    and the call is made again), ``finish(final)`` the reply as it will be stored once the
+    call is over."""
 
-    def feed(self, kind: str, chunk: str) -> None: ...
+    def feed(self, kind: Piece, chunk: str) -> None: ...
 
     def finish(self, final: str) -> None: ...
 
@@ -576,7 +584,7 @@ class WatchedReplies:
             case events.ReplyChunk():
                 listener = self._listeners.get(event.parent or 0)
                 if listener is not None:
-                    listener.feed(event.kind, event.chunk)
+                    listener.feed(Piece(event.kind), event.chunk)
             case events.ModelCallEnded():
                 listener = self._listeners.pop(event.id, None)
                 if listener is None:
@@ -584,4 +592,4 @@ class WatchedReplies:
                 if event.outcome == "ok":
                     listener.finish(event.reply)
                 else:
-                    listener.feed("discard", "")
+                    listener.feed(Piece.DISCARD, "")

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from fems_runtime.prices import Usage
-from fems_runtime.reasoning import ReasoningSplitter, join_reasoning
+from fems_runtime.reasoning import Piece, ReasoningSplitter, join_reasoning
 
-Listener = Callable[[str, str], None]
-"""Told each decided piece of a reply as it arrives: kind (``"text"`` or ``"reasoning"``), text."""
+Listener = Callable[[Piece, str], None]
+"""Told each decided piece of a reply as it arrives: its kind (text or reasoning) and text."""
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ class ReplyBuilder:
         reasoning = _reasoning_of(delta)
         if reasoning:
             self._provider_reasoning.append(reasoning)
-            self._tell("reasoning", reasoning)
+            self._tell(Piece.REASONING, reasoning)
         content = field_of(delta, "content")
         if isinstance(content, str) and content:
             self._parts(self._splitter.feed(content))
@@ -124,12 +124,12 @@ class ReplyBuilder:
             text = arguments if isinstance(arguments, str) else json.dumps(arguments)
             entry["function"]["arguments"] += text
 
-    def _parts(self, parts: list[tuple[str, str]]) -> None:
+    def _parts(self, parts: list[tuple[Piece, str]]) -> None:
         for kind, text in parts:
-            (self._text if kind == "text" else self._thoughts).append(text)
+            (self._text if kind == Piece.TEXT else self._thoughts).append(text)
             self._tell(kind, text)
 
-    def _tell(self, kind: str, text: str) -> None:
+    def _tell(self, kind: Piece, text: str) -> None:
         if self._listener is not None:
             self._listener(kind, text)
 

@@ -23,6 +23,7 @@ from fems_runtime.events import (
     ReplyChunk,
     RunEvent,
 )
+from fems_runtime.reasoning import Piece
 from fems_runtime.words import MESSAGE_KINDS, TranscriptShow
 
 _SPEAKER_STYLES = ("cyan", "green", "magenta", "yellow", "blue", "bright_red", "bright_cyan")
@@ -58,7 +59,7 @@ class Transcript:
             case ReplyChunk():
                 live = self._streaming.get(event.parent or 0)
                 if live is not None:
-                    live.feed(event.kind, event.chunk)
+                    live.feed(Piece(event.kind), event.chunk)
             case ModelCallEnded():
                 self._finished(event)
 
@@ -203,14 +204,14 @@ class LiveReply:
         self._received = ""
         self._reasoning = False
 
-    def feed(self, kind: str, chunk: str) -> None:
-        """The stream's listener: ``kind`` ``text``, ``reasoning`` or ``discard``."""
-        if kind == "reasoning":
+    def feed(self, kind: Piece, chunk: str) -> None:
+        """The stream's listener: one piece of the reply, of its reasoning, or a discard."""
+        if kind == Piece.REASONING:
             if not self._reasoning:
                 self._reasoning = True
                 self._transcript.note(f"… {self._speaker} is reasoning")
             return
-        if kind == "discard":  # the stream broke off: the call is made again
+        if kind == Piece.DISCARD:  # the stream broke off: the call is made again
             self._held = self._received = ""
             self._transcript.note(f"(the reply of {self._speaker} broke off; asked again)")
             return
@@ -223,7 +224,7 @@ class LiveReply:
         """The reply as stored: what it adds to the text received (an interrupt's marker) is
         printed, then the last line."""
         if final.startswith(self._received):
-            self.feed("text", final[len(self._received) :])
+            self.feed(Piece.TEXT, final[len(self._received) :])
         if self._held or self._transcript.last_live is not self:
             self._line(self._held)
         self._held = ""

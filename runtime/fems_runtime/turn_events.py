@@ -63,6 +63,13 @@ class Room(Protocol):
     def voice_soul(self) -> str: ...
 
 
+class Setup(Protocol):
+    """What a turn's calls share (:class:`~fems_runtime.turns.calls.ModelSetup`)."""
+
+    @property
+    def choice(self) -> ModelChoice: ...
+
+
 class CallingTurn(Turn, Protocol):
     """What a model call's events need of a :class:`~fems_runtime.turns.calls.CallingTurn`."""
 
@@ -73,7 +80,7 @@ class CallingTurn(Turn, Protocol):
     def room(self) -> Room: ...
 
     @property
-    def choice(self) -> ModelChoice | None: ...
+    def setup(self) -> Setup: ...
 
 
 class Answer(Protocol):
@@ -113,8 +120,7 @@ def model_call_began(
     turn: CallingTurn, messages: Sequence[Mapping[str, Any]], attempt: int
 ) -> ModelCallBegan:
     """Emit the start of a model call of ``turn``."""
-    events, room, choice = turn.services.events, turn.room, turn.choice
-    assert choice is not None
+    events, room, choice = turn.services.events, turn.room, turn.setup.choice
     began = ModelCallBegan(
         id=events.new_id(),
         parent=getattr(turn.ctx, "span", None),

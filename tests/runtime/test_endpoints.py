@@ -15,7 +15,14 @@ from typing import Any
 import aiohttp  # noqa: F401  # before the SDK loads in this process: `openai_wide` needs it
 import pytest
 from fems_helpers import python_output
-from fems_runtime.endpoints import WIDE_RUN, ModelCallError, openai_route, parse_retry_after
+from fems_runtime.endpoints import (
+    WIDE_RUN,
+    ModelCallError,
+    missing_key,
+    openai_route,
+    parse_retry_after,
+    speaks_deepseek,
+)
 from fems_runtime.llm import CallResult, ModelClient, RetryPolicy
 from fems_runtime.offline import OfflineTurn
 from fems_runtime.prices import PriceTable, Usage, litellm_price_file
@@ -445,3 +452,17 @@ def test_model_call_errors_say_whether_to_retry() -> None:
     assert ModelCallError("malformed", "x").transient
     assert not ModelCallError("status", "x", status=401).transient
     assert not ModelCallError("key", "x").transient
+
+
+def test_one_rule_decides_the_provider_for_the_route_its_key_and_its_thinking_switch() -> None:
+    """`custom_llm_provider` names the provider everywhere: the route's address, the key it
+    needs (reported when missing) and DeepSeek's thinking switch."""
+    options = {"custom_llm_provider": "groq"}
+    route = openai_route("my-llama", options, {})
+    assert route is not None and route.base_url == "https://api.groq.com/openai/v1"
+    assert route.model == "my-llama"
+    assert missing_key(route) == "GROQ_API_KEY"
+    keyed = openai_route("my-llama", options, {"GROQ_API_KEY": "k"})
+    assert keyed is not None and missing_key(keyed) is None
+    assert speaks_deepseek("chat", {"custom_llm_provider": "deepseek"})
+    assert not speaks_deepseek("deepseek/chat", {"custom_llm_provider": "groq"})

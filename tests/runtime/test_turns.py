@@ -54,6 +54,8 @@ class Ctx:
     methods: Mapping[str, Any] = field(default_factory=dict)
     node: str = "node1"
     delay: float = 0.0
+    path: str = ""
+    steps: StepCounter = field(default_factory=StepCounter)
 
 
 @dataclass

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from fems_runtime.events import ModelCallEnded, RunEnded, RunEvent, RunEvents, StepBegan
 from fems_runtime.human import HumanAnswer, HumanRequest, out_name, typed_value
+from fems_runtime.reasoning import Piece
 from fems_runtime.records import RunError, StreamedReply, WatchedReplies
 from fems_runtime.signals import OutSpec, SignalError, choice_list
 from fems_runtime.stage.chart import FlowChart
@@ -71,11 +72,11 @@ class _Partial:
     reasoning: str = ""
     done: bool = False
 
-    def feed(self, kind: str, chunk: str) -> None:
-        """A piece of the stream (kind ``text``, ``reasoning`` or ``discard``)."""
-        if kind == "discard":  # the stream broke off: what it said never counts
+    def feed(self, kind: Piece, chunk: str) -> None:
+        """A piece of the stream: of the reply, of its reasoning, or a discard."""
+        if kind == Piece.DISCARD:  # the stream broke off: what it said never counts
             self.text = self.reasoning = ""
-        elif kind == "reasoning":
+        elif kind == Piece.REASONING:
             self.reasoning += chunk
         else:
             self.text += chunk

@@ -1,5 +1,10 @@
 """An `@ai` turn (§9, §10, §13, §15.5): the model calls of each attempt (tool rounds first, then
-the reply), the signals read from the reply, the validation loop, and their records (§16.4)."""
+the reply), the signals read from the reply, the validation loop, and their records (§16.4).
+
+Whether a call is replayed from the session's records (a resumed run, §16.4; a fork or a reuse,
+§16.4a) is decided before it is made, by the turn's :class:`Replay`; once a call goes live the
+turn's later calls are live too, and the live call (:mod:`fems_runtime.turns.calls`) knows
+nothing of records."""
 
 from __future__ import annotations
 
@@ -8,17 +13,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from fems_runtime.context import model_request, retry_messages
+from fems_runtime.context import Request, model_request, retry_messages
 from fems_runtime.events import FallbackTaken, ReplyRejected
 from fems_runtime.lineage import model_options, request_digest
 from fems_runtime.offline import OfflineTurn, named_actors, offline_out
-from fems_runtime.records import RunError
+from fems_runtime.records import RunError, TurnLog
 from fems_runtime.signals import aapply_signals
 from fems_runtime.specs import TurnResult
 from fems_runtime.store import NewMessage
-from fems_runtime.tools import ToolCall, ToolOutcome, offered_names
+from fems_runtime.tools import ToolCall, ToolOutcome
 from fems_runtime.turn_events import emit_point, tool_call_began, tool_call_ended
-from fems_runtime.turns.calls import Answer, CallingTurn
+from fems_runtime.turns.calls import Answer, CallingTurn, CallPlan, ModelSetup
 from fems_runtime.turns.turn import Room, Verdict, finish
 from fems_runtime.values import valid_text
 
@@ -28,16 +33,50 @@ if TYPE_CHECKING:
     from fems_runtime.specs import TurnSpec
     from fems_runtime.turns.shared import SharedServices
 
-DEEP_THINK = "deep_think"  # in `tools:`, asks the model to reason (§15.7)
-
 
 async def run_ai_turn(
     services: SharedServices, ctx: Context, spec: TurnSpec, room: Room | None = None
 ) -> TurnResult:
-    """Run an `@ai` turn; ``room`` when the caller has resolved it already (a mind turn)."""
-    turn = AiTurn.start(services, ctx, spec, room)
+    """Run an `@ai` turn: who acts (``room`` when the caller has resolved it already, a mind
+    turn), what its calls share, its id and whether it replays, then its attempts."""
+    room = room or Room.of(services, ctx.frame, spec)
+    setup = await ModelSetup.of(services, spec, room.executor_spec)
+    turn = AiTurn.start(services, ctx, spec, room, setup=setup)
     await turn.begin()
     return await turn.play()
+
+
+@dataclass
+class Replay:
+    """The records a turn replays before it goes live (§16.4, §16.4a), asked call by call
+    until a call has none. ``first`` is the turn's first record: its id, what its
+    memory/context methods wrote, and ``before``, where the context of its first call ended."""
+
+    log: TurnLog
+    key: list[Any]
+    first: Mapping[str, Any] | None
+
+    @classmethod
+    def of(cls, log: TurnLog, key: list[Any], tools: bool) -> Replay | None:
+        """The turn's replay, or None when the run has no record to replay (a new session)."""
+        if not log.replays:
+            return None
+        # its first record is its first tool round's when it called tools, else its reply's
+        first = (log.peek(_round_key(key, 0)) if tools else None) or log.peek(key)
+        return cls(log, key, first)
+
+    def record(
+        self, rounds: int, attempt: int, request: str | None = None
+    ) -> Mapping[str, Any] | None:
+        """The record of a call (a tool round's, else the reply's), or None: it goes live.
+        ``request``: the digest of what the call would send, which a reuse compares."""
+        log = self.log
+        record = log.recorded(_round_key(self.key, rounds), attempt, request) or log.recorded(
+            self.key, attempt, request
+        )
+        if record is not None and rounds == 0 and attempt == 0:
+            self.first = record  # as stored in this session (a fork's copy: its numbering)
+        return record
 
 
 @dataclass
@@ -45,38 +84,33 @@ class AiTurn(CallingTurn):
     """An AI turn: each attempt's tool rounds and reply, the validation loop (§10.6, §15.5)
     and the records of its calls (§16.4).
 
-    ``first`` is the turn's first record when a resumed run replays it; the ``request`` is
-    built when the turn first goes live. ``unsaved`` are messages stored with the next record,
-    ``outputs`` what memory/context methods wrote (kept in the turn's first record).
+    ``replay`` holds the records still to replay (None: the turn is live); the ``request`` of
+    its first call is built when the turn first goes live, and ``added`` is what later calls
+    carry after it. ``unsaved`` are messages stored with the next record, ``outputs`` what
+    memory/context methods wrote (kept in the turn's first record).
     """
 
-    first: Mapping[str, Any] | None = None
-    sent: str | None = None  # the digest of the live call's request (§16.4a)
-    unsaved: list[NewMessage] = field(default_factory=list)
-    outputs: list[tuple[str, Any]] = field(default_factory=list)
-    saved: bool = False
+    replay: Replay | None = field(default=None, kw_only=True)
+    request: Request | None = field(default=None, kw_only=True)
+    added: list[dict[str, Any]] = field(default_factory=list, kw_only=True)
+    unsaved: list[NewMessage] = field(default_factory=list, kw_only=True)
+    outputs: list[tuple[str, Any]] = field(default_factory=list, kw_only=True)
 
     async def begin(self) -> None:
         """Take the turn's id and the values its methods wrote from its first record when it
-        is replayed (§16.4), else a new id and the first call's messages; a reuse compares
-        those with its parent's record, whose turn number the turn takes meanwhile (§16.4a)."""
-        services, room = self.services, self.room
-        names = offered_names(room.executor_spec.tools, services.all_tools)
-        self.choice = services.models.resolve(self.spec.model, room.executor_spec.source)
-        if DEEP_THINK in names:  # not a tool: a request to reason, unless the model map's
-            names = tuple(name for name in names if name != DEEP_THINK)
-            self.effort = None if self.choice.options.get("reasoning") else "medium"
-        self.tools = await services.toolbox.tools(names) if names else []
-        # its first record is its first tool round's when it called tools, else its reply's
-        log = services.log
-        first_key = _round_key(self.key, 0) if self.tools else self.key
-        self.first = (log.peek(first_key) if self.tools else None) or log.peek(self.key)
-        if self.first is not None:
-            self.id = int(self.first["turn"])
-            for name, value in self.first["result"].get("outputs", ()):
+        is replayed (§16.4), else a new id and the first call's request; a reuse compares
+        its calls with its parent's records, whose turn number the turn takes meanwhile
+        (§16.4a)."""
+        services, log = self.services, self.services.log
+        replay = self.replay = Replay.of(log, self.key, bool(self.setup.tools))
+        first = replay.first if replay is not None else None
+        if first is not None:
+            self.id = int(first["turn"])
+            for name, value in first["result"].get("outputs", ()):
                 self.frame.assign(name, "=", self.frame.variables.adopt(value))
         else:
-            candidate = log.candidate(first_key) if log.compares else None
+            first_key = _round_key(self.key, 0) if self.setup.tools else self.key
+            candidate = log.candidate(first_key) if replay is not None and log.compares else None
             if candidate is not None:
                 self.id = int(candidate["turn"])
                 log.turns.add(self.id)
@@ -88,12 +122,12 @@ class AiTurn(CallingTurn):
     async def play(self) -> TurnResult:
         """Call, read the signals, check them; retry with feedback while the action allows."""
         spec, frame = self.spec, self.frame
-        base = self.offline_turn()
+        base = self.offline_turn() if self.setup.choice.offline else None
         result = TurnResult(turn=self.id)
         attempt = 0
         while True:
-            offline = base if attempt == 0 else replace(base, attempt=attempt)
-            reply, interrupted = await self.reply(offline, result)
+            offline = base if base is None or not attempt else replace(base, attempt=attempt)
+            reply, interrupted = await self.reply(offline, attempt, result)
             result.reply = reply
             if interrupted:
                 result.interrupted = True
@@ -149,73 +183,79 @@ class AiTurn(CallingTurn):
 
     # ------------------------------------------------------------------ one attempt
 
-    async def reply(self, offline: OfflineTurn, result: TurnResult) -> tuple[str, bool]:
+    async def reply(
+        self, offline: OfflineTurn | None, attempt: int, result: TurnResult
+    ) -> tuple[str, bool]:
         """The attempt's final reply (and whether `interrupt:` cut it), replayed from the
         session's records or live; tool rounds come first, each one recorded (§16.4)."""
-        services, spec, attempt = self.services, self.spec, offline.attempt
-        limit = spec.max_tool_rounds
+        limit = self.spec.max_tool_rounds
         if limit is None:
-            limit = services.max_tool_rounds
+            limit = self.services.max_tool_rounds
         rounds = 0
         while True:
-            record = await self.recorded_call(offline, rounds)
-            if record is not None:
-                self.replay(offline, record)
-                result.calls += 1
-                if "calls" not in record["result"]:
-                    return str(record["result"]["reply"]), bool(record["result"].get("interrupted"))
-                rounds += 1
-                continue
-            services.log.going_live()  # first: what a fork took is stored, its `before` known
-            await self.rebuild_request()
-            self.sent = self.request_digest(offline)
-            answer = await self.live_call(offline)
+            if self.replay is not None:
+                record = await self.replayed(self.replay, offline, attempt, rounds)
+                if record is not None:
+                    result.calls += 1
+                    done = record["result"]
+                    if "calls" not in done:
+                        return str(done["reply"]), bool(done.get("interrupted"))
+                    rounds += 1
+                    continue
+            plan = self.plan(await self.live_request(), self.added)
+            answer = await self.live_call(plan, offline, attempt)
             result.calls += 1
             call = answer.call
+            sent = self.digest(plan, offline)
             self.keep_reasoning(answer)
             if call is None or not call.tool_calls:
-                self.unsaved.append(self.shown(self.message("reply", answer.text, call=call)))
+                reply = self.message("reply", answer.text, call=call)
+                self.unsaved.append(self.shown(reply, answer))
                 done = {"reply": answer.text, "interrupted": call is None}
-                self.save_call(done, self.key, attempt)
+                self.save_call(done, self.key, attempt, sent)
                 return answer.text, call is None
             if rounds >= limit:
                 raise RunError(
-                    f"action {spec.action}: the model still calls tools after {limit} rounds "
-                    f"(max_tool_rounds {limit}); raise max_tool_rounds or ask for an answer"
+                    f"action {self.spec.action}: the model still calls tools after {limit} "
+                    f"rounds (max_tool_rounds {limit}); raise max_tool_rounds or ask for an "
+                    "answer"
                 )
-            await self.run_tools(call, rounds, attempt)
+            await self.run_tools(call, rounds, attempt, sent)
             rounds += 1
 
-    async def recorded_call(self, offline: OfflineTurn, rounds: int) -> Mapping[str, Any] | None:
-        """The record of the call about to be made (a tool round's, else the reply's), or None:
-        it goes live. A reuse compares what the call would send with its parent's record."""
-        log, attempt = self.services.log, offline.attempt
-        record = log.recorded(_round_key(self.key, rounds), attempt) or log.recorded(
-            self.key, attempt
-        )
-        if record is None and log.compares:
-            await self.rebuild_request()
-            digest = self.request_digest(offline)
-            record = log.recorded(_round_key(self.key, rounds), attempt, digest) or log.recorded(
-                self.key, attempt, digest
-            )
-        if record is not None and rounds == 0 and attempt == 0:
-            self.first = record  # as stored in this session (a fork's copy: its numbering)
+    async def replayed(
+        self, replay: Replay, offline: OfflineTurn | None, attempt: int, rounds: int
+    ) -> Mapping[str, Any] | None:
+        """The record of the call about to be made, replayed; or None: the turn goes live
+        from this call on. A reuse compares what the call would send with its parent's
+        record."""
+        record = replay.record(rounds, attempt)
+        if record is None and self.services.log.compares:
+            plan = self.plan(await self.live_request(), self.added)
+            record = replay.record(rounds, attempt, self.digest(plan, offline))
+        if record is None:
+            self.services.log.going_live()  # first: what a fork took is stored, its `before` known
+            await self.live_request()
+            self.replay = None
+            return None
+        self.replay_call(offline, attempt, record)
         return record
 
-    async def rebuild_request(self) -> None:
-        """Earlier calls were replayed: build what the first call sent, from the messages
-        stored before the turn."""
+    async def live_request(self) -> Request:
+        """What the turn's first call sends: built when the turn began, or, when earlier calls
+        were replayed, from the messages stored before the turn."""
         if self.request is None:
-            before = self.first.get("before") if self.first is not None else None
+            first = self.replay.first if self.replay is not None else None
+            before = first.get("before") if first is not None else None
             self.request = await model_request(self, self.outputs, last=before)
+        return self.request
 
-    def request_digest(self, offline: OfflineTurn) -> str:
-        """The digest of the call about to be made (§16.4a): what the model is sent and how,
-        and for an offline model what its reply depends on."""
-        assert self.choice is not None and self.request is not None
-        choice = self.choice
-        mock = choice.model == "fems/mock"
+    def digest(self, plan: CallPlan, offline: OfflineTurn | None) -> str:
+        """The digest of a call (§16.4a), kept in its record: what the model is sent and how
+        (the context as a digest, hashed once as it grows), and for an offline model what its
+        reply depends on."""
+        setup, request = self.setup, plan.request
+        choice, context = setup.choice, request.context
         return request_digest(
             {
                 "kind": "ai",
@@ -224,37 +264,31 @@ class AiTurn(CallingTurn):
                 "actor": self.actor,
                 "model": choice.model,
                 "options": model_options(choice.options),
-                "max_tokens": self.max_tokens,
-                "reasoning": self.effort,
-                "tools": [tool.schema() for tool in self.tools],
-                "sent": self.sent_parts(),
+                "max_tokens": setup.max_tokens,
+                "reasoning": setup.effort,
+                "tools": list(setup.schemas),
+                "sent": {
+                    "system": request.system,
+                    "context": self.services.log.contexts.digest(context.text, context.starts),
+                    "entries": context.count,
+                    "keep": plan.keep,
+                    "memory": request.memory,
+                    "prompt": request.prompt,
+                    "added": list(plan.added),
+                },
                 "offline": repr(offline) if choice.offline else None,
-                "seed": self.services.models.mock.seed if mock else None,
+                "seed": self.services.models.mock.seed if choice.model == "fems/mock" else None,
             }
         )
 
-    def sent_parts(self) -> dict[str, Any]:
-        """What decides the messages the call sends (the system text, the context as a digest
-        and how much of it fits, memory, prompt, what later calls add): the same parts send
-        the same messages, and the context, the longest part, is hashed once as it grows."""
-        assert self.request is not None
-        request, context = self.request, self.request.context
-        return {
-            "system": request.system,
-            "context": self.services.log.contexts.digest(context.text, context.starts),
-            "entries": context.count,
-            "keep": self.window_keep(),
-            "memory": request.memory,
-            "prompt": request.prompt,
-            "added": self.added,
-        }
-
-    def replay(self, offline: OfflineTurn, record: Mapping[str, Any]) -> None:
+    def replay_call(
+        self, offline: OfflineTurn | None, attempt: int, record: Mapping[str, Any]
+    ) -> None:
         """A recorded call of a resumed run: nothing is stored again, the conversation gets
         its tool round, and a ``fems/script`` reply is consumed as the first run did."""
-        self.trace_replay(offline.attempt)
-        script = getattr(self.services.models, "script", None)
-        if self.choice is not None and self.choice.model == "fems/script" and script is not None:
+        self.trace_replay(attempt)
+        script = self.services.models.script
+        if offline is not None and script is not None and self.setup.choice.model == "fems/script":
             with contextlib.suppress(RunError):  # the recorded reply stands
                 script.reply(offline)
         self.unsaved = []  # stored by the interrupted run
@@ -272,27 +306,24 @@ class AiTurn(CallingTurn):
         context, the executor's later turns included (§13.1)."""
         if answer.reasoning:
             thought = self.message("reasoning", answer.reasoning, scope="executor")
-            self.unsaved.append(self.shown(thought))
+            self.unsaved.append(self.shown(thought, answer))
 
-    def shown(self, message: NewMessage) -> NewMessage:
+    def shown(self, message: NewMessage, answer: Answer) -> NewMessage:
         """``message``, noted as shown already when its call streamed to the run's listeners."""
-        if self.streamed_call is not None:
+        if answer.shown_live:
             self.printed.append(message)
         return message
 
-    async def run_tools(self, call: CallResult, rounds: int, attempt: int) -> None:
-        """Run the calls of one reply in order, store them with their results, and add them
-        to the conversation (§15.5)."""
-        services = self.services
+    async def run_tools(self, call: CallResult, rounds: int, attempt: int, sent: str) -> None:
+        """Run the calls of one reply in order, store them with their results and the round's
+        record (``sent``: the digest of the call), and add them to the conversation (§15.5)."""
+        services, tools = self.services, self.setup.tools
         outcomes = []
-        events = services.events
         for tool_call in call.tool_calls:
-            began = (
-                tool_call_began(self, self.tools, tool_call, rounds, attempt)
-                if events.active
-                else None
-            )
-            outcome = await services.toolbox.call(self.tools, tool_call)
+            began = None
+            if services.events.active:
+                began = tool_call_began(self, tools, tool_call, rounds, attempt)
+            outcome = await services.toolbox.call(tools, tool_call)
             if began is not None:
                 tool_call_ended(self, began, outcome)
             outcomes.append(outcome)
@@ -302,16 +333,16 @@ class AiTurn(CallingTurn):
             self.unsaved.append(self.message("tool_call", said, call=usage))
             self.unsaved.append(self.message("tool_result", outcome.result, name=outcome.tool))
         done: dict[str, Any] = {"text": call.text, "calls": [_done_call(o) for o in outcomes]}
-        self.save_call(done, _round_key(self.key, rounds), attempt)
+        self.save_call(done, _round_key(self.key, rounds), attempt, sent)
         self.added += _tool_messages(call.text, outcomes)
 
-    def save_call(self, done: dict[str, Any], key: Sequence[Any], attempt: int) -> None:
-        """Store the unsaved messages with the record of one call; the turn's first record
-        keeps what its memory/context methods wrote."""
-        if not self.saved and self.outputs:
+    def save_call(self, done: dict[str, Any], key: Sequence[Any], attempt: int, sent: str) -> None:
+        """Store the unsaved messages with the record of one call (``sent``: the digest of
+        its request); the turn's first record keeps what its memory/context methods wrote."""
+        if self.outputs:
             done["outputs"] = [list(pair) for pair in self.outputs]
-        self.saved = True
-        self.save(self.unsaved, done, key=key, attempt=attempt, request=self.sent)
+            self.outputs = []
+        self.save(self.unsaved, done, key=key, attempt=attempt, request=sent)
         self.unsaved = []
 
 

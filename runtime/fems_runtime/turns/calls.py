@@ -1,18 +1,23 @@
-"""One model call of a turn (§13.2a, §13.3, §15.4, §10.7, §17.1): the request cut to the model's
-window, the reply streamed (as events, to ``--transcript`` and the stage), an `interrupt:`
-that cancels it, the warnings about it, and its events (:mod:`fems_runtime.events`)."""
+"""One model call of a turn (§13.2a, §13.3, §15.4, §10.7, §17.1): what the turn's calls share,
+worked out once (:class:`ModelSetup`), what one call sends (:class:`CallPlan`), and the live
+call itself: the request cut to the model's window, the reply streamed (as events, to
+``--transcript`` and the stage), an `interrupt:` that cancels it, the warnings about it, and its
+events (:mod:`fems_runtime.events`). A live call knows nothing of turn records: whether a call is made at
+all is decided before (:mod:`fems_runtime.turns.ai`)."""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fems_runtime.context import Request, estimate_messages, estimate_tokens, fit_to_window
 from fems_runtime.llm import ContextTooLong, ReplyStream
 from fems_runtime.records import RunError
+from fems_runtime.tools import offered_names
 from fems_runtime.turn_events import (
     chunk_listener,
     model_call_began,
@@ -25,46 +30,125 @@ from fems_runtime.values import valid_text
 if TYPE_CHECKING:
     from fems_runtime.llm import CallResult, ModelChoice
     from fems_runtime.offline import OfflineTurn
-    from fems_runtime.specs import InterruptSpec
+    from fems_runtime.specs import InterruptSpec, TurnSpec
     from fems_runtime.tools import Tool
+    from fems_runtime.turns.shared import SharedServices
+    from fems_runtime.variables import ActorSpec
 
 INTERRUPTED = "[Interrupted]"
+DEEP_THINK = "deep_think"  # in `tools:`, asks the model to reason (§15.7)
+
+
+@dataclass(frozen=True)
+class ModelSetup:
+    """What every call of one turn shares, worked out once when the turn starts: the model
+    ``choice``, the offered ``tools`` and their ``schemas`` (the ``tools`` request parameter,
+    §15.5), the reasoning ``effort`` asked by `deep_think` (§15.7), the reply's cap
+    (``max_tokens``: the action's, else meta's, §3, §9.2; ``cap``: that or the model map's),
+    and the model's ``window`` (§13.2a, None: unknown)."""
+
+    choice: ModelChoice
+    tools: tuple[Tool, ...] = ()
+    schemas: tuple[Mapping[str, Any], ...] = ()
+    effort: str | None = None
+    max_tokens: int | None = None
+    cap: int | None = None
+    window: int | None = None
+
+    @classmethod
+    async def of(cls, services: SharedServices, spec: TurnSpec, executor: ActorSpec) -> ModelSetup:
+        choice = services.models.resolve(spec.model, executor.source)
+        names = offered_names(executor.tools, services.all_tools) if executor.tools else ()
+        effort = None
+        if DEEP_THINK in names:  # not a tool: a request to reason, unless the model map's
+            names = tuple(name for name in names if name != DEEP_THINK)
+            effort = None if choice.options.get("reasoning") else "medium"
+        tools = tuple(await services.toolbox.tools(names)) if names else ()
+        own = spec.max_tokens if spec.max_tokens is not None else services.max_tokens
+        cap = own or choice.options.get("max_tokens")
+        return cls(
+            choice,
+            tools,
+            tuple(tool.schema() for tool in tools),
+            effort,
+            own,
+            int(cap) if cap else None,
+            services.models.window(choice),
+        )
+
+    def reply_room(self, window: int) -> int:
+        """Tokens kept free for the reply: its cap, else a quarter of the window."""
+        return self.cap or window // 4
+
+    def keep(self, request: Request, added: Sequence[Mapping[str, Any]]) -> int | None:
+        """How many context entries the model's window leaves room for (§13.2a); None when
+        the window is unknown (everything is sent)."""
+        window = self.window
+        if window is None:
+            return None
+        room = self.reply_room(window)
+        schemas = self.schemas
+        budget = window - room - (estimate_tokens(json.dumps(list(schemas))) if schemas else 0)
+        model = self.choice.model
+        return fit_to_window(
+            request,
+            added,
+            budget,
+            lambda: f"model {model}'s window of {window} tokens less {room} for the reply",
+        )
+
+
+@dataclass(frozen=True)
+class CallPlan:
+    """What one call sends: the turn's first ``request``, what later calls carry after it
+    (``added``: tool calls and results, rejected replies and feedback), and how many of the
+    context's newest entries fit the window (``keep``, None: all)."""
+
+    request: Request
+    added: tuple[dict[str, Any], ...]
+    keep: int | None
+
+    def messages(self, keep: int | None) -> list[dict[str, Any]]:
+        return [*self.request.messages(keep), *self.added]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One model call as the turn stores and traces it: the reply text and the reasoning cut
+    out of it; ``call`` None when `interrupt:` cut the call; ``shown_live`` when the reply
+    streamed to the run's listeners (who show it as it arrives)."""
+
+    call: CallResult | None
+    text: str
+    reasoning: str
+    shown_live: bool = False
 
 
 @dataclass
 class CallingTurn(Turn):
-    """A turn that calls a model: the offered ``tools``, the model ``choice``, the
-    ``request`` of its first call and what later calls carry after it (``added``: tool calls
-    and results, rejected replies and feedback), and what its calls ask for and showed."""
+    """A turn that calls a model: its :class:`ModelSetup`, and ``halved``, half the context
+    once the provider found it too long (kept for the turn's later calls)."""
 
-    tools: list[Tool] = field(default_factory=list)
-    choice: ModelChoice | None = None
-    request: Request | None = None
-    added: list[dict[str, Any]] = field(default_factory=list)
-    halved: int | None = None  # the provider found the context too long: half of it is sent
-    effort: str | None = None  # reasoning asked for by `deep_think` (§15.7)
-    streamed_call: int | None = None  # the last call's id when its reply streamed to listeners
+    setup: ModelSetup = field(kw_only=True)
+    halved: int | None = field(default=None, kw_only=True)
+    #: the last call's event id when its reply streamed to the run's listeners
+    streamed_call: int | None = field(default=None, kw_only=True)
 
-    async def live_call(self, offline: OfflineTurn) -> Answer:
+    async def live_call(self, plan: CallPlan, offline: OfflineTurn | None, attempt: int) -> Answer:
         """One model call as traced and stored: its reply without the reasoning (§13.1), or
         what had arrived when `interrupt:` cut it (§10.7). The context is cut to the model's
         window (§13.2a); a provider that still finds it too long gets half of it, once."""
-        assert self.request is not None and self.choice is not None
-        keep = self.window_keep()
-        events = self.services.events
-        began = None
-        listener = None
-        if events.active:
-            began = model_call_began(
-                self, [*self.request.messages(keep), *self.added], offline.attempt
-            )
+        keep = plan.keep
+        began = listener = None
+        if self.services.events.active:
+            began = model_call_began(self, plan.messages(keep), attempt)
             listener = chunk_listener(self, began) if began.streamed else None
         self.streamed_call = began.id if began is not None and listener is not None else None
         # what arrives matters only to those who show it and to an interrupt
         watched = listener is not None or self.spec.interrupt is not None
         try:
             while True:
-                messages = [*self.request.messages(keep), *self.added]
+                messages = plan.messages(keep)
                 stream = ReplyStream(listener) if watched else None
                 try:
                     call = await self.call(messages, offline, stream)
@@ -72,17 +156,20 @@ class CallingTurn(Turn):
                 except ContextTooLong as error:
                     if self.halved is not None:
                         raise self.too_long(messages, error) from None
-                    keep = self.halved = (self.request.context.count if keep is None else keep) // 2
+                    count = plan.request.context.count
+                    keep = self.halved = (count if keep is None else keep) // 2
         except BaseException as error:  # a failed or cancelled call (join(n), Ctrl-C)
             if began is not None:
                 model_call_failed(self, began, error)
             raise
-        if call is None:
-            assert stream is not None  # an interrupt watched it
-            answer = Answer(None, _interrupted(stream.text), valid_text(stream.reasoning))
-        else:
+        if call is not None:
             answer = Answer(call, valid_text(call.text), valid_text(call.reasoning))
-        trimmed = self.request.context.count - keep if keep is not None else 0
+        else:  # an interrupt cut it, which watched the stream
+            received = stream or ReplyStream()
+            answer = Answer(None, _interrupted(received.text), valid_text(received.reasoning))
+        if self.streamed_call is not None:
+            answer = Answer(answer.call, answer.text, answer.reasoning, shown_live=True)
+        trimmed = plan.request.context.count - keep if keep is not None else 0
         self.services.model_calls += 1
         if began is not None:
             model_call_ended(self, began, answer, messages, trimmed)
@@ -92,83 +179,59 @@ class CallingTurn(Turn):
             self.warn(self.cut_short())
         return answer
 
-    @property
-    def max_tokens(self) -> int | None:
-        """The reply's cap: the action's, else meta's (§3, §9.2); None: the model map's."""
-        own = self.spec.max_tokens
-        return own if own is not None else self.services.max_tokens
-
-    def window_keep(self) -> int | None:
-        """How many context entries the model's window leaves room for (§13.2a); None when
-        the window is unknown (everything is sent)."""
-        assert self.choice is not None and self.request is not None
-        window = self.services.models.window(self.choice)
-        if window is None:
-            return self.halved
-        room = self.reply_room(window)
-        schemas = [tool.schema() for tool in self.tools]
-        budget = window - room - (estimate_tokens(json.dumps(schemas)) if schemas else 0)
-        model = self.choice.model
-        keep = fit_to_window(
-            self.request,
-            self.added,
-            budget,
-            lambda: f"model {model}'s window of {window} tokens less {room} for the reply",
-        )
-        return keep if self.halved is None else min(keep, self.halved)
-
-    def reply_room(self, window: int) -> int:
-        """Tokens kept free for the reply: its cap, else a quarter of the window."""
-        assert self.choice is not None
-        cap = self.max_tokens or self.choice.options.get("max_tokens")
-        return int(cap) if cap else window // 4
+    def plan(self, request: Request, added: Sequence[dict[str, Any]]) -> CallPlan:
+        """The next call: what it sends, and how much of the context fits the window (less
+        when the provider refused a longer one, §13.2a)."""
+        keep = self.setup.keep(request, added)
+        if self.halved is not None:
+            keep = self.halved if keep is None else min(keep, self.halved)
+        return CallPlan(request, tuple(added), keep)
 
     def too_long(self, messages: list[dict[str, Any]], error: ContextTooLong) -> RunError:
         """The provider refused half the context too: say what was sent and to which window."""
-        assert self.choice is not None
-        window = self.services.models.window(self.choice)
+        window = self.setup.window
         return RunError(
-            f"model {self.choice.model} refuses the request as longer than its context window "
-            f"({window if window is not None else 'unknown'} tokens) even with half the "
+            f"model {self.setup.choice.model} refuses the request as longer than its context "
+            f"window ({window if window is not None else 'unknown'} tokens) even with half the "
             f"context: about {estimate_messages(messages)} tokens were sent ({error.detail}); "
             "set context_window in its model-map entry, or shorten the prompt and memory"
         )
 
     def warn_trimmed(self, trimmed: int) -> None:
         """Trimming is warned once per actor (§13.2a); the trace counts every call's."""
-        assert self.choice is not None
         if self.services.warned_once("window", self.actor):
             return
-        window = self.services.models.window(self.choice)
         self.warn(
-            f"the context of {self.actor} is longer than model {self.choice.model}'s window "
-            f"({window} tokens): the oldest messages are left out ({trimmed} on this call)"
+            f"the context of {self.actor} is longer than model {self.setup.choice.model}'s "
+            f"window ({self.setup.window} tokens): the oldest messages are left out "
+            f"({trimmed} on this call)"
         )
 
     def cut_short(self) -> str:
         """The warning for a reply that ended at its length cap (§15.4)."""
-        assert self.choice is not None
-        cap = self.max_tokens or self.choice.options.get("max_tokens")
+        cap = self.setup.cap
         limit = f"max_tokens ({cap})" if cap else "the model's length limit"
         return f"the reply of {self.actor} was cut at {limit}: raise max_tokens or ask for less"
 
     async def call(
-        self, messages: list[dict[str, Any]], offline: OfflineTurn, stream: ReplyStream | None
+        self,
+        messages: list[dict[str, Any]],
+        offline: OfflineTurn | None,
+        stream: ReplyStream | None,
     ) -> CallResult | None:
         """One model call, filling ``stream`` as the reply arrives; None when `interrupt:`
         fired first (the call is cancelled, which closes its stream, §10.7). The module's
         meta.delay spaces it (§3); the offered tools go with it (§15.5)."""
-        assert self.choice is not None
-        schemas = [tool.schema() for tool in self.tools]
+        setup = self.setup
         request = self.services.models.complete(
-            self.choice,
+            setup.choice,
             messages,
             offline,
             self.ctx.delay,
-            schemas,
+            setup.schemas,
             stream=stream,
-            max_tokens=self.max_tokens,
-            reasoning=self.effort,
+            max_tokens=setup.max_tokens,
+            reasoning=setup.effort,
         )
         interrupt = self.spec.interrupt
         if interrupt is None:
@@ -196,16 +259,6 @@ class CallingTurn(Turn):
                 fired = await fired
             if fired:
                 return
-
-
-@dataclass(frozen=True)
-class Answer:
-    """One model call as the turn stores and traces it: the reply text and the reasoning cut
-    out of it; ``call`` None when `interrupt:` cut the call."""
-
-    call: CallResult | None
-    text: str
-    reasoning: str
 
 
 def _interrupted(received: str) -> str:

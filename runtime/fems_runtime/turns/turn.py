@@ -150,17 +150,21 @@ class Turn:
 
     @classmethod
     def start(
-        cls, services: SharedServices, ctx: Context, spec: TurnSpec, room: Room | None = None
+        cls,
+        services: SharedServices,
+        ctx: Context,
+        spec: TurnSpec,
+        room: Room | None = None,
+        **more: Any,
     ) -> Self:
         """The turn of ``spec`` starting now (its key counts this occurrence); ``room`` when
-        the caller has resolved it already (a mind turn)."""
+        the caller has resolved it already (a mind turn, an AI turn); ``more``: the fields
+        of a kind of turn."""
         frame = ctx.frame
         room = room or Room.of(services, frame, spec)
         texts = Texts.of(frame, spec)
-        key = services.log.key(
-            str(getattr(ctx, "path", "")), ctx.node, spec.action, str(room.executor)
-        )
-        return cls(services, ctx, spec, room, texts, key)
+        key = services.log.key(ctx.path, ctx.node, spec.action, str(room.executor))
+        return cls(services, ctx, spec, room, texts, key, **more)
 
     @property
     def frame(self) -> Frame:
@@ -231,9 +235,8 @@ class Turn:
         """Store ``messages`` with the turn's record (``result`` under ``key``, by default the
         turn's; ``request`` the digest of what it sent, §16.4a) in one transaction, written by
         the store's writer without waiting for it, and tell the run's listeners."""
-        steps = getattr(self.ctx, "steps", None)
         state = TurnLog.entry(self.record_kind, key or self.key, self.id, result, attempt, request)
-        record = Checkpoint(state, step=steps.total if steps is not None else 0, node=self.ctx.node)
+        record = Checkpoint(state, step=self.ctx.steps.total, node=self.ctx.node)
         services = self.services
         services.store.submit(services.session, messages, record)
         if services.events.active:
