@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from fems_runtime.context import Request, model_request, retry_messages
+from fems_runtime.events import FallbackTaken, ReplyRejected
 from fems_runtime.lineage import model_options, request_digest
 from fems_runtime.offline import OfflineTurn, named_actors, offline_out
 from fems_runtime.records import RunError, TurnLog
@@ -21,6 +22,7 @@ from fems_runtime.signals import aapply_signals
 from fems_runtime.specs import TurnResult
 from fems_runtime.store import NewMessage
 from fems_runtime.tools import ToolCall, ToolOutcome
+from fems_runtime.turn_events import emit_point, tool_call_began, tool_call_ended
 from fems_runtime.turns.calls import Answer, CallingTurn, CallPlan, ModelSetup
 from fems_runtime.turns.turn import Room, Verdict, finish
 from fems_runtime.values import valid_text
@@ -121,7 +123,7 @@ class AiTurn(CallingTurn):
         """Call, read the signals, check them; retry with feedback while the action allows."""
         spec, frame = self.spec, self.ctx.frame
         base = self.offline_turn() if self.setup.choice.offline else None
-        result = TurnResult()
+        result = TurnResult(turn=self.id)
         attempt = 0
         while True:
             offline = base if base is None or not attempt else replace(base, attempt=attempt)
@@ -154,22 +156,16 @@ class AiTurn(CallingTurn):
     async def give_up(self, reply: str, verdict: Verdict, result: TurnResult) -> TurnResult:
         """Retries exhausted: run the fallback, or stop the run naming action, reply and problem."""
         services, spec, problems = self.services, self.spec, verdict.problems
-        node = self.ctx.node
-        services.trace.write(
-            "rejected",
-            node=node,
-            action=spec.action,
-            actor=self.actor,
-            problems=problems,
-            final=True,
-        )
+        if services.events.active:
+            emit_point(self, ReplyRejected, problems=tuple(problems), final=True)
         if spec.fallback is None:
             shown = reply if len(reply) <= 500 else reply[:500] + "…"
             raise RunError(
                 f"action {spec.action}: no valid reply from {self.actor} after {result.calls} "
                 f"call(s); last reply: {shown!r}; problem: {'; '.join(problems)}"
             )
-        services.trace.write("fallback", node=node, action=spec.action, actor=self.actor)
+        if services.events.active:
+            emit_point(self, FallbackTaken)
         await spec.fallback()
         result.fell_back = True
         return result
@@ -313,7 +309,7 @@ class AiTurn(CallingTurn):
             self.unsaved.append(self.shown(thought, answer))
 
     def shown(self, message: NewMessage, answer: Answer) -> NewMessage:
-        """``message``, noted as printed already when the transcript showed its call live."""
+        """``message``, noted as shown already when its call streamed to the run's listeners."""
         if answer.shown_live:
             self.printed.append(message)
         return message
@@ -321,21 +317,15 @@ class AiTurn(CallingTurn):
     async def run_tools(self, call: CallResult, rounds: int, attempt: int, sent: str) -> None:
         """Run the calls of one reply in order, store them with their results and the round's
         record (``sent``: the digest of the call), and add them to the conversation (§15.5)."""
-        services, spec = self.services, self.spec
+        services, tools = self.services, self.setup.tools
         outcomes = []
         for tool_call in call.tool_calls:
-            outcome = await services.toolbox.call(self.setup.tools, tool_call)
-            services.trace.write(
-                "tool_call",
-                node=self.ctx.node,
-                action=spec.action,
-                actor=self.actor,
-                name=outcome.tool,
-                arguments=tool_call.arguments,
-                result=outcome.result,
-                round=rounds,
-                attempt=attempt,
-            )
+            began = None
+            if services.events.active:
+                began = tool_call_began(self, tools, tool_call, rounds, attempt)
+            outcome = await services.toolbox.call(tools, tool_call)
+            if began is not None:
+                tool_call_ended(self, began, outcome)
             outcomes.append(outcome)
         for index, outcome in enumerate(outcomes):
             said = valid_text(f"{outcome.tool}({outcome.call.arguments})")

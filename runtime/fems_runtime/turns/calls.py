@@ -1,8 +1,8 @@
 """One model call of a turn (§13.2a, §13.3, §15.4, §10.7, §17.1): what the turn's calls share,
 worked out once (:class:`ModelSetup`), what one call sends (:class:`CallPlan`), and the live
-call itself: the request cut to the model's window, the reply streamed (to ``--transcript`` and
-the stage as it arrives), an `interrupt:` that cancels it, the warnings about it, and its
-``llm_call`` trace event. A live call knows nothing of turn records: whether a call is made at
+call itself: the request cut to the model's window, the reply streamed (as events, to
+``--transcript`` and the stage), an `interrupt:` that cancels it, the warnings about it, and its
+events (:mod:`fems_runtime.events`). A live call knows nothing of turn records: whether a call is made at
 all is decided before (:mod:`fems_runtime.turns.ai`)."""
 
 from __future__ import annotations
@@ -10,15 +10,20 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fems_runtime.context import Request, estimate_messages, estimate_tokens, fit_to_window
 from fems_runtime.llm import ContextTooLong, ReplyStream
-from fems_runtime.reasoning import Piece
-from fems_runtime.records import LiveReplyListener, RunError, StreamedReply
+from fems_runtime.records import RunError
 from fems_runtime.tools import offered_names
+from fems_runtime.turn_events import (
+    chunk_listener,
+    model_call_began,
+    model_call_ended,
+    model_call_failed,
+)
 from fems_runtime.turns.turn import Turn
 from fems_runtime.values import valid_text
 
@@ -27,7 +32,6 @@ if TYPE_CHECKING:
     from fems_runtime.offline import OfflineTurn
     from fems_runtime.specs import InterruptSpec, TurnSpec
     from fems_runtime.tools import Tool
-    from fems_runtime.transcript import LiveReply
     from fems_runtime.turns.shared import SharedServices
     from fems_runtime.variables import ActorSpec
 
@@ -111,8 +115,8 @@ class CallPlan:
 @dataclass(frozen=True)
 class Answer:
     """One model call as the turn stores and traces it: the reply text and the reasoning cut
-    out of it; ``call`` None when `interrupt:` cut the call; ``shown_live`` when the
-    transcript printed the reply as it arrived."""
+    out of it; ``call`` None when `interrupt:` cut the call; ``shown_live`` when the reply
+    streamed to the run's listeners (who show it as it arrives)."""
 
     call: CallResult | None
     text: str
@@ -127,20 +131,25 @@ class CallingTurn(Turn):
 
     setup: ModelSetup = field(kw_only=True)
     halved: int | None = field(default=None, kw_only=True)
+    #: the last call's event id when its reply streamed to the run's listeners
+    streamed_call: int | None = field(default=None, kw_only=True)
 
     async def live_call(self, plan: CallPlan, offline: OfflineTurn | None, attempt: int) -> Answer:
         """One model call as traced and stored: its reply without the reasoning (§13.1), or
         what had arrived when `interrupt:` cut it (§10.7). The context is cut to the model's
         window (§13.2a); a provider that still finds it too long gets half of it, once."""
         keep = plan.keep
-        live, watchers = self.live_printer(), self.reply_watchers()
-        shown: list[LiveReplyListener] = [live, *watchers] if live is not None else watchers
+        began = listener = None
+        if self.services.events.active:
+            began = model_call_began(self, plan.messages(keep), attempt)
+            listener = chunk_listener(self, began) if began.streamed else None
+        self.streamed_call = began.id if began is not None and listener is not None else None
         # what arrives matters only to those who show it and to an interrupt
-        watched = bool(shown) or self.spec.interrupt is not None
+        watched = listener is not None or self.spec.interrupt is not None
         try:
             while True:
                 messages = plan.messages(keep)
-                stream = ReplyStream(_fan_out(shown)) if watched else None
+                stream = ReplyStream(listener) if watched else None
                 try:
                     call = await self.call(messages, offline, stream)
                     break
@@ -149,22 +158,21 @@ class CallingTurn(Turn):
                         raise self.too_long(messages, error) from None
                     count = plan.request.context.count
                     keep = self.halved = (count if keep is None else keep) // 2
-        except BaseException:  # a failed or cancelled call (join(n), Ctrl-C) leaves no reply
-            for watcher in watchers:
-                watcher.feed(Piece.DISCARD, "")
+        except BaseException as error:  # a failed or cancelled call (join(n), Ctrl-C)
+            if began is not None:
+                model_call_failed(self, began, error)
             raise
         if call is not None:
             answer = Answer(call, valid_text(call.text), valid_text(call.reasoning))
         else:  # an interrupt cut it, which watched the stream
             received = stream or ReplyStream()
             answer = Answer(None, _interrupted(received.text), valid_text(received.reasoning))
-        for watcher in watchers:  # the stored reply replaces it (an interrupt's marker added)
-            watcher.finish(answer.text)
-        if live is not None and (call is None or not call.tool_calls or answer.text):
-            live.finish(answer.text)
+        if self.streamed_call is not None:
             answer = Answer(answer.call, answer.text, answer.reasoning, shown_live=True)
         trimmed = plan.request.context.count - keep if keep is not None else 0
-        self.trace_call(messages, answer, attempt, trimmed)
+        self.services.model_calls += 1
+        if began is not None:
+            model_call_ended(self, began, answer, messages, trimmed)
         if trimmed:
             self.warn_trimmed(trimmed)
         if call is not None and call.finish_reason == "length":
@@ -178,33 +186,6 @@ class CallingTurn(Turn):
         if self.halved is not None:
             keep = self.halved if keep is None else min(keep, self.halved)
         return CallPlan(request, tuple(added), keep)
-
-    def live_printer(self) -> LiveReply | None:
-        """Where ``--transcript`` prints the reply as it arrives (§15.4); the offline models
-        answer at once, so their replies are printed as stored."""
-        transcript = self.services.transcript
-        if transcript is None or self.setup.choice.offline:
-            return None
-        return transcript.live(self.actor, self.room.names)
-
-    def reply_watchers(self) -> list[LiveReplyListener]:
-        """The run's reply watchers (the stage, §17.1), each told that this call starts, with
-        its turn, speaker and room, so only the room's seats see it being written. The
-        offline models answer at once, so their replies are shown as stored."""
-        watchers = self.services.reply_watchers
-        if not watchers or self.setup.choice.offline:
-            return []
-        room = self.room
-        reply = StreamedReply(
-            turn=self.id,
-            action=self.spec.action,
-            node=self.ctx.node,
-            speaker=self.actor,
-            speaker_soul=room.voice_soul,
-            souls=frozenset(room.souls),
-            users=frozenset(room.users),
-        )
-        return [watch(reply) for watch in watchers]
 
     def too_long(self, messages: list[dict[str, Any]], error: ContextTooLong) -> RunError:
         """The provider refused half the context too: say what was sent and to which window."""
@@ -278,50 +259,6 @@ class CallingTurn(Turn):
                 fired = await fired
             if fired:
                 return
-
-    def trace_call(
-        self, messages: list[dict[str, Any]], answer: Answer, attempt: int, trimmed: int
-    ) -> None:
-        """The end of one model call: counted, and traced as an ``llm_call`` event."""
-        services = self.services
-        services.model_calls += 1
-        if not services.trace.active:
-            return  # the event (the scope sorted, the tool calls as messages) is not built
-        call = answer.call
-        services.trace.write(
-            "llm_call",
-            node=self.ctx.node,
-            action=self.spec.action,
-            turn=self.id,
-            actor=self.actor,
-            scope=self.room.names,
-            model=self.setup.choice.model,
-            messages=messages,
-            reply=answer.text,
-            reasoning=answer.reasoning,
-            attempt=attempt,
-            trimmed=trimmed,
-            interrupted=call is None,
-            tries=call.attempts if call else None,
-            prompt_tokens=call.prompt_tokens if call else None,
-            completion_tokens=call.completion_tokens if call else None,
-            reasoning_tokens=call.reasoning_tokens if call else None,
-            finish_reason=call.finish_reason if call else None,
-            cost=call.cost if call else None,
-            tool_calls=[c.as_message() for c in call.tool_calls] if call else [],
-        )
-
-
-def _fan_out(shown: Sequence[LiveReplyListener]) -> Callable[[Piece, str], None] | None:
-    """The stream's listener: every piece to each of ``shown`` (None: nobody shows it)."""
-    if len(shown) <= 1:
-        return shown[0].feed if shown else None
-
-    def feed(kind: Piece, chunk: str) -> None:
-        for listener in shown:
-            listener.feed(kind, chunk)
-
-    return feed
 
 
 def _interrupted(received: str) -> str:
