@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml runtime/pyproject.toml editors/pygments/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e "runtime[postgres,web,mcp,litellm]" -e ".[dev,ray,docs]" -e editors/pygments \
+	$(BIN)/pip install -q -e "runtime[postgres,web,mcp,litellm,otel]" -e ".[dev,ray,docs]" -e editors/pygments \
 		--config-settings editable_mode=compat
 	touch $(STAMP)
 
