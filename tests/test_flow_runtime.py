@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 from fems_helpers import run_script, steps_of
 from fems_runtime import RunError
+from fems_runtime.events import RunEvents
 from fems_runtime.flow import Context, module
 from fems_runtime.linetable import LineTable
 from fems_runtime.names import declared_name
-from fems_runtime.records import StepCounter, TraceWriter
+from fems_runtime.records import StepCounter
 from fems_runtime.variables import Variables
 
 FORK_MERGE = """
@@ -246,14 +247,14 @@ def test_chinese_punctuation_script_runs(tmp_path: Path) -> None:
 
 
 class _Services:
-    """The least a Context needs: a file name, a trace and a line table (hand-written flows
-    have no lines), no models, no code files."""
+    """The least a Context needs: a file name, the run's events and a line table (hand-written
+    flows have no lines), no models, no code files."""
 
     file = "hand.fems"
     conditions: dict[str, dict[str, tuple[tuple[str, tuple[str, ...]], ...]]] = {}
 
     def __init__(self) -> None:
-        self.trace = TraceWriter(None)
+        self.events = RunEvents()
         self.lines = LineTable()
 
 

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 from fems_helpers import build_script, load
-from fems_runtime.records import StreamedReply, TraceWriter
+from fems_runtime.events import RunEvents
+from fems_runtime.records import StreamedReply
 from fems_runtime.stage import chart as chart_module
 from fems_runtime.stage import missing_web_extra
 from fems_runtime.stage.archive import Archive
@@ -220,7 +221,7 @@ def test_a_reply_being_written_is_shown_only_to_the_seats_of_its_room(finished: 
     async def watch() -> None:
         stage = LiveStage(FlowChart(missing="not drawn in this test"))
         store = Store(str(finished))
-        stage.run_opened(store, 1, TraceWriter(None))
+        stage.run_opened(store, 1, RunEvents())
         souls = {seat["name"]: seat["soul"] for seat in stage.view.seats()}  # type: ignore[union-attr]
         reply = StreamedReply(
             turn=9,

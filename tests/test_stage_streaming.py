@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 import httpx
 from fems_helpers import build_script
 from fems_runtime.llm import ModelClient, RetryPolicy
-from fems_runtime.records import StreamedReply
+from fems_runtime.records import StreamedReply, WatchedReplies
 from fems_runtime.specs import InterruptSpec
 from stage_helpers import (
     FAREWELL,
@@ -67,7 +67,7 @@ class Watcher:
 def test_a_watcher_sees_the_call_of_a_room_and_the_interrupted_reply_as_stored() -> None:
     run = make_run(models=HalfwayModels())
     watcher = Watcher()
-    run.services.reply_watchers.append(watcher)
+    run.services.events.subscribe(WatchedReplies(watcher))
     run.services.poll = 0.01
     night = {"fallen": False}
     interrupt = InterruptSpec(kind="check", check=lambda: night["fallen"])
@@ -102,7 +102,7 @@ def test_a_cancelled_call_leaves_no_reply_being_written() -> None:
     """`join(n)` or Ctrl-C cancels the turn's task: what it showed is discarded."""
     run = make_run(models=HalfwayModels())
     watcher = Watcher()
-    run.services.reply_watchers.append(watcher)
+    run.services.events.subscribe(WatchedReplies(watcher))
 
     async def scenario() -> None:
         turn = asyncio.create_task(run.services.ai_turn(run.ctx, spec(prompt="Talk.")))
@@ -128,7 +128,7 @@ def test_a_stream_cut_mid_way_is_discarded_and_its_retry_shown() -> None:
         )
         run = make_run(models=models)
         watcher = Watcher()
-        run.services.reply_watchers.append(watcher)
+        run.services.events.subscribe(WatchedReplies(watcher))
 
         async def talk() -> None:
             try:
@@ -151,7 +151,7 @@ def test_a_stream_cut_mid_way_is_discarded_and_its_retry_shown() -> None:
 def test_the_offline_models_are_shown_as_stored_not_as_written() -> None:
     run = make_run({"pick": ["At once."]})
     watcher = Watcher()
-    run.services.reply_watchers.append(watcher)
+    run.services.events.subscribe(WatchedReplies(watcher))
     run.turn(spec(prompt="Talk."))
     assert (watcher.replies, watcher.told) == ([], [])
     assert ("reply", "At once.") in run.messages()

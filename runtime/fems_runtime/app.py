@@ -13,17 +13,28 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import hashlib
 import os
 import sys
 import traceback
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from fems_runtime import funcs
+from fems_runtime.events import (
+    FuncCalled,
+    RunBegan,
+    RunEnded,
+    RunEvents,
+    RunFailed,
+    TurnBegan,
+    TurnEnded,
+    TurnReplayed,
+)
 from fems_runtime.flow import (
     ConditionTable,
     Context,
@@ -45,8 +56,6 @@ from fems_runtime.version import __version__
 
 if TYPE_CHECKING:
     from fems_runtime.human import HumanProvider
-    from fems_runtime.records import LiveReplyListener, StreamedReply
-    from fems_runtime.specs import TurnSpec
     from fems_runtime.store import Store
     from fems_runtime.turns import TurnServices
 
@@ -106,7 +115,7 @@ class _Services:
         self,
         program: Program,
         variables: Variables,
-        trace: TraceWriter,
+        events: RunEvents,
         turns: TurnServices,
         code: funcs.CodeFiles,
     ) -> None:
@@ -116,7 +125,7 @@ class _Services:
         self.conditions = program.conditions
         self.names = program.names
         self.variables = variables
-        self.trace = trace
+        self.events = events
         self.turns = turns  # ctx.ai/human/mind run their turns there
         self._code = code
         self._hashes: dict[str, str | None] = {}
@@ -128,6 +137,16 @@ class _Services:
     async def func(self, ctx: Context, spec: FuncSpec) -> Any:
         """Call ``alias.fn`` in a worker thread and write its return value to the outs (§9.7);
         ``system.spawn`` makes actors from blueprints (§9.8)."""
+        events = self.events
+        if not events.active:
+            return await self._func(ctx, spec)
+        where = ctx.where(spec.action)
+        where = replace(where, line=spec.line or where.line)
+        began = TurnBegan(id=events.new_id(), parent=ctx.span, where=where, kind="func")
+        ended = functools.partial(TurnEnded.after, kind="func")
+        return await ctx.spanned(events.emit(began), ended, self._func(ctx, spec))
+
+    async def _func(self, ctx: Context, spec: FuncSpec) -> Any:
         name = f"action {spec.action} ({spec.code}.{spec.function})"
         log = self.turns.log
         key = log.key(ctx.path, ctx.node, spec.action, f"{spec.code}.{spec.function}")
@@ -143,7 +162,12 @@ class _Services:
             log.going_live()
             if inputs is None:
                 inputs = self._inputs(ctx, spec, spawn, name)
-            self.trace.write("func", node=ctx.node, action=spec.action, inputs=inputs)
+            events = self.events
+            if events.active:
+                where = ctx.where(spec.action)
+                events.emit(
+                    FuncCalled(id=events.new_id(), parent=ctx.span, where=where, inputs=inputs)
+                )
             if spawn:
                 result: Any = funcs.spawn(
                     self.variables,
@@ -205,7 +229,10 @@ class _Services:
     def _replay_func(self, ctx: Context, spec: FuncSpec, done: Mapping[str, Any]) -> Any:
         """A recorded function result: write its out values again (a spawn registers its
         actors again) without calling the function."""
-        self.trace.write("replay", node=ctx.node, action=spec.action)
+        events = self.events
+        if events.active:
+            where = ctx.where(spec.action)
+            events.emit(TurnReplayed(id=events.new_id(), parent=ctx.span, where=where))
         result = None
         if "actors" in done:
             result = funcs.respawn(
@@ -219,14 +246,9 @@ class _Services:
 
 class RunObserver(Protocol):
     """Watches a run from the side (the stage, §17): told when the run's store and session are
-    open, of each reply as it streams in (§17.1), and when the run ends, before the store
-    closes."""
+    open, with the run's events (:mod:`fems_runtime.events`) to subscribe to."""
 
-    def run_opened(self, store: Store, session: int, trace: TraceWriter) -> None: ...
-
-    def reply_started(self, reply: StreamedReply) -> LiveReplyListener: ...
-
-    def run_closing(self, status: str, error: str | None) -> None: ...
+    def run_opened(self, store: Store, session: int, events: RunEvents) -> None: ...
 
 
 class Program:
@@ -424,6 +446,8 @@ class _Run:
         meta = program.script.meta
         self.steps = StepCounter(int(meta.get("max_steps", DEFAULT_MAX_STEPS)), "the run")
         self.writer = TraceWriter(None)
+        self.events = RunEvents(program.script.file)
+        self.began: RunBegan | None = None
         self.variables: Variables | None = None
         self.turns: TurnServices | None = None
         self.ctx: Context | None = None
@@ -438,6 +462,9 @@ class _Run:
         if db is not None and not str(db).strip():
             raise RunError("--db is empty: give a database path or SQLAlchemy URL")
         self.writer = TraceWriter(options["trace"])
+        events = self.events
+        if self.writer.enabled:
+            events.subscribe(self.writer)
         variables = self.variables = Variables(
             program.variables, program.actors, program.blueprints
         )
@@ -445,26 +472,29 @@ class _Run:
         turns = self.turns = TurnServices.open(
             program,
             variables,
-            self.writer,
+            events=events,
             **{name: options[name] for name in _SERVICE_OPTIONS},
             code=code.module,
             resume=bool(options["resume"]),
             branch=_branch(options["fork"], options["reuse"]),
         )
+        events.session = turns.session
         observer = options["observer"]
         if observer is not None:
-            observer.run_opened(turns.store, turns.session, self.writer)
-            turns.reply_watchers.append(observer.reply_started)
+            observer.run_opened(turns.store, turns.session, events)
         transcript = options["transcript"]
         if transcript:
             everyone = [spec.name for spec in program.actors]
-            turns.transcript = (
+            events.subscribe(
                 transcript if isinstance(transcript, Transcript) else Transcript(everyone=everyone)
             )
         self._cost_limit(options["max_cost"], turns)
-        services = _Services(program, variables, self.writer, turns, code)
+        services = _Services(program, variables, events, turns, code)
         methods = {m.name: m for m in program.methods}
         self.ctx = Context(services, variables.root, self.steps, methods=methods)
+        if events.active:
+            self.began = events.emit(self._run_began(turns))
+            self.ctx.span = self.began.id
         souls = options["souls"]
         if isinstance(souls, Mapping):
             turns.store.seed(souls)
@@ -472,9 +502,32 @@ class _Run:
             turns.store.seed_file(souls)
         return self.ctx
 
+    def _run_began(self, turns: TurnServices) -> RunBegan:
+        """The run's first event: its session open, resumed or branched from another."""
+        events, options = self.events, self.options
+        inherited = turns.log.inherited
+        return RunBegan(
+            id=events.new_id(),
+            parent=None,
+            where=events.where(),
+            sha256=self.program.script.sha256,
+            resumed=bool(options["resume"]),
+            parent_session=getattr(inherited, "parent", None),
+        )
+
+    def _ended(self, status: str, error: BaseException | None = None) -> None:
+        """The run's last event, before the models, tools and store close."""
+        if self.began is not None:
+            turns = self.turns
+            calls = turns.model_calls if turns is not None else 0
+            ended = RunEnded.after(self.began, error, steps=self.steps.count, model_calls=calls)
+            self.began = None
+            self.events.emit(ended)
+
     def _cost_limit(self, option: float | CostLimit | None, turns: TurnServices) -> None:
         """The run's cost limit (§15.6), counting from what the session has already spent and
-        then from every message the store writes, checked after each turn once it is written."""
+        then from every model call's cost, checked at the end of each turn (a subscriber of
+        the run's events)."""
         limit = cost_limit(option, self.program.script.meta)
         if limit is None:
             return
@@ -482,21 +535,13 @@ class _Run:
         limit.start(
             turns.session, spent, lambda text: turns.warn(f"{self.program.script.file}: {text}")
         )
-        turns.store.listen(limit.saw)
-
-        def check(spec: TurnSpec) -> None:
-            turns.store.flush()
-            limit.check(spec.action)
-
-        turns.after_turn.append(check)
+        self.events.subscribe(limit)
 
     async def completed(self) -> RunResult:
         """Close the run as completed and write its ``--result`` file."""
         turns, variables = self.turns, self.variables
         assert turns is not None and variables is not None
-        observer = self.options["observer"]
-        if observer is not None:
-            observer.run_closing("completed", None)
+        self._ended("completed")
         await turns.models.aclose()
         await turns.toolbox.aclose()
         turns.finish("completed")
@@ -528,8 +573,7 @@ class _Run:
         node = failed_node(error) or (self.ctx.node if self.ctx is not None else None)
         # each report is tried even when another one fails: the result file matters most
         with contextlib.suppress(Exception):
-            line = getattr(located, "line", None)
-            self.writer.write("error", node=node, line=line, message=str(located))
+            self._failed(located, node)
         result = self.options["result"]
         if result is not None:
             try:
@@ -545,16 +589,29 @@ class _Run:
                 if isinstance(located, RunError):
                     located.message += f" (and --result {result} was not written: {unwritten})"
         if turns is not None:
-            await self._close_failed(turns, str(located))
+            await self._close_failed(turns, located)
         return located
 
-    async def _close_failed(self, turns: TurnServices, message: str) -> None:
-        """Tell the observer, close the models and tools, mark the session failed: each step
-        tried even when another one fails."""
-        observer = self.options["observer"]
+    def _failed(self, located: BaseException, node: str | None) -> None:
+        """The run error, as an event located at its node and line."""
+        events = self.events
+        if events.active:
+            where = events.where(node=node, line=getattr(located, "line", None))
+            parent = self.began.id if self.began is not None else None
+            failed = RunFailed(
+                id=events.new_id(),
+                parent=parent,
+                where=where,
+                message=str(located),
+                error_type=type(located).__name__,
+            )
+            events.emit(failed)
+
+    async def _close_failed(self, turns: TurnServices, located: BaseException) -> None:
+        """End the run's events, close the models and tools, mark the session failed: each
+        step tried even when another one fails."""
         with contextlib.suppress(Exception):
-            if observer is not None:
-                observer.run_closing("failed", message)
+            self._ended("failed", located)
         with contextlib.suppress(Exception):
             await turns.models.aclose()
         with contextlib.suppress(Exception):

@@ -210,6 +210,8 @@ class ForkBegan(Began):
 class ForkJoined(Ended):
     """Every branch of the fork has ended (the join, §12.5, §12.6)."""
 
+    #: the kind of its :class:`ForkBegan`
+    kind: ForkKind = "fork"
     #: where the flow goes on: the merge node when a branch reached it, else the fork's node
     node: str | None = None
     #: whether a branch reached the merge node

@@ -19,9 +19,25 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any, Literal, Protocol, TypeVar
 
+from fems_runtime.events import (
+    Assigned,
+    Began,
+    BranchBegan,
+    BranchEnded,
+    Ended,
+    ForkBegan,
+    ForkJoined,
+    ForkKind,
+    RunEvents,
+    StepBegan,
+    StepEnded,
+    TurnBegan,
+    TurnEnded,
+    Where,
+)
 from fems_runtime.linetable import LineTable
 from fems_runtime.names import DeclaredNames, call_node, loop_node
-from fems_runtime.records import RunError, StepCounter, TraceWriter
+from fems_runtime.records import RunError, StepCounter
 from fems_runtime.signals import OutSpec
 from fems_runtime.specs import ScopeItem, TurnResult, TurnSpec
 from fems_runtime.values import format_value
@@ -54,6 +70,7 @@ class DispatchFunction(Protocol):
 
 ActionFunction = Callable[["Context"], Awaitable[None]]
 _Flow = TypeVar("_Flow", bound=Callable[..., Awaitable[str | None]])
+_Result = TypeVar("_Result")
 
 #: What a "flow stuck" error lists for one node: each condition as written and what it reads
 #: (the paths one string apart, as generated modules write them, or a sequence).
@@ -162,7 +179,7 @@ class RunServices(Protocol):
     """What a run provides to every context (built by :mod:`fems_runtime.app`)."""
 
     file: str
-    trace: TraceWriter
+    events: RunEvents
     lines: LineTable
     conditions: ConditionTable
     names: DeclaredNames
@@ -224,6 +241,7 @@ class Context:
         path: str = "",
         forks: dict[tuple[str, str], int] | None = None,
         delay: float = 0.0,
+        span: int | None = None,
     ) -> None:
         self.services = services
         self.frame = frame
@@ -239,6 +257,8 @@ class Context:
         self._forks = {} if forks is None else forks  # per (path, fork): how many so far
         # a module's meta.delay (§3): spacing of model calls made inside it (0: the run's own)
         self.delay = delay
+        #: the id of the span (run, step, branch, turn) this context's events happen in
+        self.span = span
 
     def _branch_path(self, label: str) -> str:
         """The path of the branches of a fork or ``par`` starting now at ``label``: forks
@@ -259,9 +279,32 @@ class Context:
             path=self.path,
             forks=self._forks,
             delay=self.delay,
+            span=self.span,
         )
         derived._race, derived._lineage = self._race, self._lineage
         return derived
+
+    def where(self, action: str | None = None, actor: str | None = None) -> Where:
+        """Where this branch is, for its events."""
+        return self.services.events.where(self.path, self.node, self.line, action, actor)
+
+    async def spanned(
+        self, began: Began, ended: Callable[..., Ended], work: Awaitable[_Result]
+    ) -> _Result:
+        """Await ``work`` as the span ``began`` opened (its events nest in it), then emit its
+        end, ``ended(began)`` or ``ended(began, error)`` with the error that escaped it
+        (``StepEnded.after``)."""
+        events, outer = self.services.events, self.span
+        self.span = began.id
+        try:
+            result = await work
+        except BaseException as error:
+            events.emit(ended(began, error))
+            raise
+        finally:
+            self.span = outer
+        events.emit(ended(began))
+        return result
 
     def error(self, message: str) -> RunError:
         """A :class:`RunError` located at the node this branch is running."""
@@ -282,21 +325,32 @@ class Context:
 
     def assign(self, name: str, op: str, value: Any, key: Any = _MISSING) -> None:
         """One ``@assign`` statement (§9.6), under the branch rule (§12.5a)."""
+        events = self.services.events
+        if not events.active:  # the usual case: events nobody reads are not built
+            self._assign(name, op, value, key)
+            return
+        where = self.where(self.services.names.of(sys._getframe(1).f_code.co_name))
+        began = events.emit(
+            TurnBegan(id=events.new_id(), parent=self.span, where=where, kind="assign")
+        )
+        try:
+            self._assign(name, op, value, key)
+        except BaseException as error:
+            events.emit(TurnEnded.after(began, error, kind="assign"))
+            raise
+        target = name if key is _MISSING else f"{name}[{key}]"
+        events.emit(
+            Assigned(
+                id=events.new_id(), parent=began.id, where=where, target=target, op=op, value=value
+            )
+        )
+        events.emit(TurnEnded.after(began, kind="assign"))
+
+    def _assign(self, name: str, op: str, value: Any, key: Any) -> None:
         if key is _MISSING:
             self.frame.assign(name, op, value)
         else:
             self.frame.assign(name, op, value, key)
-        trace = self.services.trace
-        if not trace.active:
-            return  # the usual case: an event nothing reads is not built
-        trace.write(
-            "assign",
-            node=self.node,
-            line=self.line,
-            target=name if key is _MISSING else f"{name}[{key}]",
-            op=op,
-            value=value,
-        )
 
     # ------------------------------------------------------------------ actions
 
@@ -344,24 +398,76 @@ class Context:
         """Count one execution of ``node`` (§12.10), remember where this branch is, and run
         the node's ``action`` if it has one. Returns ``node``: a flow ends with
         ``return await ctx.step("END")``."""
-        await self._count_step(node, sys._getframe(1))
+        began = await self._count_step(node, sys._getframe(1))
         if action is not None:
-            await action(self)
+            if began is None:
+                await action(self)
+            else:
+                await self.spanned(began, StepEnded.after, action(self))
+        elif began is not None:
+            self.services.events.emit(StepEnded.after(began))
         return node
 
-    async def _count_step(self, node: str, caller: FrameType) -> None:
+    async def _count_step(self, node: str, caller: FrameType) -> StepBegan | None:
         """One execution of ``node``, at the ``.fems`` line of the generated line ``caller``
-        runs: counted, traced, and remembered as where this branch is."""
+        runs: counted, remembered as where this branch is, and begun as a span when someone
+        listens (its caller ends it)."""
         services, steps = self.services, self.steps
         line = services.lines.at(caller)
         self.node, self.line = node, line
         steps.step(node, services.file, line)
-        if services.trace.active:
-            services.trace.write("step", node=node, line=line)
+        began = None
+        events = services.events
+        if events.active:
+            where = events.where(self.path, node, line)
+            began = events.emit(
+                StepBegan(id=events.new_id(), parent=self.span, where=where, step=steps.total)
+            )
         if self.path or steps.total % YIELD_EVERY == 0:
             # a point where a cancelled branch (join(n)) stops and the other branches run; a
             # flow with nothing beside it only lets other tasks (the stage) in now and then
             await asyncio.sleep(0)
+        return began
+
+    def _fork_began(self, kind: ForkKind, **fields: Any) -> ForkBegan | None:
+        """The span of branches starting here, when someone listens."""
+        events = self.services.events
+        if not events.active:
+            return None
+        return events.emit(
+            ForkBegan(id=events.new_id(), parent=self.span, where=self.where(), kind=kind, **fields)
+        )
+
+    async def _in_branch(
+        self, fork: ForkBegan | None, index: int, work: Awaitable[str | None], **fields: Any
+    ) -> str | None:
+        """Await a branch's ``work`` in this, the branch's context: a span inside ``fork``
+        when someone listens."""
+        if fork is None:
+            return await work
+        events = self.services.events
+        began = events.emit(
+            BranchBegan(
+                id=events.new_id(), parent=fork.id, where=self.where(), index=index, **fields
+            )
+        )
+        self.span = began.id
+        try:
+            reached = await work
+        except BaseException as error:
+            events.emit(BranchEnded.after(began, error))
+            raise
+        events.emit(BranchEnded.after(began, reached=reached))
+        return reached
+
+    async def _joined(self, fork: ForkBegan | None, branches: Awaitable[None]) -> None:
+        """Await every branch of ``fork``; a failure ends the fork's span with its error."""
+        try:
+            await branches
+        except BaseException as error:
+            if fork is not None:
+                self.services.events.emit(ForkJoined.after(fork, error, kind=fork.kind))
+            raise
 
     def stuck(self, node: str) -> RunError:
         """The "flow stuck" error (§12.3) at the line of the node's first condition: every
@@ -415,8 +521,7 @@ class Context:
         """
         if len(targets) == 1:
             return targets[0]
-        trace = self.services.trace
-        trace.write("fork", node=node, line=self.line, targets=list(targets), merge=merge)
+        fork = self._fork_began("fork", targets=tuple(targets), merge=merge)
         inner_stop = (*stop, merge) if merge is not None else stop
         frames = [self.frame.branch(f"{node}->{target}") for target in targets]
         path = self._branch_path(node)
@@ -434,7 +539,9 @@ class Context:
             assert task is not None
             ctx._race, ctx._lineage = race, (*self._lineage, task)
             ctx.path = f"{path}>{targets[index]}"
-            result = await _enter(flow, ctx, targets[index], inner_stop)
+            target = targets[index]
+            work = _enter(flow, ctx, target, inner_stop)
+            result = await ctx._in_branch(fork, index, work, target=target)
             frames[index].finish()
             results[index] = result
             if result in TERMINAL_NODES:
@@ -442,11 +549,19 @@ class Context:
             if race is not None and result == merge:
                 race.arrive(ctx._lineage)
 
-        await _run_all([branch(i) for i in range(len(targets))], tasks)
+        await self._joined(fork, _run_all([branch(i) for i in range(len(targets))], tasks))
         self.frame.merge(frames)
         reached = merge is not None and merge in results
-        cancelled = [t for t, f in zip(targets, frames, strict=True) if f.finished is None]
-        trace.write("join", node=merge if reached else node, line=self.line, cancelled=cancelled)
+        if fork is not None:
+            cancelled = tuple(t for t, f in zip(targets, frames, strict=True) if f.finished is None)
+            joined = ForkJoined.after(
+                fork,
+                kind="fork",
+                node=merge if reached else node,
+                reached=reached,
+                cancelled=cancelled,
+            )
+            self.services.events.emit(joined)
         if reached:
             return merge
         # A branch may have stopped at an enclosing fork's merge node: pass that arrival on.
@@ -466,7 +581,16 @@ class Context:
         §12.8): ``items`` is snapshotted on entry; each iteration binds ``var`` in its own
         frame; ``par`` runs all iterations concurrently as branches and writes their own values
         back when all have finished."""
-        await self._count_step(node or loop_node(kind, var), sys._getframe(1))
+        began = await self._count_step(node or loop_node(kind, var), sys._getframe(1))
+        if began is None:
+            await self._iterate(kind, var, items, body)
+        else:
+            await self.spanned(began, StepEnded.after, self._iterate(kind, var, items, body))
+
+    async def _iterate(
+        self, kind: Literal["for", "par"], var: str, items: Iterable[Any], body: FlowFunction
+    ) -> None:
+        """The iterations of a loop whose node has just been stepped on."""
         line = self.line
         snapshot = _snapshot(items)
         if snapshot is None:
@@ -475,31 +599,38 @@ class Context:
                 self.services.file,
                 line,
             )
+        fork = self._fork_began(kind, var=var, items=tuple(snapshot))
         if kind == "for":
-            for item in snapshot:
-                await _enter(body, self._derive(self.frame.loop({var: item})), None)
+            for index, item in enumerate(snapshot):
+                ctx = self._derive(self.frame.loop({var: item}))
+                await self._joined(
+                    fork, ctx._in_branch(fork, index, _enter(body, ctx, None), item=item)
+                )
+            if fork is not None:
+                self.services.events.emit(ForkJoined.after(fork, kind="for", node=self.node))
             return
-        trace = self.services.trace
-        trace.write("fork", node=self.node, line=line, var=var, items=snapshot)
         frames = [self.frame.branch(f"par {var}={format_value(item)}") for item in snapshot]
         path = self._branch_path(f"{self.node or 'par'} {var}")
 
         async def iteration(index: int) -> None:
             ctx = self._derive(frames[index].loop({var: snapshot[index]}))
             ctx.path = f"{path}[{index}]"
-            await _enter(body, ctx, None)
+            await ctx._in_branch(fork, index, _enter(body, ctx, None), item=snapshot[index])
             frames[index].finish()
 
-        await _run_all([iteration(i) for i in range(len(snapshot))], [])
+        await self._joined(fork, _run_all([iteration(i) for i in range(len(snapshot))], []))
         self.frame.merge(frames)
-        trace.write("join", node=self.node, line=line, cancelled=[])
+        if fork is not None:
+            self.services.events.emit(ForkJoined.after(fork, kind="par", node=self.node))
 
     async def call(self, flow: FlowFunction, *args: Any, node: str | None = None) -> bool:
         """The module call node ``node`` (default: ``&Name``, see :mod:`fems_runtime.names`),
         one step, then the call (:meth:`run_module`). Returns whether the caller continues."""
         spec, name = self._module(flow)
-        await self._count_step(node or call_node(name), sys._getframe(1))
-        return await self._run_module(flow, spec, name, args)
+        began = await self._count_step(node or call_node(name), sys._getframe(1))
+        if began is None:
+            return await self._run_module(flow, spec, name, args)
+        return await self.spanned(began, StepEnded.after, self._run_module(flow, spec, name, args))
 
     async def run_module(self, flow: FlowFunction, *args: Any) -> bool:
         """Call a module (§11) that is no node of the flow (an action's ``fallback:``, §10.6,
@@ -532,6 +663,7 @@ class Context:
             path=self.path,
             forks=self._forks,
             delay=max(self.delay, float(spec.meta.get("delay") or 0)),
+            span=self.span,
         )
         result = await _enter(flow, inner, None)
         exits = inner._call.exits | ({result} if result in TERMINAL_NODES else set())

@@ -1,8 +1,9 @@
 """The cost limit of a run (§15.6): ``--max-cost USD`` or ``meta: max_cost``.
 
-The amount counted is what the store recorded: the session's cost when the run starts (a
-resumed session has spent before), then the cost of every model call as its message is
-written (a store listener). After each turn the run checks it, so the run stops after the turn
+The amount counted is what the store records: the session's cost when the run starts (a
+resumed session has spent before), then the cost of every model call (the limit is a
+subscriber of the run's events, :mod:`fems_runtime.events`, and the call's cost is what its
+message is stored with). At the end of each turn it checks it, so the run stops after the turn
 that passed the limit, with that turn checkpointed: ``--resume`` with a higher limit goes on.
 A model with no known price counts as free and is named once in a warning. In a batch the
 amount is the whole batch's (``fems2py batch --max-cost``): the sessions of the batch that
@@ -12,13 +13,14 @@ are not this one count too, through ``elsewhere``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from fems_runtime.events import ModelCallEnded, RunEvent, TurnEnded
 from fems_runtime.records import RunError
-from fems_runtime.store import Message
 
 OFFLINE_PREFIX = "fems/"  # the built-in models (§15.3): free, and known to be
+TURNS = ("ai", "human")  # the turns after which the limit is checked (a mind turn is one)
 
 
 class CostLimit:
@@ -68,12 +70,14 @@ class CostLimit:
                 "output_cost_per_token, §15.6)"
             )
 
-    def saw(self, messages: Iterable[Message]) -> None:
-        """The store's listener: the messages just written, of this session, with their cost."""
-        for message in messages:
-            if message.session == self.session:
-                usage = message.prompt_tokens is not None or message.completion_tokens is not None
-                self.add(message.cost, message.model, usage)
+    def __call__(self, event: RunEvent) -> None:
+        """The run's subscriber: each model call's cost counts, and the end of each turn of a
+        model or a person (its messages submitted) checks the amount."""
+        if isinstance(event, ModelCallEnded) and event.outcome == "ok":
+            usage = event.input_tokens is not None or event.output_tokens is not None
+            self.add(event.cost, event.response_model or event.request_model, usage)
+        elif isinstance(event, TurnEnded) and event.outcome == "ok" and event.kind in TURNS:
+            self.check(event.where.action or "")
 
     @property
     def total(self) -> float:

@@ -55,6 +55,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+from fems_runtime import events
 from fems_runtime.values import to_json
 
 
@@ -92,16 +93,18 @@ class RunError(Exception):
 
 
 class TraceWriter:
-    """Writes one JSON object per event to a JSONL file (§16.3); safe to call from any thread.
+    """The JSONL trace (§16.3), a subscriber of the run's events (:mod:`fems_runtime.events`):
+    one JSON object per line for the events it has always written, safe from any thread.
 
-    A path is truncated when the run starts, so the file holds exactly this run's events.
-    Listeners (the stage, §17) receive every event as a JSON-ready dict, file or no file.
+    A run whose session opened starts its trace with a ``run`` line that gives the trace's
+    ``format`` (:data:`TRACE_FORMAT`); the other lines keep the fields of format 1, so readers
+    of format 1 keep working. A path is truncated when the run starts, so the file holds
+    exactly this run's events.
     """
 
     def __init__(self, target: str | Path | IO[str] | None) -> None:
         self._lock = threading.Lock()
         self._owned = False
-        self._listeners: list[Callable[[dict[str, Any]], None]] = []
         self._stream: IO[str] | None
         if target is None:
             self._stream = None
@@ -110,32 +113,27 @@ class TraceWriter:
             self._owned = True
         else:
             self._stream = target
-        #: Whether events go anywhere, a file or a listener: callers (every flow step) skip
-        #: building an event when not. A plain attribute, kept up to date by listen/close.
-        self.active = self._stream is not None
 
     @property
     def enabled(self) -> bool:
         """Whether a trace file is written."""
         return self._stream is not None
 
-    def listen(self, listener: Callable[[dict[str, Any]], None]) -> None:
-        """Call ``listener`` with each event from now on, in the thread that writes it."""
-        self._listeners.append(listener)
-        self.active = True
+    def __call__(self, event: events.RunEvent) -> None:
+        """Write ``event``'s line, if it has one (see :func:`trace_line`)."""
+        if self._stream is None:
+            return
+        line = trace_line(event)
+        if line is not None:
+            self.write(line.pop("event"), **line)
 
     def write(self, event: str, **fields: Any) -> None:
         """Write ``{"event": event, **fields}`` as one line; actors become ``"@name"``."""
-        if not self.active:
-            return
-        record = {"event": event, **to_json(fields)}
-        for listener in self._listeners:
-            listener(record)
         if self._stream is None:
             return
-        line = json.dumps(record, ensure_ascii=False)
+        text = json.dumps({"event": event, **to_json(fields)}, ensure_ascii=False)
         with self._lock:
-            self._stream.write(line + "\n")
+            self._stream.write(text + "\n")
             self._stream.flush()
 
     def close(self) -> None:
@@ -143,13 +141,159 @@ class TraceWriter:
             if self._owned and self._stream is not None:
                 self._stream.close()
             self._stream = None
-            self.active = bool(self._listeners)
 
     def __enter__(self) -> TraceWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+TRACE_FORMAT = events.RunEvents.TRACE_FORMAT
+"""The trace's format: 1 had no ``run`` line; 2 adds it, every other line unchanged."""
+
+
+def trace_line(event: events.RunEvent) -> dict[str, Any] | None:
+    """The trace line of ``event`` (``{"event": name, …}``), None for the events the trace
+    does not write (span ends other than a model call's, tool call's and join, chunks …)."""
+    where = event.where
+    match event:
+        case events.RunBegan():
+            return {
+                "event": "run",
+                "node": None,  # every line has a node: the run's is none
+                "format": TRACE_FORMAT,
+                "session": where.session,
+                "script": where.file,
+                "sha256": event.sha256,
+            }
+        case events.StepBegan():
+            return {"event": "step", "node": where.node, "line": where.line}
+        case events.Assigned():
+            return {
+                "event": "assign",
+                "node": where.node,
+                "line": where.line,
+                "target": event.target,
+                "op": event.op,
+                "value": event.value,
+            }
+        case events.ForkBegan(kind="fork"):
+            return {
+                "event": "fork",
+                "node": where.node,
+                "line": where.line,
+                "targets": list(event.targets),
+                "merge": event.merge,
+            }
+        case events.ForkBegan(kind="par"):
+            return {
+                "event": "fork",
+                "node": where.node,
+                "line": where.line,
+                "var": event.var,
+                "items": list(event.items),
+            }
+        case events.ForkJoined(kind="fork" | "par"):
+            return {
+                "event": "join",
+                "node": event.node,
+                "line": where.line,
+                "cancelled": list(event.cancelled),
+            }
+        case events.FuncCalled():
+            return {
+                "event": "func",
+                "node": where.node,
+                "action": where.action,
+                "inputs": event.inputs,
+            }
+        case events.RunFailed():
+            return {
+                "event": "error",
+                "node": where.node,
+                "line": where.line,
+                "message": event.message,
+            }
+    return _turn_line(event)
+
+
+def _turn_line(event: events.RunEvent) -> dict[str, Any] | None:
+    """The trace lines of what happens inside a turn."""
+    where = event.where
+    said = {"node": where.node, "action": where.action}
+    match event:
+        case events.ModelCallEnded(outcome="ok"):
+            return _llm_call(event)
+        case events.ToolCallEnded():
+            return {
+                "event": "tool_call",
+                **said,
+                "actor": where.actor,
+                "name": event.tool,
+                "arguments": event.arguments,
+                "result": event.result,
+                "round": event.round,
+                "attempt": event.attempt,
+            }
+        case events.TurnReplayed(turn=None):
+            return {"event": "replay", **said}
+        case events.TurnReplayed():
+            return {
+                "event": "replay",
+                **said,
+                "actor": where.actor,
+                "turn": event.turn,
+                "attempt": event.attempt,
+            }
+        case events.ReplyRejected():
+            final = {"final": True} if event.final else {}
+            return {
+                "event": "rejected",
+                **said,
+                "actor": where.actor,
+                "problems": list(event.problems),
+                **final,
+            }
+        case events.FallbackTaken():
+            return {"event": "fallback", **said, "actor": where.actor}
+        case events.HumanAnswered():
+            return {
+                "event": "human",
+                **said,
+                "turn": event.turn,
+                "actor": where.actor,
+                "text": event.text,
+                "vars": event.values,
+            }
+    return None
+
+
+def _llm_call(event: events.ModelCallEnded) -> dict[str, Any]:
+    """A model call's ``llm_call`` line: what was sent and received, usage, cost."""
+    where = event.where
+    return {
+        "event": "llm_call",
+        "node": where.node,
+        "action": where.action,
+        "turn": event.turn,
+        "actor": where.actor,
+        "scope": list(event.scope),
+        "model": event.request_model,
+        "messages": list(event.messages),
+        "reply": event.reply,
+        "reasoning": event.reasoning,
+        "attempt": event.attempt,
+        "trimmed": event.trimmed,
+        "interrupted": event.interrupted,
+        "tries": event.tries,
+        "prompt_tokens": event.input_tokens,
+        "completion_tokens": event.output_tokens,
+        "reasoning_tokens": event.reasoning_tokens,
+        "finish_reason": event.finish_reason,
+        "cost": event.cost,
+        "tool_calls": list(event.tool_calls),
+    }
 
 
 def write_result(
@@ -394,3 +538,43 @@ class LiveReplyListener(Protocol):
 
 ReplyWatcher = Callable[[StreamedReply], LiveReplyListener]
 """Called when a model call starts streaming; returns the listener of its pieces."""
+
+
+class WatchedReplies:
+    """Shows the run's streamed replies to ``watch`` (the stage, §17.1): a subscriber of the
+    run's events that tells ``watch`` of each streamed model call as it starts, with its
+    turn, speaker and room (so only the room's seats see it being written), then feeds the
+    listener it returns each piece, and the reply as stored once the call is over (a failed
+    or cancelled call's pieces are discarded). Offline models answer at once: their replies
+    are only stored."""
+
+    def __init__(self, watch: ReplyWatcher) -> None:
+        self.watch = watch
+        self._listeners: dict[int, LiveReplyListener] = {}  # by model call
+
+    def __call__(self, event: events.RunEvent) -> None:
+        match event:
+            case events.ModelCallBegan(streamed=True):
+                where = event.where
+                reply = StreamedReply(
+                    turn=event.turn,
+                    action=where.action or "",
+                    node=where.node,
+                    speaker=where.actor or "",
+                    speaker_soul=event.speaker_soul,
+                    souls=event.souls,
+                    users=event.users,
+                )
+                self._listeners[event.id] = self.watch(reply)
+            case events.ReplyChunk():
+                listener = self._listeners.get(event.parent or 0)
+                if listener is not None:
+                    listener.feed(event.kind, event.chunk)
+            case events.ModelCallEnded():
+                listener = self._listeners.pop(event.id, None)
+                if listener is None:
+                    return
+                if event.outcome == "ok":
+                    listener.finish(event.reply)
+                else:
+                    listener.feed("discard", "")

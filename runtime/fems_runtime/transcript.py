@@ -1,4 +1,5 @@
-"""A readable transcript of a run, printed as messages are stored (``--transcript``).
+"""A readable transcript of a run, printed as messages are stored (``--transcript``): a
+subscriber of the run's events (:mod:`fems_runtime.events`).
 
 Each line says who spoke and in which room: ``@Alice ▸ den (@Moderator, @Alice, @Fay)``.
 Narration is set apart in italics, feedback from the validation loop is dimmed and marked as
@@ -14,6 +15,14 @@ import sys
 from collections.abc import Callable, Collection, Mapping
 from typing import IO, Any, ClassVar
 
+from fems_runtime.events import (
+    MessagesStored,
+    ModelCallBegan,
+    ModelCallEnded,
+    ProblemReported,
+    ReplyChunk,
+    RunEvent,
+)
 from fems_runtime.words import MESSAGE_KINDS, TranscriptShow
 
 _SPEAKER_STYLES = ("cyan", "green", "magenta", "yellow", "blue", "bright_red", "bright_cyan")
@@ -29,6 +38,38 @@ class Transcript:
         self._everyone = frozenset(everyone)
         self._styles: dict[str, str] = {}
         self.last_live: LiveReply | None = None  # the streamed reply printed last, if any
+        self._streaming: dict[int, LiveReply] = {}  # by model call
+        self._shown_calls: set[int] = set()  # calls whose reply was printed as it arrived
+
+    def __call__(self, event: RunEvent) -> None:
+        """The run's subscriber: stored messages and problems as they happen, a streamed
+        reply as it arrives (§15.4), its stored messages then not again."""
+        match event:
+            case MessagesStored():
+                for message in event.messages:
+                    if message.call is None or message.call not in self._shown_calls:
+                        self.message(message.kind, message.speaker, message.room, message.content)
+                self._shown_calls.difference_update(m.call for m in event.messages)
+            case ProblemReported():
+                where = event.where
+                self.problem(where.action or "", where.actor or "", event.problem)
+            case ModelCallBegan(streamed=True):
+                self._streaming[event.id] = self.live(event.where.actor or "", event.scope)
+            case ReplyChunk():
+                live = self._streaming.get(event.parent or 0)
+                if live is not None:
+                    live.feed(event.kind, event.chunk)
+            case ModelCallEnded():
+                self._finished(event)
+
+    def _finished(self, call: ModelCallEnded) -> None:
+        """A streamed call is over: its last line is printed, unless it only calls tools."""
+        live = self._streaming.pop(call.id, None)
+        if live is None or call.outcome != "ok":
+            return
+        if call.interrupted or not call.tool_calls or call.reply:
+            live.finish(call.reply)
+            self._shown_calls.add(call.id)
 
     def message(self, kind: str, speaker: str, room: Collection[str], text: str) -> None:
         """Print one stored message, as its kind's row says; ``room`` is the scope it was

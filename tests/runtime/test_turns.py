@@ -12,6 +12,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from fems_runtime.events import RunEvent, TurnEnded
 from fems_runtime.flow import Context
 from fems_runtime.human import AnswersFileHuman
 from fems_runtime.linetable import LineTable
@@ -512,7 +513,7 @@ def test_services_open_runs_turns_through_a_flow_context(tmp_path: Path) -> None
     )
     run_services = SimpleNamespace(
         file="game.fems",
-        trace=services.trace,
+        events=services.events,
         code=lambda alias: None,
         turns=services,
         lines=LineTable(),
@@ -636,13 +637,15 @@ def test_the_checks_after_a_turn_see_it_stored_and_may_stop_the_run() -> None:
     run = make_run({"*": ["One.", "Two."]})
     seen: list[tuple[str, int]] = []
 
-    def count(done: TurnSpec) -> None:
+    def count(event: RunEvent) -> None:
+        if not isinstance(event, TurnEnded):
+            return
         run.services.store.flush()
-        seen.append((done.action, len(run.messages())))
+        seen.append((event.where.action, len(run.messages())))
         if len(seen) == 2:
             raise RunError("the session's recorded cost passed the cost limit")
 
-    run.services.after_turn.append(count)
+    run.services.events.subscribe(count)
     run.turn(spec(prompt="First."))
     with pytest.raises(RunError, match="passed the cost limit"):
         run.turn(spec(action="again", prompt="Second."))
@@ -683,7 +686,7 @@ def test_the_transcript_prints_a_streamed_reply_as_it_arrives() -> None:
     shown = io.StringIO()
     models = StreamingModels(shown)
     run = make_run(models=models)
-    run.services.transcript = Transcript(everyone=["@eve", "@bob"], stream=shown)
+    run.services.events.subscribe(Transcript(everyone=["@eve", "@bob"], stream=shown))
     run.turn(spec(prompt="Who?", model="fast", outs=(OutSpec("kill", type="actor"),)))
     assert run.ctx.frame.get("kill") == "@bob"
     assert models.seen_midway.splitlines() == [

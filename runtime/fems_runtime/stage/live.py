@@ -1,5 +1,5 @@
-"""The stage of a run in this process (§17): it watches the run (a run observer and a trace
-listener), answers its human turns with what the page sends, and tells the page what changed.
+"""The stage of a run in this process (§17): it watches the run (a subscriber of its events,
+:mod:`fems_runtime.events`, and a listener of its store), answers its human turns with what the page sends, and tells the page what changed.
 
 Everything the page shows is read from the store through :class:`SessionView`; the stage itself
 keeps only what the store does not hold: the nodes the run is in, the human turns waiting for an
@@ -16,15 +16,15 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from fems_runtime.events import ModelCallEnded, RunEnded, RunEvent, RunEvents, StepBegan
 from fems_runtime.human import HumanAnswer, HumanRequest, out_name, typed_value
-from fems_runtime.records import RunError, StreamedReply
+from fems_runtime.records import RunError, StreamedReply, WatchedReplies
 from fems_runtime.signals import OutSpec, SignalError, choice_list
 from fems_runtime.stage.chart import FlowChart
 from fems_runtime.stage.view import DIRECTOR, SessionView
-from fems_runtime.values import format_value
+from fems_runtime.values import format_value, to_json
 
 if TYPE_CHECKING:
-    from fems_runtime.records import TraceWriter
     from fems_runtime.store import Message, Store
     from fems_runtime.variables import Frame
 
@@ -151,11 +151,12 @@ class LiveStage:
 
     # ------------------------------------------------------------------ the run's side
 
-    def run_opened(self, store: Store, session: int, trace: TraceWriter) -> None:
+    def run_opened(self, store: Store, session: int, events: RunEvents) -> None:
         self.view = SessionView(store, session, self.module)
         self.status = "running"
         store.listen(self._stored)
-        trace.listen(self._traced)
+        events.subscribe(self._happened)
+        events.subscribe(WatchedReplies(self.reply_started))
         self.touch()
 
     def run_closing(self, status: str, error: str | None) -> None:
@@ -211,17 +212,25 @@ class LiveStage:
                 del self._partials[task]
         self.touch()
 
-    def _traced(self, event: Mapping[str, Any]) -> None:
+    def _happened(self, event: RunEvent) -> None:
         """Remember each actor's last model call, exactly as sent, and the node each branch
         of the flow is at: steps come from the branch's own task, and a finished branch task
-        leaves the picture."""
-        if event.get("event") == "llm_call":
-            self._last_calls[str(event.get("actor"))] = {
-                key: event.get(key) for key in ("action", "model", "messages")
-            }
-            return
-        if event.get("event") != "step":
-            return
+        leaves the picture. The run's end freezes the view."""
+        match event:
+            case ModelCallEnded(outcome="ok"):
+                where = event.where
+                self._last_calls[str(where.actor)] = {
+                    "action": where.action,
+                    "model": event.request_model,
+                    "messages": to_json(list(event.messages)),
+                }
+            case StepBegan():
+                self._stepped(event)
+            case RunEnded():
+                status = "completed" if event.outcome == "ok" else "failed"
+                self.run_closing(status, event.error)
+
+    def _stepped(self, event: StepBegan) -> None:
         try:
             task = asyncio.current_task()
         except RuntimeError:  # written from a worker thread: not a flow step
@@ -230,8 +239,8 @@ class LiveStage:
             return
         if task not in self._running:
             task.add_done_callback(self._left)
-        node = str(event.get("node"))
-        self._running[task] = (node, self.chart.node_id(node, event.get("line")))
+        node = str(event.where.node)
+        self._running[task] = (node, self.chart.node_id(node, event.where.line))
         self.touch()
 
     def _left(self, task: asyncio.Task[Any]) -> None:

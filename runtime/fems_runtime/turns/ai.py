@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from fems_runtime.context import model_request, retry_messages
+from fems_runtime.events import FallbackTaken, ReplyRejected
 from fems_runtime.lineage import model_options, request_digest
 from fems_runtime.offline import OfflineTurn, named_actors, offline_out
 from fems_runtime.records import RunError
@@ -16,6 +17,7 @@ from fems_runtime.signals import aapply_signals
 from fems_runtime.specs import TurnResult
 from fems_runtime.store import NewMessage
 from fems_runtime.tools import ToolCall, ToolOutcome, offered_names
+from fems_runtime.turn_events import emit_point, tool_call_began, tool_call_ended
 from fems_runtime.turns.calls import Answer, CallingTurn
 from fems_runtime.turns.turn import Room, Verdict, finish
 from fems_runtime.values import valid_text
@@ -120,22 +122,16 @@ class AiTurn(CallingTurn):
     async def give_up(self, reply: str, verdict: Verdict, result: TurnResult) -> TurnResult:
         """Retries exhausted: run the fallback, or stop the run naming action, reply and problem."""
         services, spec, problems = self.services, self.spec, verdict.problems
-        node = self.ctx.node
-        services.trace.write(
-            "rejected",
-            node=node,
-            action=spec.action,
-            actor=self.actor,
-            problems=problems,
-            final=True,
-        )
+        if services.events.active:
+            emit_point(self, ReplyRejected, problems=tuple(problems), final=True)
         if spec.fallback is None:
             shown = reply if len(reply) <= 500 else reply[:500] + "…"
             raise RunError(
                 f"action {spec.action}: no valid reply from {self.actor} after {result.calls} "
                 f"call(s); last reply: {shown!r}; problem: {'; '.join(problems)}"
             )
-        services.trace.write("fallback", node=node, action=spec.action, actor=self.actor)
+        if services.events.active:
+            emit_point(self, FallbackTaken)
         await spec.fallback()
         result.fell_back = True
         return result
@@ -279,29 +275,26 @@ class AiTurn(CallingTurn):
             self.unsaved.append(self.shown(thought))
 
     def shown(self, message: NewMessage) -> NewMessage:
-        """``message``, noted as printed already when the transcript showed its call live."""
-        if self.shown_live:
+        """``message``, noted as shown already when its call streamed to the run's listeners."""
+        if self.streamed_call is not None:
             self.printed.append(message)
         return message
 
     async def run_tools(self, call: CallResult, rounds: int, attempt: int) -> None:
         """Run the calls of one reply in order, store them with their results, and add them
         to the conversation (§15.5)."""
-        services, spec = self.services, self.spec
+        services = self.services
         outcomes = []
+        events = services.events
         for tool_call in call.tool_calls:
-            outcome = await services.toolbox.call(self.tools, tool_call)
-            services.trace.write(
-                "tool_call",
-                node=self.ctx.node,
-                action=spec.action,
-                actor=self.actor,
-                name=outcome.tool,
-                arguments=tool_call.arguments,
-                result=outcome.result,
-                round=rounds,
-                attempt=attempt,
+            began = (
+                tool_call_began(self, self.tools, tool_call, rounds, attempt)
+                if events.active
+                else None
             )
+            outcome = await services.toolbox.call(self.tools, tool_call)
+            if began is not None:
+                tool_call_ended(self, began, outcome)
             outcomes.append(outcome)
         for index, outcome in enumerate(outcomes):
             said = valid_text(f"{outcome.tool}({outcome.call.arguments})")

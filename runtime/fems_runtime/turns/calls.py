@@ -1,19 +1,24 @@
 """One model call of a turn (§13.2a, §13.3, §15.4, §10.7, §17.1): the request cut to the model's
-window, the reply streamed (to ``--transcript`` and the stage as it arrives), an `interrupt:`
-that cancels it, the warnings about it, and its ``llm_call`` trace event."""
+window, the reply streamed (as events, to ``--transcript`` and the stage), an `interrupt:`
+that cancels it, the warnings about it, and its events (:mod:`fems_runtime.events`)."""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
 import json
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fems_runtime.context import Request, estimate_messages, estimate_tokens, fit_to_window
 from fems_runtime.llm import ContextTooLong, ReplyStream
-from fems_runtime.records import LiveReplyListener, RunError, StreamedReply
+from fems_runtime.records import RunError
+from fems_runtime.turn_events import (
+    chunk_listener,
+    model_call_began,
+    model_call_ended,
+    model_call_failed,
+)
 from fems_runtime.turns.turn import Turn
 from fems_runtime.values import valid_text
 
@@ -22,7 +27,6 @@ if TYPE_CHECKING:
     from fems_runtime.offline import OfflineTurn
     from fems_runtime.specs import InterruptSpec
     from fems_runtime.tools import Tool
-    from fems_runtime.transcript import LiveReply
 
 INTERRUPTED = "[Interrupted]"
 
@@ -39,24 +43,29 @@ class CallingTurn(Turn):
     added: list[dict[str, Any]] = field(default_factory=list)
     halved: int | None = None  # the provider found the context too long: half of it is sent
     effort: str | None = None  # reasoning asked for by `deep_think` (§15.7)
-    shown_live: bool = False  # the transcript printed the last call's reply as it arrived
+    streamed_call: int | None = None  # the last call's id when its reply streamed to listeners
 
     async def live_call(self, offline: OfflineTurn) -> Answer:
         """One model call as traced and stored: its reply without the reasoning (§13.1), or
         what had arrived when `interrupt:` cut it (§10.7). The context is cut to the model's
         window (§13.2a); a provider that still finds it too long gets half of it, once."""
-        assert self.request is not None
+        assert self.request is not None and self.choice is not None
         keep = self.window_keep()
-        live = self.live_printer()
-        watchers = self.reply_watchers()
-        shown: list[LiveReplyListener] = [live, *watchers] if live is not None else watchers
-        self.shown_live = False
+        events = self.services.events
+        began = None
+        listener = None
+        if events.active:
+            began = model_call_began(
+                self, [*self.request.messages(keep), *self.added], offline.attempt
+            )
+            listener = chunk_listener(self, began) if began.streamed else None
+        self.streamed_call = began.id if listener is not None else None
         # what arrives matters only to those who show it and to an interrupt
-        watched = bool(shown) or self.spec.interrupt is not None
+        watched = listener is not None or self.spec.interrupt is not None
         try:
             while True:
                 messages = [*self.request.messages(keep), *self.added]
-                stream = ReplyStream(_fan_out(shown)) if watched else None
+                stream = ReplyStream(listener) if watched else None
                 try:
                     call = await self.call(messages, offline, stream)
                     break
@@ -64,22 +73,19 @@ class CallingTurn(Turn):
                     if self.halved is not None:
                         raise self.too_long(messages, error) from None
                     keep = self.halved = (self.request.context.count if keep is None else keep) // 2
-        except BaseException:  # a failed or cancelled call (join(n), Ctrl-C) leaves no reply
-            for watcher in watchers:
-                watcher.feed("discard", "")
+        except BaseException as error:  # a failed or cancelled call (join(n), Ctrl-C)
+            if began is not None:
+                model_call_failed(self, began, error)
             raise
         if call is None:
             assert stream is not None  # an interrupt watched it
             answer = Answer(None, _interrupted(stream.text), valid_text(stream.reasoning))
         else:
             answer = Answer(call, valid_text(call.text), valid_text(call.reasoning))
-        for watcher in watchers:  # the stored reply replaces it (an interrupt's marker added)
-            watcher.finish(answer.text)
-        if live is not None and (call is None or not call.tool_calls or answer.text):
-            live.finish(answer.text)
-            self.shown_live = True
         trimmed = self.request.context.count - keep if keep is not None else 0
-        self.trace_call(messages, answer, offline.attempt, trimmed)
+        self.services.model_calls += 1
+        if began is not None:
+            model_call_ended(self, began, answer, messages, trimmed)
         if trimmed:
             self.warn_trimmed(trimmed)
         if call is not None and call.finish_reason == "length":
@@ -91,33 +97,6 @@ class CallingTurn(Turn):
         """The reply's cap: the action's, else meta's (§3, §9.2); None: the model map's."""
         own = self.spec.max_tokens
         return own if own is not None else self.services.max_tokens
-
-    def live_printer(self) -> LiveReply | None:
-        """Where ``--transcript`` prints the reply as it arrives (§15.4); the offline models
-        answer at once, so their replies are printed as stored."""
-        transcript = self.services.transcript
-        if transcript is None or self.choice is None or self.choice.offline:
-            return None
-        return transcript.live(self.actor, self.room.names)
-
-    def reply_watchers(self) -> list[LiveReplyListener]:
-        """The run's reply watchers (the stage, §17.1), each told that this call starts, with
-        its turn, speaker and room, so only the room's seats see it being written. The
-        offline models answer at once, so their replies are shown as stored."""
-        watchers = self.services.reply_watchers
-        if not watchers or self.choice is None or self.choice.offline:
-            return []
-        room = self.room
-        reply = StreamedReply(
-            turn=self.id,
-            action=self.spec.action,
-            node=self.ctx.node,
-            speaker=self.actor,
-            speaker_soul=room.voice_soul,
-            souls=frozenset(room.souls),
-            users=frozenset(room.users),
-        )
-        return [watch(reply) for watch in watchers]
 
     def window_keep(self) -> int | None:
         """How many context entries the model's window leaves room for (§13.2a); None when
@@ -218,38 +197,6 @@ class CallingTurn(Turn):
             if fired:
                 return
 
-    def trace_call(
-        self, messages: list[dict[str, Any]], answer: Answer, attempt: int, trimmed: int
-    ) -> None:
-        services = self.services
-        services.model_calls += 1
-        if not services.trace.active:
-            return  # the event (the scope sorted, the tool calls as messages) is not built
-        assert self.choice is not None
-        call = answer.call
-        services.trace.write(
-            "llm_call",
-            node=self.ctx.node,
-            action=self.spec.action,
-            turn=self.id,
-            actor=self.actor,
-            scope=self.room.names,
-            model=self.choice.model,
-            messages=messages,
-            reply=answer.text,
-            reasoning=answer.reasoning,
-            attempt=attempt,
-            trimmed=trimmed,
-            interrupted=call is None,
-            tries=call.attempts if call else None,
-            prompt_tokens=call.prompt_tokens if call else None,
-            completion_tokens=call.completion_tokens if call else None,
-            reasoning_tokens=call.reasoning_tokens if call else None,
-            finish_reason=call.finish_reason if call else None,
-            cost=call.cost if call else None,
-            tool_calls=[c.as_message() for c in call.tool_calls] if call else [],
-        )
-
 
 @dataclass(frozen=True)
 class Answer:
@@ -259,18 +206,6 @@ class Answer:
     call: CallResult | None
     text: str
     reasoning: str
-
-
-def _fan_out(shown: Sequence[LiveReplyListener]) -> Callable[[str, str], None] | None:
-    """The stream's listener: every piece to each of ``shown`` (None: nobody shows it)."""
-    if len(shown) <= 1:
-        return shown[0].feed if shown else None
-
-    def feed(kind: str, chunk: str) -> None:
-        for listener in shown:
-            listener.feed(kind, chunk)
-
-    return feed
 
 
 def _interrupted(received: str) -> str:

@@ -8,11 +8,13 @@ import contextlib
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from fems_runtime.context import context_view
+from fems_runtime.events import HumanAnswered, HumanWaitBegan, HumanWaitEnded
 from fems_runtime.human import AnswersFileHuman, HumanAnswer, HumanRequest
 from fems_runtime.lineage import request_digest
 from fems_runtime.records import RunError
 from fems_runtime.signals import Rejected, apply_values
 from fems_runtime.specs import TurnResult
+from fems_runtime.turn_events import emit_point
 from fems_runtime.turns.ai import run_ai_turn
 from fems_runtime.turns.turn import Room, Turn, finish
 
@@ -108,7 +110,17 @@ class HumanTurn(Turn):
             self.id = services.new_turn()
         if request is None:
             request = await self.request()
-        answer = await services.human.ask(request)
+        events = services.events
+        if not events.active:
+            answer = await services.human.ask(request)
+        else:
+            waiting = emit_point(self, HumanWaitBegan, turn=self.id, prompt=request.prompt)
+            try:
+                answer = await services.human.ask(request)
+            except BaseException as error:
+                events.emit(HumanWaitEnded.after(waiting, error, turn=self.id))
+                raise
+            events.emit(HumanWaitEnded.after(waiting, turn=self.id))
         said = self.message("human", answer.text)
         done = {"text": answer.text, "vars": answer.vars}
         self.save([*self.opening_messages(), said], done, request=self.digest(request))
@@ -118,15 +130,9 @@ class HumanTurn(Turn):
         """Trace the answer, wake `interrupt: HUMAN` watchers, write the out values."""
         services, spec = self.services, self.spec
         executor = str(self.room.executor)
-        services.trace.write(
-            "human",
-            node=self.ctx.node,
-            action=spec.action,
-            turn=self.id,
-            actor=executor,
-            text=answer.text,
-            vars=answer.vars,
-        )
+        if services.events.active:
+            answered = {"turn": self.id, "text": answer.text, "values": answer.vars}
+            emit_point(self, HumanAnswered, actor=executor, **answered)
         services.inputs.notify(executor)
         outcome = apply_values(answer.vars, self.frame, spec.outs)
         if outcome.rejected and isinstance(services.human, AnswersFileHuman):

@@ -4,12 +4,14 @@ the entry of each turn, where its errors are located at the action."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fems_runtime.events import RunEvents, TurnBegan, TurnEnded, TurnEventKind
 from fems_runtime.human import AnswersFileHuman, HumanProvider, MockHuman, TerminalHuman
 from fems_runtime.lineage import Branch, Inheritance, open_branch
 from fems_runtime.llm import DEFAULT_RETRY_BUDGET, DEFAULT_TIMEOUT, ModelClient, RetryPolicy
@@ -38,8 +40,9 @@ class TurnServices(SharedServices):
         cls,
         program: Any,
         variables: Variables,
-        trace: TraceWriter,
+        trace: TraceWriter | None = None,
         *,
+        events: RunEvents | None = None,
         model: str | None = None,
         replies: str | Path | Mapping[str, Any] | None = None,
         db: str | None = None,
@@ -63,7 +66,8 @@ class TurnServices(SharedServices):
         (or ``meta.session``) names it, else the newest session of this script. ``branch``
         starts a new session from another one's turns (§16.4a). ``timeout`` and
         ``retry_budget`` (seconds) win over ``meta:`` (§15.4); ``root``: the folder the
-        built-in tools may reach (default: the script's folder, §15.5)."""
+        built-in tools may reach (default: the script's folder, §15.5). The turns emit their
+        events on ``events`` (a trace file given as ``trace`` subscribes to them)."""
         script = program.script
         meta = dict(script.meta)
         project_dirs = _project_dirs(program, base_dir)
@@ -81,6 +85,7 @@ class TurnServices(SharedServices):
             store=store,
             session=number,
             trace=trace,
+            events=events or RunEvents(script.file),
             file=script.file,
             human=_human_provider(human, seed or 0),
             code=code,
@@ -92,29 +97,49 @@ class TurnServices(SharedServices):
 
     async def ai_turn(self, ctx: Context, spec: TurnSpec) -> TurnResult:
         """An `@ai` turn: prompt, context, model call, signals, validation loop (§9, §10, §13)."""
-        return await self._at_action(spec, run_ai_turn(self, ctx, spec))
+        return await self._at_action(ctx, spec, "ai", run_ai_turn(self, ctx, spec))
 
     async def human_turn(self, ctx: Context, spec: TurnSpec) -> TurnResult:
         """A `@human` turn: show prompt and context, read text and out values (§10.8)."""
-        return await self._at_action(spec, run_human_turn(self, ctx, spec))
+        return await self._at_action(ctx, spec, "human", run_human_turn(self, ctx, spec))
 
     async def mind_turn(self, ctx: Context, spec: TurnSpec) -> TurnResult:
         """A `@mind` turn: an AI turn or a human turn by the executor's `type` (§9.1)."""
-        return await self._at_action(spec, run_mind_turn(self, ctx, spec))
+        return await self._at_action(ctx, spec, "mind", run_mind_turn(self, ctx, spec))
 
-    async def _at_action(self, spec: TurnSpec, turn: Awaitable[TurnResult]) -> TurnResult:
+    async def _at_action(
+        self, ctx: Context, spec: TurnSpec, kind: TurnEventKind, turn: Awaitable[TurnResult]
+    ) -> TurnResult:
         """Await ``turn`` with its run errors located at the action: the one place a turn's
-        errors get their ``.fems`` line, and the action's name when they do not say it. Then
-        the checks of :attr:`after_turn` run."""
+        errors get their ``.fems`` line, and the action's name when they do not say it; and
+        the one place a turn begins and ends as events (whose subscribers, such as the cost
+        limit, may stop the run at its end)."""
+        events = self.events
+        if not events.active:
+            return await self._located(spec, turn)
+        actor, ran_as = _acting(ctx, spec, kind)
+        where = events.where(getattr(ctx, "path", ""), ctx.node, spec.line, spec.action, actor)
+        outer = getattr(ctx, "span", None)
+        began = events.emit(TurnBegan(id=events.new_id(), parent=outer, where=where, kind=kind))
+        ctx.span = began.id
         try:
-            result = await turn
+            result = await self._located(spec, turn)
+        except BaseException as error:
+            events.emit(TurnEnded.after(began, error, kind=ran_as))
+            raise
+        finally:
+            ctx.span = outer
+        ended = TurnEnded.after(began, kind=ran_as, calls=result.calls, fell_back=result.fell_back)
+        events.emit(ended)
+        return result
+
+    async def _located(self, spec: TurnSpec, turn: Awaitable[TurnResult]) -> TurnResult:
+        try:
+            return await turn
         except RunError as error:
             if error.line is None and not error.message.startswith(f"action {spec.action}"):
                 error.message = f"action {spec.action}: {error.message}"
             raise error.located(self.file, spec.line) from error.__cause__
-        for check in self.after_turn:
-            check(spec)
-        return result
 
     def finish(self, status: str) -> None:
         """Print the run's warnings, record how the session ended, release the database."""
@@ -134,6 +159,20 @@ class TurnServices(SharedServices):
             self.store.set_last_turn(self.session, max(self.log.turns), at_least=True)
         self.store.set_status(self.session, status)
         self.store.close()
+
+
+def _acting(ctx: Context, spec: TurnSpec, kind: TurnEventKind) -> tuple[str, TurnEventKind]:
+    """Who a turn speaks as and the kind it runs as (a mind turn's, by its executor's type),
+    as far as they are known before it starts: an executor that does not resolve is named
+    as the action writes it, and the turn fails with the reason."""
+    frame = ctx.frame
+    with contextlib.suppress(RunError):
+        executor = frame.resolve_actor(spec.executor, "the executor")
+        voice = frame.resolve_actor(spec.role, "the role") if spec.role else executor
+        if kind == "mind":
+            kind = "human" if frame.variables.actors[executor].type == "human" else "ai"
+        return str(voice), kind
+    return spec.role or spec.executor, kind
 
 
 def _model_client(

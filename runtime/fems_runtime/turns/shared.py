@@ -1,6 +1,6 @@
 """What every turn of one run shares (:class:`SharedServices`): the model client, the store and
-its session, the trace, the people, the meta blocks, the warnings, who watches replies stream
-in. Turns read it; the run opens it as a :class:`~fems_runtime.turns.services.TurnServices`."""
+its session, the run's events, the people, the meta blocks, the warnings. Turns read it; the
+run opens it as a :class:`~fems_runtime.turns.services.TurnServices`."""
 
 from __future__ import annotations
 
@@ -11,15 +11,14 @@ from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
 from fems_runtime.context import ContextCache
+from fems_runtime.events import RunEvents
 from fems_runtime.llm import ModelClient
-from fems_runtime.records import ReplyWatcher, TraceWriter, TurnLog
+from fems_runtime.records import TraceWriter, TurnLog
 from fems_runtime.store import Store
 from fems_runtime.tools import DEFAULT_MAX_TOOL_ROUNDS, Toolbox
-from fems_runtime.transcript import Transcript
 
 if TYPE_CHECKING:
     from fems_runtime.human import HumanProvider
-    from fems_runtime.specs import TurnSpec
 
 
 class HumanInputs:
@@ -68,12 +67,15 @@ class RunWarnings:
 
 @dataclass
 class SharedServices:
-    """What every turn of one run shares: models, store and session, trace, people, meta blocks."""
+    """What every turn of one run shares: models, store and session, events, people, meta
+    blocks. ``trace``, when given, subscribes to ``events`` (a trace of the turns alone)."""
 
     models: ModelClient
     store: Store
     session: int
-    trace: TraceWriter
+    trace: TraceWriter | None = None
+    #: where turns tell what they do (:mod:`fems_runtime.events`)
+    events: RunEvents = field(default_factory=RunEvents)
     file: str = ""
     safety: str = ""
     style: str = ""
@@ -83,10 +85,6 @@ class SharedServices:
     warn: Callable[[str], None] = field(default_factory=RunWarnings)
     poll: float = 0.05
     inputs: HumanInputs = field(default_factory=HumanInputs)
-    transcript: Transcript | None = None
-    #: told of each live model call as it starts streaming (the stage, §17.1): it gets the
-    #: reply's pieces as they arrive (offline models' replies are only stored, see calls.py)
-    reply_watchers: list[ReplyWatcher] = field(default_factory=list)
     model_calls: int = 0
     log: TurnLog = field(default_factory=TurnLog)
     toolbox: Toolbox = field(default_factory=lambda: Toolbox(".", None))
@@ -95,13 +93,15 @@ class SharedServices:
     max_tokens: int | None = None  # meta: the cap of every reply without its own (§3, §9.2)
     contexts: ContextCache | None = None  # the actors' built-in contexts (made from `store`)
     warned: set[tuple[str, str]] = field(default_factory=set)  # (what, actor) warned once
-    #: called with the spec after each turn, its messages submitted (a run's cost limit,
-    #: §15.6, stops the run there by raising a RunError)
-    after_turn: list[Callable[[TurnSpec], None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.contexts is None:
             self.contexts = ContextCache(self.store)
+        events = self.events
+        events.file = events.file or self.file
+        events.session = self.session if events.session is None else events.session
+        if self.trace is not None and self.trace.enabled:
+            events.subscribe(self.trace)
 
     def warned_once(self, what: str, actor: str) -> bool:
         """Whether ``actor`` was warned about ``what`` already; the first time, False (and it

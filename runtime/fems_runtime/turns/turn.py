@@ -8,10 +8,18 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
 
+from fems_runtime.events import (
+    MessagesStored,
+    ProblemReported,
+    ReplyRejected,
+    StoredMessage,
+    TurnReplayed,
+)
 from fems_runtime.prompts import render
 from fems_runtime.records import RunError, TurnLog
 from fems_runtime.signals import SignalOutcome, run_resolve
 from fems_runtime.store import Checkpoint, NewMessage
+from fems_runtime.turn_events import emit_point
 from fems_runtime.values import ACTOR_NAME, Actor
 from fems_runtime.words import NARRATOR
 
@@ -138,7 +146,7 @@ class Turn:
     texts: Texts
     key: list[Any]
     id: int = 0
-    printed: list[NewMessage] = field(default_factory=list)  # shown in the transcript already
+    printed: list[NewMessage] = field(default_factory=list)  # streamed to listeners already
 
     @classmethod
     def start(
@@ -222,31 +230,34 @@ class Turn:
     ) -> None:
         """Store ``messages`` with the turn's record (``result`` under ``key``, by default the
         turn's; ``request`` the digest of what it sent, §16.4a) in one transaction, written by
-        the store's writer without waiting for it, and show them in the transcript."""
+        the store's writer without waiting for it, and tell the run's listeners."""
         steps = getattr(self.ctx, "steps", None)
         state = TurnLog.entry(self.record_kind, key or self.key, self.id, result, attempt, request)
         record = Checkpoint(state, step=steps.total if steps is not None else 0, node=self.ctx.node)
         services = self.services
         services.store.submit(services.session, messages, record)
-        if services.transcript is not None:
-            for message in messages:
-                if any(message is printed for printed in self.printed):
-                    continue  # shown as it arrived (§15.4)
+        if services.events.active:
+            emit_point(self, MessagesStored, turn=self.id, messages=self.stored(messages))
+
+    def stored(self, messages: Sequence[NewMessage]) -> tuple[StoredMessage, ...]:
+        """``messages`` as people read them; those shown as their call streamed name it."""
+        room = tuple(self.room.names)
+        streamed = getattr(self, "streamed_call", None)
+        return tuple(
+            StoredMessage(
+                message.kind,
                 # feedback is stored without a speaker but is addressed to the executor
-                shown = self.actor if message.kind == "feedback" else message.speaker_name
-                services.transcript.message(
-                    message.kind, str(shown), self.room.names, message.content
-                )
+                self.actor if message.kind == "feedback" else str(message.speaker_name),
+                room,
+                message.content,
+                streamed if any(message is printed for printed in self.printed) else None,
+            )
+            for message in messages
+        )
 
     def trace_replay(self, attempt: int = 0) -> None:
-        self.services.trace.write(
-            "replay",
-            node=self.ctx.node,
-            action=self.spec.action,
-            actor=self.actor,
-            turn=self.id,
-            attempt=attempt,
-        )
+        if self.services.events.active:
+            emit_point(self, TurnReplayed, turn=self.id, attempt=attempt)
 
     # ------------------------------------------------------------------ checking a reply
 
@@ -290,21 +301,20 @@ class Turn:
         return function
 
     def report(self, problems: Sequence[str]) -> None:
-        """Lenient default (§10.6): problems go to the trace and a warning, and the flow goes on."""
-        services, spec = self.services, self.spec
-        services.trace.write(
-            "rejected", node=self.ctx.node, action=spec.action, actor=self.actor, problems=problems
-        )
+        """Lenient default (§10.6): problems go to the run's events and a warning, and the flow
+        goes on."""
+        if self.services.events.active:
+            emit_point(self, ReplyRejected, problems=tuple(problems))
         for problem in problems:
             self.warn(problem)
 
     def warn(self, problem: str) -> None:
-        """A run warning located at the action, also shown live in the transcript."""
+        """A run warning located at the action, also an event (shown live in the transcript)."""
         services, spec = self.services, self.spec
         where = f"{services.file}:{spec.line}" if services.file else f"line {spec.line}"
         services.warn(f"{where}: warning: action {spec.action}: {problem}")
-        if services.transcript is not None:
-            services.transcript.problem(spec.action, self.actor, problem)
+        if services.events.active:
+            emit_point(self, ProblemReported, problem=problem)
 
 
 def assigned(outcome: SignalOutcome) -> dict[str, Any]:
