@@ -228,7 +228,7 @@ def test_content_is_exported_when_asked_but_reasoning_still_not() -> None:
 
 
 def test_a_session_s_first_run_has_its_derived_trace_and_later_runs_link_to_it() -> None:
-    recorder = Recorder(tags={"batch": "night-50", "batch.index": 3})
+    recorder = Recorder(tags={"batch.name": "night-50", "batch.index": 3})
     recorder.bus.session = 4
     first = recorder.begin(ev.RunBegan, None, session_created=99.25)
     recorder.end(ev.RunEnded, first)
@@ -248,7 +248,7 @@ def test_a_session_s_first_run_has_its_derived_trace_and_later_runs_link_to_it()
     ]
     assert forked_span.context.trace_id == session_ids(5, 120.0)[0]
     assert [link.context.trace_id for link in forked_span.links] == [trace_id]
-    assert (first_span.attributes or {})["fems.batch"] == "night-50"
+    assert (first_span.attributes or {})["fems.batch.name"] == "night-50"
     assert (first_span.attributes or {})["fems.batch.index"] == 3
     recorder.telemetry.shutdown()
 

@@ -16,7 +16,14 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from fems_runtime.records import RunError
+
+if TYPE_CHECKING:
+    from fems_runtime.events import RunEvents
 
 OTEL_EXTRA = "fems-runtime[otel]"
 TURNED_ON_BY = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES")
@@ -53,3 +60,36 @@ def missing_extra() -> str | None:
         if not found:
             return f"--otel needs the OpenTelemetry packages: pip install '{OTEL_EXTRA}'"
     return None
+
+
+def export_run(
+    events: RunEvents,
+    option: bool | Mapping[str, str | int] | None,
+    script: str,
+) -> None:
+    """Subscribe the OpenTelemetry exporter to a run's ``events`` when export is wanted
+    (``option``: True, False, None for the environment's say, or the attributes of the
+    session's span, which also turns it on: a batch's name and index). A missing extra is a
+    :class:`RunError` with the ``pip install`` line."""
+    tags: dict[str, str | int] | None = None
+    if isinstance(option, Mapping):
+        tags = dict(option)
+    elif not wanted(option):
+        return
+    problem = missing_extra()
+    if problem is not None:
+        raise RunError(problem)
+    from fems_runtime.otel.setup import process_telemetry
+    from fems_runtime.otel.spans import RunSpans
+
+    telemetry = process_telemetry(script.removesuffix(".fems") or "fems2py")
+    events.subscribe(RunSpans(telemetry, capture=captures_content(), tags=tags))
+
+
+def flush() -> None:
+    """Send the spans and metrics this process has queued (a batch session's end), if it
+    exports at all."""
+    if "fems_runtime.otel.setup" in sys.modules:
+        from fems_runtime.otel.setup import flush_process
+
+        flush_process()

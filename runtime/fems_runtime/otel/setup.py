@@ -111,6 +111,12 @@ def process_telemetry(service: str) -> Telemetry:
         return _process
 
 
+def flush_process() -> None:
+    """Send what this process's providers have queued, if they were made."""
+    if _process is not None:
+        _process.flush()
+
+
 def _from_environment(service: str, environ: Mapping[str, str]) -> Telemetry:
     """Providers exporting over OTLP/HTTP as the standard variables say."""
     resource = Resource.create()

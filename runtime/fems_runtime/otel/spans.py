@@ -78,6 +78,7 @@ class RunSpans:
             ev.ModelCallBegan: self._call_began,
             ev.ModelCallFirstChunk: self._first_chunk_came,
             ev.ModelCallEnded: self._call_ended,
+            ev.TurnEnded: self._turn_ended,
             ev.ToolCallBegan: self._tool_began,
             ev.ToolCallEnded: self._tool_ended,
             ev.HumanWaitBegan: self._wait_began,
@@ -214,7 +215,7 @@ class RunSpans:
 
     def _turn_began(self, event: ev.TurnBegan) -> None:
         actor = event.where.actor
-        attributes: dict[str, Any] = {"fems.turn.kind": event.kind}
+        attributes: dict[str, Any] = {"fems.kind": event.kind}
         if actor is None or event.kind in ("func", "assign"):
             self._start(event, f"{event.kind} {event.where.action}", attributes)
             return
@@ -222,6 +223,15 @@ class RunSpans:
         attributes[gen_ai.GEN_AI_AGENT_NAME] = actor
         self._conversation_of(attributes)
         self._start(event, f"{Operation.INVOKE_AGENT.value} {actor}", attributes)
+
+    def _turn_ended(self, event: ev.TurnEnded) -> None:
+        span = self._spans.get(event.id)
+        if span is not None:
+            values = {"fems.turn": event.turn, "fems.calls": event.calls}
+            span.set_attributes(_defined(values))
+            if event.fell_back:
+                span.set_attribute("fems.fell_back", True)
+        self._end(event)
 
     def _call_began(self, event: ev.ModelCallBegan) -> None:
         attributes: dict[str, Any] = {
@@ -238,6 +248,9 @@ class RunSpans:
             attributes[gen_ai.GEN_AI_INPUT_MESSAGES] = _json(
                 [_without_reasoning(message) for message in event.messages]
             )
+        turn = self._spans.get(event.parent) if event.parent is not None else None
+        if turn is not None:  # the turn's id is known once it calls
+            turn.set_attribute("fems.turn", event.turn)
         name = f"{Operation.CHAT.value} {event.request_model}"
         self._start(event, name, attributes, SpanKind.CLIENT)
 
