@@ -22,7 +22,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PHOENIX = ROOT / ".venv" / "phoenix" / "bin" / "phoenix"
-STARTUP_SECONDS = 300  # its first start migrates a new database; the machine may be busy
+STARTUP_SECONDS = 600  # its first start migrates a new database; the machine may be busy
 
 
 def free_port() -> int:
@@ -96,6 +96,7 @@ def phoenix() -> Iterator[Phoenix]:
         "PHOENIX_GRPC_PORT": str(free_port()),
         "PHOENIX_TELEMETRY_ENABLED": "false",
         "PHOENIX_ALLOW_EXTERNAL_RESOURCES": "false",
+        "PYTHONUNBUFFERED": "1",  # its log as it goes, for a start that fails
     }
     with open(Path(folder) / "phoenix.log", "w", encoding="utf-8") as log:
         server = subprocess.Popen(

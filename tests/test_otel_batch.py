@@ -13,7 +13,7 @@ import pytest
 import ray
 from batch_helpers import batch, coin_script, tagged_sessions
 
-from tests.phoenix_server import Phoenix, phoenix  # noqa: F401 (the fixture)
+from tests.phoenix_server import Phoenix
 
 
 def _check_traces(spans: list[dict[str, Any]], name: str, db: str, runs: int) -> None:
@@ -35,7 +35,7 @@ def _check_traces(spans: list[dict[str, Any]], name: str, db: str, runs: int) ->
 
 
 def test_pool_workers_export_each_session_as_its_own_trace(
-    phoenix: Phoenix,  # noqa: F811
+    phoenix: Phoenix,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
@@ -52,7 +52,7 @@ def test_pool_workers_export_each_session_as_its_own_trace(
 
 
 def test_ray_tasks_export_with_the_batch_s_variables(
-    phoenix: Phoenix,  # noqa: F811
+    phoenix: Phoenix,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from fems2py.build import build_file
-from tests.phoenix_server import Phoenix, phoenix  # noqa: F401 (the fixture)
+from tests.phoenix_server import Phoenix
 from tests.runtime.fake_openai import Behaviour, fake_openai
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,7 +47,7 @@ def everything(spans: list[dict[str, Any]]) -> str:
 
 
 def test_a_werewolf_game_arrives_as_one_trace_of_agents_and_chats(
-    phoenix: Phoenix,  # noqa: F811
+    phoenix: Phoenix,
     tmp_path: Path,
 ) -> None:
     module = build_file(WEREWOLF / "werewolf.fems", tmp_path / "werewolf.py").output
@@ -77,9 +77,10 @@ def test_a_werewolf_game_arrives_as_one_trace_of_agents_and_chats(
     assert len(chats) == len(calls)
     for chat in chats:
         agent = ids[chat["parent_id"]]
-        assert agent["name"] == f"invoke_agent {chat['attributes']['fems.actor']}"
+        assert agent["attributes"]["fems.turn"] == chat["attributes"]["fems.turn"]
         assert chat["attributes"]["gen_ai.request.model"] == "fems/mock"
-        assert ids[agent["parent_id"]]["name"].startswith("step ")
+        assert agent["attributes"]["fems.step"] >= 1
+        assert ids[agent["parent_id"]]["name"].split()[0] in ("invoke_workflow", "for", "branch")
     branches = named(spans, "branch")
     kinds = {ids[branch["parent_id"]]["name"].split()[0] for branch in branches}
     assert branches and kinds <= {"for", "par", "fork"}
@@ -90,7 +91,7 @@ def test_a_werewolf_game_arrives_as_one_trace_of_agents_and_chats(
 
 
 def test_tool_calls_tokens_and_content_when_asked_but_never_reasoning(
-    phoenix: Phoenix,  # noqa: F811
+    phoenix: Phoenix,
     tmp_path: Path,
 ) -> None:
     module = build_file(AUDIT / "audit.fems", tmp_path / "audit.py").output

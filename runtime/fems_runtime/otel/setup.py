@@ -16,46 +16,19 @@ import atexit
 import hashlib
 import os
 import threading
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanProcessor
-from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+from opentelemetry.sdk.trace import SpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from fems_runtime.version import __version__
 
 SCOPE = "fems_runtime"
 """The instrumentation scope of fems2py's spans and metrics."""
-
-
-class SessionIds(RandomIdGenerator):
-    """Random ids, except for a run's root span while :meth:`root` holds: a session's first
-    run takes ids derived from the session (:func:`session_ids`), so a resumed or forked run
-    can link to it knowing only the session."""
-
-    def __init__(self) -> None:
-        self._pending = threading.local()
-
-    @contextmanager
-    def root(self, trace_id: int, span_id: int) -> Iterator[None]:
-        """Make the span started inside this block the root ``trace_id``/``span_id``."""
-        self._pending.ids = (trace_id, span_id)
-        try:
-            yield
-        finally:
-            self._pending.ids = None
-
-    def generate_trace_id(self) -> int:
-        ids = getattr(self._pending, "ids", None)
-        return ids[0] if ids is not None else super().generate_trace_id()
-
-    def generate_span_id(self) -> int:
-        ids = getattr(self._pending, "ids", None)
-        return ids[1] if ids is not None else super().generate_span_id()
 
 
 def session_ids(session: int, created: float) -> tuple[int, int]:
@@ -66,8 +39,8 @@ def session_ids(session: int, created: float) -> tuple[int, int]:
 
 
 class Telemetry:
-    """A tracer provider and a meter provider (either may be left out), with the id generator
-    the run exporter steers."""
+    """Where finished spans go (a span processor, None: nowhere) and the meter provider,
+    with the resource and instrumentation scope every span carries."""
 
     def __init__(
         self,
@@ -76,23 +49,25 @@ class Telemetry:
         metric_reader: MetricReader | None = None,
         span_processor: type[SpanProcessor] = BatchSpanProcessor,
     ) -> None:
-        self.ids = SessionIds()
-        self.tracers = TracerProvider(resource=resource, id_generator=self.ids)
+        self.resource = resource
+        self.scope = InstrumentationScope(SCOPE, __version__)
+        self.processor: SpanProcessor | None = None
         if span_exporter is not None:
-            self.tracers.add_span_processor(span_processor(span_exporter))  # type: ignore[call-arg]
+            self.processor = span_processor(span_exporter)  # type: ignore[call-arg]
         readers = [metric_reader] if metric_reader is not None else []
         self.meters = MeterProvider(resource=resource, metric_readers=readers)
-        self.tracer = self.tracers.get_tracer(SCOPE, __version__)
         self.meter = self.meters.get_meter(SCOPE, __version__)
 
     def flush(self) -> None:
         """Send what is queued now (a batch session's end)."""
-        self.tracers.force_flush()
+        if self.processor is not None:
+            self.processor.force_flush()
         self.meters.force_flush()
 
     def shutdown(self) -> None:
         """Send what is queued and stop the exporters' threads."""
-        self.tracers.shutdown()
+        if self.processor is not None:
+            self.processor.shutdown()
         self.meters.shutdown()
 
 

@@ -1,16 +1,18 @@
 """A run's events as OpenTelemetry spans and metrics, per the GenAI semantic conventions.
 
-One span per begin/end pair of :mod:`fems_runtime.events`, nested as the events' ``parent``
+A span per begin/end pair of :mod:`fems_runtime.events`, nested as the events' ``parent``
 ids nest them::
 
     invoke_workflow werewolf          the run (a session), gen_ai.conversation.id
-      step Night                      a flow node (fems.node, fems.step)
-        fork Night / branch 0 …       a fork's or par's branches: sibling spans
-          invoke_agent @wolf          a turn (gen_ai.agent.name); func/assign turns: "func vote"
+      fork Night / par Vote / for …   branches start (fems.fork.kind)
+        branch Wolves, branch 0 …     a fork's or par's branches: sibling spans
+          invoke_agent @wolf          a turn (gen_ai.agent.name); func/assign turns: "func deal"
             chat fems/mock            a model call: provider, models, tokens, finish reasons
             execute_tool read         a tool call
             wait_human @you           a person is asked
 
+Steps and a ``for`` loop's iterations make no span of their own (their spans would be half of
+a game's): the spans inside them carry ``fems.step`` and ``fems.branch.index``.
 Every span has ``code.file.path``/``code.line.number`` (the ``.fems`` position) and the
 ``fems.*`` attributes of where it happened. A part that failed ends with status ERROR, its
 message and ``error.type``. Content (prompts, replies, tool arguments and results) is set only
@@ -24,14 +26,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from opentelemetry import trace
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
 from opentelemetry.semconv._incubating.metrics import gen_ai_metrics
 from opentelemetry.semconv.attributes import code_attributes as code
 from opentelemetry.semconv.attributes import error_attributes as error
-from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
+from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode
 
 from fems_runtime import events as ev
+from fems_runtime.otel.record import SAMPLED, OpenSpan, new_span_id, new_trace_id
 from fems_runtime.otel.setup import Telemetry, session_ids
 
 Operation = gen_ai.GenAiOperationNameValues
@@ -56,10 +58,11 @@ class RunSpans:
         tags: Mapping[str, str | int] | None = None,
     ) -> None:
         self.telemetry = telemetry
-        self.tracer = telemetry.tracer
         self.capture = capture
         self.tags = dict(tags or {})
-        self._spans: dict[int, Span] = {}
+        self._spans: dict[int, OpenSpan] = {}
+        self._folded: dict[int, tuple[int | None, dict[str, Any]]] = {}
+        self._loops: set[int] = set()
         self._conversation: str | None = None
         self._first_chunk: dict[int, float] = {}
         self._failure: str | None = None
@@ -105,20 +108,45 @@ class RunSpans:
         name: str,
         attributes: dict[str, Any],
         kind: SpanKind = SpanKind.INTERNAL,
-    ) -> Span:
-        """The span of ``event``, a child of its parent's, with the attributes of ``where``."""
-        parent = self._spans.get(event.parent) if event.parent is not None else None
-        context = trace.set_span_in_context(parent) if parent is not None else None
-        attributes.update(_where(event.where))
-        span = self.tracer.start_span(name, context, kind, attributes, start_time=_ns(event.wall))
+        where: bool = True,
+    ) -> OpenSpan:
+        """The span of ``event``, a child of its parent's, with the attributes of ``where``
+        (a model or tool call's are its turn's) and those of the folded parts it is in."""
+        parent, inherited = self._parent(event.parent)
+        attributes.update(inherited)
+        if where:
+            attributes.update(_where(event.where))
+        start = _ns(event.wall)
+        if parent is None:  # a part whose parent is gone (the run failed around it)
+            context = SpanContext(new_trace_id(), new_span_id(), False, SAMPLED)
+            span = OpenSpan(self.telemetry, name, context, None, attributes, start, kind)
+        else:
+            span = OpenSpan.child(parent, name, attributes, start, kind)
         self._spans[event.id] = span
         return span
 
-    def _end(self, event: ev.Ended, span: Span | None = None) -> None:
+    def _fold(self, event: ev.Began, attributes: dict[str, Any]) -> None:
+        """Make no span of ``event`` (a step, a ``for`` loop's iteration): the spans inside
+        it are its parent's children, with ``attributes``. A span costs a run more than a
+        mock model call does; these would double the spans of a game."""
+        self._folded[event.id] = (event.parent, attributes)
+
+    def _parent(self, parent: int | None) -> tuple[OpenSpan | None, dict[str, Any]]:
+        """The span a child of event ``parent`` belongs in, and the attributes of the folded
+        events between them."""
+        inherited: dict[str, Any] = {}
+        while parent is not None and parent in self._folded:
+            parent, attributes = self._folded[parent]
+            inherited = {**attributes, **inherited}
+        return (self._spans.get(parent) if parent is not None else None), inherited
+
+    def _end(self, event: ev.Ended, span: OpenSpan | None = None) -> None:
         """End the span of ``event`` (ERROR with the message when its part failed)."""
         span = span or self._spans.pop(event.id, None)
         if span is None:
+            self._folded.pop(event.id, None)
             return
+        self._loops.discard(event.id)
         if event.outcome == "error":
             span.set_attribute(error.ERROR_TYPE, event.error_type or "_OTHER")
             span.set_status(Status(StatusCode.ERROR, event.error or event.error_type))
@@ -165,16 +193,10 @@ class RunSpans:
             links.append(_link(session_ids(event.parent_session, event.parent_created), "fork"))
         name = f"{Operation.INVOKE_WORKFLOW.value} {workflow}"
         attributes.update(_where(where))
+        trace_id, span_id = own if own is not None else (new_trace_id(), new_span_id())
+        context = SpanContext(trace_id, span_id, False, SAMPLED)
         start = _ns(event.wall)
-        if own is not None:
-            with self.telemetry.ids.root(*own):
-                span = self.tracer.start_span(
-                    name, None, attributes=attributes, links=links, start_time=start
-                )
-        else:
-            span = self.tracer.start_span(
-                name, None, attributes=attributes, links=links, start_time=start
-            )
+        span = OpenSpan(self.telemetry, name, context, None, attributes, start, links=links)
         self._spans[event.id] = span
 
     def _run_failed(self, event: ev.RunFailed) -> None:
@@ -189,22 +211,29 @@ class RunSpans:
         if event.outcome == "error" and self._failure is not None:
             event = _with_message(event, self._failure)
         self._end(event, span)
+        self._folded.clear()
+        self._loops.clear()
         for orphan in self._spans.values():  # parts a failure left open end with the run
             orphan.end(end_time=_ns(event.wall))
         self._spans.clear()
 
     def _step_began(self, event: ev.StepBegan) -> None:
-        self._start(event, f"step {event.where.node}", {"fems.step": event.step})
+        self._fold(event, {"fems.step": event.step})
 
     def _fork_began(self, event: ev.ForkBegan) -> None:
         attributes: dict[str, Any] = {"fems.fork.kind": event.kind}
         if event.targets:
-            attributes["fems.fork.targets"] = list(event.targets)
+            attributes["fems.fork.targets"] = tuple(event.targets)
         if event.var is not None:
             attributes["fems.fork.var"] = event.var
         self._start(event, f"{event.kind} {event.where.node}", attributes)
+        if event.kind == "for":
+            self._loops.add(event.id)
 
     def _branch_began(self, event: ev.BranchBegan) -> None:
+        if event.parent in self._loops:  # one iteration after another: no siblings
+            self._fold(event, {"fems.branch.index": event.index})
+            return
         label = event.target if event.target is not None else str(event.index)
         attributes: dict[str, Any] = {"fems.branch.index": event.index}
         if event.target is not None:
@@ -241,7 +270,7 @@ class RunSpans:
             gen_ai.GEN_AI_REQUEST_STREAM: event.streamed,
             "fems.turn": event.turn,
             "fems.attempt": event.attempt,
-            "fems.scope": list(event.scope),
+            "fems.scope": tuple(event.scope),
         }
         self._conversation_of(attributes)
         if self.capture:
@@ -252,7 +281,7 @@ class RunSpans:
         if turn is not None:  # the turn's id is known once it calls
             turn.set_attribute("fems.turn", event.turn)
         name = f"{Operation.CHAT.value} {event.request_model}"
-        self._start(event, name, attributes, SpanKind.CLIENT)
+        self._start(event, name, attributes, SpanKind.CLIENT, where=False)
 
     def _first_chunk_came(self, event: ev.ModelCallFirstChunk) -> None:
         span = self._spans.get(event.parent) if event.parent is not None else None
@@ -274,7 +303,7 @@ class RunSpans:
         }
         span.set_attributes(_defined(usage))
         if event.finish_reason is not None:
-            span.set_attribute(gen_ai.GEN_AI_RESPONSE_FINISH_REASONS, [event.finish_reason])
+            span.set_attribute(gen_ai.GEN_AI_RESPONSE_FINISH_REASONS, (event.finish_reason,))
         if event.interrupted:
             span.set_attribute("fems.interrupted", True)
         first = self._first_chunk.pop(event.id, None)
@@ -317,7 +346,7 @@ class RunSpans:
             attributes[gen_ai.GEN_AI_TOOL_CALL_ID] = event.call_id
         if self.capture:
             attributes[gen_ai.GEN_AI_TOOL_CALL_ARGUMENTS] = event.arguments
-        self._start(event, f"{Operation.EXECUTE_TOOL.value} {event.tool}", attributes)
+        self._start(event, f"{Operation.EXECUTE_TOOL.value} {event.tool}", attributes, where=False)
 
     def _tool_ended(self, event: ev.ToolCallEnded) -> None:
         span = self._spans.pop(event.id, None)
@@ -337,7 +366,7 @@ class RunSpans:
             return
         values: dict[str, Any] = {"fems.final": event.final, "fems.problems": len(event.problems)}
         if self.capture:  # a problem may quote the reply
-            values["fems.problems"] = list(event.problems)
+            values["fems.problems"] = tuple(event.problems)
         span.add_event("fems.reply.rejected", values, timestamp=_ns(event.wall))
 
     def _conversation_of(self, attributes: dict[str, Any]) -> None:
@@ -366,7 +395,7 @@ def _defined(values: Mapping[str, Any]) -> dict[str, Any]:
 def _link(ids: tuple[int, int], why: str) -> Link:
     """A link to the root span ``ids`` of another run's trace."""
     trace_id, span_id = ids
-    context = trace.SpanContext(trace_id, span_id, is_remote=True)
+    context = SpanContext(trace_id, span_id, is_remote=True, trace_flags=SAMPLED)
     return Link(context, {"fems.link": why})
 
 
