@@ -19,7 +19,7 @@ import os
 import sys
 import traceback
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
@@ -34,6 +34,7 @@ from fems_runtime.events import (
     TurnBegan,
     TurnEnded,
     TurnReplayed,
+    Where,
 )
 from fems_runtime.flow import (
     ConditionTable,
@@ -141,8 +142,7 @@ class _Services:
         events = self.events
         if not events.active:
             return await self._func(ctx, spec)
-        where = ctx.where(spec.action)
-        where = replace(where, line=spec.line or where.line)
+        where = self._where(ctx, spec)
         began = TurnBegan(id=events.new_id(), parent=ctx.span, where=where, kind="func")
         ended = functools.partial(TurnEnded.after, kind="func")
         return await ctx.spanned(events.emit(began), ended, self._func(ctx, spec))
@@ -165,7 +165,7 @@ class _Services:
                 inputs = self._inputs(ctx, spec, spawn, name)
             events = self.events
             if events.active:
-                where = ctx.where(spec.action)
+                where = self._where(ctx, spec)
                 events.emit(
                     FuncCalled(id=events.new_id(), parent=ctx.span, where=where, inputs=inputs)
                 )
@@ -190,6 +190,10 @@ class _Services:
         except RunError as error:
             raise error.located(self.file, spec.line) from error.__cause__
         return result
+
+    def _where(self, ctx: Context, spec: FuncSpec) -> Where:
+        """Where an ``@func`` turn's events happen: at its action's line."""
+        return self.events.where(ctx.path, ctx.node, spec.line or ctx.line, spec.action)
 
     def _inputs(self, ctx: Context, spec: FuncSpec, spawn: bool, name: str) -> dict[str, Any]:
         """The function's inputs: its ``in:``, else its parameters' variables (§9.7); a spawn
@@ -232,7 +236,7 @@ class _Services:
         actors again) without calling the function."""
         events = self.events
         if events.active:
-            where = ctx.where(spec.action)
+            where = self._where(ctx, spec)
             events.emit(TurnReplayed(id=events.new_id(), parent=ctx.span, where=where))
         result = None
         if "actors" in done:
@@ -523,8 +527,9 @@ class _Run:
             parent_created=_created(turns.store, parent) if parent is not None else None,
         )
 
-    def _ended(self, status: str, error: BaseException | None = None) -> None:
-        """The run's last event, before the models, tools and store close."""
+    def _ended(self, error: BaseException | None = None) -> None:
+        """The run's last event (``error``: why it failed), before the models, tools and
+        store close."""
         if self.began is not None:
             turns = self.turns
             calls = turns.model_calls if turns is not None else 0
@@ -549,7 +554,7 @@ class _Run:
         """Close the run as completed and write its ``--result`` file."""
         turns, variables = self.turns, self.variables
         assert turns is not None and variables is not None
-        self._ended("completed")
+        self._ended()
         await turns.models.aclose()
         await turns.toolbox.aclose()
         turns.finish("completed")
@@ -619,7 +624,7 @@ class _Run:
         """End the run's events, close the models and tools, mark the session failed: each
         step tried even when another one fails."""
         with contextlib.suppress(Exception):
-            self._ended("failed", located)
+            self._ended(located)
         with contextlib.suppress(Exception):
             await turns.models.aclose()
         with contextlib.suppress(Exception):

@@ -259,6 +259,7 @@ class TurnEnded(Ended):
     #: the action's kind; a ``mind`` turn says ``ai`` or ``human``, the kind it ran as
     kind: TurnEventKind
     #: the turn's id in the session (§14), None for turns without one (``@func``, ``@assign``)
+    #: and for a turn that failed before it had one
     turn: int | None = None
     #: the model calls it made or replayed
     calls: int = 0
@@ -335,6 +336,11 @@ class StoredMessage:
     content: str = _content("")
     #: the model call whose streamed reply it is (:class:`ModelCallBegan` id), None otherwise
     call: int | None = None
+
+    @property
+    def private(self) -> bool:
+        """Whether its content is a model's reasoning, never exported (§13.1)."""
+        return self.kind == "reasoning"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -416,7 +422,7 @@ class ModelCallEnded(Ended):
     #: the actors in the turn's scope, sorted
     scope: tuple[str, ...] = ()
     #: tokens sent, received, spent reasoning and read from the provider's cache (None:
-    #: not reported)
+    #: not reported; cached tokens also None when the cache served none)
     input_tokens: int | None = None
     output_tokens: int | None = None
     reasoning_tokens: int | None = None

@@ -19,20 +19,13 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any, Literal, Protocol, TypeVar
 
+from fems_runtime import flow_events
 from fems_runtime.events import (
-    Assigned,
     Began,
-    BranchBegan,
-    BranchEnded,
     Ended,
-    ForkBegan,
-    ForkJoined,
-    ForkKind,
     RunEvents,
     StepBegan,
     StepEnded,
-    TurnBegan,
-    TurnEnded,
     Where,
 )
 from fems_runtime.linetable import LineTable
@@ -330,21 +323,9 @@ class Context:
             self._assign(name, op, value, key)
             return
         where = self.where(self.services.names.of(sys._getframe(1).f_code.co_name))
-        began = events.emit(
-            TurnBegan(id=events.new_id(), parent=self.span, where=where, kind="assign")
-        )
-        try:
-            self._assign(name, op, value, key)
-        except BaseException as error:
-            events.emit(TurnEnded.after(began, error, kind="assign"))
-            raise
         target = name if key is _MISSING else f"{name}[{key}]"
-        events.emit(
-            Assigned(
-                id=events.new_id(), parent=began.id, where=where, target=target, op=op, value=value
-            )
-        )
-        events.emit(TurnEnded.after(began, kind="assign"))
+        assign = functools.partial(self._assign, name, op, value, key)
+        flow_events.assigned(self, where, assign, target, op, value)
 
     def _assign(self, name: str, op: str, value: Any, key: Any) -> None:
         if key is _MISSING:
@@ -398,7 +379,7 @@ class Context:
         """Count one execution of ``node`` (§12.10), remember where this branch is, and run
         the node's ``action`` if it has one. Returns ``node``: a flow ends with
         ``return await ctx.step("END")``."""
-        began = await self._count_step(node, sys._getframe(1))
+        began = await self._count_step(node, sys._getframe(1), action)
         if action is not None:
             if began is None:
                 await action(self)
@@ -408,10 +389,12 @@ class Context:
             self.services.events.emit(StepEnded.after(began))
         return node
 
-    async def _count_step(self, node: str, caller: FrameType) -> StepBegan | None:
+    async def _count_step(
+        self, node: str, caller: FrameType, action: ActionFunction | None = None
+    ) -> StepBegan | None:
         """One execution of ``node``, at the ``.fems`` line of the generated line ``caller``
         runs: counted, remembered as where this branch is, and begun as a span when someone
-        listens (its caller ends it)."""
+        listens (its caller ends it), naming the node's ``action``."""
         services, steps = self.services, self.steps
         line = services.lines.at(caller)
         self.node, self.line = node, line
@@ -419,7 +402,8 @@ class Context:
         began = None
         events = services.events
         if events.active:
-            where = events.where(self.path, node, line)
+            named = services.names.of(action.__name__) if action is not None else None
+            where = events.where(self.path, node, line, named)
             began = events.emit(
                 StepBegan(id=events.new_id(), parent=self.span, where=where, step=steps.total)
             )
@@ -428,46 +412,6 @@ class Context:
             # flow with nothing beside it only lets other tasks (the stage) in now and then
             await asyncio.sleep(0)
         return began
-
-    def _fork_began(self, kind: ForkKind, **fields: Any) -> ForkBegan | None:
-        """The span of branches starting here, when someone listens."""
-        events = self.services.events
-        if not events.active:
-            return None
-        return events.emit(
-            ForkBegan(id=events.new_id(), parent=self.span, where=self.where(), kind=kind, **fields)
-        )
-
-    async def _in_branch(
-        self, fork: ForkBegan | None, index: int, work: Awaitable[str | None], **fields: Any
-    ) -> str | None:
-        """Await a branch's ``work`` in this, the branch's context: a span inside ``fork``
-        when someone listens."""
-        if fork is None:
-            return await work
-        events = self.services.events
-        began = events.emit(
-            BranchBegan(
-                id=events.new_id(), parent=fork.id, where=self.where(), index=index, **fields
-            )
-        )
-        self.span = began.id
-        try:
-            reached = await work
-        except BaseException as error:
-            events.emit(BranchEnded.after(began, error))
-            raise
-        events.emit(BranchEnded.after(began, reached=reached))
-        return reached
-
-    async def _joined(self, fork: ForkBegan | None, branches: Awaitable[None]) -> None:
-        """Await every branch of ``fork``; a failure ends the fork's span with its error."""
-        try:
-            await branches
-        except BaseException as error:
-            if fork is not None:
-                self.services.events.emit(ForkJoined.after(fork, error, kind=fork.kind))
-            raise
 
     def stuck(self, node: str) -> RunError:
         """The "flow stuck" error (§12.3) at the line of the node's first condition: every
@@ -521,7 +465,7 @@ class Context:
         """
         if len(targets) == 1:
             return targets[0]
-        fork = self._fork_began("fork", targets=tuple(targets), merge=merge)
+        fork = flow_events.fork_began(self, "fork", targets=tuple(targets), merge=merge)
         inner_stop = (*stop, merge) if merge is not None else stop
         frames = [self.frame.branch(f"{node}->{target}") for target in targets]
         path = self._branch_path(node)
@@ -538,10 +482,10 @@ class Context:
             task = asyncio.current_task()
             assert task is not None
             ctx._race, ctx._lineage = race, (*self._lineage, task)
-            ctx.path = f"{path}>{targets[index]}"
             target = targets[index]
+            ctx.path = f"{path}>{target}"
             work = _enter(flow, ctx, target, inner_stop)
-            result = await ctx._in_branch(fork, index, work, target=target)
+            result = await flow_events.in_branch(ctx, fork, index, work, target=target)
             frames[index].finish()
             results[index] = result
             if result in TERMINAL_NODES:
@@ -549,19 +493,11 @@ class Context:
             if race is not None and result == merge:
                 race.arrive(ctx._lineage)
 
-        await self._joined(fork, _run_all([branch(i) for i in range(len(targets))], tasks))
+        branches = _run_all([branch(i) for i in range(len(targets))], tasks)
+        await flow_events.joined(self, fork, branches)
         self.frame.merge(frames)
         reached = merge is not None and merge in results
-        if fork is not None:
-            cancelled = tuple(t for t, f in zip(targets, frames, strict=True) if f.finished is None)
-            joined = ForkJoined.after(
-                fork,
-                kind="fork",
-                node=merge if reached else node,
-                reached=reached,
-                cancelled=cancelled,
-            )
-            self.services.events.emit(joined)
+        flow_events.fork_joined(self, fork, merge if reached else node, targets, frames, reached)
         if reached:
             return merge
         # A branch may have stopped at an enclosing fork's merge node: pass that arrival on.
@@ -599,15 +535,17 @@ class Context:
                 self.services.file,
                 line,
             )
-        fork = self._fork_began(kind, var=var, items=tuple(snapshot))
-        if kind == "for":
+        fork = flow_events.fork_began(self, kind, var=var, items=tuple(snapshot))
+        if kind == "for" and fork is None:
+            for item in snapshot:
+                await _enter(body, self._derive(self.frame.loop({var: item})), None)
+            return
+        if fork is not None and kind == "for":
             for index, item in enumerate(snapshot):
                 ctx = self._derive(self.frame.loop({var: item}))
-                await self._joined(
-                    fork, ctx._in_branch(fork, index, _enter(body, ctx, None), item=item)
-                )
-            if fork is not None:
-                self.services.events.emit(ForkJoined.after(fork, kind="for", node=self.node))
+                work = flow_events.in_branch(ctx, fork, index, _enter(body, ctx, None), item=item)
+                await flow_events.joined(self, fork, work)
+            flow_events.fork_joined(self, fork, self.node)
             return
         frames = [self.frame.branch(f"par {var}={format_value(item)}") for item in snapshot]
         path = self._branch_path(f"{self.node or 'par'} {var}")
@@ -615,13 +553,14 @@ class Context:
         async def iteration(index: int) -> None:
             ctx = self._derive(frames[index].loop({var: snapshot[index]}))
             ctx.path = f"{path}[{index}]"
-            await ctx._in_branch(fork, index, _enter(body, ctx, None), item=snapshot[index])
+            work = _enter(body, ctx, None)
+            await flow_events.in_branch(ctx, fork, index, work, item=snapshot[index])
             frames[index].finish()
 
-        await self._joined(fork, _run_all([iteration(i) for i in range(len(snapshot))], []))
+        iterations = _run_all([iteration(i) for i in range(len(snapshot))], [])
+        await flow_events.joined(self, fork, iterations)
         self.frame.merge(frames)
-        if fork is not None:
-            self.services.events.emit(ForkJoined.after(fork, kind="par", node=self.node))
+        flow_events.fork_joined(self, fork, self.node)
 
     async def call(self, flow: FlowFunction, *args: Any, node: str | None = None) -> bool:
         """The module call node ``node`` (default: ``&Name``, see :mod:`fems_runtime.names`),

@@ -78,6 +78,7 @@ class CallResult:
     reasoning: str = ""
     reasoning_tokens: int | None = None
     finish_reason: str | None = None
+    cached_tokens: int | None = None  # prompt tokens the provider's cache served (None: none)
 
 
 class ReplyStream:
@@ -589,6 +590,7 @@ class ModelClient:
             reasoning=reply.reasoning,
             reasoning_tokens=reply.usage.reasoning_tokens,
             finish_reason=reply.finish_reason,
+            cached_tokens=reply.usage.cached_tokens or None,
         )
 
 

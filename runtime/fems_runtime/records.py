@@ -178,6 +178,27 @@ def trace_line(event: events.RunEvent) -> dict[str, Any] | None:
                 "op": event.op,
                 "value": event.value,
             }
+        case events.FuncCalled():
+            return {
+                "event": "func",
+                "node": where.node,
+                "action": where.action,
+                "inputs": event.inputs,
+            }
+        case events.RunFailed():
+            return {
+                "event": "error",
+                "node": where.node,
+                "line": where.line,
+                "message": event.message,
+            }
+    return _branch_line(event) or _turn_line(event)
+
+
+def _branch_line(event: events.RunEvent) -> dict[str, Any] | None:
+    """The trace lines of a fork or a ``par`` loop and their join (``for`` loops have none)."""
+    where = event.where
+    match event:
         case events.ForkBegan(kind="fork"):
             return {
                 "event": "fork",
@@ -201,21 +222,7 @@ def trace_line(event: events.RunEvent) -> dict[str, Any] | None:
                 "line": where.line,
                 "cancelled": list(event.cancelled),
             }
-        case events.FuncCalled():
-            return {
-                "event": "func",
-                "node": where.node,
-                "action": where.action,
-                "inputs": event.inputs,
-            }
-        case events.RunFailed():
-            return {
-                "event": "error",
-                "node": where.node,
-                "line": where.line,
-                "message": event.message,
-            }
-    return _turn_line(event)
+    return None
 
 
 def _turn_line(event: events.RunEvent) -> dict[str, Any] | None:

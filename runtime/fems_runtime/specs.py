@@ -104,3 +104,4 @@ class TurnResult:
     calls: int = 0
     interrupted: bool = False
     fell_back: bool = False
+    turn: int | None = None  # its id in the session (§14)

@@ -4,8 +4,8 @@ call these at the one place each thing happens, and only while someone listens."
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from fems_runtime.events import (
     ModelCallBegan,
@@ -22,11 +22,71 @@ from fems_runtime.events import (
 from fems_runtime.tools import BUILTIN_TOOLS, Toolbox
 
 if TYPE_CHECKING:
+    from fems_runtime.flow import Context
+    from fems_runtime.llm import CallResult, ModelChoice
+    from fems_runtime.specs import TurnSpec
     from fems_runtime.tools import Tool, ToolCall, ToolOutcome
-    from fems_runtime.turns.calls import Answer, CallingTurn
-    from fems_runtime.turns.turn import Turn
+    from fems_runtime.turns.shared import SharedServices
 
 _Point = TypeVar("_Point", bound=RunEvent)
+
+
+class Turn(Protocol):
+    """What a turn's events need of a :class:`~fems_runtime.turns.turn.Turn`."""
+
+    @property
+    def services(self) -> SharedServices: ...
+
+    @property
+    def ctx(self) -> Context: ...
+
+    @property
+    def spec(self) -> TurnSpec: ...
+
+    @property
+    def actor(self) -> str: ...
+
+
+class Room(Protocol):
+    """Who hears a turn (:class:`~fems_runtime.turns.turn.Room`)."""
+
+    @property
+    def souls(self) -> Collection[str]: ...
+
+    @property
+    def users(self) -> Collection[str]: ...
+
+    @property
+    def names(self) -> list[str]: ...
+
+    @property
+    def voice_soul(self) -> str: ...
+
+
+class CallingTurn(Turn, Protocol):
+    """What a model call's events need of a :class:`~fems_runtime.turns.calls.CallingTurn`."""
+
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def room(self) -> Room: ...
+
+    @property
+    def choice(self) -> ModelChoice | None: ...
+
+
+class Answer(Protocol):
+    """A model call's answer (:class:`~fems_runtime.turns.calls.Answer`)."""
+
+    @property
+    def call(self) -> CallResult | None: ...
+
+    @property
+    def text(self) -> str: ...
+
+    @property
+    def reasoning(self) -> str: ...
 
 
 def turn_where(turn: Turn, actor: str | None = None) -> Where:
@@ -93,6 +153,7 @@ def model_call_ended(
         input_tokens=call.prompt_tokens if call else None,
         output_tokens=call.completion_tokens if call else None,
         reasoning_tokens=call.reasoning_tokens if call else None,
+        cached_tokens=call.cached_tokens if call else None,
         cost=call.cost if call else None,
         finish_reason=call.finish_reason if call else None,
         tries=call.attempts if call else None,

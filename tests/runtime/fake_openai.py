@@ -46,7 +46,7 @@ class Behaviour:
     Streams: ``pieces`` are the content's chunks (default: word by word); ``gap`` is the wait
     before each chunk; ``reasoning`` goes first, in the ``reasoning_field`` of the deltas;
     ``finish_reason`` ends the choice (default ``stop``, or ``tool_calls``);
-    ``reasoning_tokens`` go in the usage. ``fault="cut"`` drops the connection after
+    ``reasoning_tokens`` and ``cached_tokens`` go in the usage. ``fault="cut"`` drops the connection after
     ``cut_after`` chunks, ``fault="no_done"`` ends the body there without `[DONE]`;
     ``whole`` answers JSON even to a request for a stream (some local servers do);
     ``error`` answers with this error object (and ``status``); ``hold`` (an event the test
@@ -66,6 +66,7 @@ class Behaviour:
     reasoning_field: str = "reasoning_content"
     finish_reason: str | None = None
     reasoning_tokens: int | None = None
+    cached_tokens: int | None = None
     cut_after: int = 1
     whole: bool = False
     error: dict[str, Any] | None = None
@@ -350,6 +351,8 @@ def stream_events(behaviour: Behaviour, body: dict[str, Any]) -> list[str]:
         usage: dict[str, Any] = {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
         if behaviour.reasoning_tokens is not None:
             usage["completion_tokens_details"] = {"reasoning_tokens": behaviour.reasoning_tokens}
+        if behaviour.cached_tokens is not None:
+            usage["prompt_tokens_details"] = {"cached_tokens": behaviour.cached_tokens}
         base = {"id": "chatcmpl-test", "object": "chat.completion.chunk", "created": 0}
         events.append(json.dumps({**base, "model": model, "choices": [], "usage": usage}))
     return [*events, "[DONE]"]

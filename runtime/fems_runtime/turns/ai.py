@@ -89,7 +89,7 @@ class AiTurn(CallingTurn):
         """Call, read the signals, check them; retry with feedback while the action allows."""
         spec, frame = self.spec, self.frame
         base = self.offline_turn()
-        result = TurnResult()
+        result = TurnResult(turn=self.id)
         attempt = 0
         while True:
             offline = base if attempt == 0 else replace(base, attempt=attempt)

@@ -59,7 +59,7 @@ class CallingTurn(Turn):
                 self, [*self.request.messages(keep), *self.added], offline.attempt
             )
             listener = chunk_listener(self, began) if began.streamed else None
-        self.streamed_call = began.id if listener is not None else None
+        self.streamed_call = began.id if began is not None and listener is not None else None
         # what arrives matters only to those who show it and to an interrupt
         watched = listener is not None or self.spec.interrupt is not None
         try:

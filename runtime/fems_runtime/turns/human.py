@@ -140,7 +140,7 @@ class HumanTurn(Turn):
         verdict = await self.check(answer.text, outcome)
         if verdict.problems:
             self.report(verdict.problems)
-        return finish(TurnResult(reply=answer.text), outcome)
+        return finish(TurnResult(reply=answer.text, turn=self.id), outcome)
 
     def _unfit_answer(self, answers: AnswersFileHuman, rejected: Rejected) -> RunError:
         """An answers file's value that does not fit its out (§10.8): a run error, not the

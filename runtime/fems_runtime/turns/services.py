@@ -129,7 +129,9 @@ class TurnServices(SharedServices):
             raise
         finally:
             ctx.span = outer
-        ended = TurnEnded.after(began, kind=ran_as, calls=result.calls, fell_back=result.fell_back)
+        ended = TurnEnded.after(
+            began, kind=ran_as, turn=result.turn, calls=result.calls, fell_back=result.fell_back
+        )
         events.emit(ended)
         return result
 
