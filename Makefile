@@ -4,16 +4,26 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install system-packages editor-deps vsix test test-real test-postgres lint golden bench demo docs clean
+.PHONY: install phoenix system-packages editor-deps vsix test test-real test-postgres lint golden bench demo docs clean
 
 $(STAMP): pyproject.toml runtime/pyproject.toml editors/pygments/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e "runtime[postgres,web,mcp,litellm]" -e ".[dev,ray,docs]" -e editors/pygments \
+	$(BIN)/pip install -q -e "runtime[postgres,web,mcp,litellm,otel]" -e ".[dev,ray,docs]" -e editors/pygments \
 		--config-settings editable_mode=compat
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# Arize Phoenix, the OpenTelemetry backend tests/test_otel_phoenix.py reads spans back from, in a
+# venv of its own (its pins are not the project's).
+PHOENIX := $(VENV)/phoenix/.installed
+$(PHOENIX): | $(STAMP)
+	$(PYTHON) -m venv $(VENV)/phoenix
+	$(VENV)/phoenix/bin/pip install -q "arize-phoenix>=20,<21"
+	touch $@
+
+phoenix: $(PHOENIX)
 
 # PostgreSQL's server programs and Chromium, which the tests start (apt-get when missing).
 system-packages:
@@ -31,7 +41,7 @@ editor-deps: $(EDITOR)/node_modules/.package-lock.json
 vsix: editor-deps
 	cd $(EDITOR) && npm run --silent package
 
-test: $(STAMP) system-packages editor-deps
+test: $(STAMP) $(PHOENIX) system-packages editor-deps
 	$(BIN)/pytest
 
 # examples/werewolf against a real local model (llama.cpp's server with SmolLM2-135M, from PyPI).

@@ -223,6 +223,14 @@ def _add_batch_session_options(batch: argparse.ArgumentParser) -> None:
     )
     batch.add_argument("--root", type=Path, metavar="DIR", help=ROOT_HELP)
     batch.add_argument(
+        "--otel",
+        action="store_true",
+        default=None,
+        help="export each session's OpenTelemetry trace, tagged with the batch and its index "
+        "(also on when an OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME or "
+        "OTEL_RESOURCE_ATTRIBUTES variable is set; needs fems-runtime[otel])",
+    )
+    batch.add_argument(
         "--no-progress", action="store_false", dest="progress", help="no progress bar"
     )
 

@@ -1,4 +1,5 @@
-"""Test-wide settings: builds cache into a throwaway directory, never the user's own."""
+"""Test-wide settings: builds cache into a throwaway directory, never the user's own; the
+Phoenix fixture (tests/phoenix_server.py) shared by the OpenTelemetry tests."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import os
 import tempfile
 
 import pytest
+
+from tests.phoenix_server import phoenix  # noqa: F401 (one Phoenix for every test that asks)
 
 
 def pytest_configure(config: pytest.Config) -> None:

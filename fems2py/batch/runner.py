@@ -39,6 +39,7 @@ from fems2py.batch.worker import (
     completed_row,
     initial_values,
     load_module,
+    otel_settings,
     run_job,
     start_worker,
 )
@@ -76,6 +77,7 @@ class BatchOptions:
     max_cost: float | None = None
     fork: str | None = None  # SESSION:TURN: every session continues that one (§16.4a)
     progress: bool = True
+    otel: bool | None = None  # None: as the OTEL_* variables say (fems_runtime.otel)
 
 
 @dataclass
@@ -119,6 +121,7 @@ def prepare(options: BatchOptions, module_path: Path) -> Prepared:
         root=str(options.root.resolve()) if options.root is not None else None,
         max_cost=options.max_cost,
         fork=fork,
+        otel=otel_settings(options.otel),
     )
     prepared = Prepared(spec, plan, collect, [])
     _sort_jobs(prepared, options.souls)

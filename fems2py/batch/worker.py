@@ -25,6 +25,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from fems_runtime import otel
 from fems_runtime.app import Program
 from fems_runtime.funcs import load_code
 from fems_runtime.limits import CostLimit
@@ -67,6 +68,9 @@ class BatchSpec:
     root: str | None = None
     max_cost: float | None = None  # the whole batch's (§15.6)
     fork: Branch | None = None  # every session continues this branch point (§16.4a)
+    #: the OTEL_* variables of the batch when its sessions export (None: they do not), for
+    #: workers on machines that lack them (Ray)
+    otel: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -208,6 +212,7 @@ def run_job(spec: BatchSpec, job: Job) -> dict[str, Any]:
         replays = resume or branch
         status, error = asyncio.run(_run(program, spec, job, session, replays, result_file, limit))
         ended = _read_result(result_file)
+    otel.flush()  # the session's spans sent before its row: a worker may end any time after
     row: dict[str, Any] = {
         "index": job.index,
         **settings,
@@ -313,6 +318,7 @@ async def _run(
             retry_budget=spec.retry_budget,
             root=spec.root,
             max_cost=limit,
+            otel=_otel_tags(spec, job),
         )
     )
     loop = asyncio.get_running_loop()
@@ -329,6 +335,28 @@ async def _run(
             loop.remove_signal_handler(STOP_SIGNAL)
             signal.signal(STOP_SIGNAL, signal.SIG_IGN)  # between sessions
     return "completed", None
+
+
+def otel_settings(option: bool | None) -> dict[str, str] | None:
+    """What the batch's sessions need to export (``--otel``, else the OTEL_* variables say):
+    the batch process's OTEL_* variables; None when they do not export. A missing extra is
+    a :class:`UsageError` before any session starts."""
+    if not otel.wanted(option):
+        return None
+    problem = otel.missing_extra()
+    if problem is not None:
+        raise UsageError(problem)
+    return {name: value for name, value in os.environ.items() if name.startswith("OTEL_")}
+
+
+def _otel_tags(spec: BatchSpec, job: Job) -> dict[str, str | int] | bool:
+    """The session's export: off, or on with the batch and the index on its span (in this
+    worker's environment, the batch's OTEL_* variables filling in what it lacks)."""
+    if spec.otel is None:
+        return False
+    for name, value in spec.otel.items():
+        os.environ.setdefault(name, value)
+    return {"batch.name": spec.batch, "batch.index": job.index}
 
 
 def _read_result(path: Path) -> dict[str, Any]:

@@ -49,6 +49,7 @@ from fems_runtime.lineage import Branch, request_digest
 from fems_runtime.linetable import LineTable
 from fems_runtime.names import DeclaredNames
 from fems_runtime.options import run_option_parser
+from fems_runtime.otel import export_run
 from fems_runtime.records import RunError, StepCounter, TraceWriter, TurnLog, write_result
 from fems_runtime.store import Checkpoint, hide_password
 from fems_runtime.transcript import Transcript
@@ -315,6 +316,7 @@ class Program:
         retry_budget: float | None = None,
         root: str | Path | None = None,
         max_cost: float | CostLimit | None = None,
+        otel: bool | Mapping[str, str | int] | None = None,
     ) -> RunResult:
         """Run the main flow; raise :class:`RunError` (located in the ``.fems`` file) when the
         script fails. ``result`` writes the ``--result`` file in both cases; ``transcript``
@@ -331,7 +333,10 @@ class Program:
         may be a provider object (its page). ``root`` is the folder the built-in tools read,
         list and write in (default: the script's, §15.5). ``max_cost`` (US dollars, over
         ``meta: max_cost``; a batch passes its own :class:`~fems_runtime.limits.CostLimit`)
-        stops the run after the turn whose recorded cost passed it (§15.6)."""
+        stops the run after the turn whose recorded cost passed it (§15.6). ``otel`` exports
+        the run's spans and metrics over OTLP (:mod:`fems_runtime.otel`; None: when the
+        standard ``OTEL_*`` variables say so; a mapping: on, with these attributes on the
+        session's span)."""
         options = {name: value for name, value in locals().items() if name != "self"}
         run = _Run(self, options)
         try:  # a failure from here on, even before the first step, is a failed run (§16.3)
@@ -493,6 +498,7 @@ class _Run:
                 transcript if isinstance(transcript, Transcript) else Transcript(everyone=everyone)
             )
         self._cost_limit(options["max_cost"], turns)
+        export_run(events, options["otel"], program.script.file)
         services = _Services(program, variables, events, turns, code)
         methods = {m.name: m for m in program.methods}
         self.ctx = Context(services, variables.root, self.steps, methods=methods)
@@ -509,14 +515,16 @@ class _Run:
     def _run_began(self, turns: TurnServices) -> RunBegan:
         """The run's first event: its session open, resumed or branched from another."""
         events, options = self.events, self.options
-        inherited = turns.log.inherited
+        parent = getattr(turns.log.inherited, "parent", None)
         return RunBegan(
             id=events.new_id(),
             parent=None,
             where=events.where(),
             sha256=self.program.script.sha256,
             resumed=bool(options["resume"]),
-            parent_session=getattr(inherited, "parent", None),
+            parent_session=parent,
+            session_created=_created(turns.store, turns.session),
+            parent_created=_created(turns.store, parent) if parent is not None else None,
         )
 
     def _ended(self, error: BaseException | None = None) -> None:
@@ -623,6 +631,12 @@ class _Run:
             await turns.toolbox.aclose()
         with contextlib.suppress(Exception):
             turns.finish("failed")
+
+
+def _created(store: Store, session: int) -> float | None:
+    """When ``session`` was created (it names the session across databases)."""
+    row = store.session(session)
+    return float(row["created"]) if row is not None and row.get("created") else None
 
 
 _SERVICE_OPTIONS = (

@@ -145,6 +145,11 @@ class RunBegan(Began):
     resumed: bool = False
     #: the session this one was forked or reused from (§16.4a), None for a fresh one
     parent_session: int | None = None
+    #: when the session and its parent were created (seconds since the epoch, as the store
+    #: keeps them): with the numbers, they name a session across databases (the exporter
+    #: derives a session's trace id from them, so a resumed or forked run can link to it)
+    session_created: float | None = None
+    parent_created: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -150,6 +150,14 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
         switch=True,
     ),
     RunOption("--port", "the stage's port (with --serve; default: a free one)", type=int),
+    RunOption(
+        "--otel",
+        "export the run's OpenTelemetry GenAI spans and metrics over OTLP/HTTP to "
+        "OTEL_EXPORTER_OTLP_ENDPOINT (default http://localhost:4318; needs fems-runtime[otel]; "
+        "on too when an OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME or "
+        "OTEL_RESOURCE_ATTRIBUTES variable is set)",
+        switch=True,
+    ),
 )
 
 
