@@ -168,7 +168,7 @@ def _between(entries: list[_SeqLine], after: int, last: int) -> list[_SeqLine]:
 
 
 @dataclass
-class _Batch:
+class Batch:
     """One submission for the writer: a session's messages (sequence numbers already given),
     its counters before and after, and a checkpoint; the writer fills ``ids``."""
 
@@ -198,13 +198,13 @@ class _Writer:
     it would leave gaps), so the run stops at its next store operation with the reason.
     """
 
-    def __init__(self, commit: Callable[[list[_Batch]], None]) -> None:
+    def __init__(self, commit: Callable[[list[Batch]], None]) -> None:
         self._commit = commit
-        self._pending: list[_Batch] = []
+        self._pending: list[Batch] = []
         self._timer: asyncio.TimerHandle | None = None
         self.error: BaseException | None = None
 
-    def submit(self, batch: _Batch) -> None:
+    def submit(self, batch: Batch) -> None:
         self._check()
         self._pending.append(batch)
         if self._timer is None:
@@ -294,18 +294,9 @@ class MessageLog:
         self.flush()
         return batch.stored()
 
-    async def aadd_message(self, session: int, kind: str, content: str, **kwargs: Any) -> Message:
-        return (await self.aadd_messages(session, [NewMessage(kind, content, **kwargs)]))[0]
-
-    async def aadd_messages(
-        self, session: int, new: Iterable[NewMessage], checkpoint: Checkpoint | None = None
-    ) -> list[Message]:
-        """:meth:`add_messages` for async callers (the write itself is short)."""
-        return self.add_messages(session, new, checkpoint)
-
     def submit(
         self, session: int, new: Iterable[NewMessage], checkpoint: Checkpoint | None = None
-    ) -> _Batch:
+    ) -> Batch:
         """Queue messages for the writer, in order, each with the session's next sequence
         number and its scope tags (the souls and users that may see it); they are written in
         one transaction, with ``checkpoint`` (a turn record, §16.4) whose state notes
@@ -325,9 +316,9 @@ class MessageLog:
         log: _SessionLog,
         new: list[NewMessage],
         checkpoint: Checkpoint | None,
-    ) -> _Batch:
+    ) -> Batch:
         now = time.time()
-        batch = _Batch(session, log.last_seq, log.last_seq + len(new), log.last_turn, [])
+        batch = Batch(session, log.last_seq, log.last_seq + len(new), log.last_turn, [])
         for seq, message in enumerate(new, start=log.last_seq + 1):
             batch.messages.append((seq, message, now))
             log.index(seq, message)
@@ -351,7 +342,7 @@ class MessageLog:
         stage, §17), in the writing thread."""
         self._listeners.append(listener)
 
-    def _commit(self, batches: Sequence[_Batch]) -> None:
+    def _commit(self, batches: Sequence[Batch]) -> None:
         """The writer's transaction for ``batches``: per session one compare-and-set of its
         counters, then every message, scope tag and checkpoint in one statement each."""
         sa = self._t.sa
@@ -392,11 +383,6 @@ class MessageLog:
         """The messages whose soul scope holds ``soul`` or whose user scope holds ``user``,
         oldest first, without private prompts (§13.2)."""
         return [Message(*row) for row in self._visible(session, soul, user, narrow=False)]
-
-    async def avisible_messages(
-        self, session: int, soul: str | None = None, user: str | None = None
-    ) -> list[Message]:
-        return await asyncio.to_thread(self.visible_messages, session, soul, user)
 
     def visible_lines(
         self,
@@ -525,7 +511,7 @@ class MessageLog:
         }
 
 
-def _advance_counters(db: Any, batches: Sequence[_Batch]) -> dict[int, list[int]]:
+def _advance_counters(db: Any, batches: Sequence[Batch]) -> dict[int, list[int]]:
     """Move each session's counters over ``batches`` with one compare-and-set, failing if
     another run moved them; returns session → [seq before, seq after, last turn]."""
     counters: dict[int, list[int]] = {}
@@ -543,7 +529,7 @@ def _advance_counters(db: Any, batches: Sequence[_Batch]) -> dict[int, list[int]
     return counters
 
 
-def _insert_messages(db: Any, batches: Sequence[_Batch], counters: dict[int, list[int]]) -> None:
+def _insert_messages(db: Any, batches: Sequence[Batch], counters: dict[int, list[int]]) -> None:
     """Insert the batches' messages, give each batch its messages' ids, then insert their
     scope tags."""
     rows = [
