@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fems_runtime.values import (
     Actor,
@@ -25,11 +25,21 @@ from fems_runtime.values import (
 )
 
 if TYPE_CHECKING:
-    from fems_runtime.signals import OutSpec
     from fems_runtime.variables import Frame
 
 #: The words `fems/mock` and the mock human say for a text out (§15.3).
 MOCK_WORDS = ("yes", "maybe", "later", "agreed", "onward")
+
+
+class TypedOut(Protocol):
+    """What a row needs of an out (a :class:`fems_runtime.signals.OutSpec`): its type's name
+    and its choices."""
+
+    @property
+    def type(self) -> str | None: ...
+
+    @property
+    def choices(self) -> tuple[Any, ...]: ...
 
 
 class SignalError(ValueError):
@@ -37,7 +47,7 @@ class SignalError(ValueError):
     the message says why."""
 
 
-def choice_list(spec: OutSpec) -> list[Any]:
+def choice_list(spec: TypedOut) -> list[Any]:
     """The choices of an ``enum``/``dropdown`` out; ``choices={alive}`` (one list-valued
     expression) offers that list's items."""
     choices = list(spec.choices)
@@ -46,7 +56,7 @@ def choice_list(spec: OutSpec) -> list[Any]:
     return choices
 
 
-def _to_int(value: Any, spec: OutSpec, frame: Frame) -> int:
+def _to_int(value: Any, spec: TypedOut, frame: Frame) -> int:
     if isinstance(value, bool):
         raise SignalError(f"{excerpt(format_value(value))} is not an integer")
     try:
@@ -63,7 +73,7 @@ def _to_int(value: Any, spec: OutSpec, frame: Frame) -> int:
     raise SignalError(f"'{excerpt(format_value(value))}' is not an integer")
 
 
-def _to_float(value: Any, spec: OutSpec, frame: Frame) -> float:
+def _to_float(value: Any, spec: TypedOut, frame: Frame) -> float:
     if isinstance(value, bool):
         raise SignalError(f"{excerpt(format_value(value))} is not a number")
     try:
@@ -73,7 +83,7 @@ def _to_float(value: Any, spec: OutSpec, frame: Frame) -> float:
         raise SignalError(f"'{excerpt(format_value(value))}' is not a finite number") from None
 
 
-def _to_bool(value: Any, spec: OutSpec, frame: Frame) -> bool:
+def _to_bool(value: Any, spec: TypedOut, frame: Frame) -> bool:
     if isinstance(value, bool):
         return value
     if isinstance(value, int) and value in (0, 1):
@@ -87,13 +97,13 @@ def _to_bool(value: Any, spec: OutSpec, frame: Frame) -> bool:
     raise SignalError(f"'{excerpt(format_value(value))}' is not true or false")
 
 
-def _to_string(value: Any, spec: OutSpec, frame: Frame) -> str:
+def _to_string(value: Any, spec: TypedOut, frame: Frame) -> str:
     if isinstance(value, list | dict):
         raise SignalError(f"{excerpt(format_value(value))} is not a single text value")
     return format_value(value) if not isinstance(value, str) else str(value)
 
 
-def _to_actor(value: Any, spec: OutSpec, frame: Frame) -> Actor:
+def _to_actor(value: Any, spec: TypedOut, frame: Frame) -> Actor:
     variables = frame.variables
     if isinstance(value, Actor) and variables.is_actor(value):
         return variables.actor(str(value))
@@ -102,7 +112,7 @@ def _to_actor(value: Any, spec: OutSpec, frame: Frame) -> Actor:
     )
 
 
-def _to_choice(value: Any, spec: OutSpec, frame: Frame) -> Any:
+def _to_choice(value: Any, spec: TypedOut, frame: Frame) -> Any:
     choices = choice_list(spec)
     for choice in choices:
         if choice == value or format_value(choice) == format_value(value):
@@ -125,7 +135,7 @@ class OutType:
     """
 
     name: str
-    convert: Callable[[Any, OutSpec, Frame], Any]
+    convert: Callable[[Any, TypedOut, Frame], Any]
     example: Callable[[Sequence[str], random.Random], Any] | None
     menu: bool = False
     text: bool = False
@@ -160,7 +170,7 @@ def out_type(name: str | None) -> OutType | None:
     return None if name is None else OUT_TYPE_ROWS[name]
 
 
-def convert_value(spec: OutSpec | None, value: Any, frame: Frame) -> Any:
+def convert_value(spec: TypedOut | None, value: Any, frame: Frame) -> Any:
     """Validate and convert ``value`` for a typed out (§10.4); raise :class:`SignalError`."""
     variables = frame.variables
     if isinstance(value, str) and variables.is_actor(value):

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from fems_runtime.human import AnswersFileHuman, HumanProvider, MockHuman, TerminalHuman
 from fems_runtime.lineage import Branch, Inheritance, open_branch
 from fems_runtime.llm import DEFAULT_RETRY_BUDGET, DEFAULT_TIMEOUT, ModelClient, RetryPolicy
-from fems_runtime.mcp import project_servers
+from fems_runtime.project import ProjectConfig
 from fems_runtime.records import RunError, TraceWriter, TurnLog
 from fems_runtime.store import Store, parse_session_spec
 from fems_runtime.tools import DEFAULT_MAX_TOOL_ROUNDS, Toolbox
@@ -68,8 +68,9 @@ class TurnServices(SharedServices):
         meta = dict(script.meta)
         project_dirs = _project_dirs(program, base_dir)
         try:
+            project = ProjectConfig.of_folders(project_dirs)
             client = _client_options(meta, timeout, retry_budget)
-            models = _model_client(project_dirs, meta, model, seed or 0, replies, client)
+            models = _model_client(project, meta, model, seed or 0, replies, client)
             store, number, log = open_store(
                 program, variables, db, Opening(session, resume, branch)
             )
@@ -85,7 +86,7 @@ class TurnServices(SharedServices):
             human=_human_provider(human, seed or 0),
             code=code,
             log=log,
-            toolbox=Toolbox(folder, code, project_servers(project_dirs)),
+            toolbox=Toolbox(folder, code, project.servers),
             all_tools=_script_tools(variables),
             **_meta_settings(meta),
         )
@@ -137,7 +138,7 @@ class TurnServices(SharedServices):
 
 
 def _model_client(
-    project_dirs: list[Path],
+    project: ProjectConfig,
     meta: Mapping[str, Any],
     model: str | None,
     seed: int,
@@ -146,7 +147,7 @@ def _model_client(
 ) -> ModelClient:
     """The run's model client (§15.2): ``--replies`` implies ``fems/script``."""
     return ModelClient.for_project(
-        *project_dirs,
+        project,
         meta_model=_text(meta.get("model")) or None,
         run_model="fems/script" if replies is not None and model is None else model,
         seed=seed,
