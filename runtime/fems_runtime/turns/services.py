@@ -8,7 +8,7 @@ import sys
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fems_runtime.human import AnswersFileHuman, HumanProvider, MockHuman, TerminalHuman
 from fems_runtime.lineage import Branch, Inheritance, open_branch
@@ -27,6 +27,33 @@ if TYPE_CHECKING:
     from fems_runtime.variables import ActorSpec, BlueprintSpec, Variables
 
 
+class ScriptFacts(Protocol):
+    """What opening a run needs of its script (:class:`~fems_runtime.app.ScriptInfo`)."""
+
+    @property
+    def file(self) -> str: ...
+
+    @property
+    def sha256(self) -> str: ...
+
+    @property
+    def meta(self) -> Mapping[str, Any]: ...
+
+
+class RunProgram(Protocol):
+    """What opening a run needs of its :class:`~fems_runtime.app.Program`: the script, the
+    generated module's file, and the script's folder when ``fems2py run`` gave it."""
+
+    @property
+    def script(self) -> ScriptFacts: ...
+
+    @property
+    def module_file(self) -> str: ...
+
+    @property
+    def project_dir(self) -> str | None: ...
+
+
 class TurnServices(SharedServices):
     """The run's :class:`SharedServices`, opened from a generated module's `Program`;
     ``ai_turn``, ``human_turn`` and ``mind_turn`` run one turn of that kind
@@ -36,7 +63,7 @@ class TurnServices(SharedServices):
     @classmethod
     def open(
         cls,
-        program: Any,
+        program: RunProgram,
         variables: Variables,
         trace: TraceWriter,
         *,
@@ -200,13 +227,12 @@ def _script_tools(variables: Variables) -> tuple[str, ...]:
     return tuple(dict.fromkeys(named))
 
 
-def _project_dirs(program: Any, base_dir: str | Path) -> list[Path]:
+def _project_dirs(program: RunProgram, base_dir: str | Path) -> list[Path]:
     """Where `fems.toml` and `.env` are looked for: the script's folder (the program's
     ``project_dir`` when ``fems2py run`` set it, else the generated module's), then
     `base_dir`."""
     dirs = [Path(base_dir).resolve()]
-    module_file = getattr(program, "module_file", None)
-    project_dir = getattr(program, "project_dir", None)
+    module_file, project_dir = program.module_file, program.project_dir
     if project_dir or module_file:
         module_dir = Path(str(project_dir or module_file)).resolve()
         if not project_dir:
@@ -228,7 +254,7 @@ class Opening:
 
 
 def open_store(
-    program: Any, variables: Variables, db: str | None, opening: Opening
+    program: RunProgram, variables: Variables, db: str | None, opening: Opening
 ) -> tuple[Store, int, TurnLog]:
     """Open the database and the session (§3 `database`, `session`), recording the actors;
     a new run marks its start, a resumed one loads the records to replay (§16.4), a branch
