@@ -13,6 +13,7 @@ import ast
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from fems2py.kinds import ACTION_KINDS
 from fems2py.nodes import Action, Assignment, Input, ModuleCall, Out, Span, Target
 from fems2py.pycode import (
     call_code,
@@ -107,29 +108,32 @@ class ActionCode:
         def construct(text: str) -> str:
             return "" if named else text
 
-        if action.kind == "assign":
+        if ACTION_KINDS[action.kind].assigns:
             statements = tuple(
                 (line_marker(a.span.line), self.assign_code(a)) for a in action.assignments
             )
-            construct_text = construct(f"action {action.name} @assign{where}")
+            construct_text = construct(f"action {action.name} @{action.kind}{where}")
             return ActionView(
-                function, marker, construct_text, doc, "assign", action.name, statements=statements
+                function,
+                marker,
+                construct_text,
+                doc,
+                action.kind,
+                action.name,
+                statements=statements,
             )
         args: list[tuple[str, str]] = []
-        if action.kind == "func":
-            assert action.func is not None
+        if action.func is not None:  # a @func action (§9.7)
             args += [("", py(action.func.alias)), ("", py(action.func.func))]
-            head = f"@func({action.func.alias}.{action.func.func})"
-        else:
-            assert action.executor is not None
-            args.append(("", py(action.executor)))
-            head = f"@{action.kind}({action.executor})"
-        if action.kind == "func":
+            head = f"@{action.kind}({action.func.alias}.{action.func.func})"
             if action.inputs is not None:
                 args.append(("inputs", self.inputs_code(action.inputs)))
             if action.outs is not None:
                 args.append(("outs", self.outs_code(action.outs)))
         else:
+            assert action.executor is not None
+            args.append(("", py(action.executor)))
+            head = f"@{action.kind}({action.executor})"
             args += self.turn_args(scope, action)
         spec_args = self.spec_args(action, args)
         construct_text = construct(f"action {action.name} {head}{where}")

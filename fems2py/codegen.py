@@ -165,7 +165,7 @@ class CodeGenerator:
                 item = replace(item, decorator_code=call_code("fr.module", args, exploded=True))
             elif (  # an assign action names nothing
                 isinstance(item, ActionView)
-                and item.kind != "assign"
+                and not ACTION_KINDS[item.kind].assigns
                 and not stands_for(item.function, item.name)
             ):
                 given = [arg for arg in item.spec_args if not arg.name]  # executor, or code.fn

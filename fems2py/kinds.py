@@ -32,9 +32,10 @@ class ActionKind:
 
     ``header`` is what the parentheses after ``@kind`` hold: the executor (``@ai(@x)``), a
     ``code:`` function (``@func(alias.fn)``) or nothing (``@assign``). A kind with an executor
-    runs as that actor's turn: the generated code awaits ``ctx.<name>(TurnSpec(…))``.
+    runs as that actor's turn: the generated code awaits ``ctx.<name>("@x", prompt=…, …)``.
     ``fields`` are the fields it accepts, ``template`` the code generator's
-    ``templates/action_<template>.py.jinja``.
+    ``templates/action_<template>.py.jinja``. The stages ask the row's properties, never the
+    kind's name.
     """
 
     name: ActionKindName
@@ -46,6 +47,18 @@ class ActionKind:
     def has_executor(self) -> bool:
         """Whether the action runs as an actor (an ``@ai``/``@human``/``@mind`` turn)."""
         return self.header == "executor"
+
+    @property
+    def calls_function(self) -> bool:
+        """Whether the action calls a ``code:`` function (``@func``): its ``in:`` are the
+        function's arguments, its ``out:`` what it returns."""
+        return self.header == "func"
+
+    @property
+    def assigns(self) -> bool:
+        """Whether the action has no one to ask (``@assign``): its ``out:`` lines are
+        assignments evaluated in the flow, not outs a turn or a function fills."""
+        return self.header == "none"
 
     @property
     def written(self) -> str:

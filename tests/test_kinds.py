@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import io
+import random
 from pathlib import Path
 from typing import get_args, get_type_hints
 
@@ -13,11 +14,15 @@ import pytest
 from fems_runtime import words
 from fems_runtime.context import format_lines
 from fems_runtime.flow import Context
-from fems_runtime.signals import OutSpec
+from fems_runtime.human import menu, typed_value
+from fems_runtime.offline import mock_value, offline_out
+from fems_runtime.out_types import OUT_TYPE_ROWS, SignalError
+from fems_runtime.out_types import OutType as OutTypeRow
+from fems_runtime.signals import OutSpec, apply_signals
 from fems_runtime.specs import TURN_KINDS
 from fems_runtime.store import NewMessage, Store
 from fems_runtime.transcript import Transcript
-from fems_runtime.variables import ActorSpec, Variables
+from fems_runtime.variables import ActorSpec, Frame, Variables
 from fems_runtime.words import (
     ACTOR_TYPES,
     FIXED_ACTOR_ATTRIBUTES,
@@ -121,6 +126,65 @@ def test_a_new_kind_needs_only_its_row_to_be_parsed_and_checked(
     ]
     _script, diagnostics = parse("action x @nope:\n    prompt: hi\n", "kinds.fems")
     assert diagnostics[0].hint == "did you mean 'note'?"
+
+
+#: Comparisons with the same words that are about something else: actor types (§6.1), the
+#: kinds of an ``interrupt:`` (§9.2), of a ``scope:`` item and of a target's key.
+_OTHER_VOCABULARIES = {
+    "a.kind",
+    "owner.kind",
+    "kind",
+    "self.type",
+    "room.executor_spec.type",
+    "interrupt.kind",
+    "item.kind",
+    "target.key_kind",
+    "symbol.kind",
+    "name.text",
+}
+
+
+def _compared_with(words: frozenset[str], tables: set[str]) -> set[tuple[str, str]]:
+    """Each comparison with one of ``words`` in the compiler and the runtime, outside the
+    ``tables`` that bind them to what they do: (file, what the words are compared with)."""
+    found = set()
+    for folder in (ROOT / "fems2py", ROOT / "runtime" / "fems_runtime"):
+        for path in sorted(folder.rglob("*.py")):
+            where = path.relative_to(ROOT).as_posix()
+            if where in tables:
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if not isinstance(node, ast.Compare):
+                    continue
+                named: set[object] = set()
+                others = []
+                for side in (node.left, *node.comparators):
+                    if isinstance(side, ast.Tuple | ast.List | ast.Set | ast.Constant):
+                        members = side.elts if not isinstance(side, ast.Constant) else [side]
+                        named |= {m.value for m in members if isinstance(m, ast.Constant)}
+                    else:
+                        others.append(ast.unparse(side))
+                if named & words:
+                    found |= {(where, other) for other in others}
+    return {(where, other) for where, other in found if other not in _OTHER_VOCABULARIES}
+
+
+def test_no_action_kind_is_told_apart_by_its_name() -> None:
+    """The stages ask the kind's row (``has_executor``, ``calls_function``, ``assigns``)."""
+    assert _compared_with(frozenset(ACTION_KINDS), {"fems2py/kinds.py"}) == set()
+
+
+def test_no_out_type_is_told_apart_by_its_name() -> None:
+    """Signals, the offline models, the terminal and the stage ask the type's row."""
+    tables = {"runtime/fems_runtime/words.py", "runtime/fems_runtime/out_types.py"}
+    assert _compared_with(frozenset(OUT_TYPES), tables) == set()
+
+
+def test_the_action_kind_properties_follow_the_header() -> None:
+    for kind in ACTION_KINDS.values():
+        asked = (kind.has_executor, kind.calls_function, kind.assigns)
+        assert asked.count(True) == 1, kind.name
+        assert kind.written.startswith(f"@{kind.name}")
 
 
 # --------------------------------------------------------------------------- fems_runtime/words.py
@@ -315,3 +379,41 @@ def test_the_lexer_makes_every_kind_of_token() -> None:
 def test_words_says_what_it_exports() -> None:
     public = {n for n in vars(words) if n.isupper() or n in ("MessageKind", "TranscriptShow")}
     assert set(words.__all__) == public
+
+
+# --------------------------------------------------------------------------- fems_runtime/out_types.py
+
+
+def test_every_out_type_has_its_row() -> None:
+    assert tuple(OUT_TYPE_ROWS) == OUT_TYPES
+    assert all(name == row.name for name, row in OUT_TYPE_ROWS.items())
+
+
+@pytest.mark.parametrize("name", OUT_TYPES)
+def test_a_person_picks_from_a_menu_exactly_for_the_menu_types(name: str) -> None:
+    offered = menu(OutSpec("v", type=name, choices=("a", "b")))
+    assert offered == (["a", "b"] if OUT_TYPE_ROWS[name].menu else None)
+
+
+def _percent(value: object, spec: OutSpec, frame: Frame) -> int:
+    number = int(str(value))
+    if not 0 <= number <= 100:
+        raise SignalError(f"{number} is not a percentage")
+    return number
+
+
+def test_a_new_out_type_needs_only_its_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Signals, the offline answerers and a person's answer go by the row alone. A fixture
+    type ``percent`` (a whole number from 0 to 100, the mock says 50) is added as a row."""
+    monkeypatch.setitem(
+        OUT_TYPE_ROWS, "percent", OutTypeRow("percent", _percent, lambda actors, rng: 50)
+    )
+    variables = Variables({"share": 0}, [ActorSpec("@eve")])
+    frame = variables.root
+    out = OutSpec("share", type="percent")
+    outcome = apply_signals("SET VARIABLE: <<share = 400>>", frame, [out])
+    assert [r.reason for r in outcome.rejected] == ["400 is not a percentage"]
+    apply_signals("SET VARIABLE: <<share = 40>>", frame, [out])
+    assert frame.get("share") == 40
+    assert mock_value(offline_out(out, frame), ("@eve",), random.Random(0)) == 50
+    assert (menu(out), typed_value(out, "30", frame)) == (None, 30)

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from fems_helpers import build_script, llm_calls, read_trace, run_program, run_script, sent_text
-from fems_runtime.mcp import project_servers
+from fems_runtime.project import ProjectConfig
 from fems_runtime.records import RunError
 from fems_runtime.tools import Toolbox, ToolCall
 
@@ -142,7 +142,7 @@ def test_the_model_is_offered_the_servers_tools_as_it_lists_them(tmp_path: Path)
     declare(tmp_path, clock=clock_server())
 
     async def offered() -> list[dict]:
-        box = Toolbox(tmp_path, None, project_servers([tmp_path]))
+        box = Toolbox(tmp_path, None, ProjectConfig.of_folders([tmp_path]).servers)
         try:
             every = await box.tools(["clock.*"])
             one = await box.tools(["clock.convert_time", "read"])
@@ -170,7 +170,7 @@ def test_concurrent_turns_share_one_session(tmp_path: Path) -> None:
     declare(tmp_path, clock=clock_server())
 
     async def many() -> list[str]:
-        box = Toolbox(tmp_path, None, project_servers([tmp_path]))
+        box = Toolbox(tmp_path, None, ProjectConfig.of_folders([tmp_path]).servers)
         try:
             offers = await asyncio.gather(
                 *(box.tools(["clock.get_current_time"]) for _ in range(4))

@@ -253,13 +253,13 @@ def test_a_reply_being_written_is_shown_only_to_the_seats_of_its_room(finished: 
         assert stage.state("@Bob")["writing"][0]["done"] is True
 
         other = NewMessage("reply", "unrelated", souls=[souls["@Bob"]], turn=8)
-        await store.aadd_messages(1, [other])
+        store.add_messages(1, [other])
         await asyncio.sleep(0.05)
         assert len(stage.state()["writing"]) == 1, "another turn's message does not replace it"
         stored = NewMessage(
             "reply", "Bob, at the well.", souls=reply.souls, turn=9, speaker_soul=souls["@Ann"]
         )
-        await store.aadd_messages(1, [stored])
+        store.add_messages(1, [stored])
         await asyncio.sleep(0.05)
         assert stage.state()["writing"] == [] and stage.state("@Bob")["writing"] == []
         store.close()

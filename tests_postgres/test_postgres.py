@@ -9,7 +9,6 @@ anywhere.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
 import sys
@@ -19,7 +18,7 @@ from pathlib import Path
 import pytest
 from fems_runtime.context import builtin_context
 from fems_runtime.records import RunError
-from fems_runtime.store import Store
+from fems_runtime.store import NewMessage, Store
 from old_databases import database_before_lineage, session_columns
 
 from fems2py.build import build_file
@@ -47,15 +46,11 @@ def test_two_hundred_concurrent_writers_from_two_engines(url: str) -> None:
     stores = [Store(url), Store(url)]
     sessions = [store.open_session() for store in stores]
 
-    async def write_all() -> None:
-        await asyncio.gather(
-            *(
-                stores[i % 2].aadd_message(sessions[i % 2], "reply", f"m{i}", souls=[str(i % 5)])
-                for i in range(200)
-            )
-        )
-
-    asyncio.run(write_all())
+    for i in range(200):  # each store's writer commits while the other's does
+        message = NewMessage("reply", f"m{i}", souls=[str(i % 5)])
+        stores[i % 2].submit(sessions[i % 2], [message])
+    for store in stores:
+        store.flush()
     for run, session in enumerate(sessions):
         messages = stores[0].messages(session)
         assert [m.content for m in messages] == [f"m{i}" for i in range(run, 200, 2)]

@@ -83,7 +83,7 @@ class ActionChecks:
     def check_inputs(self, action: Action, names: Set[str]) -> set[str]:
         """``in:`` items (§9.4, §9.7); returns the names the prompt may use."""
         if action.inputs is None:
-            if action.kind == "func" and action.func is not None:
+            if action.func is not None:  # a @func action (§9.7)
                 self.check_implicit_inputs(action, names)
             return set()
         for item in action.inputs:
@@ -91,7 +91,7 @@ class ActionChecks:
                 self.references.check_name(item.name, item.span, names)
             else:
                 self.references.check_expr(item.expr, names, string_hint=True)
-        if action.kind == "func" and action.func is not None:
+        if action.func is not None:  # a @func action (§9.7)
             signature = self.references.check_func(action.func, builtin_ok=True)
             if signature is not None:
                 keywords = [(item.name.lstrip("@"), item.span) for item in action.inputs]

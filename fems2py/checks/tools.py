@@ -25,15 +25,13 @@ def check_tools(references: References, base_dir: Path) -> None:
     names = [name for owner in owners if not isinstance(owner.tools, bool) for name in owner.tools]
     if not names:
         return
-    # Here, not at the top: the runtime's tools module (asyncio, pydantic's adapters) is
-    # loaded only by a script that names tools.
-    from fems_runtime.mcp import McpConfigError, read_servers
+    # Here, not at the top: the project's file is read only by a script that names tools.
+    from fems_runtime.project import FILE_NAME, ConfigError, ProjectConfig
 
-    config = base_dir / "fems.toml"
     try:
-        servers: set[str] | str = set(read_servers(config))
-    except McpConfigError as error:
-        servers = str(error)  # reported where a server's tool is named
+        servers: set[str] | str = set(ProjectConfig.read(base_dir / FILE_NAME).servers)
+    except ConfigError as error:  # reported where a server's tool is named
+        servers = f"{error.location}: {error.message}"
     tools = _ToolNames(references, servers)
     for owner in owners:
         human = isinstance(owner, ActorDef) and owner.kind == "human"

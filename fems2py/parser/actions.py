@@ -134,8 +134,8 @@ class ActionsParser(FlowsParser):
         header goes on."""
         header = _Header()
         pos = 3
-        takes = ACTION_KINDS[kind_token.text[1:]].header
-        if takes == "executor":
+        kind = ACTION_KINDS[kind_token.text[1:]]
+        if kind.has_executor:
             header.executor, pos = self.parse_executor(tokens, pos, kind_token)
             header.spans.append(("executor", self.tok_span(tokens[pos - 2])))
             if pos < len(tokens) and tokens[pos].text == "as":
@@ -143,7 +143,7 @@ class ActionsParser(FlowsParser):
                 header.role, pos = self.parse_role(tokens, pos)
                 role_token = next(t for t in tokens[start:pos] if t.kind == TokenKind.ACTOR)
                 header.spans.append(("role", self.tok_span(role_token)))
-        elif takes == "func":
+        elif kind.calls_function:
             if pos >= len(tokens) or tokens[pos].text != "(":
                 self.fail("expected '(alias.function)' after @func", self.tok_span(tokens[pos - 1]))
             header.func, pos = self.parse_func_ref(tokens, pos + 1)
@@ -247,7 +247,7 @@ class ActionsParser(FlowsParser):
         return {"inputs": self.parse_inputs(index, col, end)}
 
     def parse_field_out(self, index: int, col: int, end: int, kind: str) -> dict[str, object]:
-        if kind == "assign":
+        if ACTION_KINDS[kind].assigns:
             return {"assignments": self.parse_assignments(index, col, end)}
         return {"outs": self.parse_outs(index, col, end)}
 

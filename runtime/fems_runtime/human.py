@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from fems_runtime.offline import mock_value, named_actors, offline_out
+from fems_runtime.out_types import SignalError, choice_list, convert_value, out_type
 from fems_runtime.records import RunError
-from fems_runtime.signals import OutSpec, SignalError, choice_list, convert_value
 from fems_runtime.values import format_value, parse_literal
 
 if TYPE_CHECKING:
+    from fems_runtime.signals import OutSpec
     from fems_runtime.variables import Frame
 
 
@@ -90,8 +91,8 @@ class TerminalHuman:
 
     def _ask_out(self, out: OutSpec, request: HumanRequest) -> Any:
         name = out_name(out, request.frame)
-        if out.type in ("enum", "dropdown"):
-            choices = choice_list(out)
+        choices = menu(out)
+        if choices is not None:
             if not choices:
                 raise RunError(f"{request.action}: out {out.label} has no choices to offer")
             self._print(f"{name}:")
@@ -137,12 +138,20 @@ def typed_value(out: OutSpec, answer: str, frame: Frame | None) -> Any:
     """A person's typed answer to an out that has no menu, read like a signal value (§10.3):
     ``3`` is an int, ``[@a]`` a list, text stays text; raises :class:`SignalError` when it
     does not fit the out's type."""
-    value = answer if out.type == "string" else parse_literal(answer, make_actor=str)
+    row = out_type(out.type)
+    value = answer if row is not None and row.text else parse_literal(answer, make_actor=str)
     if frame is None:
         return value
-    if out.type == "actor" and frame.variables.is_actor(f"@{answer}"):
+    if row is not None and row.actor and frame.variables.is_actor(f"@{answer}"):
         value = f"@{answer}"  # a person may leave out the @
     return convert_value(out, value, frame)
+
+
+def menu(out: OutSpec) -> list[Any] | None:
+    """The choices a person picks from (an out whose type offers a menu), None for an out
+    answered by typing a value."""
+    row = out_type(out.type)
+    return choice_list(out) if row is not None and row.menu else None
 
 
 def out_name(out: OutSpec, frame: Frame | None, kind: str | None = None) -> str:

@@ -38,6 +38,7 @@ from fems_runtime.endpoints import (
 )
 from fems_runtime.offline import OFFLINE_MODELS, MockModel, OfflineTurn, ScriptModel
 from fems_runtime.prices import PRICES, PriceTable
+from fems_runtime.project import ProjectConfig
 from fems_runtime.reasoning import Piece, split_reasoning
 from fems_runtime.records import RunError
 from fems_runtime.replies import MalformedReply, Reply, ReplyBuilder
@@ -174,25 +175,6 @@ def load_dotenv(path: str | Path, environ: MutableMapping[str, str] | None = Non
             environ[key] = value
 
 
-def load_model_map(path: str | Path) -> dict[str, str | dict[str, Any]]:
-    """The `[models]` table of a `fems.toml` (empty when the file or the table is absent)."""
-    try:
-        with open(path, "rb") as fh:
-            text = fh.read().decode()
-    except FileNotFoundError:
-        return {}
-    import tomllib  # only for a project that has the file: ~6 ms of every start otherwise
-
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise RunError(f"{path}: invalid TOML: {exc}") from None
-    models = data.get("models", {})
-    if not isinstance(models, dict):
-        raise RunError(f"{path}: [models] must be a table")
-    return models
-
-
 def _env_alias_key(alias: str) -> str:
     return "FEMS_MODEL_" + re.sub(r"\W", "_", alias, flags=re.ASCII).upper()
 
@@ -275,18 +257,14 @@ class ModelClient:
 
     @classmethod
     def for_project(
-        cls, *base_dirs: str | Path, load_env: bool = True, **options: Any
+        cls, project: ProjectConfig, load_env: bool = True, **options: Any
     ) -> ModelClient:
-        """A client configured from `fems.toml` and `.env` in `base_dirs` (default: the working
-        directory) (§15.2); on a conflict the later directory wins."""
-        dirs = [Path(d) for d in base_dirs] or [Path(".")]
+        """A client configured from the project's `fems.toml` models and the `.env` files of
+        its folders (§15.2); on a conflict the later folder wins."""
         if load_env:
-            for base in reversed(dirs):  # a .env never overrides: the later directory goes first
-                load_dotenv(base / ".env")
-        model_map: dict[str, str | dict[str, Any]] = {}
-        for base in dirs:
-            model_map.update(load_model_map(base / "fems.toml"))
-        return cls(model_map=model_map, **options)
+            for folder in reversed(project.folders):  # a .env never overrides: the later first
+                load_dotenv(folder / ".env")
+        return cls(model_map=dict(project.models), **options)
 
     def resolve(self, action_model: str | None = None, source: str | None = None) -> ModelChoice:
         """Apply the ladder: action `model:` > actor `source:` > meta.model > --model/FEMS_MODEL

@@ -1,19 +1,8 @@
-"""Tools from MCP servers (§15.5): the servers a project's ``fems.toml`` declares.
+"""Tools from MCP servers (§15.5): the servers a project's ``fems.toml`` declares
+(:class:`~fems_runtime.project.ServerConfig`, read by :mod:`fems_runtime.project`).
 
-```toml
-[mcp.clock]                      # stdio: started on first use, stopped at the end of the run
-command = "python"
-args = ["-m", "mcp_server_time", "--local-timezone", "UTC"]
-env = { TZ = "UTC" }
-[mcp.tracker]                    # streamable HTTP
-url = "http://127.0.0.1:9000/mcp"
-headers_env = { Authorization = "TRACKER_TOKEN" }
-```
-
-Reading the table needs nothing beyond the standard library (the compiler reads it too, to
-know which ``server.`` names exist). Talking to a server goes through the official ``mcp``
-SDK, the optional extra ``fems-runtime[mcp]``, imported on the first turn that offers an MCP
-tool.
+Talking to a server goes through the official ``mcp`` SDK, the optional extra
+``fems-runtime[mcp]``, imported on the first turn that offers an MCP tool.
 
 One :class:`McpServers` per run holds one connection per server, opened by the first turn that
 offers one of its tools and shared by every turn after it (concurrent turns included); the run
@@ -29,107 +18,15 @@ import asyncio
 import contextlib
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import IO, Any
 
+from fems_runtime.project import ServerConfig
 from fems_runtime.records import RunError
 
-DEFAULT_TIMEOUT = 30.0
-"""Seconds a server may take to start (and list its tools), and to answer one call."""
 STDERR_LINES = 10
 """Lines of a failed server's stderr a run error quotes."""
 INSTALL_HINT = "pip install 'fems-runtime[mcp]'"
-
-
-class McpConfigError(ValueError):
-    """A ``[mcp.NAME]`` table that does not describe a server; the message says what to write."""
-
-
-@dataclass(frozen=True)
-class ServerConfig:
-    """One ``[mcp.NAME]`` table: a stdio server (``command``) or a streamable HTTP one (``url``)."""
-
-    name: str
-    command: str = ""
-    args: tuple[str, ...] = ()
-    env: Mapping[str, str] = field(default_factory=dict)
-    cwd: str = ""
-    url: str = ""
-    headers_env: Mapping[str, str] = field(default_factory=dict)
-    """HTTP header → the environment variable holding its value (secrets stay out of the file)."""
-    timeout: float = DEFAULT_TIMEOUT
-
-
-def read_servers(path: str | Path) -> dict[str, ServerConfig]:
-    """The ``[mcp]`` tables of the ``fems.toml`` at ``path`` (none when there is no file).
-
-    Raises :class:`McpConfigError` for a file that is not TOML or a table that is not a server.
-    """
-    import tomllib  # only for a project that has the file
-
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (FileNotFoundError, NotADirectoryError):
-        return {}
-    except (OSError, UnicodeDecodeError) as error:
-        raise McpConfigError(f"{path}: cannot be read: {error}") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as error:
-        raise McpConfigError(f"{path}: not valid TOML: {error}") from None
-    tables = data.get("mcp", {})
-    if not isinstance(tables, dict):
-        raise McpConfigError(f"{path}: 'mcp' must be a table of servers, e.g. [mcp.clock]")
-    return {name: _server(path, name, table) for name, table in tables.items()}
-
-
-def project_servers(dirs: Iterable[str | Path]) -> dict[str, ServerConfig]:
-    """The servers of the ``fems.toml`` files in ``dirs``; a later folder's server wins.
-
-    A broken table is a :class:`RunError` (the run cannot know what the script meant)."""
-    servers: dict[str, ServerConfig] = {}
-    for folder in dirs:
-        try:
-            servers.update(read_servers(Path(folder) / "fems.toml"))
-        except McpConfigError as error:
-            raise RunError(str(error)) from None
-    return servers
-
-
-def _server(path: Path, name: str, table: Any) -> ServerConfig:
-    where = f"{path} [mcp.{name}]"
-    usage = 'command = "…" (and args = […]) for a stdio server, or url = "http://…" for HTTP'
-    if not isinstance(table, dict):
-        raise McpConfigError(f"{where}: expected a table with {usage}")
-    known = {"command", "args", "env", "cwd", "url", "headers_env", "timeout"}
-    unknown = sorted(set(table) - known)
-    if unknown:
-        raise McpConfigError(
-            f"{where}: unknown key {unknown[0]!r} (keys: {', '.join(sorted(known))})"
-        )
-    command, url = table.get("command", ""), table.get("url", "")
-    if not isinstance(command, str) or not isinstance(url, str) or bool(command) == bool(url):
-        raise McpConfigError(f"{where}: give exactly one of {usage}")
-    args = table.get("args", [])
-    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
-        raise McpConfigError(f'{where}: args must be a list of strings, e.g. ["-m", "server"]')
-    env, headers = table.get("env", {}), table.get("headers_env", {})
-    for key, value in (("env", env), ("headers_env", headers)):
-        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-            raise McpConfigError(f'{where}: {key} must be a table of strings, e.g. {{ A = "b" }}')
-    if command and headers or url and (args or env):
-        raise McpConfigError(f"{where}: args and env are for command, headers_env for url")
-    timeout = table.get("timeout", DEFAULT_TIMEOUT)
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
-        raise McpConfigError(f"{where}: timeout is a number of seconds > 0")
-    cwd = table.get("cwd", "")
-    if not isinstance(cwd, str):
-        raise McpConfigError(f"{where}: cwd must be a folder path")
-    if cwd and not Path(cwd).is_absolute():
-        cwd = str(path.parent / cwd)
-    return ServerConfig(name, command, tuple(args), env, cwd, url, headers, float(timeout))
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fems_runtime.out_types import MOCK_WORDS, choice_list, out_type
 from fems_runtime.records import RunError
-from fems_runtime.signals import OutSpec, choice_list
+from fems_runtime.signals import OutSpec
 from fems_runtime.tools import ToolCall
 from fems_runtime.values import ACTOR_NAME, Actor
 
@@ -26,7 +27,6 @@ _LINES = (
     "{me} nods. Let us go on.",
     "{me} says: I have thought about this carefully.",
 )
-_WORDS = ("yes", "maybe", "later", "agreed", "onward")
 
 
 @dataclass(frozen=True)
@@ -80,8 +80,9 @@ def offline_out(out: OutSpec, frame: Frame) -> OfflineOut:
             if isinstance(key, Actor):
                 label = f"{out.target}.{key}"  # the entry as a model would name it
                 # votes.@x (§15.3); an untyped entry that holds a number (hp.@x) stays one
-                untyped_text = out.type is None and (current is None or isinstance(current, str))
-                holds_actor = out.type in ("string", "actor") or untyped_text
+                untyped_text = current is None or isinstance(current, str)
+                row = out_type(out.type)
+                holds_actor = row.actor_entry if row is not None else untyped_text
     except RunError:
         pass  # an unreadable target: the out as declared
     return OfflineOut(label, out.type, tuple(choice_list(out)), current, holds_actor)
@@ -148,19 +149,13 @@ def mock_value(out: OfflineOut, actors: Sequence[str], rng: random.Random) -> An
     """A valid value for one out (§15.3), actors as ``"@name"``: a choice if it has choices, an
     actor where only an actor fits, else a small value of its type (untyped: shaped like the
     variable's current value). Shared by `fems/mock` and the mock human."""
-    kind = (out.type or "").lower()
     if out.choices:
         return rng.choice(out.choices)
-    if out.holds_actor or kind == "actor":
+    if out.holds_actor:
         return rng.choice(actors)
-    if kind == "bool":
-        return rng.random() < 0.5
-    if kind == "int":
-        return rng.randint(0, 3)
-    if kind == "float":
-        return rng.randint(0, 10) / 2
-    if kind == "string":
-        return rng.choice(_WORDS)
+    row = out_type(out.type)
+    if row is not None and row.example is not None:
+        return row.example(actors, rng)
     return _untyped(out.current, actors, rng)
 
 
@@ -178,7 +173,7 @@ def _untyped(current: Any, actors: Sequence[str], rng: random.Random) -> Any:
         return {rng.choice(actors): rng.randint(0, 3)}
     if isinstance(current, str) and (current == "" or current.startswith("@")):
         return rng.choice(actors)
-    return rng.choice(_WORDS)
+    return rng.choice(MOCK_WORDS)
 
 
 def _literal_value(value: Any) -> str:

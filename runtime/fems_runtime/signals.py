@@ -18,6 +18,13 @@ from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from fems_runtime.out_types import (
+    OUT_TYPE_ROWS,
+    SignalError,
+    choice_list,
+    convert_value,
+    out_type,
+)
 from fems_runtime.records import RunError
 from fems_runtime.values import (
     ACTOR_NAME,
@@ -25,13 +32,11 @@ from fems_runtime.values import (
     Actor,
     LiteralError,
     check_text,
-    check_value,
     excerpt,
     format_value,
     parse_literal,
     valid_text,
 )
-from fems_runtime.words import OUT_TYPES
 
 if TYPE_CHECKING:
     from fems_runtime.variables import Frame, Undo
@@ -74,7 +79,7 @@ class OutSpec:
     the entry is ``dict[<value of i>]``, read again in the frame when a signal or answer is
     applied; ``key`` then holds its value when the spec was built (what ``@func`` outs use),
     which must name an entry (None or a list is a run error as the action starts).
-    ``type`` is one of ``int float bool string actor enum dropdown`` (None: untyped);
+    ``type`` names a row of :data:`~fems_runtime.out_types.OUT_TYPE_ROWS` (None: untyped);
     ``choices`` holds the already-evaluated values of ``enum``/``dropdown``. ``caption`` is the
     author's label (``name(type, "标签")``, ``label="投票"``) shown to a person (§10.8).
     An unnormalized ``target`` such as ``"votes.@voter"``, ``"@x.hp"`` or ``"d[3]"`` is split
@@ -103,8 +108,9 @@ class OutSpec:
             name, key = split_target(self.target)
             object.__setattr__(self, "target", name)
             object.__setattr__(self, "key", _key_value(key))
-        if self.type is not None and self.type not in OUT_TYPES:
-            raise ValueError(f"unknown out type {self.type!r}; expected one of {OUT_TYPES}")
+        if self.type is not None and self.type not in OUT_TYPE_ROWS:
+            known = tuple(OUT_TYPE_ROWS)
+            raise ValueError(f"unknown out type {self.type!r}; expected one of {known}")
         if self.key_from is not None:
             # the value when the action starts: None or a list names no entry, and an @func
             # out with key None would overwrite the whole dict
@@ -173,10 +179,6 @@ class Signal:
     key: str | None
     op: str
     value_text: str
-
-
-class SignalError(ValueError):
-    """A signal that cannot be parsed or is not allowed; the message says why."""
 
 
 def split_target(text: str) -> tuple[str, str | None]:
@@ -298,88 +300,6 @@ def _first_op(body: str) -> int | None:
             return i - 1 if i > 0 and body[i - 1] in "+-" else i
         i += 1
     return None
-
-
-def convert_value(spec: OutSpec | None, value: Any, frame: Frame) -> Any:
-    """Validate and convert ``value`` for a typed out (§10.4); raise :class:`SignalError`."""
-    variables = frame.variables
-    if isinstance(value, str) and variables.is_actor(value):
-        value = variables.actor(str(value))
-    if spec is None or spec.type is None:
-        return value
-    kind = spec.type
-    if kind == "int":
-        return _to_int(value)
-    if kind == "float":
-        if isinstance(value, bool):
-            raise SignalError(f"{excerpt(format_value(value))} is not a number")
-        try:
-            number = float(value) if isinstance(value, int | float) else float(str(value).strip())
-            return check_value(number, "number")
-        except (ValueError, OverflowError):  # LiteralError too: nan, inf, 1e999
-            raise SignalError(f"'{excerpt(format_value(value))}' is not a finite number") from None
-    if kind == "bool":
-        return _to_bool(value)
-    if kind == "string":
-        if isinstance(value, list | dict):
-            raise SignalError(f"{excerpt(format_value(value))} is not a single text value")
-        return format_value(value) if not isinstance(value, str) else str(value)
-    if kind == "actor":
-        if isinstance(value, Actor) and variables.is_actor(value):
-            return variables.actor(str(value))
-        raise SignalError(
-            f"'{excerpt(format_value(value))}' is not a defined actor (write it as @name)"
-        )
-    return _to_choice(spec, value, frame)
-
-
-def _to_int(value: Any) -> int:
-    if isinstance(value, bool):
-        raise SignalError(f"{excerpt(format_value(value))} is not an integer")
-    try:
-        if isinstance(value, int):
-            return check_value(value, "integer")
-        if isinstance(value, float) and value.is_integer():
-            return check_value(int(value), "integer")
-        if isinstance(value, str):
-            parsed = parse_literal(value)
-            if isinstance(parsed, int | float) and not isinstance(parsed, bool):
-                return _to_int(parsed)
-    except LiteralError as error:  # more than 4,000 digits (§10.3)
-        raise SignalError(str(error)) from None
-    raise SignalError(f"'{excerpt(format_value(value))}' is not an integer")
-
-
-def _to_bool(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    if isinstance(value, str):
-        word = value.strip().lower()
-        if word in ("true", "yes", "1", "是"):
-            return True
-        if word in ("false", "no", "0", "否"):
-            return False
-    raise SignalError(f"'{excerpt(format_value(value))}' is not true or false")
-
-
-def choice_list(spec: OutSpec) -> list[Any]:
-    """The choices of an ``enum``/``dropdown`` out; ``choices={alive}`` (one list-valued
-    expression) offers that list's items."""
-    choices = list(spec.choices)
-    if len(choices) == 1 and isinstance(choices[0], list | tuple | dict):
-        return list(choices[0])
-    return choices
-
-
-def _to_choice(spec: OutSpec, value: Any, frame: Frame) -> Any:
-    choices = choice_list(spec)
-    for choice in choices:
-        if choice == value or format_value(choice) == format_value(value):
-            return frame.variables.adopt(choice)
-    shown = ", ".join(format_value(c) for c in choices)
-    raise SignalError(f"'{excerpt(format_value(value))}' is not one of the choices [{shown}]")
 
 
 @dataclass(frozen=True)
@@ -649,15 +569,15 @@ def _holds_actor(out: OutSpec | None, target: str, key: Any, frame: Frame) -> bo
     (``@ballot``), a ``dropdown``/``enum`` whose choices are actors, or an entry keyed by an
     actor (``votes.@x``) that is untyped or a string and holds no number or container yet
     (``hp.@x`` stays a number), as the mock reads it (§15.3)."""
-    kind = out.type if out is not None else None
-    if kind == "actor":
+    row = out_type(out.type) if out is not None else None
+    if row is not None and row.actor:
         return True
-    if out is not None and kind in ("enum", "dropdown"):
+    if out is not None and row is not None and row.menu:
         variables = frame.variables
         return any(variables.is_actor(choice) for choice in choice_list(out))
     if key is None:
         return target.startswith("@")
-    if kind not in (None, "string") or not _is_actor_name(key):
+    if (row is not None and not row.actor_entry) or not _is_actor_name(key):
         return False
     try:
         current = frame.get(target)

@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any, cast
 
 from fems_runtime.builtin_tools import Workspace
-from fems_runtime.mcp import McpServers, ServerConfig, ServerTool
+from fems_runtime.mcp import McpServers, ServerTool
+from fems_runtime.project import ServerConfig
 from fems_runtime.records import RunError
 from fems_runtime.values import valid_text
 

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 from fems_helpers import python_output
-from fems_runtime.llm import ModelClient, RetryPolicy, load_dotenv, load_model_map
+from fems_runtime.llm import ModelClient, RetryPolicy, load_dotenv
 from fems_runtime.offline import OfflineTurn
 from fems_runtime.prices import Usage
+from fems_runtime.project import ProjectConfig
 from fems_runtime.records import RunError
 from fems_runtime.replies import Reply
 
@@ -107,7 +108,9 @@ def test_fems_toml_table_entry_and_env_key(tmp_path: Path) -> None:
     environ = {"OPENAI_API_KEY": "already-set"}
     load_dotenv(tmp_path / ".env", environ)
     assert environ == {"OPENAI_API_KEY": "already-set", "LOCAL_KEY": "sk-local"}
-    client = ModelClient(model_map=load_model_map(tmp_path / "fems.toml"), environ=environ)
+    client = ModelClient(
+        model_map=ProjectConfig.read(tmp_path / "fems.toml").models, environ=environ
+    )
     choice = client.resolve(None, "local")
     assert choice.model == "openai/qwen"
     assert dict(choice.options) == {
@@ -217,7 +220,9 @@ def test_for_project_reads_several_folders_the_later_wins(tmp_path: Path) -> Non
             f'[models]\nfast = "{fast}"\nonly_{folder.name} = "b/{folder.name}"\n',
             encoding="utf-8",
         )
-    client = ModelClient.for_project(script_dir, work_dir, load_env=False, environ={})
+    client = ModelClient.for_project(
+        ProjectConfig.of_folders([script_dir, work_dir]), load_env=False, environ={}
+    )
     assert client.resolve("fast").model == "a/work"
     assert client.resolve("only_script").model == "b/script"
     assert client.resolve("only_work").model == "b/work"

@@ -8,13 +8,8 @@ from pathlib import Path
 
 import mcp.types as mcp_types
 import pytest
-from fems_runtime.mcp import (
-    McpConfigError,
-    ServerConfig,
-    content_text,
-    project_servers,
-    read_servers,
-)
+from fems_runtime.mcp import content_text
+from fems_runtime.project import ConfigError, ProjectConfig, ServerConfig
 from fems_runtime.records import RunError
 
 from fems2py.cli import main
@@ -43,7 +38,7 @@ def test_both_transports_are_read(tmp_path: Path) -> None:
         timeout = 5
         """,
     )
-    servers = read_servers(path)
+    servers = ProjectConfig.read(path).servers
     assert servers["clock"] == ServerConfig(
         "clock", "python", ("-m", "mcp_server_time"), {"TZ": "UTC"}, str(tmp_path / "servers")
     )
@@ -53,7 +48,7 @@ def test_both_transports_are_read(tmp_path: Path) -> None:
         headers_env={"Authorization": "TRACKER_TOKEN"},
         timeout=5.0,
     )
-    assert read_servers(tmp_path / "missing.toml") == {}
+    assert ProjectConfig.read(tmp_path / "missing.toml").servers == {}
 
 
 @pytest.mark.parametrize(
@@ -73,8 +68,8 @@ def test_a_table_that_is_no_server_says_what_to_write(
     tmp_path: Path, table: str, problem: str
 ) -> None:
     path = toml(tmp_path, "[mcp.clock]\n" + table + "\n")
-    with pytest.raises(McpConfigError, match=problem) as raised:
-        read_servers(path)
+    with pytest.raises(ConfigError, match=problem) as raised:
+        ProjectConfig.read(path)
     assert "[mcp.clock]" in str(raised.value)
 
 
@@ -84,11 +79,11 @@ def test_the_working_directorys_file_wins_and_a_broken_one_is_a_run_error(tmp_pa
     work_dir.mkdir()
     toml(script_dir, '[mcp.clock]\ncommand = "a"\n[mcp.git]\ncommand = "g"\n')
     toml(work_dir, '[mcp.clock]\ncommand = "b"\n')
-    servers = project_servers([script_dir, work_dir])
+    servers = ProjectConfig.of_folders([script_dir, work_dir]).servers
     assert servers["clock"].command == "b" and servers["git"].command == "g"
     toml(work_dir, "[mcp.clock\n")
     with pytest.raises(RunError, match="not valid TOML"):
-        project_servers([script_dir, work_dir])
+        ProjectConfig.of_folders([script_dir, work_dir])
 
 
 def test_a_result_is_its_text_with_a_note_for_what_is_not_text() -> None:
@@ -139,3 +134,19 @@ def test_the_compiler_reports_a_broken_fems_toml_where_a_server_is_named(
     assert "[mcp.clock]: give exactly one of command" in err
     toml(tmp_path, '[mcp.clock]\ncommand = "python"\n')
     assert main(["check", str(script)]) == 0
+
+
+def test_every_problem_of_fems_toml_is_shown_at_its_line_as_diagnostics_are(
+    tmp_path: Path,
+) -> None:
+    """One reader, one style for the models and the servers alike: ``PATH:LINE: error: …``."""
+    cases = [
+        ('[models]\nfast = "a"\n\n[mcp.clock]\nargs = ["x"]\n', 4, "[mcp.clock]: give exactly one"),
+        ('title = "x"\nmodels = 3\n', 2, "[models] must be a table"),
+        ("[models]\nfast = \n", 2, "not valid TOML"),
+    ]
+    for text, line, problem in cases:
+        path = toml(tmp_path, text)
+        with pytest.raises(ConfigError) as raised:
+            ProjectConfig.read(path)
+        assert str(raised.value).startswith(f"{path}:{line}: error: {problem}")

@@ -7,10 +7,10 @@ import asyncio
 import re
 
 import pytest
+from fems_runtime.out_types import SignalError
 from fems_runtime.records import RunError
 from fems_runtime.signals import (
     OutSpec,
-    SignalError,
     apply_signals,
     apply_values,
     extract_signals,

@@ -506,7 +506,7 @@ def test_services_open_runs_turns_through_a_flow_context(tmp_path: Path) -> None
     variables = Variables(VALUES, ACTORS)
     trace = io.StringIO()
     services = TurnServices.open(
-        SimpleNamespace(script=script),
+        SimpleNamespace(script=script, module_file="", project_dir=None),
         variables,
         TraceWriter(trace),
         replies={"pick": ["SET VARIABLE: <<count = 3>>"]},

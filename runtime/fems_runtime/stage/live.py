@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fems_runtime.events import ModelCallEnded, RunEnded, RunEvent, RunEvents, StepBegan
-from fems_runtime.human import HumanAnswer, HumanRequest, out_name, typed_value
+from fems_runtime.human import HumanAnswer, HumanRequest, menu, out_name, typed_value
+from fems_runtime.out_types import SignalError
 from fems_runtime.reasoning import Piece
 from fems_runtime.records import RunError, StreamedReply, WatchedReplies
-from fems_runtime.signals import OutSpec, SignalError, choice_list
+from fems_runtime.signals import OutSpec
 from fems_runtime.stage.chart import FlowChart
 from fems_runtime.stage.view import DIRECTOR, SessionView
 from fems_runtime.values import format_value, to_json
@@ -112,18 +113,13 @@ class _Partial:
 
 def _out_json(out: OutSpec, frame: Frame | None) -> dict[str, Any]:
     """An out as the page asks for it: a menu of the choices, or a typed field."""
-    menu = _menu(out)
+    choices = menu(out)
     return {
         "label": out.label,
-        "name": out_name(out, frame, out.type if menu is None else None),
-        "menu": None if menu is None else [format_value(choice) for choice in menu],
+        "name": out_name(out, frame, out.type if choices is None else None),
+        "menu": None if choices is None else [format_value(choice) for choice in choices],
         "optional": out.optional,
     }
-
-
-def _menu(out: OutSpec) -> list[Any] | None:
-    """The choices a person picks from (``dropdown``/``enum`` outs), None for typed outs."""
-    return choice_list(out) if out.type in ("enum", "dropdown") else None
 
 
 class LiveStage:
@@ -172,7 +168,7 @@ class LiveStage:
         """Answer a human turn (the :class:`~fems_runtime.human.HumanProvider` protocol): wait
         until the page sends an answer that fits, as the terminal waits for a line."""
         for out in request.outs:
-            if _menu(out) == []:  # as at the terminal: nothing to pick is the script's fault
+            if menu(out) == []:  # as at the terminal: nothing to pick is the script's fault
                 raise RunError(f"{request.action}: out {out.label} has no choices to offer")
         waiting = _Waiting(next(self._numbers), request, self._loop.create_future())
         self._waiting[waiting.number] = waiting
@@ -286,12 +282,12 @@ class LiveStage:
                 if out.optional:
                     continue
                 raise AnswerRefused(f"{name}: an answer is needed")
-            menu = _menu(out)
-            if menu is not None:
+            choices = menu(out)
+            if choices is not None:
                 index = int(raw) if str(raw).isdigit() else -1
-                if not 0 <= index < len(menu):
+                if not 0 <= index < len(choices):
                     raise AnswerRefused(f"{name}: pick one of the choices")
-                taken[out.label] = menu[index]
+                taken[out.label] = choices[index]
                 continue
             try:
                 taken[out.label] = typed_value(out, str(raw).strip(), request.frame)

@@ -8,20 +8,20 @@ The store is in parts over one database: the message log (:mod:`.messages`: the 
 one writer and the scope reads), the sessions table (:mod:`.sessions`), the souls, users and
 actors (:mod:`.people`), and the checkpoints (:mod:`.checkpoints`); the tables are in
 :mod:`.schema`. :class:`Store` opens the engine, creates the schema and holds the transactions,
-and offers each part's methods as its own (``store.submit`` is ``store.log.submit``), so code
-that needs one part, such as a turn writing its messages, can be given that part alone.
+and offers each part's methods as its own: ``store.submit`` calls ``store.log.submit``, so a
+caller needs to know the store, not which part serves a method.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
+from typing import Any
 
 from fems_runtime.records import RunError
-from fems_runtime.store.checkpoints import Checkpoints
+from fems_runtime.store.checkpoints import Checkpoints, RecordRow
 from fems_runtime.store.database import (
     DEFAULT_DATABASE,
     SCHEMA_LOCK,
@@ -35,6 +35,7 @@ from fems_runtime.store.messages import (
     CONTEXT_COLUMNS,
     MESSAGE_KINDS,
     VISIBLE_KINDS,
+    Batch,
     Checkpoint,
     ContextLine,
     Message,
@@ -44,7 +45,7 @@ from fems_runtime.store.messages import (
 )
 from fems_runtime.store.people import ACTOR_FIELDS, People
 from fems_runtime.store.schema import Tables, create_schema, tables
-from fems_runtime.store.sessions import SessionCatalog, SessionNode, parse_session_spec
+from fems_runtime.store.sessions import OnCreate, SessionCatalog, SessionNode, parse_session_spec
 
 __all__ = [
     "ACTOR_FIELDS",
@@ -66,31 +67,6 @@ __all__ = [
     "hide_password",
     "parse_session_spec",
 ]
-
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
-
-
-class _Served(Generic[_P, _R]):
-    """A method of the store that one of its parts serves: in the class body,
-    ``submit = _Served("log", MessageLog.submit)`` makes ``store.submit(…)`` call
-    ``store.log.submit(…)``, with its signature and docstring."""
-
-    def __init__(self, part: str, method: Callable[Concatenate[Any, _P], _R]) -> None:
-        self._part = part
-        self._name = method.__name__
-        self.__doc__ = method.__doc__
-
-    @overload
-    def __get__(self, store: None, owner: type) -> _Served[_P, _R]: ...
-
-    @overload
-    def __get__(self, store: object, owner: type) -> Callable[_P, _R]: ...
-
-    def __get__(self, store: object | None, owner: type) -> Any:
-        if store is None:
-            return self
-        return getattr(getattr(store, self._part), self._name)
 
 
 class Store:
@@ -182,50 +158,213 @@ class Store:
     # ------------------------------------------------------------------ the parts' methods
 
     # the message log
-    add_message = _Served("log", MessageLog.add_message)
-    add_messages = _Served("log", MessageLog.add_messages)
-    aadd_message = _Served("log", MessageLog.aadd_message)
-    aadd_messages = _Served("log", MessageLog.aadd_messages)
-    submit = _Served("log", MessageLog.submit)
-    flush = _Served("log", MessageLog.flush)
-    listen = _Served("log", MessageLog.listen)
-    new_turn = _Served("log", MessageLog.new_turn)
-    messages = _Served("log", MessageLog.messages)
-    visible_messages = _Served("log", MessageLog.visible_messages)
-    avisible_messages = _Served("log", MessageLog.avisible_messages)
-    visible_lines = _Served("log", MessageLog.visible_lines)
-    visible_since = _Served("log", MessageLog.visible_since)
-    scope_of = _Served("log", MessageLog.scope_of)
-    message_scopes = _Served("log", MessageLog.message_scopes)
-    session_usage = _Served("log", MessageLog.session_usage)
+    def add_message(self, session: int, kind: str, content: str, **fields: Any) -> Message:
+        """:meth:`MessageLog.add_message`."""
+        return self.log.add_message(session, kind, content, **fields)
+
+    def add_messages(
+        self, session: int, new: Iterable[NewMessage], checkpoint: Checkpoint | None = None
+    ) -> list[Message]:
+        """:meth:`MessageLog.add_messages`."""
+        return self.log.add_messages(session, new, checkpoint)
+
+    def submit(
+        self, session: int, new: Iterable[NewMessage], checkpoint: Checkpoint | None = None
+    ) -> Batch:
+        """:meth:`MessageLog.submit`."""
+        return self.log.submit(session, new, checkpoint)
+
+    def flush(self) -> None:
+        """:meth:`MessageLog.flush`."""
+        self.log.flush()
+
+    def listen(self, listener: Callable[[list[Message]], None]) -> None:
+        """:meth:`MessageLog.listen`."""
+        self.log.listen(listener)
+
+    def new_turn(self, session: int) -> int:
+        """:meth:`MessageLog.new_turn`."""
+        return self.log.new_turn(session)
+
+    def messages(self, session: int) -> list[Message]:
+        """:meth:`MessageLog.messages`."""
+        return self.log.messages(session)
+
+    def visible_messages(
+        self, session: int, soul: str | None = None, user: str | None = None
+    ) -> list[Message]:
+        """:meth:`MessageLog.visible_messages`."""
+        return self.log.visible_messages(session, soul, user)
+
+    def visible_lines(
+        self,
+        session: int,
+        soul: str | None = None,
+        user: str | None = None,
+        *,
+        last: int | None = None,
+    ) -> list[ContextLine]:
+        """:meth:`MessageLog.visible_lines`."""
+        return self.log.visible_lines(session, soul, user, last=last)
+
+    def visible_since(
+        self,
+        session: int,
+        soul: str | None = None,
+        user: str | None = None,
+        *,
+        after: int = 0,
+        last: int | None = None,
+    ) -> tuple[list[tuple[int, ContextLine]], int]:
+        """:meth:`MessageLog.visible_since`."""
+        return self.log.visible_since(session, soul, user, after=after, last=last)
+
+    def scope_of(self, message_id: int) -> tuple[list[str], list[str]]:
+        """:meth:`MessageLog.scope_of`."""
+        return self.log.scope_of(message_id)
+
+    def message_scopes(self, session: int) -> dict[int, tuple[list[str], list[str]]]:
+        """:meth:`MessageLog.message_scopes`."""
+        return self.log.message_scopes(session)
+
+    def session_usage(self, session: int) -> dict[str, Any]:
+        """:meth:`MessageLog.session_usage`."""
+        return self.log.session_usage(session)
+
     # the sessions table
-    open_session = _Served("catalog", SessionCatalog.open_session)
-    aopen_session = _Served("catalog", SessionCatalog.aopen_session)
-    session = _Served("catalog", SessionCatalog.session)
-    sessions = _Served("catalog", SessionCatalog.sessions)
-    latest_session = _Served("catalog", SessionCatalog.latest_session)
-    set_status = _Served("catalog", SessionCatalog.set_status)
-    set_last_turn = _Served("catalog", SessionCatalog.set_last_turn)
-    set_branch_turn = _Served("catalog", SessionCatalog.set_branch_turn)
-    lineage = _Served("catalog", SessionCatalog.lineage)
-    session_tree = _Served("catalog", SessionCatalog.session_tree)
+    def open_session(
+        self,
+        spec: str | int | None = "new",
+        *,
+        title: str | None = None,
+        script: str | None = None,
+        script_hash: str | None = None,
+        parent: int | None = None,
+        branch_turn: int | None = None,
+        on_create: OnCreate | None = None,
+    ) -> int:
+        """:meth:`SessionCatalog.open_session`."""
+        return self.catalog.open_session(
+            spec,
+            title=title,
+            script=script,
+            script_hash=script_hash,
+            parent=parent,
+            branch_turn=branch_turn,
+            on_create=on_create,
+        )
+
+    def session(self, session: int) -> dict[str, Any] | None:
+        """:meth:`SessionCatalog.session`."""
+        return self.catalog.session(session)
+
+    def sessions(self) -> list[dict[str, Any]]:
+        """:meth:`SessionCatalog.sessions`."""
+        return self.catalog.sessions()
+
+    def latest_session(self, script: str) -> int | None:
+        """:meth:`SessionCatalog.latest_session`."""
+        return self.catalog.latest_session(script)
+
+    def set_status(self, session: int, status: str) -> None:
+        """:meth:`SessionCatalog.set_status`."""
+        self.catalog.set_status(session, status)
+
+    def set_last_turn(self, session: int, value: int, *, at_least: bool = False) -> None:
+        """:meth:`SessionCatalog.set_last_turn`."""
+        self.catalog.set_last_turn(session, value, at_least=at_least)
+
+    def set_branch_turn(self, session: int, turn: int) -> None:
+        """:meth:`SessionCatalog.set_branch_turn`."""
+        self.catalog.set_branch_turn(session, turn)
+
+    def lineage(self, session: int) -> list[dict[str, Any]]:
+        """:meth:`SessionCatalog.lineage`."""
+        return self.catalog.lineage(session)
+
+    def session_tree(self) -> list[SessionNode]:
+        """:meth:`SessionCatalog.session_tree`."""
+        return self.catalog.session_tree()
+
     # souls, users and a session's actors
-    put_soul = _Served("people", People.put_soul)
-    put_user = _Served("people", People.put_user)
-    soul = _Served("people", People.soul)
-    user = _Served("people", People.user)
-    persona = _Served("people", People.persona)
-    load_personas = _Served("people", People.load_personas)
-    profiles = _Served("people", People.profiles)
-    seed = _Served("people", People.seed)
-    seed_file = _Served("people", People.seed_file)
-    record_actor = _Served("people", People.record_actor)
-    record_actors = _Served("people", People.record_actors)
-    session_actors = _Served("people", People.session_actors)
+    def put_soul(self, soul_id: str, name: str | None = None, persona: str | None = None) -> None:
+        """:meth:`People.put_soul`."""
+        self.people.put_soul(soul_id, name, persona)
+
+    def put_user(self, user_id: str, name: str | None = None, profile: str | None = None) -> None:
+        """:meth:`People.put_user`."""
+        self.people.put_user(user_id, name, profile)
+
+    def soul(self, soul_id: str) -> dict[str, Any] | None:
+        """:meth:`People.soul`."""
+        return self.people.soul(soul_id)
+
+    def user(self, user_id: str) -> dict[str, Any] | None:
+        """:meth:`People.user`."""
+        return self.people.user(user_id)
+
+    def persona(self, soul_id: str) -> str:
+        """:meth:`People.persona`."""
+        return self.people.persona(soul_id)
+
+    def load_personas(self, soul_ids: Iterable[str]) -> None:
+        """:meth:`People.load_personas`."""
+        self.people.load_personas(soul_ids)
+
+    def profiles(self, user_ids: Iterable[str]) -> str:
+        """:meth:`People.profiles`."""
+        return self.people.profiles(user_ids)
+
+    def seed(self, data: Mapping[str, Any]) -> None:
+        """:meth:`People.seed`."""
+        self.people.seed(data)
+
+    def seed_file(self, path: str | Path) -> None:
+        """:meth:`People.seed_file`."""
+        self.people.seed_file(path)
+
+    def record_actor(
+        self,
+        session: int,
+        name: str,
+        *,
+        type: str,
+        soul: str,
+        source: str | None = None,
+        blueprint: str | None = None,
+    ) -> None:
+        """:meth:`People.record_actor`."""
+        self.people.record_actor(
+            session, name, type=type, soul=soul, source=source, blueprint=blueprint
+        )
+
+    def record_actors(self, session: int, actors: Mapping[str, Mapping[str, Any]]) -> None:
+        """:meth:`People.record_actors`."""
+        self.people.record_actors(session, actors)
+
+    def session_actors(self, session: int) -> list[dict[str, Any]]:
+        """:meth:`People.session_actors`."""
+        return self.people.session_actors(session)
+
     # checkpoints
-    save_checkpoint = _Served("checkpoints", Checkpoints.save_checkpoint)
-    asave_checkpoint = _Served("checkpoints", Checkpoints.asave_checkpoint)
-    start_run = _Served("checkpoints", Checkpoints.start_run)
-    run_records = _Served("checkpoints", Checkpoints.run_records)
-    run_rows = _Served("checkpoints", Checkpoints.run_rows)
-    last_checkpoint = _Served("checkpoints", Checkpoints.last_checkpoint)
+    def save_checkpoint(
+        self, session: int, *, step: int, state: Mapping[str, Any], node: str | None = None
+    ) -> int:
+        """:meth:`Checkpoints.save_checkpoint`."""
+        return self.checkpoints.save_checkpoint(session, step=step, state=state, node=node)
+
+    def start_run(self, session: int) -> None:
+        """:meth:`Checkpoints.start_run`."""
+        self.checkpoints.start_run(session)
+
+    def run_records(self, session: int) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+        """:meth:`Checkpoints.run_records`."""
+        return self.checkpoints.run_records(session)
+
+    def run_rows(self, session: int) -> tuple[dict[str, Any], list[RecordRow]] | None:
+        """:meth:`Checkpoints.run_rows`."""
+        return self.checkpoints.run_rows(session)
+
+    def last_checkpoint(self, session: int) -> dict[str, Any] | None:
+        """:meth:`Checkpoints.last_checkpoint`."""
+        return self.checkpoints.last_checkpoint(session)

@@ -8,7 +8,6 @@ and writes the marks that are not a turn's.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Mapping
@@ -44,9 +43,6 @@ class Checkpoints:
         already has. Returns its id. Turns submit theirs with their messages."""
         self._log.submit(session, (), Checkpoint(state, step, node))
         return self.last_checkpoint(session)["id"]  # type: ignore[index]
-
-    async def asave_checkpoint(self, session: int, **kwargs: Any) -> int:
-        return await asyncio.to_thread(self.save_checkpoint, session, **kwargs)
 
     def start_run(self, session: int) -> None:
         """Mark the start of a run of the session (§16.4): its turn records follow, and

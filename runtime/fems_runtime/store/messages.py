@@ -21,6 +21,7 @@ import functools
 import heapq
 import itertools
 import json
+import operator
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,52 +36,56 @@ GROUP_COMMIT_S = 0.05  # how long a submitted turn may wait to be written with t
 
 
 @dataclass(frozen=True)
-class Message:
-    """One stored message (§13.1); ``kind`` is prompt, narration, reply, human, feedback, or
-    tool_call / tool_result (§15.5)."""
+class MessageBody:
+    """What a message's writer says of it (§13.1): ``kind`` is one of
+    :data:`~fems_runtime.words.MESSAGE_KINDS`; its turn, action and node, who spoke, and the
+    model and usage of the call that wrote it. :class:`Message` is it as stored,
+    :class:`NewMessage` as it is handed to the store."""
+
+    kind: str
+    content: str
+    turn: int | None = None
+    action: str | None = None
+    node: str | None = None
+    speaker_soul: str | None = None
+    speaker_user: str | None = None
+    speaker_name: str | None = None
+    model: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cost: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Message(MessageBody):
+    """One stored message: its body and what the store gave it, its id, session, sequence
+    number and time."""
 
     id: int
     session: int
     seq: int
-    kind: str
-    content: str
-    turn: int | None = None
-    action: str | None = None
-    node: str | None = None
-    speaker_soul: str | None = None
-    speaker_user: str | None = None
-    speaker_name: str | None = None
-    model: str | None = None
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    cost: float | None = None
     created: float = 0.0
 
 
-_MESSAGE_FIELDS = tuple(field.name for field in dataclasses.fields(Message))
-_ASSIGNED_FIELDS = ("id", "session", "seq", "created")  # given by the store, not the caller
-_GIVEN_FIELDS = tuple(name for name in _MESSAGE_FIELDS if name not in _ASSIGNED_FIELDS)
+@dataclass(frozen=True, kw_only=True)
+class NewMessage(MessageBody):
+    """A message to store: its body and its scope (the ``souls`` and ``users`` that may see
+    it)."""
 
-
-@dataclass(frozen=True)
-class NewMessage:
-    """A message to store: :class:`Message` without what the store assigns, plus its scope
-    (``souls`` and ``users`` that may see it)."""
-
-    kind: str
-    content: str
     souls: Iterable[str] = ()
     users: Iterable[str] = ()
-    turn: int | None = None
-    action: str | None = None
-    node: str | None = None
-    speaker_soul: str | None = None
-    speaker_user: str | None = None
-    speaker_name: str | None = None
-    model: str | None = None
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    cost: float | None = None
+
+
+_BODY_FIELDS = tuple(field.name for field in dataclasses.fields(MessageBody))
+_body = operator.attrgetter(*_BODY_FIELDS)  # a message's body as a tuple, in field order
+_STORED_FIELDS = (*_BODY_FIELDS, "id", "session", "seq", "created")  # a stored row's order
+
+
+def _stored(row: Sequence[Any]) -> Message:
+    """A message from a row of :data:`_STORED_FIELDS`, read positionally (building messages
+    from mappings was most of a read's cost)."""
+    *body, message_id, session, seq, created = row
+    return Message(*body, id=message_id, session=session, seq=seq, created=created)
 
 
 @dataclass(frozen=True)
@@ -168,7 +173,7 @@ def _between(entries: list[_SeqLine], after: int, last: int) -> list[_SeqLine]:
 
 
 @dataclass
-class _Batch:
+class Batch:
     """One submission for the writer: a session's messages (sequence numbers already given),
     its counters before and after, and a checkpoint; the writer fills ``ids``."""
 
@@ -183,7 +188,7 @@ class _Batch:
     def stored(self) -> list[Message]:
         """The messages as written (once the writer has given them their ids)."""
         return [
-            Message(id=i, session=self.session, seq=seq, created=created, **_fields(message))
+            Message(*_body(message), id=i, session=self.session, seq=seq, created=created)
             for i, (seq, message, created) in zip(self.ids, self.messages, strict=True)
         ]
 
@@ -198,13 +203,13 @@ class _Writer:
     it would leave gaps), so the run stops at its next store operation with the reason.
     """
 
-    def __init__(self, commit: Callable[[list[_Batch]], None]) -> None:
+    def __init__(self, commit: Callable[[list[Batch]], None]) -> None:
         self._commit = commit
-        self._pending: list[_Batch] = []
+        self._pending: list[Batch] = []
         self._timer: asyncio.TimerHandle | None = None
         self.error: BaseException | None = None
 
-    def submit(self, batch: _Batch) -> None:
+    def submit(self, batch: Batch) -> None:
         self._check()
         self._pending.append(batch)
         if self._timer is None:
@@ -294,18 +299,9 @@ class MessageLog:
         self.flush()
         return batch.stored()
 
-    async def aadd_message(self, session: int, kind: str, content: str, **kwargs: Any) -> Message:
-        return (await self.aadd_messages(session, [NewMessage(kind, content, **kwargs)]))[0]
-
-    async def aadd_messages(
-        self, session: int, new: Iterable[NewMessage], checkpoint: Checkpoint | None = None
-    ) -> list[Message]:
-        """:meth:`add_messages` for async callers (the write itself is short)."""
-        return self.add_messages(session, new, checkpoint)
-
     def submit(
         self, session: int, new: Iterable[NewMessage], checkpoint: Checkpoint | None = None
-    ) -> _Batch:
+    ) -> Batch:
         """Queue messages for the writer, in order, each with the session's next sequence
         number and its scope tags (the souls and users that may see it); they are written in
         one transaction, with ``checkpoint`` (a turn record, §16.4) whose state notes
@@ -325,9 +321,9 @@ class MessageLog:
         log: _SessionLog,
         new: list[NewMessage],
         checkpoint: Checkpoint | None,
-    ) -> _Batch:
+    ) -> Batch:
         now = time.time()
-        batch = _Batch(session, log.last_seq, log.last_seq + len(new), log.last_turn, [])
+        batch = Batch(session, log.last_seq, log.last_seq + len(new), log.last_turn, [])
         for seq, message in enumerate(new, start=log.last_seq + 1):
             batch.messages.append((seq, message, now))
             log.index(seq, message)
@@ -351,7 +347,7 @@ class MessageLog:
         stage, §17), in the writing thread."""
         self._listeners.append(listener)
 
-    def _commit(self, batches: Sequence[_Batch]) -> None:
+    def _commit(self, batches: Sequence[Batch]) -> None:
         """The writer's transaction for ``batches``: per session one compare-and-set of its
         counters, then every message, scope tag and checkpoint in one statement each."""
         sa = self._t.sa
@@ -384,19 +380,14 @@ class MessageLog:
         )
         with self._db.read() as db:
             rows = db.execute(query).all()
-        return [Message(*row) for row in rows]
+        return [_stored(row) for row in rows]
 
     def visible_messages(
         self, session: int, soul: str | None = None, user: str | None = None
     ) -> list[Message]:
         """The messages whose soul scope holds ``soul`` or whose user scope holds ``user``,
         oldest first, without private prompts (§13.2)."""
-        return [Message(*row) for row in self._visible(session, soul, user, narrow=False)]
-
-    async def avisible_messages(
-        self, session: int, soul: str | None = None, user: str | None = None
-    ) -> list[Message]:
-        return await asyncio.to_thread(self.visible_messages, session, soul, user)
+        return [_stored(row) for row in self._visible(session, soul, user, narrow=False)]
 
     def visible_lines(
         self,
@@ -525,7 +516,7 @@ class MessageLog:
         }
 
 
-def _advance_counters(db: Any, batches: Sequence[_Batch]) -> dict[int, list[int]]:
+def _advance_counters(db: Any, batches: Sequence[Batch]) -> dict[int, list[int]]:
     """Move each session's counters over ``batches`` with one compare-and-set, failing if
     another run moved them; returns session → [seq before, seq after, last turn]."""
     counters: dict[int, list[int]] = {}
@@ -543,17 +534,17 @@ def _advance_counters(db: Any, batches: Sequence[_Batch]) -> dict[int, list[int]
     return counters
 
 
-def _insert_messages(db: Any, batches: Sequence[_Batch], counters: dict[int, list[int]]) -> None:
+def _insert_messages(db: Any, batches: Sequence[Batch], counters: dict[int, list[int]]) -> None:
     """Insert the batches' messages, give each batch its messages' ids, then insert their
     scope tags."""
     rows = [
-        (batch.session, seq, created, *(getattr(message, name) for name in _GIVEN_FIELDS))
+        (batch.session, seq, created, *_body(message))
         for batch in batches
         for seq, message, created in batch.messages
     ]
     if not rows:
         return
-    bulk_insert(db, "messages", ("session_id", "seq", "created", *_GIVEN_FIELDS), rows)
+    bulk_insert(db, "messages", ("session_id", "seq", "created", *_BODY_FIELDS), rows)
     ids = {  # the new messages' ids, by (session, seq)
         (session, seq): message_id
         for session, (seq_from, seq_to, _) in counters.items()
@@ -597,13 +588,12 @@ def _advance_statement() -> Any:
 
 
 _MESSAGE_COLUMN_NAMES = tuple(
-    "session_id" if name == "session" else name for name in _MESSAGE_FIELDS
+    "session_id" if name == "session" else name for name in _STORED_FIELDS
 )
 
 
 def _message_columns(messages: Any) -> list[Any]:
-    """The message table's columns in :class:`Message` field order, so rows become messages
-    positionally (building them from mappings was most of a context's cost)."""
+    """The message table's columns in the order :func:`_stored` reads a row."""
     return [messages.c[name] for name in _MESSAGE_COLUMN_NAMES]
 
 
@@ -654,11 +644,6 @@ def _message_ids_statement() -> Any:
         messages.c.seq > sa.bindparam("seq_from"),
         messages.c.seq <= sa.bindparam("seq_to"),
     )
-
-
-def _fields(new: NewMessage) -> dict[str, Any]:
-    """The message columns a caller gives (all but id, session, seq and created)."""
-    return {name: getattr(new, name) for name in _GIVEN_FIELDS}
 
 
 def _text_or_none(value: Any) -> str | None:

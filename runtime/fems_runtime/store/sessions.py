@@ -4,7 +4,6 @@ sessions of a database form a tree."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -92,9 +91,6 @@ class SessionCatalog:
                 retries -= 1
                 if retries == 0:
                     raise RunError(f"cannot open a session: {error.orig}") from None
-
-    async def aopen_session(self, spec: str | int | None = "new", **kwargs: Any) -> int:
-        return await asyncio.to_thread(self.open_session, spec, **kwargs)
 
     def _open_session(
         self,

@@ -9,13 +9,13 @@ import sys
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fems_runtime.events import RunEvents, TurnBegan, TurnEnded, TurnEventKind
 from fems_runtime.human import AnswersFileHuman, HumanProvider, MockHuman, TerminalHuman
 from fems_runtime.lineage import Branch, Inheritance, open_branch
 from fems_runtime.llm import DEFAULT_RETRY_BUDGET, DEFAULT_TIMEOUT, ModelClient, RetryPolicy
-from fems_runtime.mcp import project_servers
+from fems_runtime.project import ProjectConfig
 from fems_runtime.records import RunError, TraceWriter, TurnLog
 from fems_runtime.store import Store, parse_session_spec
 from fems_runtime.tools import DEFAULT_MAX_TOOL_ROUNDS, Toolbox
@@ -29,6 +29,33 @@ if TYPE_CHECKING:
     from fems_runtime.variables import ActorSpec, BlueprintSpec, Variables
 
 
+class ScriptFacts(Protocol):
+    """What opening a run needs of its script (:class:`~fems_runtime.app.ScriptInfo`)."""
+
+    @property
+    def file(self) -> str: ...
+
+    @property
+    def sha256(self) -> str: ...
+
+    @property
+    def meta(self) -> Mapping[str, Any]: ...
+
+
+class RunProgram(Protocol):
+    """What opening a run needs of its :class:`~fems_runtime.app.Program`: the script, the
+    generated module's file, and the script's folder when ``fems2py run`` gave it."""
+
+    @property
+    def script(self) -> ScriptFacts: ...
+
+    @property
+    def module_file(self) -> str: ...
+
+    @property
+    def project_dir(self) -> str | None: ...
+
+
 class TurnServices(SharedServices):
     """The run's :class:`SharedServices`, opened from a generated module's `Program`;
     ``ai_turn``, ``human_turn`` and ``mind_turn`` run one turn of that kind
@@ -38,7 +65,7 @@ class TurnServices(SharedServices):
     @classmethod
     def open(
         cls,
-        program: Any,
+        program: RunProgram,
         variables: Variables,
         trace: TraceWriter | None = None,
         *,
@@ -72,8 +99,9 @@ class TurnServices(SharedServices):
         meta = dict(script.meta)
         project_dirs = _project_dirs(program, base_dir)
         try:
+            project = ProjectConfig.of_folders(project_dirs)
             client = _client_options(meta, timeout, retry_budget)
-            models = _model_client(project_dirs, meta, model, seed or 0, replies, client)
+            models = _model_client(project, meta, model, seed or 0, replies, client)
             store, number, log = open_store(
                 program, variables, db, Opening(session, resume, branch)
             )
@@ -90,7 +118,7 @@ class TurnServices(SharedServices):
             human=_human_provider(human, seed or 0),
             code=code,
             log=log,
-            toolbox=Toolbox(folder, code, project_servers(project_dirs)),
+            toolbox=Toolbox(folder, code, project.servers),
             all_tools=_script_tools(variables),
             **_meta_settings(meta),
         )
@@ -178,7 +206,7 @@ def _acting(ctx: Context, spec: TurnSpec, kind: TurnEventKind) -> tuple[str, Tur
 
 
 def _model_client(
-    project_dirs: list[Path],
+    project: ProjectConfig,
     meta: Mapping[str, Any],
     model: str | None,
     seed: int,
@@ -187,7 +215,7 @@ def _model_client(
 ) -> ModelClient:
     """The run's model client (§15.2): ``--replies`` implies ``fems/script``."""
     return ModelClient.for_project(
-        *project_dirs,
+        project,
         meta_model=_text(meta.get("model")) or None,
         run_model="fems/script" if replies is not None and model is None else model,
         seed=seed,
@@ -240,13 +268,12 @@ def _script_tools(variables: Variables) -> tuple[str, ...]:
     return tuple(dict.fromkeys(named))
 
 
-def _project_dirs(program: Any, base_dir: str | Path) -> list[Path]:
+def _project_dirs(program: RunProgram, base_dir: str | Path) -> list[Path]:
     """Where `fems.toml` and `.env` are looked for: the script's folder (the program's
     ``project_dir`` when ``fems2py run`` set it, else the generated module's), then
     `base_dir`."""
     dirs = [Path(base_dir).resolve()]
-    module_file = getattr(program, "module_file", None)
-    project_dir = getattr(program, "project_dir", None)
+    module_file, project_dir = program.module_file, program.project_dir
     if project_dir or module_file:
         module_dir = Path(str(project_dir or module_file)).resolve()
         if not project_dir:
@@ -268,7 +295,7 @@ class Opening:
 
 
 def open_store(
-    program: Any, variables: Variables, db: str | None, opening: Opening
+    program: RunProgram, variables: Variables, db: str | None, opening: Opening
 ) -> tuple[Store, int, TurnLog]:
     """Open the database and the session (§3 `database`, `session`), recording the actors;
     a new run marks its start, a resumed one loads the records to replay (§16.4), a branch
