@@ -27,6 +27,7 @@ from fems_runtime import funcs
 from fems_runtime.flow import (
     ConditionTable,
     Context,
+    FlowDebugger,
     FlowFunction,
     FuncSpec,
     MethodSpec,
@@ -49,6 +50,14 @@ if TYPE_CHECKING:
     from fems_runtime.specs import TurnSpec
     from fems_runtime.store import Store
     from fems_runtime.turns import TurnServices
+    from fems_runtime.turns.shared import TurnDebugger
+
+    class RunDebugger(FlowDebugger, TurnDebugger, Protocol):
+        """A debugger of the run (``--debug``, :mod:`fems_runtime.debug`): told when the
+        run's services are open, then awaited where a node begins and before each call."""
+
+        def opened(self, services: _Services) -> None: ...
+
 
 EXIT_OK, EXIT_RUN_ERROR, EXIT_USAGE = 0, 1, 2
 DEFAULT_MAX_STEPS = 100_000
@@ -118,6 +127,7 @@ class _Services:
         self.variables = variables
         self.trace = trace
         self.turns = turns  # ctx.ai/human/mind run their turns there
+        self.debugger: RunDebugger | None = None  # --debug (fems_runtime.debug)
         self._code = code
         self._hashes: dict[str, str | None] = {}
 
@@ -289,6 +299,7 @@ class Program:
         retry_budget: float | None = None,
         root: str | Path | None = None,
         max_cost: float | CostLimit | None = None,
+        debugger: RunDebugger | None = None,
     ) -> RunResult:
         """Run the main flow; raise :class:`RunError` (located in the ``.fems`` file) when the
         script fails. ``result`` writes the ``--result`` file in both cases; ``transcript``
@@ -305,7 +316,8 @@ class Program:
         may be a provider object (its page). ``root`` is the folder the built-in tools read,
         list and write in (default: the script's, §15.5). ``max_cost`` (US dollars, over
         ``meta: max_cost``; a batch passes its own :class:`~fems_runtime.limits.CostLimit`)
-        stops the run after the turn whose recorded cost passed it (§15.6)."""
+        stops the run after the turn whose recorded cost passed it (§15.6). ``debugger``
+        may hold the run at its nodes and turns (``--debug``, :mod:`fems_runtime.debug`)."""
         options = {name: value for name, value in locals().items() if name != "self"}
         run = _Run(self, options)
         try:  # a failure from here on, even before the first step, is a failed run (§16.3)
@@ -352,6 +364,10 @@ class Program:
         shown = [name.strip() for name in options.pop("show", "").split(",") if name.strip()]
         if options.get("transcript"):
             options["transcript"] = Transcript(everyone=[spec.name for spec in self.actors])
+        if options.pop("debug", False):
+            from fems_runtime.debug import debug_program
+
+            return debug_program(self, options, options.pop("listen", None), shown)
         if options.pop("serve", False):
             from fems_runtime.stage import serve_run
 
@@ -463,6 +479,10 @@ class _Run:
             )
         self._cost_limit(options["max_cost"], turns)
         services = _Services(program, variables, self.writer, turns, code)
+        debugger = options["debugger"]
+        if debugger is not None:
+            services.debugger = turns.debugger = debugger
+            debugger.opened(services)
         methods = {m.name: m for m in program.methods}
         self.ctx = Context(services, variables.root, self.steps, methods=methods)
         souls = options["souls"]
@@ -618,6 +638,10 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
             return f"{branch} starts a new session; --resume continues one: give one of them"
         if args.session is not None and not new_session:
             return f"{branch} starts a new session: leave out --session"
+    if args.listen is not None and not args.debug:
+        return "--listen serves a debugger: use it with --debug"
+    if args.debug and args.serve:
+        return "--debug and --serve both drive the run: give one"
     if args.port is not None and not args.serve:
         return "--port chooses the stage's port: use it with --serve"
     if args.db is not None and not args.db.strip():

@@ -158,6 +158,13 @@ class TurnRunner(Protocol):
     async def mind_turn(self, ctx: Context, spec: TurnSpec) -> TurnResult: ...
 
 
+class FlowDebugger(Protocol):
+    """A debugger of the run (``--debug``, :mod:`fems_runtime.debug`): awaited as each node
+    begins, before its action runs, so it can hold the branch there."""
+
+    async def node(self, ctx: Context, node: str, action: ActionFunction | None) -> None: ...
+
+
 class RunServices(Protocol):
     """What a run provides to every context (built by :mod:`fems_runtime.app`)."""
 
@@ -166,6 +173,9 @@ class RunServices(Protocol):
     lines: LineTable
     conditions: ConditionTable
     names: DeclaredNames
+
+    @property
+    def debugger(self) -> FlowDebugger | None: ...
 
     @property
     def turns(self) -> TurnRunner: ...
@@ -344,12 +354,14 @@ class Context:
         """Count one execution of ``node`` (§12.10), remember where this branch is, and run
         the node's ``action`` if it has one. Returns ``node``: a flow ends with
         ``return await ctx.step("END")``."""
-        await self._count_step(node, sys._getframe(1))
+        await self._count_step(node, sys._getframe(1), action)
         if action is not None:
             await action(self)
         return node
 
-    async def _count_step(self, node: str, caller: FrameType) -> None:
+    async def _count_step(
+        self, node: str, caller: FrameType, action: ActionFunction | None = None
+    ) -> None:
         """One execution of ``node``, at the ``.fems`` line of the generated line ``caller``
         runs: counted, traced, and remembered as where this branch is."""
         services, steps = self.services, self.steps
@@ -362,6 +374,8 @@ class Context:
             # a point where a cancelled branch (join(n)) stops and the other branches run; a
             # flow with nothing beside it only lets other tasks (the stage) in now and then
             await asyncio.sleep(0)
+        if services.debugger is not None:
+            await services.debugger.node(self, node, action)
 
     def stuck(self, node: str) -> RunError:
         """The "flow stuck" error (§12.3) at the line of the node's first condition: every
@@ -611,6 +625,7 @@ __all__ = [
     "Conditions",
     "Context",
     "DispatchFunction",
+    "FlowDebugger",
     "FlowFunction",
     "FuncSpec",
     "MethodSpec",

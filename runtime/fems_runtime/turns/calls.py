@@ -53,6 +53,9 @@ class CallingTurn(Turn):
         self.shown_live = False
         # what arrives matters only to those who show it and to an interrupt
         watched = bool(shown) or self.spec.interrupt is not None
+        debugger = self.services.debugger
+        if debugger is not None:  # held here, before the call (and its timeout) starts
+            await debugger.before_call(self, [*self.request.messages(keep), *self.added])
         try:
             while True:
                 messages = [*self.request.messages(keep), *self.added]
@@ -75,6 +78,8 @@ class CallingTurn(Turn):
             answer = Answer(call, valid_text(call.text), valid_text(call.reasoning))
         for watcher in watchers:  # the stored reply replaces it (an interrupt's marker added)
             watcher.finish(answer.text)
+        if debugger is not None:
+            debugger.called(self, answer)
         if live is not None and (call is None or not call.tool_calls or answer.text):
             live.finish(answer.text)
             self.shown_live = True

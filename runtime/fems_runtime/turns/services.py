@@ -112,6 +112,8 @@ class TurnServices(SharedServices):
             if error.line is None and not error.message.startswith(f"action {spec.action}"):
                 error.message = f"action {spec.action}: {error.message}"
             raise error.located(self.file, spec.line) from error.__cause__
+        if self.debugger is not None:
+            self.debugger.turn_ended(spec, result)
         for check in self.after_turn:
             check(spec)
         return result

@@ -8,7 +8,7 @@ import asyncio
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from fems_runtime.context import ContextCache
 from fems_runtime.llm import ModelClient
@@ -19,7 +19,20 @@ from fems_runtime.transcript import Transcript
 
 if TYPE_CHECKING:
     from fems_runtime.human import HumanProvider
-    from fems_runtime.specs import TurnSpec
+    from fems_runtime.specs import TurnResult, TurnSpec
+    from fems_runtime.turns.calls import Answer, CallingTurn
+
+
+class TurnDebugger(Protocol):
+    """A debugger of the run (``--debug``, :mod:`fems_runtime.debug`): awaited before a turn
+    sends its model call (the call is held while it waits, before any timeout starts), told
+    what the call answered and what the turn did."""
+
+    async def before_call(self, turn: CallingTurn, messages: list[dict[str, Any]]) -> None: ...
+
+    def called(self, turn: CallingTurn, answer: Answer) -> None: ...
+
+    def turn_ended(self, spec: TurnSpec, result: TurnResult) -> None: ...
 
 
 class HumanInputs:
@@ -98,6 +111,7 @@ class SharedServices:
     #: called with the spec after each turn, its messages submitted (a run's cost limit,
     #: §15.6, stops the run there by raising a RunError)
     after_turn: list[Callable[[TurnSpec], None]] = field(default_factory=list)
+    debugger: TurnDebugger | None = None  # --debug (fems_runtime.debug)
 
     def __post_init__(self) -> None:
         if self.contexts is None:

@@ -1,0 +1,66 @@
+"""``--debug``: a run under a Debug Adapter Protocol server (§16.3), imported only then.
+
+Why the protocol is written here rather than taken from debugpy: debugpy (pydevd) debugs
+Python threads and frames, and its source maps map one file's lines to another's. A FEM run's
+places are not Python lines: a branch of a ``par`` is an asyncio task on the one thread of the
+event loop (pydevd shows one thread, stopped whole), a stop "before a turn" must hold that turn's
+model call while its siblings are held at their own next node, and what the author wants to see
+is the context a model will receive, not the generated module's locals. So the few messages of
+the protocol (:mod:`.wire`, :mod:`.adapter`) are written here, on the standard library, and the
+run is held at two awaited hooks (a node begins, a model call is about to be sent).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from fems_runtime.debug.adapter import Adapter, Target
+from fems_runtime.debug.wire import Channel, stdio_streams
+
+if TYPE_CHECKING:
+    from fems_runtime.app import Program
+
+
+def debug_program(
+    program: Program, options: Mapping[str, Any], listen: str | None, shown: Sequence[str]
+) -> int:
+    """``python game.py --debug [--listen HOST:PORT]``: this program with these options; a
+    launch request's own ``program`` and ``args`` are those of the command line."""
+    return asyncio.run(serve(lambda args: (program, dict(options)), listen, shown))
+
+
+async def serve(target: Target, listen: str | None = None, shown: Sequence[str] = ()) -> int:
+    """Serve one client, over stdio or at ``listen``; the exit status of its run."""
+    if listen is None:
+        reader, write = await stdio_streams()
+        return await Adapter(Channel(write), target, list(shown)).serve(reader)
+    host, _, port = listen.rpartition(":")
+    finished: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    taken = False
+
+    async def client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal taken
+        if taken:
+            writer.close()  # one client per run
+            return
+        taken = True
+        try:
+            status = await Adapter(Channel(writer.write), target, list(shown)).serve(reader)
+        finally:
+            writer.close()
+        if not finished.done():
+            finished.set_result(status)
+
+    server = await asyncio.start_server(client, host, int(port))
+    bound = server.sockets[0].getsockname()
+    print(f"fems debugger: listening on {bound[0]}:{bound[1]}", file=sys.stderr, flush=True)
+    try:
+        return await finished
+    finally:
+        server.close()
+
+
+__all__ = ["debug_program", "serve"]
