@@ -29,6 +29,7 @@ class DapClient:
         self._seen = 0  # events before this index were handed out by wait_event
         self._changed = threading.Condition()
         self._closed = False
+        self._socket: socket.socket | None = None
         threading.Thread(target=self._read_all, daemon=True).start()
 
     @classmethod
@@ -46,7 +47,15 @@ class DapClient:
     def over_tcp(cls, host: str, port: int) -> DapClient:
         sock = socket.create_connection((host, port), timeout=TIMEOUT)
         sock.settimeout(None)
-        return cls(sock.makefile("rb"), sock.sendall)
+        client = cls(sock.makefile("rb"), sock.sendall)
+        client._socket = sock
+        return client
+
+    def close(self) -> None:
+        """Close a TCP client's socket (a stdio client's pipes belong to its process)."""
+        if self._socket is not None:
+            self._reader.close()
+            self._socket.close()
 
     def _read_all(self) -> None:
         while True:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fems_runtime.debug.adapter import Adapter, Target
@@ -27,9 +28,17 @@ if TYPE_CHECKING:
 def debug_program(
     program: Program, options: Mapping[str, Any], listen: str | None, shown: Sequence[str]
 ) -> int:
-    """``python game.py --debug [--listen HOST:PORT]``: this program with these options; a
-    launch request's own ``program`` and ``args`` are those of the command line."""
-    return asyncio.run(serve(lambda args: (program, dict(options)), listen, shown))
+    """``python game.py --debug [--listen HOST:PORT]``: this program with these options. A
+    launch request's ``program`` says where the ``.fems`` file is when the module does not
+    (it was built elsewhere); its options are those of the command line."""
+
+    def target(arguments: dict[str, Any]) -> tuple[Program, dict[str, Any]]:
+        named = arguments.get("program")
+        if program.source is None and named and Path(str(named)).name == program.script.file:
+            program.source = Path(str(named)).resolve()
+        return program, dict(options)
+
+    return asyncio.run(serve(target, listen, shown))
 
 
 async def serve(target: Target, listen: str | None = None, shown: Sequence[str] = ()) -> int:

@@ -105,14 +105,15 @@ class Breakpoint:
     hits: int = field(default=0)
 
     def hit_allows(self) -> bool:
-        """Count one hit; whether the hit condition (``5``, ``>= 5``, ``% 2``) lets it stop."""
+        """Count one hit; whether the hit condition (``5``: the fifth, ``>= 5``, ``% 2``) lets
+        it stop."""
         self.hits += 1
         if not self.hit_condition:
             return True
         found = _HIT.fullmatch(self.hit_condition)
         if found is None:
             return True
-        op, number = found[1] or ">=", int(found[2])
+        op, number = found[1] or "==", int(found[2])  # a bare N: the N-th hit
         if op == "%":
             return number > 0 and self.hits % number == 0
         if op == "==":
