@@ -202,6 +202,41 @@ def test_hit_counts_and_logpoints(tmp_path: Path) -> None:
         run_to_end(client)
 
 
+def test_code_file_lines_stop_as_in_a_python_debugger(tmp_path: Path) -> None:
+    """A breakpoint in game.py (a ``code:`` file), and a step into a ``@func`` from its node."""
+    game = WEREWOLF.parent / "game.py"
+    source = game.read_text(encoding="utf-8").splitlines()
+    first = 1 + source.index("    prey = _prey(alive, role)", source.index("def wolf_consensus("))
+    with adapter(tmp_path) as client:
+        client.request(
+            "setBreakpoints", source={"path": str(game)}, breakpoints=[{"line": first + 1}]
+        )
+        stopped = start(client)
+        assert stopped["reason"] == "breakpoint"
+        stack = client.request("stackTrace", threadId=stopped["threadId"])["stackFrames"]
+        assert [(f["name"], f["source"]["path"], f["line"]) for f in stack] == [
+            ("wolf_consensus", str(game), first + 1),
+            ("wolf_tally", str(WEREWOLF), line_of("action wolf_tally")),
+            ("mainflow", str(WEREWOLF), TALLY),
+        ]
+        assert evaluate(client, stack[0]["id"], "len(wolves_alive)") == "2"
+        assert "wolf_pick" in scope(client, stack[0]["id"], "Locals")
+        client.request("setBreakpoints", source={"path": str(game)}, breakpoints=[])
+        set_points(client, {"line": TALLY})
+        client.request("continue", threadId=1)
+        assert top(client, client.wait_event("stopped")["threadId"])["line"] == TALLY
+        client.request("stepIn", threadId=1)
+        assert client.wait_event("stopped")["reason"] == "step"
+        frame = top(client, 1)
+        assert (frame["name"], frame["source"]["path"], frame["line"]) == (
+            "wolf_consensus", str(game), first,
+        )  # fmt: skip
+        client.request("next", threadId=1)
+        client.wait_event("stopped")
+        assert top(client, 1)["line"] == first + 1
+        run_to_end(client)
+
+
 def test_restart_from_here_forks_the_session(tmp_path: Path) -> None:
     db = tmp_path / "games.db"
     with adapter(tmp_path, db=str(db)) as client:

@@ -17,7 +17,7 @@ import hashlib
 import os
 import sys
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -57,6 +57,8 @@ if TYPE_CHECKING:
         run's services are open, then awaited where a node begins and before each call."""
 
         def opened(self, services: _Services) -> None: ...
+
+        def code_call(self, ctx: Context, function: Callable[..., Any]) -> Callable[..., Any]: ...
 
 
 EXIT_OK, EXIT_RUN_ERROR, EXIT_USAGE = 0, 1, 2
@@ -163,6 +165,8 @@ class _Services:
                 )
             else:
                 function = self._code.function(spec.code, spec.function)
+                if self.debugger is not None:  # its lines may stop (--debug)
+                    function = self.debugger.code_call(ctx, function)
                 result = await funcs.call_function(function, inputs, name=name)
             pairs = funcs.assign_returns(ctx.frame, result, spec.outs or (), name=name)
             done: dict[str, Any] = {"outs": [value for _, value in pairs]}

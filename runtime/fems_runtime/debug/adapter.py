@@ -9,13 +9,16 @@ import asyncio
 import os
 from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from fems_runtime.debug.debugger import Debugger, Stop
 from fems_runtime.debug.expressions import ExpressionError, evaluate
 from fems_runtime.debug.points import Breakpoint, StopMap, valid_hit_condition
-from fems_runtime.debug.views import Views
+from fems_runtime.debug.pycode import canonic
+from fems_runtime.debug.views import Views, python_value
 from fems_runtime.debug.wire import Channel, ProtocolClosed, read_message
+from fems_runtime.funcs import CodeFiles
 from fems_runtime.records import RunError
 
 if TYPE_CHECKING:
@@ -111,6 +114,9 @@ class Adapter:
         program, options = self.target(args)
         self.program, self.options = program, options
         self.debugger.map = StopMap(program.module_file, program.lines, program.names)
+        base = Path(program.module_file).resolve().parent
+        files = CodeFiles(program.script.code, base).files.values()
+        self.debugger.code_files = frozenset(canonic(str(path)) for path in files)
         self.launched = True
 
     def on_configurationDone(self, args: dict[str, Any]) -> None:
@@ -171,7 +177,10 @@ class Adapter:
     def on_setBreakpoints(self, args: dict[str, Any]) -> dict[str, Any]:
         source = args.get("source") or {}
         asked = args.get("breakpoints") or [{"line": n} for n in args.get("lines") or ()]
-        if not self.is_script(str(source.get("path") or source.get("name") or "")):
+        path = str(source.get("path") or source.get("name") or "")
+        if canonic(path) in self.debugger.code_files:
+            return {"breakpoints": self.code_breakpoints(canonic(path), asked)}
+        if not self.is_script(path):
             message = "not this run's script"
             return {"breakpoints": [{"verified": False, "message": message} for _ in asked]}
         points: dict[int, Breakpoint] = {}
@@ -196,6 +205,28 @@ class Adapter:
             ident, line, item.get("condition"), item.get("hitCondition"), item.get("logMessage")
         )
         return {"id": ident, "verified": True, "line": line, "source": self.source()}
+
+    def code_breakpoints(self, path: str, asked: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Breakpoints in a ``code:`` file: on a line of code, or moved to the next one."""
+        lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+        code = [
+            n
+            for n, text in enumerate(lines, 1)
+            if text.strip() and not text.lstrip().startswith("#")
+        ]
+        answers, placed = [], set()
+        for item in asked:
+            line = next((n for n in code if n >= int(item.get("line", 0))), None)
+            ident = self.next_breakpoint
+            self.next_breakpoint += 1
+            if line is None:
+                answers.append({"id": ident, "verified": False, "message": "no code from here on"})
+                continue
+            placed.add(line)
+            source = {"name": Path(path).name, "path": path}
+            answers.append({"id": ident, "verified": True, "line": line, "source": source})
+        self.debugger.code_points[path] = placed
+        return answers
 
     def is_script(self, path: str) -> bool:
         script = self.script_path()
@@ -239,13 +270,25 @@ class Adapter:
         stop = self.held(thread)
         frames = []
         places = stop.places
+        for index in range(len(stop.code_frames) - 1, -1, -1):
+            code = stop.code_frames[index]
+            path = canonic(code.f_code.co_filename)
+            frames.append(
+                {
+                    "id": thread * FRAMES_PER_THREAD + len(places) + index,
+                    "name": code.f_code.co_name,
+                    "source": {"name": Path(path).name, "path": path},
+                    "line": code.f_lineno,
+                    "column": 1,
+                }
+            )
         for index in range(len(places) - 1, -1, -1):
             place = places[index]
             name = place.name
             top = index == len(places) - 1
             if top and stop.turn is not None:
                 name = f"{stop.turn.spec.action} (turn {stop.turn.id}, {stop.turn.actor})"
-            elif top:
+            elif top and not stop.code_frames:
                 name = f"{place.name}: {stop.ctx.node}"
             frames.append(
                 {
@@ -267,8 +310,20 @@ class Adapter:
             return stops[0]
         return self.held(int(frame_id) // FRAMES_PER_THREAD)
 
+    def code_frame(self, frame_id: Any, stop: Stop) -> FrameType | None:
+        """The ``code:`` file frame ``frame_id`` stands for (None: a frame of the flow)."""
+        if not stop.code_frames:
+            return None
+        if frame_id is None:
+            return stop.code_frames[-1]
+        index = int(frame_id) % FRAMES_PER_THREAD - len(stop.places)
+        return stop.code_frames[index] if index >= 0 else None
+
     def on_scopes(self, args: dict[str, Any]) -> dict[str, Any]:
         stop = self.frame_stop(args.get("frameId"))
+        code = self.code_frame(args.get("frameId"), stop)
+        if code is not None:
+            return {"scopes": self.views.python_scopes(code)}
         return {"scopes": self.views.scopes(stop)}
 
     def on_variables(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -276,7 +331,12 @@ class Adapter:
 
     def on_evaluate(self, args: dict[str, Any]) -> dict[str, Any]:
         stop = self.frame_stop(args.get("frameId"))
-        value = evaluate(str(args.get("expression", "")), stop.ctx.frame)
+        expression = str(args.get("expression", ""))
+        code = self.code_frame(args.get("frameId"), stop)
+        if code is not None:
+            value = python_value(expression, code)
+        else:
+            value = evaluate(expression, stop.ctx.frame)
         shown = self.views.variable("", value)
         return {
             "result": shown["value"],

@@ -12,11 +12,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import TYPE_CHECKING, Any, Literal
 
 from fems_runtime.debug.branches import Branch, Branches, Place
 from fems_runtime.debug.expressions import ExpressionError, evaluate
 from fems_runtime.debug.points import Breakpoint, StopMap
+from fems_runtime.debug.pycode import canonic, traced
 from fems_runtime.prompts import render
 
 if TYPE_CHECKING:
@@ -38,6 +40,7 @@ class Stop:
     places: tuple[Place, ...]
     turn: CallingTurn | None = None
     messages: list[dict[str, Any]] | None = None
+    code_frames: tuple[FrameType, ...] = ()  # at a line of a code: file (outermost first)
 
     @property
     def flow_depth(self) -> int:
@@ -71,6 +74,8 @@ class Debugger:
         self.stop_on_entry = stop_on_entry
         self.restarting = False  # a restarted run stops at its first live turn
         self.breakpoints: dict[int, Breakpoint] = {}
+        self.code_points: dict[str, set[int]] = {}  # code: file (real path) → lines
+        self.code_files: frozenset[str] = frozenset()
         self.running = asyncio.Event()
         self.running.set()
         self.held: dict[int, Stop] = {}
@@ -151,16 +156,23 @@ class Debugger:
         """Wait while another branch is stopped; then stop here if a breakpoint ``here``
         (asked once the run goes on: the breakpoints may have changed meanwhile), a step or
         a pause says so."""
-        while not self.running.is_set():  # another branch is stopped: wait with it
-            self.held[stop.branch.id] = stop
-            await self.running.wait()
-        self.held.pop(stop.branch.id, None)
+        await self._wait_turn(stop)
         if self.restarting:
             return
         hits = [point for point in self.breakpoints.values() if here(point)]
         reason, ids = self._reason(stop, hits)
-        if reason is None:
-            return
+        if reason is not None:
+            await self._stop(stop, reason, ids)
+
+    async def _wait_turn(self, stop: Stop) -> None:
+        """While another branch is stopped, wait with it."""
+        while not self.running.is_set():
+            self.held[stop.branch.id] = stop
+            await self.running.wait()
+        self.held.pop(stop.branch.id, None)
+
+    async def _stop(self, stop: Stop, reason: str, ids: list[int]) -> None:
+        """Stop every branch here, tell the client, and wait for it to go on."""
         self.running.clear()
         self.stepping, self.pause_requested = None, None
         self.held[stop.branch.id] = stop
@@ -219,6 +231,39 @@ class Debugger:
         if stepping.kind == "next":
             return (same and depth <= stepping.depth) or (gone and depth < stepping.depth)
         return (same or gone) and depth < stepping.depth
+
+    # ------------------------------------------------------------------ code: files
+
+    def code_call(self, ctx: Context, function: Callable[..., Any]) -> Callable[..., Any]:
+        """A ``code:`` function as its ``@func`` action calls it: traced when a breakpoint is
+        set in a code file or a step goes into it (:mod:`.pycode`)."""
+        assert self.branches is not None
+        branch = self.branches.current(ctx)
+        stepping = self.stepping
+        step_in = stepping is not None and stepping.kind == "stepIn" and stepping.branch is branch
+        if step_in:
+            self.stepping = None
+        if not step_in and not any(self.code_points.values()):
+            return function
+        places = self.branches.stack(branch, ctx)
+
+        async def hold(frames: tuple[FrameType, ...]) -> str:
+            return await self._hold_code(Stop(branch, ctx, places, code_frames=frames))
+
+        return traced(function, self.code_points, self.code_files, hold, step_in)
+
+    async def _hold_code(self, stop: Stop) -> str:
+        """A line of a code file stops the branch; how the client goes on, for bdb. A step
+        that leaves the function goes on as "next" in the flow."""
+        await self._wait_turn(stop)
+        top = stop.code_frames[-1]
+        at_point = top.f_lineno in self.code_points.get(canonic(top.f_code.co_filename), ())
+        await self._stop(stop, "breakpoint" if at_point else "step", [])
+        stepping = self.stepping
+        if stepping is None or stepping.branch is not stop.branch:
+            return "continue"
+        self.stepping = Stepping("next", stop.branch, len(stop.places) - 1)
+        return stepping.kind
 
     # ------------------------------------------------------------------ commands
 

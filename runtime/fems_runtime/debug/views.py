@@ -7,9 +7,11 @@ goes on."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from types import FrameType, ModuleType
 from typing import Any
 
 from fems_runtime.debug.debugger import Debugger, Stop
+from fems_runtime.debug.expressions import ExpressionError
 from fems_runtime.values import format_value
 from fems_runtime.variables import Frame
 
@@ -83,6 +85,29 @@ class Views:
             out.append((name, info))
         return out
 
+    def python_scopes(self, frame: FrameType) -> list[dict[str, Any]]:
+        """A frame of a ``code:`` file: its locals and the module's own globals."""
+        local = dict(frame.f_locals)
+        shared = {
+            name: value
+            for name, value in frame.f_globals.items()
+            if not name.startswith("__")
+            and not callable(value)
+            and not isinstance(value, ModuleType)
+        }
+        return [
+            {"name": "Locals", "variablesReference": self.reference(lambda: list(local.items()))},
+            {"name": "Globals", "variablesReference": self.reference(lambda: list(shared.items()))},
+        ]
+
+
+def python_value(expression: str, frame: FrameType) -> Any:
+    """A Python expression in a frame of a ``code:`` file (the console of a Python debugger)."""
+    try:
+        return eval(expression, frame.f_globals, dict(frame.f_locals))  # noqa: S307
+    except Exception as error:  # the author's expression: its error, not a traceback
+        raise ExpressionError(f"{type(error).__name__}: {error}") from None
+
 
 def _model(models: Any, source: str | None) -> str:
     """The model an AI actor's turns go to (§15.2), as the run resolves it."""
@@ -128,4 +153,4 @@ def _type(value: Any) -> str:
     return type(value).__name__
 
 
-__all__ = ["Views"]
+__all__ = ["Views", "python_value"]
