@@ -36,11 +36,19 @@ def line_of(text: str) -> int:
 
 
 @contextmanager
-def adapter(tmp_path: Path, *extra: str, db: str = ":memory:") -> Iterator[DapClient]:
+def adapter(
+    tmp_path: Path, *extra: str, db: str = ":memory:", env: dict[str, str] | None = None
+) -> Iterator[DapClient]:
     """``fems2py debug werewolf.fems …`` over stdio, initialized and launched."""
     args = [FEMS2PY, "debug", str(WEREWOLF), *OFFLINE, "--db", db, *extra]
     with open(tmp_path / "adapter.err", "wb") as err:
-        process = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
+        process = subprocess.Popen(
+            args,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            env={**os.environ, **(env or {})},
+        )
     client = DapClient.over_stdio(process)
     try:
         client.request("initialize", adapterID="fems", linesStartAt1=True)
@@ -143,6 +151,17 @@ def test_an_action_breakpoint_stops_before_its_turn_with_the_context_the_model_g
             assert messages[0]["name"] == "[0] system"
     assert "wolf_pick" in contexts["wolf"]  # the wolves' den: only the pack heard it
     assert "wolf_pick" not in contexts["villager"]
+
+
+def test_a_mind_turn_played_by_a_person_stops_at_its_node(tmp_path: Path) -> None:
+    """WEREWOLF_HUMAN=1 seats @you: its vote sends no model call, so it stops at the node."""
+    with adapter(tmp_path, "--human", "fems/mock", env={"WEREWOLF_HUMAN": "1"}) as client:
+        stopped = start(client, {"line": VOTE_PROMPT, "condition": "@voter == @you"})
+        frame = top(client, stopped["threadId"])
+        assert (frame["name"], frame["line"]) == ("mainflow par_voter_in_alive: vote", BALLOT_LINE)
+        scopes = [s["name"] for s in client.request("scopes", frameId=frame["id"])["scopes"]]
+        assert "Turn" not in scopes
+        run_to_end(client)
 
 
 def test_stepping_and_continuing_to_the_end_give_the_plain_run_result(tmp_path: Path) -> None:

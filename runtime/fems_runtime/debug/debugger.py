@@ -20,6 +20,7 @@ from fems_runtime.debug.expressions import ExpressionError, evaluate
 from fems_runtime.debug.points import Breakpoint, StopMap
 from fems_runtime.debug.pycode import canonic, traced
 from fems_runtime.prompts import render
+from fems_runtime.records import RunError
 
 if TYPE_CHECKING:
     from fems_runtime.debug.wire import Channel
@@ -115,9 +116,10 @@ class Debugger:
         stop = Stop(branch, ctx, self.branches.stack(branch, ctx))
         span = self.map.action_lines(action.__name__) if action is not None else None
         line = ctx.line
+        at_node = span is not None and (not span.turn or _played_by_a_person(ctx, span.executor))
 
         def here(point: Breakpoint) -> bool:
-            return point.line == line or (span is not None and not span.turn and point.line in span)
+            return point.line == line or (at_node and span is not None and point.line in span)
 
         await self._hook(stop, here)
 
@@ -286,6 +288,17 @@ class Debugger:
 
     def stopped(self) -> bool:
         return not self.running.is_set()
+
+
+def _played_by_a_person(ctx: Context, executor: str | None) -> bool:
+    """Whether a ``@mind`` turn's executor is human now: it sends no model call (§9.1)."""
+    if executor is None:
+        return False
+    try:
+        actor = ctx.frame.resolve_actor(executor)
+    except RunError:
+        return False  # the turn itself reports it
+    return bool(ctx.frame.variables.actor_info(actor).get("type") == "human")
 
 
 __all__ = ["Debugger", "LastTurn", "Stop"]

@@ -18,20 +18,22 @@ from fems_runtime.linetable import LineTable
 from fems_runtime.names import DeclaredNames
 
 _NODE_CALLS = frozenset({"step", "loop", "call", "fork"})
-_TURN_CALLS = frozenset({"ai", "mind", "human"})
-_ACTION_CALLS = frozenset({*_TURN_CALLS, "func", "assign"})
+_MODEL_CALLS = frozenset({"ai", "mind"})
+_ACTION_CALLS = frozenset({*_MODEL_CALLS, "human", "func", "assign"})
 
 
 @dataclass(frozen=True)
 class ActionSpan:
-    """One action's ``.fems`` lines; ``turn``: it is an ``@ai``/``@mind``/``@human`` turn,
-    which stops where its model call is about to be sent (a human turn: at its node)."""
+    """One action's ``.fems`` lines. An ``@ai`` or ``@mind`` turn stops where its model call
+    is about to be sent, except a ``@mind`` whose ``executor`` is a person; other actions stop
+    at their node."""
 
     name: str
     function: str
     first: int
     last: int
     turn: bool
+    executor: str | None = None
 
     def __contains__(self, line: int) -> bool:
         return self.first <= line <= self.last
@@ -70,9 +72,11 @@ class StopMap:
             spanned = [lines.line(n) for n in range(function.lineno, end + 1)]
             if first is not None:
                 last = max(line for line in spanned if line is not None)
-                turn = bool(called & _TURN_CALLS)
+                turn = bool(called & _MODEL_CALLS)
                 name = names.of(function.name)
-                self.actions[function.name] = ActionSpan(name, function.name, first, last, turn)
+                executor = _executor(calls)
+                span = ActionSpan(name, function.name, first, last, turn, executor)
+                self.actions[function.name] = span
 
     def place(self, line: int) -> int | None:
         """Where a breakpoint asked for at ``line`` stops: this line or the next with a node
@@ -87,6 +91,16 @@ class StopMap:
 
     def action_lines(self, function: str) -> ActionSpan | None:
         return self.actions.get(function)
+
+
+def _executor(calls: list[ast.Call]) -> str | None:
+    """The executor a ``ctx.mind("@x", …)`` names (the generated code writes it as text)."""
+    for call in calls:
+        if call.func.attr == "mind" and call.args:  # type: ignore[attr-defined]
+            first = call.args[0]
+            if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                return first.value
+    return None
 
 
 _HIT = re.compile(r"\s*(==|>=|>|%)?\s*(\d+)\s*")
