@@ -1,13 +1,14 @@
 """``--debug``: a run under a Debug Adapter Protocol server (§16.3), imported only then.
 
-Why the protocol is written here rather than taken from debugpy: debugpy (pydevd) debugs
-Python threads and frames, and its source maps map one file's lines to another's. A FEM run's
-places are not Python lines: a branch of a ``par`` is an asyncio task on the one thread of the
-event loop (pydevd shows one thread, stopped whole), a stop "before a turn" must hold that turn's
-model call while its siblings are held at their own next node, and what the author wants to see
-is the context a model will receive, not the generated module's locals. So the few messages of
-the protocol (:mod:`.wire`, :mod:`.adapter`) are written here, on the standard library, and the
-run is held at two awaited hooks (a node begins, a model call is about to be sent).
+Why the protocol is written here rather than served by debugpy: pydevd's source maps would map
+``.fems`` lines onto lines of the generated module, and a stop there stops the one thread that
+runs every branch's asyncio task (one thread for a whole ``par``, the whole run stopped, and an
+action's stop before its context exists). A FEM stop is a node or a turn whose model call is
+held while the sibling branches wait at their own next node, and it shows the run's state, not
+the module's Python locals. So the few messages of the protocol (:mod:`.wire`, :mod:`.adapter`)
+are written here on the standard library; the run is held at two awaited hooks (a node begins,
+a model call is about to be sent), and the lines of ``code:`` files are traced with :mod:`bdb`
+(:mod:`.pycode`).
 """
 
 from __future__ import annotations
