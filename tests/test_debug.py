@@ -37,7 +37,11 @@ def line_of(text: str) -> int:
 
 @contextmanager
 def adapter(
-    tmp_path: Path, *extra: str, db: str = ":memory:", env: dict[str, str] | None = None
+    tmp_path: Path,
+    *extra: str,
+    db: str = ":memory:",
+    env: dict[str, str] | None = None,
+    stop_on_entry: bool = False,
 ) -> Iterator[DapClient]:
     """``fems2py debug werewolf.fems …`` over stdio, initialized and launched."""
     args = [FEMS2PY, "debug", str(WEREWOLF), *OFFLINE, "--db", db, *extra]
@@ -52,7 +56,7 @@ def adapter(
     client = DapClient.over_stdio(process)
     try:
         client.request("initialize", adapterID="fems", linesStartAt1=True)
-        client.request("launch", program=str(WEREWOLF))
+        client.request("launch", program=str(WEREWOLF), stopOnEntry=stop_on_entry)
         yield client
     finally:
         if process.poll() is None:
@@ -151,6 +155,18 @@ def test_an_action_breakpoint_stops_before_its_turn_with_the_context_the_model_g
             assert messages[0]["name"] == "[0] system"
     assert "wolf_pick" in contexts["wolf"]  # the wolves' den: only the pack heard it
     assert "wolf_pick" not in contexts["villager"]
+
+
+def test_stop_on_entry_then_pause_at_the_next_node(tmp_path: Path) -> None:
+    with adapter(tmp_path, stop_on_entry=True) as client:
+        stopped = start(client)
+        assert stopped["reason"] == "entry"
+        assert top(client, 1)["name"] == "mainflow: START"
+        client.request("pause", threadId=1)
+        client.request("continue", threadId=1)
+        assert client.wait_event("stopped")["reason"] == "pause"
+        assert top(client, 1)["name"] == "mainflow: shuffle"
+        run_to_end(client)
 
 
 def test_a_mind_turn_played_by_a_person_stops_at_its_node(tmp_path: Path) -> None:
