@@ -347,3 +347,24 @@ def test_game_module_serves_with_debug(tmp_path: Path) -> None:
     client.send("disconnect")
     assert process.wait(TIMEOUT) == 0
     close(process)
+
+
+def test_debug_without_file_builds_what_launch_names(tmp_path: Path) -> None:
+    """``fems2py debug`` alone (an nvim-dap adapter): the launch request names the script and
+    its options; one that names no script, or a missing one, is refused with a message."""
+    process = subprocess.Popen(
+        [FEMS2PY, "debug"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    client = DapClient.over_stdio(process)
+    client.request("initialize", adapterID="fems")
+    assert "give program" in client.failure("launch")
+    assert "no-such.fems" in client.failure("launch", program=str(tmp_path / "no-such.fems"))
+    args = [*OFFLINE, "--db", ":memory:"]
+    client.request("launch", program=str(WEREWOLF), args=args, cwd=str(tmp_path))
+    stopped = start(client, {"line": TALLY})
+    assert top(client, stopped["threadId"])["source"]["path"] == str(WEREWOLF)
+    assert run_to_end(client)["exitCode"] == 0
+    client.send("disconnect")
+    assert process.wait(TIMEOUT) == 0
+    assert process.stderr is not None and b"Traceback" not in process.stderr.read()
+    close(process)

@@ -62,6 +62,7 @@ class Adapter:
         self.exit_code = 0
         self.next_breakpoint = 1
         self.done = asyncio.Event()
+        self.restarting: asyncio.Task[None] | None = None  # restart from here, under way
 
     async def serve(self, reader: asyncio.StreamReader) -> int:
         """Answer requests until the client disconnects; the run's exit status."""
@@ -90,6 +91,8 @@ class Adapter:
             response["body"] = handler(request.get("arguments") or {}) or {}
         except (RequestError, ExpressionError, RunError) as error:
             response.update(success=False, message=str(error))
+        except (ValueError, TypeError, KeyError) as error:  # arguments the protocol forbids
+            response.update(success=False, message=f"{command}: bad arguments ({error})")
         self.channel.send(response)
         if command == "initialize" and response["success"]:
             self.channel.event("initialized")
@@ -103,7 +106,10 @@ class Adapter:
 
     def on_launch(self, args: dict[str, Any]) -> None:
         if args.get("cwd"):
-            os.chdir(str(args["cwd"]))
+            try:
+                os.chdir(str(args["cwd"]))
+            except OSError as error:
+                raise RequestError(f"cwd {args['cwd']}: {error.strerror}") from None
         self.debugger.stop_on_entry = bool(args.get("stopOnEntry"))
         self.load(args)
 
@@ -389,9 +395,8 @@ class Adapter:
             raise RequestError("restart from here forks the session: give --db a file")
         session = self.debugger.services.turns.session
         fork = f"{session}:{max(stop.turn.id - 1, 0)}"
-        options = {**self.options, "fork": fork, "session": None, "resume": False}
-        options["reuse"] = None
-        asyncio.get_running_loop().create_task(self.restart(options, fork))
+        options = {**self.options, "fork": fork, "session": None, "resume": False, "reuse": None}
+        self.restarting = asyncio.create_task(self.restart(options, fork))
 
     async def restart(self, options: dict[str, Any], fork: str) -> None:
         old = self.run_task
