@@ -177,6 +177,13 @@ def run_module(
     ``project_dir`` is where the run looks for ``fems.toml`` and ``.env`` (``fems2py run``:
     the script's directory, since the build lives in the cache); ``source`` is the ``.fems``
     file it was built from (the stage draws its flow, §17)."""
+    return int(load_program(module_path, project_dir, source).main(list(args)))
+
+
+def load_program(
+    module_path: str | Path, project_dir: str | Path | None = None, source: str | Path | None = None
+) -> Any:
+    """The ``PROGRAM`` of a generated module imported from its path (see :func:`run_module`)."""
     module_path = Path(module_path)
     spec = importlib.util.spec_from_file_location(f"fems_build_{module_path.stem}", module_path)
     assert spec is not None and spec.loader is not None
@@ -186,7 +193,7 @@ def run_module(
         module.PROGRAM.project_dir = str(Path(project_dir).resolve())
     if source is not None:
         module.PROGRAM.source = Path(source).resolve()
-    return int(module.PROGRAM.main(list(args)))
+    return module.PROGRAM
 
 
 # ------------------------------------------------------------------------------ internals

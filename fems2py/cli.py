@@ -45,9 +45,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    if rest and args.command != "run":
+    if rest and args.command not in ("run", "debug"):
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    if args.command == "run":
+    if args.command in ("run", "debug"):
         args.module_args = rest
     return args.handler(args)
 
@@ -102,6 +102,18 @@ def _add_run_parser(commands: Commands[argparse.ArgumentParser]) -> None:
     run.add_argument("file", type=Path, metavar="FILE")
     run.add_argument("--root", type=Path, metavar="DIR", help=ROOT_HELP)
     run.set_defaults(handler=_run)
+
+    debug = commands.add_parser(
+        "debug",
+        help="build and run a script under a debugger (Debug Adapter Protocol on stdin/stdout)",
+        description="Build FILE like run and run it under a Debug Adapter Protocol server on "
+        "stdin/stdout (--listen HOST:PORT: for one client that attaches there). Without FILE, "
+        "the launch request's program and args say what to run. Every option after FILE is "
+        f"passed to the generated module: {run_flags()}.",
+    )
+    debug.add_argument("file", type=Path, nargs="?", metavar="FILE")
+    debug.add_argument("--root", type=Path, metavar="DIR", help=ROOT_HELP)
+    debug.set_defaults(handler=_debug)
 
 
 def _add_view_parsers(commands: Commands[argparse.ArgumentParser]) -> None:
@@ -332,6 +344,24 @@ def _run(args: argparse.Namespace) -> int:
     return run_module(
         built.output, module_args, project_dir=Path(args.file).parent, source=args.file
     )
+
+
+def _debug(args: argparse.Namespace) -> int:
+    """``fems2py debug FILE …`` is ``fems2py run FILE --debug …``; without FILE, each launch
+    request builds its ``program``."""
+    if args.file is not None:
+        args.module_args = ["--debug", *args.module_args]
+        return _run(args)
+    if args.module_args:
+        print("fems2py debug: give FILE before the module's options", file=sys.stderr)
+        return EXIT_USAGE
+    import asyncio
+
+    from fems_runtime.debug import serve
+
+    from fems2py.debugging import launch_target
+
+    return asyncio.run(serve(launch_target))
 
 
 def _graph(args: argparse.Namespace) -> int:

@@ -248,10 +248,11 @@ def test_chinese_punctuation_script_runs(tmp_path: Path) -> None:
 
 class _Services:
     """The least a Context needs: a file name, the run's events and a line table (hand-written
-    flows have no lines), no models, no code files."""
+    flows have no lines), no models, no code files, no debugger."""
 
     file = "hand.fems"
     conditions: dict[str, dict[str, tuple[tuple[str, tuple[str, ...]], ...]]] = {}
+    debugger = None
 
     def __init__(self) -> None:
         self.events = RunEvents()

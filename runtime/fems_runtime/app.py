@@ -18,7 +18,7 @@ import hashlib
 import os
 import sys
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -39,6 +39,7 @@ from fems_runtime.events import (
 from fems_runtime.flow import (
     ConditionTable,
     Context,
+    FlowDebugger,
     FlowFunction,
     FuncSpec,
     MethodSpec,
@@ -60,6 +61,16 @@ if TYPE_CHECKING:
     from fems_runtime.human import HumanProvider
     from fems_runtime.store import Store
     from fems_runtime.turns import TurnServices
+    from fems_runtime.turns.shared import TurnDebugger
+
+    class RunDebugger(FlowDebugger, TurnDebugger, Protocol):
+        """A debugger of the run (``--debug``, :mod:`fems_runtime.debug`): told when the
+        run's services are open, then awaited where a node begins and before each call."""
+
+        def opened(self, services: _Services) -> None: ...
+
+        def code_call(self, ctx: Context, function: Callable[..., Any]) -> Callable[..., Any]: ...
+
 
 EXIT_OK, EXIT_RUN_ERROR, EXIT_USAGE = 0, 1, 2
 DEFAULT_MAX_STEPS = 100_000
@@ -129,6 +140,7 @@ class _Services:
         self.variables = variables
         self.events = events
         self.turns = turns  # ctx.ai/human/mind run their turns there
+        self.debugger: RunDebugger | None = None  # --debug (fems_runtime.debug)
         self._code = code
         self._hashes: dict[str, str | None] = {}
 
@@ -178,6 +190,8 @@ class _Services:
                 )
             else:
                 function = self._code.function(spec.code, spec.function)
+                if self.debugger is not None:  # its lines may stop (--debug)
+                    function = self.debugger.code_call(ctx, function)
                 result = await funcs.call_function(function, inputs, name=name)
             pairs = funcs.assign_returns(ctx.frame, result, spec.outs or (), name=name)
             done: dict[str, Any] = {"outs": [value for _, value in pairs]}
@@ -317,6 +331,7 @@ class Program:
         root: str | Path | None = None,
         max_cost: float | CostLimit | None = None,
         otel: bool | Mapping[str, str | int] | None = None,
+        debugger: RunDebugger | None = None,
     ) -> RunResult:
         """Run the main flow; raise :class:`RunError` (located in the ``.fems`` file) when the
         script fails. ``result`` writes the ``--result`` file in both cases; ``transcript``
@@ -336,7 +351,8 @@ class Program:
         stops the run after the turn whose recorded cost passed it (§15.6). ``otel`` exports
         the run's spans and metrics over OTLP (:mod:`fems_runtime.otel`; None: when the
         standard ``OTEL_*`` variables say so; a mapping: on, with these attributes on the
-        session's span)."""
+        session's span). ``debugger``
+        may hold the run at its nodes and turns (``--debug``, :mod:`fems_runtime.debug`)."""
         options = {name: value for name, value in locals().items() if name != "self"}
         run = _Run(self, options)
         try:  # a failure from here on, even before the first step, is a failed run (§16.3)
@@ -383,6 +399,10 @@ class Program:
         shown = [name.strip() for name in options.pop("show", "").split(",") if name.strip()]
         if options.get("transcript"):
             options["transcript"] = Transcript(everyone=[spec.name for spec in self.actors])
+        if options.pop("debug", False):
+            from fems_runtime.debug import debug_program
+
+            return debug_program(self, options, options.pop("listen", None), shown)
         if options.pop("serve", False):
             from fems_runtime.stage import serve_run
 
@@ -500,6 +520,10 @@ class _Run:
         self._cost_limit(options["max_cost"], turns)
         export_run(events, options["otel"], program.script.file)
         services = _Services(program, variables, events, turns, code)
+        debugger = options["debugger"]
+        if debugger is not None:
+            services.debugger = turns.debugger = debugger
+            debugger.opened(services)
         methods = {m.name: m for m in program.methods}
         self.ctx = Context(services, variables.root, self.steps, methods=methods)
         if events.active:
@@ -694,6 +718,10 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
             return f"{branch} starts a new session; --resume continues one: give one of them"
         if args.session is not None and not new_session:
             return f"{branch} starts a new session: leave out --session"
+    if args.listen is not None and not args.debug:
+        return "--listen serves a debugger: use it with --debug"
+    if args.debug and args.serve:
+        return "--debug and --serve both drive the run: give one"
     if args.port is not None and not args.serve:
         return "--port chooses the stage's port: use it with --serve"
     if args.db is not None and not args.db.strip():

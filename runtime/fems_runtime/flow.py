@@ -168,6 +168,13 @@ class TurnRunner(Protocol):
     async def mind_turn(self, ctx: Context, spec: TurnSpec) -> TurnResult: ...
 
 
+class FlowDebugger(Protocol):
+    """A debugger of the run (``--debug``, :mod:`fems_runtime.debug`): awaited as each node
+    begins, before its action runs, so it can hold the branch there."""
+
+    async def node(self, ctx: Context, node: str, action: ActionFunction | None) -> None: ...
+
+
 class RunServices(Protocol):
     """What a run provides to every context (built by :mod:`fems_runtime.app`)."""
 
@@ -176,6 +183,9 @@ class RunServices(Protocol):
     lines: LineTable
     conditions: ConditionTable
     names: DeclaredNames
+
+    @property
+    def debugger(self) -> FlowDebugger | None: ...
 
     @property
     def turns(self) -> TurnRunner: ...
@@ -411,6 +421,8 @@ class Context:
             # a point where a cancelled branch (join(n)) stops and the other branches run; a
             # flow with nothing beside it only lets other tasks (the stage) in now and then
             await asyncio.sleep(0)
+        if services.debugger is not None:
+            await services.debugger.node(self, node, action)
         return began
 
     def stuck(self, node: str) -> RunError:
@@ -682,6 +694,7 @@ __all__ = [
     "Conditions",
     "Context",
     "DispatchFunction",
+    "FlowDebugger",
     "FlowFunction",
     "FuncSpec",
     "MethodSpec",

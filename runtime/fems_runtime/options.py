@@ -44,6 +44,14 @@ def fork_point(text: str) -> str:
     return text.strip()
 
 
+def address(text: str) -> str:
+    """``HOST:PORT`` (``--listen``): checked and kept as written."""
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or int(port) > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r}: give HOST:PORT (for example 127.0.0.1:4711)")
+    return text
+
+
 def session_number(text: str) -> int:
     """A session number ≥ 1 (``--reuse``)."""
     if not text.strip().isdigit() or int(text) < 1:
@@ -157,6 +165,19 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
         "on too when an OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME or "
         "OTEL_RESOURCE_ATTRIBUTES variable is set)",
         switch=True,
+    ),
+    RunOption(
+        "--debug",
+        "run under a Debug Adapter Protocol server on stdin/stdout, for an editor that "
+        "launches it (breakpoints on .fems lines)",
+        switch=True,
+    ),
+    RunOption(
+        "--listen",
+        "with --debug: serve one debugger that attaches at HOST:PORT instead (port 0: a free "
+        "one, printed)",
+        type=address,
+        metavar="HOST:PORT",
     ),
 )
 

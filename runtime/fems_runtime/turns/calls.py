@@ -139,6 +139,9 @@ class CallingTurn(Turn):
         what had arrived when `interrupt:` cut it (§10.7). The context is cut to the model's
         window (§13.2a); a provider that still finds it too long gets half of it, once."""
         keep = plan.keep
+        debugger = self.services.debugger
+        if debugger is not None:  # held here, before the call (and its timeout) starts
+            await debugger.before_call(self, plan.messages(keep))
         began = listener = None
         if self.services.events.active:
             began = model_call_began(self, plan.messages(keep), attempt)
@@ -173,6 +176,8 @@ class CallingTurn(Turn):
         self.services.model_calls += 1
         if began is not None:
             model_call_ended(self, began, answer, messages, trimmed)
+        if debugger is not None:
+            debugger.called(self, answer)
         if trimmed:
             self.warn_trimmed(trimmed)
         if call is not None and call.finish_reason == "length":

@@ -165,11 +165,14 @@ class TurnServices(SharedServices):
 
     async def _located(self, spec: TurnSpec, turn: Awaitable[TurnResult]) -> TurnResult:
         try:
-            return await turn
+            result = await turn
         except RunError as error:
             if error.line is None and not error.message.startswith(f"action {spec.action}"):
                 error.message = f"action {spec.action}: {error.message}"
             raise error.located(self.file, spec.line) from error.__cause__
+        if self.debugger is not None:
+            self.debugger.turn_ended(spec, result)
+        return result
 
     def finish(self, status: str) -> None:
         """Print the run's warnings, record how the session ended, release the database."""

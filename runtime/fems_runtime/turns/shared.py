@@ -8,7 +8,7 @@ import asyncio
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from fems_runtime.context import ContextCache
 from fems_runtime.events import RunEvents
@@ -19,6 +19,20 @@ from fems_runtime.tools import DEFAULT_MAX_TOOL_ROUNDS, Toolbox
 
 if TYPE_CHECKING:
     from fems_runtime.human import HumanProvider
+    from fems_runtime.specs import TurnResult, TurnSpec
+    from fems_runtime.turns.calls import Answer, CallingTurn
+
+
+class TurnDebugger(Protocol):
+    """A debugger of the run (``--debug``, :mod:`fems_runtime.debug`): awaited before a turn
+    sends its model call (the call is held while it waits, before any timeout starts), told
+    what the call answered and what the turn did."""
+
+    async def before_call(self, turn: CallingTurn, messages: list[dict[str, Any]]) -> None: ...
+
+    def called(self, turn: CallingTurn, answer: Answer) -> None: ...
+
+    def turn_ended(self, spec: TurnSpec, result: TurnResult) -> None: ...
 
 
 class HumanInputs:
@@ -94,6 +108,7 @@ class SharedServices:
     #: the actors' built-in contexts, made from ``store``
     contexts: ContextCache = field(init=False)
     warned: set[tuple[str, str]] = field(default_factory=set)  # (what, actor) warned once
+    debugger: TurnDebugger | None = None  # --debug (fems_runtime.debug)
 
     def __post_init__(self) -> None:
         self.contexts = ContextCache(self.store)

@@ -1,0 +1,413 @@
+"""The Debug Adapter Protocol requests of one client, answered over :mod:`.wire`: launch or
+attach, breakpoints, threads, stack, scopes and variables, evaluate and setVariable, the run
+commands, and "restart from here" (``restartFrame`` on a turn: the session forked at that turn,
+§16.4a, runs on under the same client)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+from fems_runtime.debug.debugger import Debugger, Stop
+from fems_runtime.debug.expressions import ExpressionError, evaluate
+from fems_runtime.debug.points import Breakpoint, StopMap, valid_hit_condition
+from fems_runtime.debug.pycode import canonic
+from fems_runtime.debug.views import Views, python_value
+from fems_runtime.debug.wire import Channel, ProtocolClosed, read_message
+from fems_runtime.funcs import CodeFiles
+from fems_runtime.records import RunError
+
+if TYPE_CHECKING:
+    from fems_runtime.app import Program
+
+FRAMES_PER_THREAD = 1000
+CAPABILITIES = {
+    "supportsConfigurationDoneRequest": True,
+    "supportsConditionalBreakpoints": True,
+    "supportsHitConditionalBreakpoints": True,
+    "supportsLogPoints": True,
+    "supportsEvaluateForHovers": True,
+    "supportsSetVariable": True,
+    "supportsRestartFrame": True,
+    "supportsTerminateRequest": True,
+}
+
+#: What a launch or attach runs: the program and its run options, from the request's
+#: arguments (``program``, ``args``, ``cwd``).
+Target = Callable[[dict[str, Any]], tuple["Program", dict[str, Any]]]
+
+
+class RequestError(Exception):
+    """A request the adapter refuses; the message goes to the client."""
+
+
+class Adapter:
+    """One client's session: its requests, and the run it drives."""
+
+    def __init__(self, channel: Channel, target: Target, shown: list[str]) -> None:
+        self.channel = channel
+        self.target = target
+        self.shown = shown
+        self.debugger = Debugger(channel)
+        self.views = Views(self.debugger)
+        self.debugger.stopped_at = lambda stop: self.views.clear()
+        self.program: Program | None = None
+        self.options: dict[str, Any] = {}
+        self.run_task: asyncio.Task[None] | None = None
+        self.configured = self.launched = False
+        self.exit_code = 0
+        self.next_breakpoint = 1
+        self.done = asyncio.Event()
+        self.restarting: asyncio.Task[None] | None = None  # restart from here, under way
+
+    async def serve(self, reader: asyncio.StreamReader) -> int:
+        """Answer requests until the client disconnects; the run's exit status."""
+        try:
+            while not self.done.is_set():
+                message = await read_message(reader)
+                if message.get("type") == "request":
+                    self.answer(message)
+        except ProtocolClosed:
+            pass
+        await self.stop_run()
+        return self.exit_code
+
+    def answer(self, request: dict[str, Any]) -> None:
+        command = str(request.get("command", ""))
+        handler = getattr(self, f"on_{command}", None)
+        response: dict[str, Any] = {
+            "type": "response",
+            "request_seq": request.get("seq", 0),
+            "command": command,
+            "success": True,
+        }
+        try:
+            if handler is None:
+                raise RequestError(f"unsupported request {command!r}")
+            response["body"] = handler(request.get("arguments") or {}) or {}
+        except (RequestError, ExpressionError, RunError) as error:
+            response.update(success=False, message=str(error))
+        except (ValueError, TypeError, KeyError) as error:  # arguments the protocol forbids
+            response.update(success=False, message=f"{command}: bad arguments ({error})")
+        self.channel.send(response)
+        if command == "initialize" and response["success"]:
+            self.channel.event("initialized")
+        if command in ("launch", "attach", "configurationDone"):
+            self.maybe_start()
+
+    # ------------------------------------------------------------------ session
+
+    def on_initialize(self, args: dict[str, Any]) -> dict[str, Any]:
+        return CAPABILITIES
+
+    def on_launch(self, args: dict[str, Any]) -> None:
+        if args.get("cwd"):
+            try:
+                os.chdir(str(args["cwd"]))
+            except OSError as error:
+                raise RequestError(f"cwd {args['cwd']}: {error.strerror}") from None
+        self.debugger.stop_on_entry = bool(args.get("stopOnEntry"))
+        self.load(args)
+
+    def on_attach(self, args: dict[str, Any]) -> None:
+        self.load(args)
+
+    def load(self, args: dict[str, Any]) -> None:
+        program, options = self.target(args)
+        self.program, self.options = program, options
+        self.debugger.map = StopMap(program.module_file, program.lines, program.names)
+        base = Path(program.module_file).resolve().parent
+        files = CodeFiles(program.script.code, base).files.values()
+        self.debugger.code_files = frozenset(canonic(str(path)) for path in files)
+        self.launched = True
+
+    def on_configurationDone(self, args: dict[str, Any]) -> None:
+        self.configured = True
+
+    def maybe_start(self) -> None:
+        if self.configured and self.launched and self.run_task is None:
+            self.run_task = asyncio.create_task(self.run(self.options))
+
+    async def run(self, options: dict[str, Any]) -> None:
+        """One run under the debugger; its end ends the session (a restart starts another)."""
+        program = self.program
+        assert program is not None
+        try:
+            result = await program.run_async(**options, debugger=self.debugger)
+        except asyncio.CancelledError:
+            if self.debugger.restarting:
+                raise  # the restarted run goes on in its place
+            self.exit_code = 1
+            self.debugger.output(f"{program.script.file}: error: interrupted\n", "stderr")
+        except RunError as error:
+            self.exit_code = 1
+            self.debugger.output(f"{error}\n", "stderr")
+        except Exception as error:  # reported as the command line reports it: one line
+            self.exit_code = 1
+            self.debugger.output(f"{program.locate(error, options.get('db'))}\n", "stderr")
+        else:
+            self.exit_code = 0
+            lines = [
+                f"{program.script.file}: completed in {result.steps} steps, "
+                f"{result.model_calls} model calls (session {result.session})"
+            ]
+            lines += [f"{name} = {result.variables.get(name)}" for name in self.shown]
+            self.debugger.output("\n".join(lines) + "\n")
+        self.channel.event("exited", {"exitCode": self.exit_code})
+        self.channel.event("terminated")
+
+    async def stop_run(self) -> None:
+        task = self.run_task
+        if task is not None and not task.done():
+            task.cancel()
+            self.debugger.running.set()
+            await asyncio.gather(task, return_exceptions=True)
+
+    def on_disconnect(self, args: dict[str, Any]) -> None:
+        self.done.set()
+
+    def on_terminate(self, args: dict[str, Any]) -> None:
+        task = self.run_task
+        if task is not None and not task.done():
+            task.cancel()  # the run ends as interrupted, and says so
+            self.debugger.running.set()
+        else:
+            self.channel.event("terminated")
+
+    # ------------------------------------------------------------------ breakpoints
+
+    def on_setBreakpoints(self, args: dict[str, Any]) -> dict[str, Any]:
+        source = args.get("source") or {}
+        asked = args.get("breakpoints") or [{"line": n} for n in args.get("lines") or ()]
+        path = str(source.get("path") or source.get("name") or "")
+        if canonic(path) in self.debugger.code_files:
+            return {"breakpoints": self.code_breakpoints(canonic(path), asked)}
+        if not self.is_script(path):
+            message = "not this run's script"
+            return {"breakpoints": [{"verified": False, "message": message} for _ in asked]}
+        points: dict[int, Breakpoint] = {}
+        answers = []
+        for item in asked:
+            answers.append(self.breakpoint(item, points))
+        self.debugger.breakpoints = points
+        return {"breakpoints": answers}
+
+    def breakpoint(self, item: dict[str, Any], points: dict[int, Breakpoint]) -> dict[str, Any]:
+        stop_map = self.debugger.map
+        asked = int(item.get("line", 0))
+        line = stop_map.place(asked) if stop_map is not None else None
+        ident = self.next_breakpoint
+        self.next_breakpoint += 1
+        if line is None:
+            return {"id": ident, "verified": False, "line": asked, "message": "nothing runs here"}
+        if not valid_hit_condition(item.get("hitCondition")):
+            message = "hit count: give N, >= N, == N or % N"
+            return {"id": ident, "verified": False, "line": line, "message": message}
+        points[ident] = Breakpoint(
+            ident, line, item.get("condition"), item.get("hitCondition"), item.get("logMessage")
+        )
+        return {"id": ident, "verified": True, "line": line, "source": self.source()}
+
+    def code_breakpoints(self, path: str, asked: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Breakpoints in a ``code:`` file: on a line of code, or moved to the next one."""
+        lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+        code = [
+            n
+            for n, text in enumerate(lines, 1)
+            if text.strip() and not text.lstrip().startswith("#")
+        ]
+        answers, placed = [], set()
+        for item in asked:
+            line = next((n for n in code if n >= int(item.get("line", 0))), None)
+            ident = self.next_breakpoint
+            self.next_breakpoint += 1
+            if line is None:
+                answers.append({"id": ident, "verified": False, "message": "no code from here on"})
+                continue
+            placed.add(line)
+            source = {"name": Path(path).name, "path": path}
+            answers.append({"id": ident, "verified": True, "line": line, "source": source})
+        self.debugger.code_points[path] = placed
+        return answers
+
+    def is_script(self, path: str) -> bool:
+        script = self.script_path()
+        return bool(path) and (
+            (script is not None and os.path.realpath(path) == str(script))
+            or self.program is not None
+            and Path(path).name == Path(self.program.script.file).name
+        )
+
+    def script_path(self) -> Path | None:
+        program = self.program
+        if program is None:
+            return None
+        if program.source is not None:
+            return Path(program.source).resolve()
+        beside = Path(program.module_file).resolve().parent / program.script.file
+        return beside if beside.exists() else None
+
+    def source(self) -> dict[str, Any]:
+        assert self.program is not None
+        path = self.script_path()
+        name = Path(self.program.script.file).name
+        return {"name": name, "path": str(path)} if path is not None else {"name": name}
+
+    # ------------------------------------------------------------------ state
+
+    def on_threads(self, args: dict[str, Any]) -> dict[str, Any]:
+        branches = self.debugger.branches
+        live = branches.live() if branches is not None else []
+        threads = [{"id": b.id, "name": b.name} for b in live] or [{"id": 1, "name": "main"}]
+        return {"threads": threads}
+
+    def held(self, thread: int) -> Stop:
+        stop = self.debugger.held.get(thread)
+        if stop is None or not self.debugger.stopped():
+            raise RequestError("the run is not stopped in this thread")
+        return stop
+
+    def on_stackTrace(self, args: dict[str, Any]) -> dict[str, Any]:
+        thread = int(args.get("threadId", 0))
+        stop = self.held(thread)
+        frames = []
+        places = stop.places
+        for index in range(len(stop.code_frames) - 1, -1, -1):
+            code = stop.code_frames[index]
+            path = canonic(code.f_code.co_filename)
+            frames.append(
+                {
+                    "id": thread * FRAMES_PER_THREAD + len(places) + index,
+                    "name": code.f_code.co_name,
+                    "source": {"name": Path(path).name, "path": path},
+                    "line": code.f_lineno,
+                    "column": 1,
+                }
+            )
+        for index in range(len(places) - 1, -1, -1):
+            place = places[index]
+            name = place.name
+            top = index == len(places) - 1
+            if top and stop.turn is not None:
+                name = f"{stop.turn.spec.action} (turn {stop.turn.id}, {stop.turn.actor})"
+            elif top and not stop.code_frames:
+                name = f"{place.name}: {stop.ctx.node}"
+            frames.append(
+                {
+                    "id": thread * FRAMES_PER_THREAD + index,
+                    "name": name,
+                    "source": self.source(),
+                    "line": place.line or 0,
+                    "column": 1,
+                    "canRestart": top and stop.turn is not None,
+                }
+            )
+        return {"stackFrames": frames, "totalFrames": len(frames)}
+
+    def frame_stop(self, frame_id: Any) -> Stop:
+        if frame_id is None:
+            stops = list(self.debugger.held.values())
+            if not stops or not self.debugger.stopped():
+                raise RequestError("the run is not stopped")
+            return stops[0]
+        return self.held(int(frame_id) // FRAMES_PER_THREAD)
+
+    def code_frame(self, frame_id: Any, stop: Stop) -> FrameType | None:
+        """The ``code:`` file frame ``frame_id`` stands for (None: a frame of the flow)."""
+        if not stop.code_frames:
+            return None
+        if frame_id is None:
+            return stop.code_frames[-1]
+        index = int(frame_id) % FRAMES_PER_THREAD - len(stop.places)
+        return stop.code_frames[index] if index >= 0 else None
+
+    def on_scopes(self, args: dict[str, Any]) -> dict[str, Any]:
+        stop = self.frame_stop(args.get("frameId"))
+        code = self.code_frame(args.get("frameId"), stop)
+        if code is not None:
+            return {"scopes": self.views.python_scopes(code)}
+        return {"scopes": self.views.scopes(stop)}
+
+    def on_variables(self, args: dict[str, Any]) -> dict[str, Any]:
+        return {"variables": self.views.variables(int(args.get("variablesReference", 0)))}
+
+    def on_evaluate(self, args: dict[str, Any]) -> dict[str, Any]:
+        stop = self.frame_stop(args.get("frameId"))
+        expression = str(args.get("expression", ""))
+        code = self.code_frame(args.get("frameId"), stop)
+        if code is not None:
+            value = python_value(expression, code)
+        else:
+            value = evaluate(expression, stop.ctx.frame)
+        shown = self.views.variable("", value)
+        return {
+            "result": shown["value"],
+            "type": shown["type"],
+            "variablesReference": shown["variablesReference"],
+        }
+
+    def on_setVariable(self, args: dict[str, Any]) -> dict[str, Any]:
+        """An assignment like any other (traced as one, under the branch rule, §12.5a)."""
+        ref = int(args.get("variablesReference", 0))
+        frame = self.views.scope_frames.get(ref)
+        stop = next((s for s in self.debugger.held.values() if s.ctx.frame is frame), None)
+        if frame is None or stop is None:
+            raise RequestError("only the script's variables (Locals, Globals) can be set")
+        name = str(args.get("name", ""))
+        value = evaluate(str(args.get("value", "")), frame)
+        stop.ctx.assign(name, "=", value)
+        shown = self.views.variable(name, stop.ctx[name])
+        return {
+            "value": shown["value"],
+            "type": shown["type"],
+            "variablesReference": shown["variablesReference"],
+        }
+
+    # ------------------------------------------------------------------ run commands
+
+    def on_continue(self, args: dict[str, Any]) -> dict[str, Any]:
+        self.debugger.resume()
+        return {"allThreadsContinued": True}
+
+    def on_next(self, args: dict[str, Any]) -> None:
+        self.debugger.resume("next", int(args.get("threadId", 0)))
+
+    def on_stepIn(self, args: dict[str, Any]) -> None:
+        self.debugger.resume("stepIn", int(args.get("threadId", 0)))
+
+    def on_stepOut(self, args: dict[str, Any]) -> None:
+        self.debugger.resume("stepOut", int(args.get("threadId", 0)))
+
+    def on_pause(self, args: dict[str, Any]) -> None:
+        self.debugger.pause()
+
+    def on_restartFrame(self, args: dict[str, Any]) -> None:
+        """Restart from here: fork the session before this turn (§16.4a) and run the fork,
+        stopped at its first live turn (this one, or the first of its concurrent region)."""
+        stop = self.frame_stop(args.get("frameId"))
+        if stop.turn is None:
+            raise RequestError("restart from here works on a turn: stop at an action first")
+        if str(self.options.get("db") or "").strip() == ":memory:":
+            raise RequestError("restart from here forks the session: give --db a file")
+        session = self.debugger.services.turns.session
+        fork = f"{session}:{max(stop.turn.id - 1, 0)}"
+        options = {**self.options, "fork": fork, "session": None, "resume": False, "reuse": None}
+        self.restarting = asyncio.create_task(self.restart(options, fork))
+
+    async def restart(self, options: dict[str, Any], fork: str) -> None:
+        old = self.run_task
+        self.debugger.restarting = True
+        if old is not None and not old.done():
+            old.cancel()
+            self.debugger.running.set()
+            await asyncio.gather(old, return_exceptions=True)
+        self.debugger.output(f"restart from here: a new session forked from {fork}\n")
+        self.options = options
+        self.run_task = asyncio.create_task(self.run(options))
+
+
+__all__ = ["Adapter", "RequestError", "Target"]

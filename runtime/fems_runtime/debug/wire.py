@@ -1,0 +1,82 @@
+"""The Debug Adapter Protocol's wire format: JSON messages, each after a ``Content-Length``
+header, over a pair of asyncio streams (stdin/stdout of an editor that launched the adapter,
+or one TCP connection of an editor that attached)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from typing import Any, BinaryIO
+
+HEADER_END = b"\r\n\r\n"
+
+
+class ProtocolClosed(Exception):
+    """The client closed the connection (or sent what is not the protocol)."""
+
+
+async def read_message(reader: asyncio.StreamReader) -> dict[str, Any]:
+    """The next message, or :class:`ProtocolClosed` at the end of the stream."""
+    try:
+        header = await reader.readuntil(HEADER_END)
+    except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+        raise ProtocolClosed from None
+    length = None
+    for line in header.decode("ascii", "replace").split("\r\n"):
+        name, _, value = line.partition(":")
+        if name.strip().lower() == "content-length" and value.strip().isdigit():
+            length = int(value)
+    if length is None:
+        raise ProtocolClosed
+    try:
+        body = await reader.readexactly(length)
+        message = json.loads(body)
+    except (asyncio.IncompleteReadError, ConnectionError, ValueError):
+        raise ProtocolClosed from None
+    if not isinstance(message, dict):
+        raise ProtocolClosed
+    return message
+
+
+def frame(message: dict[str, Any]) -> bytes:
+    """``message`` as it goes on the wire."""
+    body = json.dumps(message, ensure_ascii=False, default=str).encode("utf-8")
+    return b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+
+class Channel:
+    """Where the adapter writes: numbered messages to one client."""
+
+    def __init__(self, write: Any) -> None:
+        self._write = write  # bytes -> None
+        self._seq = 0
+
+    def send(self, message: dict[str, Any]) -> None:
+        self._seq += 1
+        self._write(frame({"seq": self._seq, **message}))
+
+    def event(self, event: str, body: dict[str, Any] | None = None) -> None:
+        self.send({"type": "event", "event": event, "body": body or {}})
+
+
+async def stdio_streams() -> tuple[asyncio.StreamReader, Any]:
+    """Read stdin as a stream; write to the process's original stdout, which from here on
+    belongs to the protocol: whatever the run prints goes to stderr instead."""
+    import os
+
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=2**24)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    out: BinaryIO = os.fdopen(os.dup(sys.stdout.fileno()), "wb", buffering=0)
+    sys.stdout.flush()
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    sys.stdout = sys.stderr
+
+    def write(data: bytes) -> None:
+        out.write(data)
+
+    return reader, write
+
+
+__all__ = ["Channel", "ProtocolClosed", "frame", "read_message", "stdio_streams"]

@@ -1,0 +1,370 @@
+"""``fems2py debug`` driven as an editor drives it: the adapter is a subprocess spoken to over
+the Debug Adapter Protocol's wire format (stdin/stdout, or TCP on 127.0.0.1 with ``--listen``)
+by the small client of ``dap_client.py``; the werewolf example runs offline (§15.3)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from dap_client import TIMEOUT, DapClient  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+WEREWOLF = ROOT / "examples" / "werewolf" / "werewolf.fems"
+FEMS2PY = str(Path(sys.executable).parent / "fems2py")
+OFFLINE = (
+    "--model", "fems/mock", "--seed", "1",
+    "--souls", str(ROOT / "examples" / "werewolf" / "souls.yaml"),
+)  # fmt: skip
+TALLY, WOLF_LOOP, VOTE_PROMPT, VOTE_HEADER, BALLOT_LINE = 290, 288, 220, 218, 311
+
+
+def line_of(text: str) -> int:
+    """The werewolf.fems line holding ``text``, so the tests say what they stop on."""
+    lines = WEREWOLF.read_text(encoding="utf-8").splitlines()
+    return next(number for number, line in enumerate(lines, 1) if text in line)
+
+
+@contextmanager
+def adapter(
+    tmp_path: Path,
+    *extra: str,
+    db: str = ":memory:",
+    env: dict[str, str] | None = None,
+    stop_on_entry: bool = False,
+) -> Iterator[DapClient]:
+    """``fems2py debug werewolf.fems …`` over stdio, initialized and launched."""
+    args = [FEMS2PY, "debug", str(WEREWOLF), *OFFLINE, "--db", db, *extra]
+    with open(tmp_path / "adapter.err", "wb") as err:
+        process = subprocess.Popen(
+            args,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            env={**os.environ, **(env or {})},
+        )
+    client = DapClient.over_stdio(process)
+    try:
+        client.request("initialize", adapterID="fems", linesStartAt1=True)
+        client.request("launch", program=str(WEREWOLF), stopOnEntry=stop_on_entry)
+        yield client
+    finally:
+        if process.poll() is None:
+            client.send("disconnect")
+        assert process.wait(TIMEOUT) in (0, 1)
+        close(process)
+        assert b"Traceback" not in (tmp_path / "adapter.err").read_bytes()
+
+
+def close(process: subprocess.Popen[bytes]) -> None:
+    for stream in (process.stdin, process.stdout, process.stderr):
+        if stream is not None:
+            stream.close()
+
+
+def start(client: DapClient, *points: dict[str, Any]) -> dict[str, Any]:
+    """Set breakpoints on werewolf.fems, end the configuration, and wait for the first stop."""
+    set_points(client, *points)
+    client.request("configurationDone")
+    return client.wait_event("stopped")
+
+
+def set_points(client: DapClient, *points: dict[str, Any]) -> list[dict[str, Any]]:
+    body = client.request(
+        "setBreakpoints", source={"path": str(WEREWOLF)}, breakpoints=list(points)
+    )
+    return list(body["breakpoints"])
+
+
+def top(client: DapClient, thread: int) -> dict[str, Any]:
+    return client.request("stackTrace", threadId=thread)["stackFrames"][0]
+
+
+def scope(client: DapClient, frame: int, name: str) -> dict[str, dict[str, Any]]:
+    """The variables of scope ``name`` of a frame, by name."""
+    scopes = client.request("scopes", frameId=frame)["scopes"]
+    ref = next(s["variablesReference"] for s in scopes if s["name"] == name)
+    return {v["name"]: v for v in client.request("variables", variablesReference=ref)["variables"]}
+
+
+def evaluate(client: DapClient, frame: int, expression: str) -> str:
+    return str(client.request("evaluate", expression=expression, frameId=frame)["result"])
+
+
+def run_to_end(client: DapClient) -> dict[str, Any]:
+    set_points(client)
+    client.request("continue", threadId=1)
+    return client.wait_event("exited")
+
+
+def plain_run(tmp_path: Path, *extra: str) -> dict[str, Any]:
+    """The same game without the debugger: its ``--result``."""
+    result = tmp_path / "plain.json"
+    args = [FEMS2PY, "run", str(WEREWOLF), *OFFLINE, "--db", ":memory:", "--result", str(result)]
+    subprocess.run([*args, *extra], check=True, capture_output=True, timeout=TIMEOUT)
+    return json.loads(result.read_text())
+
+
+def test_breakpoints_move_to_the_next_line_that_runs_something(tmp_path: Path) -> None:
+    with adapter(tmp_path) as client:
+        comment = line_of("# Night: the wolves' den loops")
+        answers = set_points(client, {"line": comment}, {"line": VOTE_PROMPT}, {"line": 9999})
+        assert [a["verified"] for a in answers] == [True, True, False]
+        assert answers[0]["line"] == line_of("[Night]: next_night")
+        assert answers[1]["line"] == VOTE_PROMPT  # a field line of action vote
+        assert answers[1]["source"]["path"] == str(WEREWOLF)
+
+
+def test_an_action_breakpoint_stops_before_its_turn_with_the_context_the_model_gets(
+    tmp_path: Path,
+) -> None:
+    """Conditional breakpoints on the vote's prompt: a wolf's context holds the den's talk, a
+    villager's does not; the stack is the flow path; each voter of the ``par`` is a thread."""
+    contexts = {}
+    for role in ("wolf", "villager"):
+        with adapter(tmp_path) as client:
+            condition = f'role.@voter == "{role}" and day >= 1'
+            stopped = start(client, {"line": VOTE_PROMPT, "condition": condition})
+            thread = stopped["threadId"]
+            stack = client.request("stackTrace", threadId=thread)["stackFrames"]
+            assert [(f["source"]["path"], f["line"]) for f in stack] == [
+                (str(WEREWOLF), VOTE_HEADER),
+                (str(WEREWOLF), BALLOT_LINE),
+                (str(WEREWOLF), line_of("[Ballot] -> par @voter in alive")),
+            ]
+            assert evaluate(client, stack[0]["id"], "role.@voter") == f"'{role}'"
+            names = [t["name"] for t in client.request("threads")["threads"]]
+            assert len(names) == 1 + 6 and any("@voter = @Alice" in n for n in names)
+            turn = scope(client, stack[0]["id"], "Turn")
+            assert turn["action"]["value"] == "'vote'"
+            assert "Secret ballot" in turn["prompt"]["value"]
+            assert "@ballot" in turn["outs"]["value"]
+            ref = turn["context"]["variablesReference"]
+            messages = client.request("variables", variablesReference=ref)["variables"]
+            contexts[role] = " ".join(m["value"] for m in messages)
+            assert messages[0]["name"] == "[0] system"
+    assert "wolf_pick" in contexts["wolf"]  # the wolves' den: only the pack heard it
+    assert "wolf_pick" not in contexts["villager"]
+
+
+def test_stop_on_entry_then_pause_at_the_next_node(tmp_path: Path) -> None:
+    with adapter(tmp_path, stop_on_entry=True) as client:
+        stopped = start(client)
+        assert stopped["reason"] == "entry"
+        assert top(client, 1)["name"] == "mainflow: START"
+        client.request("pause", threadId=1)
+        client.request("continue", threadId=1)
+        assert client.wait_event("stopped")["reason"] == "pause"
+        assert top(client, 1)["name"] == "mainflow: shuffle"
+        run_to_end(client)
+
+
+def test_a_mind_turn_played_by_a_person_stops_at_its_node(tmp_path: Path) -> None:
+    """WEREWOLF_HUMAN=1 seats @you: its vote sends no model call, so it stops at the node."""
+    with adapter(tmp_path, "--human", "fems/mock", env={"WEREWOLF_HUMAN": "1"}) as client:
+        stopped = start(client, {"line": VOTE_PROMPT, "condition": "@voter == @you"})
+        frame = top(client, stopped["threadId"])
+        assert (frame["name"], frame["line"]) == ("mainflow par_voter_in_alive: vote", BALLOT_LINE)
+        scopes = [s["name"] for s in client.request("scopes", frameId=frame["id"])["scopes"]]
+        assert "Turn" not in scopes
+        run_to_end(client)
+
+
+def test_stepping_and_continuing_to_the_end_give_the_plain_run_result(tmp_path: Path) -> None:
+    result = tmp_path / "debugged.json"
+    start_line = line_of("[START] -> shuffle")
+    with adapter(tmp_path, "--result", str(result)) as client:
+        stopped = start(client, {"line": start_line})
+        assert top(client, stopped["threadId"])["name"] == "mainflow: START"
+        client.request("next", threadId=1)
+        assert client.wait_event("stopped")["reason"] in ("step", "breakpoint")
+        assert top(client, 1)["name"] == "mainflow: shuffle"
+        set_points(client)
+        client.request("stepIn", threadId=1)
+        assert client.wait_event("stopped")["reason"] == "step"
+        frame = top(client, 1)
+        assert (frame["name"], frame["line"]) == ("shuffle (turn 1, @Moderator)", 97)
+        client.request("stepOut", threadId=1)
+        client.wait_event("stopped")
+        assert (top(client, 1)["name"], top(client, 1)["line"]) == ("mainflow: deal", start_line)
+        client.request("next", threadId=1)
+        client.wait_event("stopped")
+        assert top(client, 1)["name"] == "mainflow: Night"
+        last = scope(client, top(client, 1)["id"], "Last turn")
+        assert last["action"]["value"] == "'shuffle'" and "deal_seed" in last["signals"]["value"]
+        assert run_to_end(client)["exitCode"] == 0
+    assert json.loads(result.read_text()) == plain_run(tmp_path)
+
+
+def test_evaluate_and_set_variable_is_an_assignment(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.jsonl"
+    result = tmp_path / "result.json"
+    with adapter(tmp_path, "--trace", str(trace), "--result", str(result)) as client:
+        stopped = start(client, {"line": TALLY})
+        frame = top(client, stopped["threadId"])["id"]
+        assert evaluate(client, frame, "wolves_alive") == "[@Cleo, @Fay]"
+        assert evaluate(client, frame, "wolf_pick.@Cleo == @Cleo or len(alive) == 6") == "true"
+        assert "cannot read" in client.failure("evaluate", expression="day ?", frameId=frame)
+        scopes = client.request("scopes", frameId=frame)["scopes"]
+        ref = next(s["variablesReference"] for s in scopes if s["name"] == "Globals")
+        body = client.request("setVariable", variablesReference=ref, name="max_days", value="1")
+        assert body["value"] == "1"
+        assert evaluate(client, frame, "max_days") == "1"
+        run_to_end(client)
+    assigned = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert any(e.get("event") == "assign" and e.get("target") == "max_days" for e in assigned)
+    assert json.loads(result.read_text())["vars"]["day"] == 1
+
+
+def test_hit_counts_and_logpoints(tmp_path: Path) -> None:
+    with adapter(tmp_path) as client:
+        log = {"line": WOLF_LOOP, "logMessage": "{@wolf} talks on night {night}"}
+        stopped = start(client, log, {"line": TALLY, "hitCondition": "2"})
+        frame = top(client, stopped["threadId"])["id"]
+        assert evaluate(client, frame, "wolf_rounds") == "1"  # the second tally, about to run
+        talks = [line for line in client.output().splitlines() if "talks on night" in line]
+        assert talks == [f"{wolf} talks on night 1" for wolf in ("@Cleo", "@Fay") * 2]
+        run_to_end(client)
+
+
+def test_code_file_lines_stop_as_in_a_python_debugger(tmp_path: Path) -> None:
+    """A breakpoint in game.py (a ``code:`` file), and a step into a ``@func`` from its node."""
+    game = WEREWOLF.parent / "game.py"
+    source = game.read_text(encoding="utf-8").splitlines()
+    first = 1 + source.index("    prey = _prey(alive, role)", source.index("def wolf_consensus("))
+    with adapter(tmp_path) as client:
+        client.request(
+            "setBreakpoints", source={"path": str(game)}, breakpoints=[{"line": first + 1}]
+        )
+        stopped = start(client)
+        assert stopped["reason"] == "breakpoint"
+        stack = client.request("stackTrace", threadId=stopped["threadId"])["stackFrames"]
+        assert [(f["name"], f["source"]["path"], f["line"]) for f in stack] == [
+            ("wolf_consensus", str(game), first + 1),
+            ("wolf_tally", str(WEREWOLF), line_of("action wolf_tally")),
+            ("mainflow", str(WEREWOLF), TALLY),
+        ]
+        assert evaluate(client, stack[0]["id"], "len(wolves_alive)") == "2"
+        assert "wolf_pick" in scope(client, stack[0]["id"], "Locals")
+        client.request("setBreakpoints", source={"path": str(game)}, breakpoints=[])
+        set_points(client, {"line": TALLY})
+        client.request("continue", threadId=1)
+        assert top(client, client.wait_event("stopped")["threadId"])["line"] == TALLY
+        client.request("stepIn", threadId=1)
+        assert client.wait_event("stopped")["reason"] == "step"
+        frame = top(client, 1)
+        assert (frame["name"], frame["source"]["path"], frame["line"]) == (
+            "wolf_consensus", str(game), first,
+        )  # fmt: skip
+        client.request("next", threadId=1)
+        client.wait_event("stopped")
+        assert top(client, 1)["line"] == first + 1
+        run_to_end(client)
+
+
+def test_restart_from_here_forks_the_session(tmp_path: Path) -> None:
+    db = tmp_path / "games.db"
+    with adapter(tmp_path, db=str(db)) as client:
+        stopped = start(client, {"line": VOTE_HEADER})
+        frame = top(client, stopped["threadId"])
+        assert frame["canRestart"]
+        set_points(client)
+        client.request("restartFrame", frameId=frame["id"])
+        again = client.wait_event("stopped")
+        assert again["reason"] == "restart"
+        assert "vote" in top(client, again["threadId"])["name"]
+        assert "debugging session 2" in client.output()
+        run_to_end(client)
+    with sqlite3.connect(db) as connection:
+        rows = connection.execute("SELECT id, parent FROM fems_sessions ORDER BY id").fetchall()
+    assert rows == [(1, None), (2, 1)]
+
+
+def test_attach_over_tcp_with_listen(tmp_path: Path) -> None:
+    args = [FEMS2PY, "debug", str(WEREWOLF), *OFFLINE, "--db", ":memory:"]
+    process = subprocess.Popen(
+        [*args, "--listen", "127.0.0.1:0"], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL
+    )
+    assert process.stderr is not None
+    line = process.stderr.readline().decode()
+    assert line.startswith("fems debugger: listening on 127.0.0.1:")
+    client = DapClient.over_tcp("127.0.0.1", int(line.rsplit(":", 1)[1]))
+    client.request("initialize", adapterID="fems")
+    client.request("attach")
+    stopped = start(client, {"line": TALLY})
+    assert top(client, stopped["threadId"])["line"] == TALLY
+    assert run_to_end(client)["exitCode"] == 0
+    client.send("disconnect")
+    assert process.wait(TIMEOUT) == 0
+    close(process)
+    client.close()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--listen", "127.0.0.1:1"], "--listen serves a debugger: use it with --debug"),
+        (["--debug", "--listen", "nowhere"], "give HOST:PORT"),
+    ],
+)
+def test_debug_options_misused_are_usage_errors(argv: Sequence[str], message: str) -> None:
+    done = subprocess.run(
+        [FEMS2PY, "run", str(WEREWOLF), *argv], capture_output=True, text=True, timeout=TIMEOUT
+    )
+    assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_game_module_serves_with_debug(tmp_path: Path) -> None:
+    """``python game.py --debug``: the built module serves the protocol itself."""
+    module = tmp_path / "werewolf.py"
+    subprocess.run(
+        [FEMS2PY, "build", str(WEREWOLF), "-o", str(module)], check=True, capture_output=True
+    )
+    env = {**os.environ, "PYTHONPATH": ""}
+    process = subprocess.Popen(
+        [sys.executable, str(module), "--debug", *OFFLINE, "--db", ":memory:"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    client = DapClient.over_stdio(process)
+    client.request("initialize", adapterID="fems")
+    client.request("launch", program=str(WEREWOLF))
+    stopped = start(client, {"line": TALLY})
+    assert top(client, stopped["threadId"])["source"]["path"] == str(WEREWOLF)
+    run_to_end(client)
+    client.send("disconnect")
+    assert process.wait(TIMEOUT) == 0
+    close(process)
+
+
+def test_debug_without_file_builds_what_launch_names(tmp_path: Path) -> None:
+    """``fems2py debug`` alone (an nvim-dap adapter): the launch request names the script and
+    its options; one that names no script, or a missing one, is refused with a message."""
+    process = subprocess.Popen(
+        [FEMS2PY, "debug"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    client = DapClient.over_stdio(process)
+    client.request("initialize", adapterID="fems")
+    assert "give program" in client.failure("launch")
+    assert "no-such.fems" in client.failure("launch", program=str(tmp_path / "no-such.fems"))
+    args = [*OFFLINE, "--db", ":memory:"]
+    client.request("launch", program=str(WEREWOLF), args=args, cwd=str(tmp_path))
+    stopped = start(client, {"line": TALLY})
+    assert top(client, stopped["threadId"])["source"]["path"] == str(WEREWOLF)
+    assert run_to_end(client)["exitCode"] == 0
+    client.send("disconnect")
+    assert process.wait(TIMEOUT) == 0
+    assert process.stderr is not None and b"Traceback" not in process.stderr.read()
+    close(process)
