@@ -100,8 +100,8 @@ test("the initial configurations and the snippets are valid launch and attach co
 });
 
 test("breakpoints, the command, its menus and the activation events are contributed", () => {
-  // the adapter serves .fems lines only; code: files are for a Python debugger
-  assert.deepStrictEqual(manifest.contributes.breakpoints, [{ language: "fems" }]);
+  // the lines of .fems scripts and of their code: Python files, which the adapter traces too
+  assert.deepStrictEqual(manifest.contributes.breakpoints, [{ language: "fems" }, { language: "python" }]);
   const command = manifest.contributes.commands.find((c) => c.command === debug.DEBUG_COMMAND);
   assert.strictEqual(command.title, "Debug this script");
   const { menus } = manifest.contributes;
