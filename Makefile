@@ -29,8 +29,9 @@ phoenix: $(PHOENIX)
 system-packages:
 	bash .ci/system-packages
 
-# The VS Code extension's npm packages (its client, esbuild, vsce, and VS Code's TextMate engine
-# that the grammar test runs on), as package-lock.json pins them.
+# The VS Code extension's npm packages (its client, esbuild, vsce, VS Code's TextMate engine that
+# the grammar test runs on, and TypeScript with VS Code's API types for `npm run check`), as
+# package-lock.json pins them.
 EDITOR := editors/vscode
 $(EDITOR)/node_modules/.package-lock.json: $(EDITOR)/package.json $(EDITOR)/package-lock.json
 	cd $(EDITOR) && npm ci --no-audit --no-fund --loglevel=error

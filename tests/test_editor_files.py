@@ -64,17 +64,42 @@ def test_the_manifest_names_files_that_exist() -> None:
     assert "vscode-languageclient" in manifest["dependencies"]
     source = (VSCODE / "src" / "extension.js").read_text(encoding="utf-8")
     assert 'require("vscode-languageclient/node")' in source and "fems2py" in source
+    # the debugger is fems2py's own adapter, registered on activation (test/debugger.test.js)
+    assert 'require("./debug")' in source and "registerDebugger(context)" in source
+    assert [debugger["type"] for debugger in manifest["contributes"]["debuggers"]] == ["fems"]
 
 
-def test_the_grammar_reads_every_script_without_an_invalid_scope() -> None:
-    """editors/vscode/test/grammar.test.js tokenizes every .fems file of the repository with
-    VS Code's own TextMate engine (`make editor-deps` installs it)."""
+def test_the_extensions_own_tests_pass() -> None:
+    """editors/vscode/test/: grammar.test.js tokenizes every .fems file of the repository with
+    VS Code's own TextMate engine (`make editor-deps` installs it); debugger.test.js checks the
+    `fems` debugger's contribution and runs src/debug.js against a stand-in for `vscode`.
+    Every test the files declare must have run and passed."""
     assert (VSCODE / "node_modules" / "vscode-textmate").is_dir(), "run `make editor-deps`"
+    files = sorted((VSCODE / "test").glob("*.test.js"))  # not the stand-in, which tests nothing
+    declared = sum(
+        len(re.findall(r"^test\(", path.read_text(encoding="utf-8"), re.MULTILINE))
+        for path in files
+    )
+    assert declared >= 10  # the grammar's tests and the debugger's
     run = subprocess.run(
-        ["node", "--test", "test/"], cwd=VSCODE, capture_output=True, text=True, timeout=120
+        ["node", "--test", *map(str, files)],
+        cwd=VSCODE,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "# pass 2" in run.stdout and "# fail 0" in run.stdout
+    assert f"# pass {declared}" in run.stdout and "# fail 0" in run.stdout, run.stdout
+
+
+def test_the_extension_type_checks_against_the_vscode_api() -> None:
+    """`npm run check`: TypeScript reads src/*.js against @types/vscode (the version of
+    engines.vscode), which catches a misused API call that the stand-in of the tests would take."""
+    assert (VSCODE / "node_modules" / "@types" / "vscode").is_dir(), "run `make editor-deps`"
+    run = subprocess.run(
+        ["npm", "run", "--silent", "check"], cwd=VSCODE, capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
 
 
 @pytest.mark.parametrize(("key", "regex"), list(patterns(GRAMMAR)))

@@ -1,11 +1,15 @@
 // The FEM extension: starts `fems2py lsp` and connects VS Code to it through the ecosystem's
 // Language Server Protocol client, vscode-languageclient. Diagnostics, definition, references,
 // rename, hover, completion and the outline are the server's; the client forwards them all.
+// The `fems` debugger (src/debug.js) runs `fems2py debug`, the runtime's Debug Adapter Protocol
+// server, in the same way.
 "use strict";
 
 const vscode = require("vscode");
 const { LanguageClient, TransportKind } = require("vscode-languageclient/node");
+const { registerDebugger } = require("./debug");
 
+/** @type {LanguageClient | undefined} */
 let client;
 
 /** The command that starts the server: `fems.server.command`, else `fems2py lsp`. */
@@ -16,7 +20,9 @@ function serverCommand() {
   return { command, args, transport: TransportKind.stdio };
 }
 
+/** @param {vscode.ExtensionContext} context */
 async function activate(context) {
+  registerDebugger(context); // debugging needs no language server, so it comes first
   const server = serverCommand();
   client = new LanguageClient(
     "fems",
@@ -30,8 +36,9 @@ async function activate(context) {
   try {
     await client.start();
   } catch (error) {
+    const reason = error instanceof Error ? error.message : String(error);
     vscode.window.showErrorMessage(
-      `FEM: could not start '${server.command}' (${error.message}). Install it with ` +
+      `FEM: could not start '${server.command}' (${reason}). Install it with ` +
         "pip install 'fems2py[lsp]' or set fems.server.command."
     );
     return;
