@@ -39,6 +39,8 @@ from typing import Any, ClassVar, Literal, Self, TypeVar
 Outcome = Literal["ok", "error"]
 #: The kinds of turn (§9.1): ``mind`` turns say which of ``ai``/``human`` they ran as.
 TurnEventKind = Literal["ai", "human", "mind", "func", "assign"]
+#: The turns an actor takes, a model or a person answering; ``func`` and ``assign`` run code.
+ACTOR_TURNS: frozenset[TurnEventKind] = frozenset({"ai", "human", "mind"})
 #: Where a tool comes from (§15.5): a built-in, a ``code:`` function, an MCP server's tool.
 ToolKind = Literal["builtin", "function", "mcp"]
 #: What starts concurrent or repeated branches: a ``fork`` (§12.3), ``par`` or ``for`` (§12.7).

@@ -13,6 +13,7 @@ from fems_runtime.events import (
     ModelCallFirstChunk,
     ReplyChunk,
     RunEvent,
+    RunEvents,
     ToolCallBegan,
     ToolCallEnded,
     ToolKind,
@@ -26,16 +27,23 @@ if TYPE_CHECKING:
     from fems_runtime.llm import CallResult, ModelChoice
     from fems_runtime.specs import TurnSpec
     from fems_runtime.tools import Tool, ToolCall, ToolOutcome
-    from fems_runtime.turns.shared import SharedServices
 
 _Point = TypeVar("_Point", bound=RunEvent)
+
+
+class EventServices(Protocol):
+    """What a turn's events need of the run's services
+    (:class:`~fems_runtime.turns.shared.SharedServices`): the bus they go out on."""
+
+    @property
+    def events(self) -> RunEvents: ...
 
 
 class Turn(Protocol):
     """What a turn's events need of a :class:`~fems_runtime.turns.turn.Turn`."""
 
     @property
-    def services(self) -> SharedServices: ...
+    def services(self) -> EventServices: ...
 
     @property
     def ctx(self) -> Context: ...

@@ -68,8 +68,13 @@ class ActorSpec:
             raise ValueError(f"actor type is 'ai' or 'human', not {self.type!r}")
         if self.soul is None:
             object.__setattr__(self, "soul", self.name[1:])
-        person = self.type == "human" and self.source not in (None, "", "0")
+        person = self.is_human and self.source not in (None, "", "0")
         object.__setattr__(self, "user", self.source if person else None)
+
+    @property
+    def is_human(self) -> bool:
+        """Whether a person plays the actor (a ``@mind`` turn then asks them, §9.1)."""
+        return self.type == "human"
 
 
 @dataclass(frozen=True)

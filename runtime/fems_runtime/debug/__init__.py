@@ -17,23 +17,20 @@ import asyncio
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from fems_runtime.debug.adapter import Adapter, Target
+from fems_runtime.debug.adapter import Adapter, DebuggedProgram, Target
 from fems_runtime.debug.wire import Channel, stdio_streams
-
-if TYPE_CHECKING:
-    from fems_runtime.app import Program
 
 
 def debug_program(
-    program: Program, options: Mapping[str, Any], listen: str | None, shown: Sequence[str]
+    program: DebuggedProgram, options: Mapping[str, Any], listen: str | None, shown: Sequence[str]
 ) -> int:
     """``python game.py --debug [--listen HOST:PORT]``: this program with these options. A
     launch request's ``program`` says where the ``.fems`` file is when the module does not
     (it was built elsewhere); its options are those of the command line."""
 
-    def target(arguments: dict[str, Any]) -> tuple[Program, dict[str, Any]]:
+    def target(arguments: dict[str, Any]) -> tuple[DebuggedProgram, dict[str, Any]]:
         named = arguments.get("program")
         if program.source is None and named and Path(str(named)).name == program.script.file:
             program.source = Path(str(named)).resolve()

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from fems_runtime.debug.debugger import Debugger, Stop
 from fems_runtime.debug.expressions import ExpressionError, evaluate
@@ -19,10 +19,9 @@ from fems_runtime.debug.pycode import canonic
 from fems_runtime.debug.views import Views, python_value
 from fems_runtime.debug.wire import Channel, ProtocolClosed, read_message
 from fems_runtime.funcs import CodeFiles
+from fems_runtime.linetable import LineTable
+from fems_runtime.names import DeclaredNames
 from fems_runtime.records import RunError
-
-if TYPE_CHECKING:
-    from fems_runtime.app import Program
 
 FRAMES_PER_THREAD = 1000
 CAPABILITIES = {
@@ -36,9 +35,48 @@ CAPABILITIES = {
     "supportsTerminateRequest": True,
 }
 
+
+class DebuggedScript(Protocol):
+    """What the adapter reads of a script (:class:`~fems_runtime.app.ScriptInfo`)."""
+
+    @property
+    def file(self) -> str: ...
+
+    @property
+    def code(self) -> Mapping[str, str]: ...
+
+
+class DebuggedResult(Protocol):
+    """What the adapter tells of a finished run (:class:`~fems_runtime.app.RunResult`)."""
+
+    session: int | None
+    steps: int
+    model_calls: int
+    variables: dict[str, Any]
+
+
+class DebuggedProgram(Protocol):
+    """What the adapter needs of a generated module's :class:`~fems_runtime.app.Program`
+    (a protocol, so the debugger does not import the module that starts it)."""
+
+    source: Path | None
+    module_file: str
+    lines: LineTable
+    names: DeclaredNames
+
+    @property
+    def script(self) -> DebuggedScript: ...
+
+    @property
+    def run_async(self) -> Callable[..., Awaitable[DebuggedResult]]:
+        """Runs it with the launch's options and ``debugger=``."""
+
+    def locate(self, error: BaseException, db: str | None = None) -> BaseException: ...
+
+
 #: What a launch or attach runs: the program and its run options, from the request's
 #: arguments (``program``, ``args``, ``cwd``).
-Target = Callable[[dict[str, Any]], tuple["Program", dict[str, Any]]]
+Target = Callable[[dict[str, Any]], tuple[DebuggedProgram, dict[str, Any]]]
 
 
 class RequestError(Exception):
@@ -55,7 +93,7 @@ class Adapter:
         self.debugger = Debugger(channel)
         self.views = Views(self.debugger)
         self.debugger.stopped_at = lambda stop: self.views.clear()
-        self.program: Program | None = None
+        self.program: DebuggedProgram | None = None
         self.options: dict[str, Any] = {}
         self.run_task: asyncio.Task[None] | None = None
         self.configured = self.launched = False
@@ -293,7 +331,7 @@ class Adapter:
             name = place.name
             top = index == len(places) - 1
             if top and stop.turn is not None:
-                name = f"{stop.turn.spec.action} (turn {stop.turn.id}, {stop.turn.actor})"
+                name = f"{stop.turn.spec.action} (turn {stop.turn.turn}, {stop.turn.actor})"
             elif top and not stop.code_frames:
                 name = f"{place.name}: {stop.ctx.node}"
             frames.append(
@@ -394,7 +432,7 @@ class Adapter:
         if str(self.options.get("db") or "").strip() == ":memory:":
             raise RequestError("restart from here forks the session: give --db a file")
         session = self.debugger.services.turns.session
-        fork = f"{session}:{max(stop.turn.id - 1, 0)}"
+        fork = f"{session}:{max(stop.turn.turn - 1, 0)}"
         options = {**self.options, "fork": fork, "session": None, "resume": False, "reuse": None}
         self.restarting = asyncio.create_task(self.restart(options, fork))
 

@@ -26,21 +26,19 @@ if TYPE_CHECKING:
     from fems_runtime.debug.wire import Channel
     from fems_runtime.flow import ActionFunction, Context
     from fems_runtime.specs import TurnResult, TurnSpec
-    from fems_runtime.turns.calls import Answer, CallingTurn
+    from fems_runtime.turns.shared import HeldCall
 
 StepKind = Literal["next", "stepIn", "stepOut"]
 
 
 @dataclass
 class Stop:
-    """A branch held at a hook: at a node (``turn`` None) or before a turn's model call, with
-    the messages that call will send."""
+    """A branch held at a hook: at a node (``turn`` None) or before a turn's model call."""
 
     branch: Branch
     ctx: Context
     places: tuple[Place, ...]
-    turn: CallingTurn | None = None
-    messages: list[dict[str, Any]] | None = None
+    turn: HeldCall | None = None
     code_frames: tuple[FrameType, ...] = ()  # at a line of a code: file (outermost first)
 
     @property
@@ -123,21 +121,21 @@ class Debugger:
 
         await self._hook(stop, here)
 
-    async def before_call(self, turn: CallingTurn, messages: list[dict[str, Any]]) -> None:
+    async def before_call(self, call: HeldCall) -> None:
         """A turn is about to send its model call: a breakpoint on its action stops it here."""
         assert self.branches is not None and self.map is not None
         if self.restarting:  # the restarted turn, the first live one of the new session
             self.restarting = False
             self.pause_requested = "restart"
-        branch = self.branches.current(turn.ctx)
-        stop = Stop(branch, turn.ctx, self.branches.stack(branch, turn.ctx), turn, messages)
-        line = turn.spec.line
+        branch = self.branches.current(call.ctx)
+        stop = Stop(branch, call.ctx, self.branches.stack(branch, call.ctx), call)
+        line = call.spec.line
         span = next((s for s in self.map.actions.values() if s.first == line), None)
         await self._hook(stop, lambda point: span is not None and point.line in span)
 
-    def called(self, turn: CallingTurn, answer: Answer) -> None:
-        last = self._last(turn.spec.action)
-        last.reply, last.reasoning = answer.text, answer.reasoning
+    def called(self, spec: TurnSpec, reply: str, reasoning: str) -> None:
+        last = self._last(spec.action)
+        last.reply, last.reasoning = reply, reasoning
 
     def turn_ended(self, spec: TurnSpec, result: TurnResult) -> None:
         last = self._last(spec.action)
@@ -298,7 +296,8 @@ def _played_by_a_person(ctx: Context, executor: str | None) -> bool:
         actor = ctx.frame.resolve_actor(executor)
     except RunError:
         return False  # the turn itself reports it
-    return bool(ctx.frame.variables.actor_info(actor).get("type") == "human")
+    spec = ctx.frame.variables.actors.get(str(actor))
+    return spec is not None and spec.is_human
 
 
 __all__ = ["Debugger", "LastTurn", "Stop"]

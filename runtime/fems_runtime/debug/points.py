@@ -94,9 +94,10 @@ class StopMap:
 
 
 def _executor(calls: list[ast.Call]) -> str | None:
-    """The executor a ``ctx.mind("@x", …)`` names (the generated code writes it as text)."""
+    """The executor a model call (``ctx.mind("@x", …)``) names: the generated code writes it
+    as text. A ``@mind``'s decides whether it stops at its model call or at its node."""
     for call in calls:
-        if call.func.attr == "mind" and call.args:  # type: ignore[attr-defined]
+        if call.func.attr in _MODEL_CALLS and call.args:  # type: ignore[attr-defined]
             first = call.args[0]
             if isinstance(first, ast.Constant) and isinstance(first.value, str):
                 return first.value

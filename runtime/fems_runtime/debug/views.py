@@ -80,7 +80,7 @@ class Views:
         out: list[tuple[str, Any]] = []
         for name, spec in variables.actors.items():
             info = {k: v for k, v in variables.actor_info(name).items() if v not in (None, False)}
-            if spec.type == "ai" and models is not None:
+            if not spec.is_human and models is not None:
                 info["model"] = _model(models, spec.source)
             out.append((name, info))
         return out
@@ -121,7 +121,7 @@ def _turn(stop: Stop) -> list[tuple[str, Any]]:
     """The turn about to run: who, which model, the messages exactly as they will be sent."""
     turn = stop.turn
     assert turn is not None
-    messages = stop.messages or []
+    messages = turn.messages
     context = {f"[{i}] {m.get('role', '')}": m.get("content", "") for i, m in enumerate(messages)}
     outs = {
         out.target + (f".{out.key}" if out.key else ""): out.type or "text"
@@ -130,10 +130,10 @@ def _turn(stop: Stop) -> list[tuple[str, Any]]:
     return [
         ("action", turn.spec.action),
         ("executor", turn.actor),
-        ("turn", turn.id),
-        ("model", turn.setup.choice.model),
+        ("turn", turn.turn),
+        ("model", turn.model),
         ("context", context),
-        ("prompt", turn.texts.prompt),
+        ("prompt", turn.prompt),
         ("outs", outs),
     ]
 

@@ -245,7 +245,7 @@ class RunSpans:
     def _turn_began(self, event: ev.TurnBegan) -> None:
         actor = event.where.actor
         attributes: dict[str, Any] = {"fems.kind": event.kind}
-        if actor is None or event.kind in ("func", "assign"):
+        if actor is None or event.kind not in ev.ACTOR_TURNS:
             self._start(event, f"{event.kind} {event.where.action}", attributes)
             return
         attributes[gen_ai.GEN_AI_OPERATION_NAME] = Operation.INVOKE_AGENT.value

@@ -24,6 +24,7 @@ from fems_runtime.turn_events import (
     model_call_ended,
     model_call_failed,
 )
+from fems_runtime.turns.shared import HeldCall
 from fems_runtime.turns.turn import Turn
 from fems_runtime.values import valid_text
 
@@ -141,7 +142,11 @@ class CallingTurn(Turn):
         keep = plan.keep
         debugger = self.services.debugger
         if debugger is not None:  # held here, before the call (and its timeout) starts
-            await debugger.before_call(self, plan.messages(keep))
+            model, messages = self.setup.choice.model, plan.messages(keep)
+            held = HeldCall(
+                self.ctx, self.spec, self.id, self.actor, model, self.texts.prompt, messages
+            )
+            await debugger.before_call(held)
         began = listener = None
         if self.services.events.active:
             began = model_call_began(self, plan.messages(keep), attempt)
@@ -177,7 +182,7 @@ class CallingTurn(Turn):
         if began is not None:
             model_call_ended(self, began, answer, messages, trimmed)
         if debugger is not None:
-            debugger.called(self, answer)
+            debugger.called(self.spec, answer.text, answer.reasoning)
         if trimmed:
             self.warn_trimmed(trimmed)
         if call is not None and call.finish_reason == "length":

@@ -203,7 +203,7 @@ def _acting(ctx: Context, spec: TurnSpec, kind: TurnEventKind) -> tuple[str, Tur
         executor = frame.resolve_actor(spec.executor, "the executor")
         voice = frame.resolve_actor(spec.role, "the role") if spec.role else executor
         if kind == "mind":
-            kind = "human" if frame.variables.actors[executor].type == "human" else "ai"
+            kind = "human" if frame.variables.actors[executor].is_human else "ai"
         return str(voice), kind
     return spec.role or spec.executor, kind
 

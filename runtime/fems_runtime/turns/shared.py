@@ -18,9 +18,23 @@ from fems_runtime.store import Store
 from fems_runtime.tools import DEFAULT_MAX_TOOL_ROUNDS, Toolbox
 
 if TYPE_CHECKING:
+    from fems_runtime.flow import Context
     from fems_runtime.human import HumanProvider
     from fems_runtime.specs import TurnResult, TurnSpec
-    from fems_runtime.turns.calls import Answer, CallingTurn
+
+
+@dataclass(frozen=True)
+class HeldCall:
+    """A turn's model call as a debugger sees it before it is sent: the turn, who speaks, the
+    model, and the messages exactly as they will go out."""
+
+    ctx: Context
+    spec: TurnSpec
+    turn: int
+    actor: str
+    model: str
+    prompt: str
+    messages: list[dict[str, Any]]
 
 
 class TurnDebugger(Protocol):
@@ -28,9 +42,9 @@ class TurnDebugger(Protocol):
     sends its model call (the call is held while it waits, before any timeout starts), told
     what the call answered and what the turn did."""
 
-    async def before_call(self, turn: CallingTurn, messages: list[dict[str, Any]]) -> None: ...
+    async def before_call(self, call: HeldCall) -> None: ...
 
-    def called(self, turn: CallingTurn, answer: Answer) -> None: ...
+    def called(self, spec: TurnSpec, reply: str, reasoning: str) -> None: ...
 
     def turn_ended(self, spec: TurnSpec, result: TurnResult) -> None: ...
 
