@@ -384,8 +384,9 @@ class StreamedReply:
 
 class LiveReplyListener(Protocol):
     """Shows one streamed reply as it arrives: ``feed(kind, chunk)`` each piece (kind
-    ``"text"``, ``"reasoning"``, or ``"discard"`` when the stream broke off and the call is
-    made again), ``finish(final)`` the reply as it will be stored once the call is over."""
+    ``"text"``, ``"reasoning"``, ``"discard"`` when the stream broke off and the call is
+    made again, or ``"warning"``: the engine's word about the reply, such as one that runs on
+    uncapped, §15.4), ``finish(final)`` the reply as it will be stored once the call is over."""
 
     def feed(self, kind: str, chunk: str) -> None: ...
 

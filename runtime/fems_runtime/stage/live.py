@@ -69,12 +69,16 @@ class _Partial:
     stage: LiveStage
     text: str = ""
     reasoning: str = ""
+    warning: str = ""  # a reply that runs on without a cap (§15.4)
     done: bool = False
 
     def feed(self, kind: str, chunk: str) -> None:
-        """A piece of the stream (kind ``text``, ``reasoning`` or ``discard``)."""
+        """A piece of the stream (kind ``text``, ``reasoning``, ``discard``, or ``warning``:
+        the engine's word about it)."""
         if kind == "discard":  # the stream broke off: what it said never counts
             self.text = self.reasoning = ""
+        elif kind == "warning":
+            self.warning = chunk
         elif kind == "reasoning":
             self.reasoning += chunk
         else:
@@ -102,6 +106,7 @@ class _Partial:
             "speaker": reply.speaker,
             "soul": reply.speaker_soul,
             "text": self.text,
+            "warning": self.warning,
             "done": self.done,
         }
         if director:

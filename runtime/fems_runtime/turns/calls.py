@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from fems_runtime.context import Request, estimate_messages, estimate_tokens, fit_to_window
 from fems_runtime.llm import ContextTooLong, ReplyStream
+from fems_runtime.longreply import long_reply_watch
 from fems_runtime.records import LiveReplyListener, RunError, StreamedReply
 from fems_runtime.turns.turn import Turn
 from fems_runtime.values import valid_text
@@ -45,11 +46,13 @@ class CallingTurn(Turn):
         """One model call as traced and stored: its reply without the reasoning (§13.1), or
         what had arrived when `interrupt:` cut it (§10.7). The context is cut to the model's
         window (§13.2a); a provider that still finds it too long gets half of it, once."""
-        assert self.request is not None
+        assert self.request is not None and self.choice is not None
+        await self.services.models.servers.learn(self.choice)  # its window, once (§15.4)
         keep = self.window_keep()
         live = self.live_printer()
         watchers = self.reply_watchers()
-        shown: list[LiveReplyListener] = [live, *watchers] if live is not None else watchers
+        shown: list[LiveReplyListener] = [live, *watchers] if live is not None else [*watchers]
+        shown += long_reply_watch(self, watchers)  # an uncapped reply that runs on (§15.4)
         self.shown_live = False
         # what arrives matters only to those who show it and to an interrupt
         watched = bool(shown) or self.spec.interrupt is not None

@@ -175,6 +175,7 @@ function writingItem(reply) {
   item.append(el("span", { class: "who", text: reply.speaker }), el("span", { class: "meta", text: where }));
   if (!reply.done) item.append(el("span", { class: "marker", text: "writing…" }));
   item.append(el("div", { class: "text", text: reply.text }));
+  if (reply.warning) item.append(el("div", { class: "warning", text: `⚠ ${reply.warning}` }));
   if (reply.reasoning) item.append(reasoningFold(reply.reasoning));
   return item;
 }
