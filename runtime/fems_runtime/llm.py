@@ -547,6 +547,17 @@ class ModelClient:
             raise ModelCallError("malformed", str(error)) from None
         return builder.reply()
 
+    async def try_once(
+        self, choice: ModelChoice, messages: list[dict[str, Any]], stream: ReplyStream, cap: int
+    ) -> Reply:
+        """One request of at most ``cap`` tokens, without retries (`fems2py models --check`):
+        a failure is the endpoint's `ModelCallError`, or a `RunError` for a missing key."""
+        silence = float(choice.options.get("timeout") or self.timeout)
+        fields = {"max_tokens": cap}
+        return await self._send(
+            choice, self._route(choice), messages, silence, stream=stream, fields=fields
+        )
+
     def _refused_reasoning(
         self, choice: ModelChoice, fields: dict[str, Any], error: ModelCallError
     ) -> bool:
