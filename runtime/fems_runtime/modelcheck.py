@@ -102,7 +102,7 @@ def _cap(options: Mapping[str, object], meta: Mapping[str, object]) -> Said:
 def _price(client: ModelClient, choice: ModelChoice) -> Said:
     options = choice.options
     if options.get("input_cost_per_token") is not None:
-        per_million = float(str(options["input_cost_per_token"])) * 1e6
+        per_million = float(options["input_cost_per_token"]) * 1e6
         return Said(f"${per_million:g} per million input tokens", "model map")
     entry = client.prices.entry(choice.model) or {}
     if isinstance(entry.get("input_cost_per_token"), int | float):
