@@ -65,6 +65,8 @@ def describe(
     options = choice.options
     route = openai_route(choice.model, options, client.environ)
     path = f"openai SDK, {route.base_url}" if route is not None else "litellm"
+    if choice.offline:
+        path = "built in, offline (§15.3)"
     return ModelRow(
         name=name,
         model=choice.model,
@@ -144,6 +146,8 @@ async def check_model(client: ModelClient, name: str) -> CheckResult:
         choice = client.resolve(None, name)
     except RunError as error:
         return CheckResult(name, failure=error.message)
+    if choice.offline:
+        return CheckResult(name, first_chunk=0.0)  # answers at once, with no network
     started = loop.time()
     try:
         reply = await client.try_once(
