@@ -175,7 +175,7 @@ class FakeOpenAI:
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", "0"))
                 data = self.rfile.read(length)
-                if not self.path.rstrip("/").endswith("/chat/completions"):
+                if not self.path.split("?")[0].rstrip("/").endswith("/chat/completions"):
                     self._not_found()  # as a real endpoint: only chat is served
                     return
                 body = json.loads(data or b"{}")
