@@ -63,6 +63,7 @@ def _argument_parser() -> argparse.ArgumentParser:
     _add_run_parser(commands)
     _add_batch_parser(commands)
     _add_view_parsers(commands)
+    _add_models_parser(commands)
     return parser
 
 
@@ -114,6 +115,31 @@ def _add_run_parser(commands: Commands[argparse.ArgumentParser]) -> None:
     debug.add_argument("file", type=Path, nargs="?", metavar="FILE")
     debug.add_argument("--root", type=Path, metavar="DIR", help=ROOT_HELP)
     debug.set_defaults(handler=_debug)
+
+
+def _add_models_parser(commands: Commands[argparse.ArgumentParser]) -> None:
+    """``models``: the model map as a run would use it (§15.2)."""
+    models = commands.add_parser(
+        "models",
+        help="list the models a script's runs would use; --check calls each once",
+        description="List the model map of FILE's folder (and of the working directory) and "
+        "the models FILE names: what each resolves to, the path it takes (the openai SDK or "
+        "litellm), its window, reply cap, price and concurrency, each with where it came from. "
+        "A local server of an entry with an api_base is asked what it is (a run does not ask). "
+        "Exit 1 when an entry is broken or a check fails.",
+    )
+    models.add_argument("file", type=Path, metavar="FILE")
+    models.add_argument(
+        "--check",
+        action="store_true",
+        help="send one short request to each model the script uses: time to first chunk and "
+        "tokens per second, or why it failed (no key, refused connection, unknown model)",
+    )
+    models.add_argument(
+        "--model", metavar="NAME", help="the run's --model, counted as used (default: FEMS_MODEL)"
+    )
+    models.add_argument("--root", type=Path, metavar="DIR", help=ROOT_HELP)
+    models.set_defaults(handler=_models)
 
 
 def _add_view_parsers(commands: Commands[argparse.ArgumentParser]) -> None:
@@ -362,6 +388,26 @@ def _debug(args: argparse.Namespace) -> int:
     from fems2py.debugging import launch_target
 
     return asyncio.run(serve(launch_target))
+
+
+def _models(args: argparse.Namespace) -> int:
+    from fems_runtime.records import RunError
+
+    from fems2py.frontend import analyze
+    from fems2py.models import report_models
+
+    try:
+        checked, _ = analyze(args.file, root=args.root)
+        fine = report_models(
+            checked.script, args.file.parent, sys.stdout, check=args.check, run_model=args.model
+        )
+    except CompileError as error:
+        _print_compile_error(error, args.file)
+        return EXIT_ERRORS
+    except RunError as error:  # a fems.toml that cannot be read
+        print(f"error: {error.message}", file=sys.stderr)
+        return EXIT_ERRORS
+    return EXIT_OK if fine else EXIT_ERRORS
 
 
 def _graph(args: argparse.Namespace) -> int:

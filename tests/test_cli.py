@@ -27,7 +27,7 @@ def test_version(capsys):
     assert capsys.readouterr().out.strip() == f"fems2py {__version__}"
 
 
-@pytest.mark.parametrize("command", ["check", "build", "run", "graph"])
+@pytest.mark.parametrize("command", ["check", "build", "run", "graph", "models"])
 def test_every_command_has_help(command, capsys):
     with pytest.raises(SystemExit) as exit_:
         main([command, "--help"])

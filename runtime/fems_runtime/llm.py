@@ -42,6 +42,7 @@ from fems_runtime.project import ProjectConfig
 from fems_runtime.reasoning import Piece, split_reasoning
 from fems_runtime.records import RunError
 from fems_runtime.replies import MalformedReply, Reply, ReplyBuilder
+from fems_runtime.serverinfo import LocalServers
 from fems_runtime.tools import ToolCall
 
 DEFAULT_MODEL = "fems/mock"
@@ -254,6 +255,7 @@ class ModelClient:
         self._choices: dict[tuple[str | None, str | None], ModelChoice] = {}
         self._routes: dict[int, tuple[ModelChoice, OpenAIRoute | None]] = {}
         self._no_reasoning: set[str] = set()  # models that refused a request to reason
+        self.servers = LocalServers(self._notice, self.environ)  # what local servers say
 
     @classmethod
     def for_project(
@@ -357,8 +359,9 @@ class ModelClient:
 
     def window(self, choice: ModelChoice) -> int | None:
         """The model's context window in tokens (§13.2a): the model map's `context_window`,
-        else the model's `max_input_tokens` in the bundled table, else None (unknown)."""
-        own = choice.options.get("context_window")
+        else what its server said (§15.4), else the model's `max_input_tokens` in the bundled
+        table, else None (unknown)."""
+        own = choice.options.get("context_window") or self.servers.window(choice)
         if own is not None:
             return int(own)
         if choice.offline:
@@ -455,8 +458,8 @@ class ModelClient:
         """The model map's own cap on calls in flight to one server (§15.4): a local server
         that answers one request at a time queues the others, and a queued request is silence
         that ``--timeout`` would cut, so they wait here instead, before the run's slot. Aliases
-        of one ``api_base`` share its cap."""
-        limit = choice.options.get("max_concurrency")
+        of one ``api_base`` share its cap; without one, what the server said it answers."""
+        limit = choice.options.get("max_concurrency") or self.servers.slots(choice)
         if limit is None:
             return contextlib.nullcontext()
         server = str(choice.options.get("api_base") or choice.model)
@@ -527,6 +530,17 @@ class ModelClient:
         except MalformedReply as error:
             raise ModelCallError(Failure.MALFORMED, str(error)) from None
         return builder.reply()
+
+    async def try_once(
+        self, choice: ModelChoice, messages: list[dict[str, Any]], stream: ReplyStream, cap: int
+    ) -> Reply:
+        """One request of at most ``cap`` tokens, without retries (`fems2py models --check`):
+        a failure is the endpoint's `ModelCallError`, or a `RunError` for a missing key."""
+        silence = float(choice.options.get("timeout") or self.timeout)
+        fields = {"max_tokens": cap}
+        return await self._send(
+            choice, self._route(choice), messages, silence, stream=stream, fields=fields
+        )
 
     def _refused_reasoning(
         self, choice: ModelChoice, fields: dict[str, Any], error: ModelCallError

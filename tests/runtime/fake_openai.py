@@ -175,7 +175,11 @@ class FakeOpenAI:
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", "0"))
-                body = json.loads(self.rfile.read(length) or b"{}")
+                data = self.rfile.read(length)
+                if not self.path.split("?")[0].rstrip("/").endswith("/chat/completions"):
+                    self._not_found()  # as a real endpoint: only chat is served
+                    return
+                body = json.loads(data or b"{}")
                 behaviour = fake._next(body)
                 try:
                     if behaviour.pause:
@@ -188,6 +192,14 @@ class FakeOpenAI:
                     self.close_connection = True  # the client gave up before the answer
                 finally:
                     fake._done()
+
+            def _not_found(self) -> None:
+                answer = b'{"error": {"message": "not found"}}'
+                self.send_response(404)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
 
             def _answer(self, behaviour: Behaviour, body: dict[str, Any]) -> None:
                 if behaviour.status == 200 and body.get("stream") and not behaviour.whole:
