@@ -132,6 +132,7 @@ def test_a_new_kind_needs_only_its_row_to_be_parsed_and_checked(
 #: kinds of an ``interrupt:`` (§9.2), of a ``scope:`` item and of a target's key.
 _OTHER_VOCABULARIES = {
     "a.kind",
+    "actor.kind",
     "owner.kind",
     "kind",
     "self.type",

@@ -16,20 +16,29 @@ import asyncio
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fems_runtime.endpoints import openai_route
 
 if TYPE_CHECKING:
     import httpx
 
-    from fems_runtime.llm import ModelChoice
-
 PROBE_SECONDS = 2.0
 """How long one question to a server may take: a local server answers in milliseconds."""
 
 OWN_FACTS = ("context_window", "max_concurrency")
 """The entry's options a server can tell, in the words of the model map."""
+
+
+class ModelChoice(Protocol):
+    """What a server is asked about: an entry's model string and its options (llm.py's
+    ``ModelChoice`` is one; llm.py asks this module, so this module does not import it)."""
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def options(self) -> Mapping[str, Any]: ...
 
 
 @dataclass(frozen=True)
