@@ -44,9 +44,11 @@ _MISSING: Any = object()
 class FlowFunction(Protocol):
     """A generated flow function. A structured one takes just the context; one with concurrent
     branches (a dispatch over its nodes) also runs from ``node`` until it ends or reaches a
-    ``stop`` node, which is how :meth:`Context.fork` starts its branches."""
+    ``stop`` node, which is how :meth:`Context.fork` starts its branches. Its
+    ``__globals__`` are the generated module's."""
 
     __name__: str
+    __globals__: dict[str, Any]
 
     def __call__(self, ctx: Context, /) -> Awaitable[str | None]: ...
 

@@ -55,6 +55,7 @@ class Ctx:
     node: str = "node1"
     delay: float = 0.0
     path: str = ""
+    span: int | None = None
     steps: StepCounter = field(default_factory=StepCounter)
 
 
