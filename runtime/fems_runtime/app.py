@@ -21,7 +21,7 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
+from types import CodeType, ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from fems_runtime import funcs
@@ -137,6 +137,7 @@ class _Services:
         self.lines = program.lines
         self.conditions = program.conditions
         self.names = program.names
+        self.actions = program.actions
         self.variables = variables
         self.events = events
         self.turns = turns  # ctx.ai/human/mind run their turns there
@@ -350,6 +351,7 @@ class Program:
         self.lines = LineTable(lines, self.module_file)
         self.conditions: ConditionTable = conditions or {}
         self.names = DeclaredNames(namespace)  # the .fems names of its functions
+        self.actions: dict[tuple[CodeType, str], tuple[str, int]] = {}  # Context._action's
 
     def run(self, **options: Any) -> RunResult:
         """Run to the end (see :meth:`run_async` for the options)."""
