@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from types import CodeType
 
 import pytest
 from fems_helpers import run_script, steps_of
@@ -257,6 +258,7 @@ class _Services:
     def __init__(self) -> None:
         self.events = RunEvents()
         self.lines = LineTable()
+        self.actions: dict[tuple[CodeType, str], tuple[str, int]] = {}
 
 
 def _context(**values: object) -> Context:

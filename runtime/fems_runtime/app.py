@@ -21,7 +21,7 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
+from types import CodeType, ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from fems_runtime import funcs
@@ -137,6 +137,7 @@ class _Services:
         self.lines = program.lines
         self.conditions = program.conditions
         self.names = program.names
+        self.actions = program.actions
         self.variables = variables
         self.events = events
         self.turns = turns  # ctx.ai/human/mind run their turns there
@@ -270,6 +271,52 @@ class RunObserver(Protocol):
     def run_opened(self, store: Store, session: int, events: RunEvents) -> None: ...
 
 
+@dataclass(frozen=True)
+class RunOptions:
+    """The options of one run (:meth:`Program.run_async`), one typed value the run reads by
+    name, so that a misspelt option is a type error rather than a missing key.
+
+    ``result`` writes the ``--result`` file whether the run completes or fails;
+    ``transcript`` prints the dialog as it is stored (True: to stdout); ``souls`` loads
+    personas and user profiles (a YAML/JSON file or a mapping, see :meth:`Store.seed`) before
+    the first turn. ``timeout`` (seconds per model request) and ``retry_budget`` (seconds a
+    model call may spend retrying) override ``meta: timeout`` / ``retry_budget`` (§15.4).
+    ``resume`` continues an interrupted or failed session (``session`` N, else the newest
+    session of this script) from its turn records (§16.4, see :mod:`fems_runtime.records`): a
+    completed session or one run from a different script is refused. ``fork``
+    (``"SESSION:TURN"``, ``SESSION`` or a pair) starts a new session from another's first
+    turns, ``reuse`` (a session number) from its unchanged turns (§16.4a, see
+    :mod:`fems_runtime.lineage`). ``observer`` watches the run (the stage, §17); ``human`` may
+    be a provider object (its page). ``root`` is the folder the built-in tools read, list and
+    write in (default: the script's, §15.5). ``max_cost`` (US dollars, over ``meta:
+    max_cost``; a batch passes its own :class:`~fems_runtime.limits.CostLimit`) stops the run
+    after the turn whose recorded cost passed it (§15.6). ``otel`` exports the run's spans and
+    metrics over OTLP (:mod:`fems_runtime.otel`; None: when the standard ``OTEL_*`` variables
+    say so; a mapping: on, with these attributes on the session's span). ``debugger`` may hold
+    the run at its nodes and turns (``--debug``, :mod:`fems_runtime.debug`)."""
+
+    model: str | None = None
+    replies: str | Path | Mapping[str, Any] | None = None
+    db: str | None = None
+    session: str | int | None = None
+    human: str | HumanProvider | None = None
+    seed: int | None = None
+    trace: str | Path | None = None
+    result: str | Path | None = None
+    resume: bool = False
+    fork: str | int | Sequence[int] | None = None
+    reuse: int | None = None
+    transcript: bool | Transcript = False
+    souls: str | Path | Mapping[str, Any] | None = None
+    observer: RunObserver | None = None
+    timeout: float | None = None
+    retry_budget: float | None = None
+    root: str | Path | None = None
+    max_cost: float | CostLimit | None = None
+    otel: bool | Mapping[str, str | int] | None = None
+    debugger: RunDebugger | None = None
+
+
 class Program:
     """A generated module's script, ready to run any number of times. ``source`` is the
     ``.fems`` file when the caller knows where it is (``fems2py run``); the stage draws the
@@ -298,12 +345,13 @@ class Program:
         self.variables = variables
         self.main_flow = main
         # the generated module's globals: its file, its module flows (for their names)
-        namespace: Mapping[str, Any] = getattr(main, "__globals__", {})
+        namespace = main.__globals__
         self.module_file = module_file or str(namespace.get("__file__", ""))
         self.project_dir: str | None = None  # set by `fems2py run`: the script's directory
         self.lines = LineTable(lines, self.module_file)
         self.conditions: ConditionTable = conditions or {}
         self.names = DeclaredNames(namespace)  # the .fems names of its functions
+        self.actions: dict[tuple[CodeType, str], tuple[str, int]] = {}  # Context._action's
 
     def run(self, **options: Any) -> RunResult:
         """Run to the end (see :meth:`run_async` for the options)."""
@@ -333,39 +381,31 @@ class Program:
         otel: bool | Mapping[str, str | int] | None = None,
         debugger: RunDebugger | None = None,
     ) -> RunResult:
-        """Run the main flow; raise :class:`RunError` (located in the ``.fems`` file) when the
-        script fails. ``result`` writes the ``--result`` file in both cases; ``transcript``
-        prints the dialog as it is stored (True: to stdout); ``souls`` loads personas and user
-        profiles (a YAML/JSON file or a mapping, see :meth:`Store.seed`) before the first turn.
-        ``timeout`` (seconds per model request) and ``retry_budget`` (seconds a model call may
-        spend retrying) override ``meta: timeout`` / ``retry_budget`` (§15.4).
-        ``resume`` continues an interrupted or failed session (``session`` N, else the newest
-        session of this script) from its turn records (§16.4, see :mod:`fems_runtime.records`):
-        a completed session or one run from a different script is refused. ``fork``
-        (``"SESSION:TURN"``, ``SESSION`` or a pair) starts a new session from another's first
-        turns, ``reuse`` (a session number) from its unchanged turns (§16.4a, see
-        :mod:`fems_runtime.lineage`). ``observer`` watches the run (the stage, §17); ``human``
-        may be a provider object (its page). ``root`` is the folder the built-in tools read,
-        list and write in (default: the script's, §15.5). ``max_cost`` (US dollars, over
-        ``meta: max_cost``; a batch passes its own :class:`~fems_runtime.limits.CostLimit`)
-        stops the run after the turn whose recorded cost passed it (§15.6). ``otel`` exports
-        the run's spans and metrics over OTLP (:mod:`fems_runtime.otel`; None: when the
-        standard ``OTEL_*`` variables say so; a mapping: on, with these attributes on the
-        session's span). ``debugger``
-        may hold the run at its nodes and turns (``--debug``, :mod:`fems_runtime.debug`)."""
-        options = {name: value for name, value in locals().items() if name != "self"}
-        run = _Run(self, options)
-        try:  # a failure from here on, even before the first step, is a failed run (§16.3)
-            ctx = await run.open()
-            await self.main_flow(ctx)
-            return await run.completed()
-        except BaseException as error:
-            located = await run.failed(error)
-            if located is error:
-                raise
-            raise located from error
-        finally:
-            run.writer.close()
+        """Run the main flow with these options (:class:`RunOptions` says what each one
+        does); raise :class:`RunError` (located in the ``.fems`` file) when the script fails."""
+        options = RunOptions(
+            model=model,
+            replies=replies,
+            db=db,
+            session=session,
+            human=human,
+            seed=seed,
+            trace=trace,
+            result=result,
+            resume=resume,
+            fork=fork,
+            reuse=reuse,
+            transcript=transcript,
+            souls=souls,
+            observer=observer,
+            timeout=timeout,
+            retry_budget=retry_budget,
+            root=root,
+            max_cost=max_cost,
+            otel=otel,
+            debugger=debugger,
+        )
+        return await _Run(self, options).play()
 
     def locate(self, error: BaseException, db: str | None = None) -> BaseException:
         """A :class:`RunError` with the ``.fems`` location of ``error`` (its innermost generated
@@ -469,7 +509,7 @@ class _Run:
     """One run of a :class:`Program` with its options (those of :meth:`Program.run_async`):
     opened, played by the main flow, then completed or failed."""
 
-    def __init__(self, program: Program, options: dict[str, Any]) -> None:
+    def __init__(self, program: Program, options: RunOptions) -> None:
         self.program = program
         self.options = options
         meta = program.script.meta
@@ -481,16 +521,29 @@ class _Run:
         self.turns: TurnServices | None = None
         self.ctx: Context | None = None
 
+    async def play(self) -> RunResult:
+        """Open the run, play the main flow, and complete it; a failure from the opening on,
+        even before the first step, is a failed run (§16.3), raised located."""
+        try:
+            await self.program.main_flow(await self.open())
+            return await self.completed()
+        except BaseException as error:
+            located = await self.failed(error)
+            if located is error:
+                raise
+            raise located from error
+        finally:
+            self.writer.close()
+
     async def open(self) -> Context:
         """The run's services, its session (new, resumed or branched) and the main flow's
         context."""
         from fems_runtime.turns import TurnServices
 
         program, options = self.program, self.options
-        db = options["db"]
-        if db is not None and not str(db).strip():
+        if options.db is not None and not str(options.db).strip():
             raise RunError("--db is empty: give a database path or SQLAlchemy URL")
-        self.writer = TraceWriter(options["trace"])
+        self.writer = TraceWriter(options.trace)
         events = self.events
         if self.writer.enabled:
             events.subscribe(self.writer)
@@ -502,25 +555,23 @@ class _Run:
             program,
             variables,
             events=events,
-            **{name: options[name] for name in _SERVICE_OPTIONS},
+            model=options.model,
+            replies=options.replies,
+            db=options.db,
+            session=options.session,
+            human=options.human,
+            seed=options.seed,
+            root=options.root,
+            timeout=options.timeout,
+            retry_budget=options.retry_budget,
             code=code.module,
-            resume=bool(options["resume"]),
-            branch=_branch(options["fork"], options["reuse"]),
+            resume=bool(options.resume),
+            branch=_branch(options.fork, options.reuse),
         )
         events.session = turns.session
-        observer = options["observer"]
-        if observer is not None:
-            observer.run_opened(turns.store, turns.session, events)
-        transcript = options["transcript"]
-        if transcript:
-            everyone = [spec.name for spec in program.actors]
-            events.subscribe(
-                transcript if isinstance(transcript, Transcript) else Transcript(everyone=everyone)
-            )
-        self._cost_limit(options["max_cost"], turns)
-        export_run(events, options["otel"], program.script.file)
+        self._listen(turns)
         services = _Services(program, variables, events, turns, code)
-        debugger = options["debugger"]
+        debugger = options.debugger
         if debugger is not None:
             services.debugger = turns.debugger = debugger
             debugger.opened(services)
@@ -529,23 +580,38 @@ class _Run:
         if events.active:
             self.began = events.emit(self._run_began(turns))
             self.ctx.span = self.began.id
-        souls = options["souls"]
+        souls = options.souls
         if isinstance(souls, Mapping):
             turns.store.seed(souls)
         elif souls is not None:
             turns.store.seed_file(souls)
         return self.ctx
 
+    def _listen(self, turns: TurnServices) -> None:
+        """Those who follow the run's events: its observer (the stage), the transcript, the
+        cost limit and the OpenTelemetry export."""
+        options, events, program = self.options, self.events, self.program
+        if options.observer is not None:
+            options.observer.run_opened(turns.store, turns.session, events)
+        transcript = options.transcript
+        if transcript:
+            everyone = [spec.name for spec in program.actors]
+            events.subscribe(
+                transcript if isinstance(transcript, Transcript) else Transcript(everyone=everyone)
+            )
+        self._cost_limit(options.max_cost, turns)
+        export_run(events, options.otel, program.script.file)
+
     def _run_began(self, turns: TurnServices) -> RunBegan:
         """The run's first event: its session open, resumed or branched from another."""
-        events, options = self.events, self.options
-        parent = getattr(turns.log.inherited, "parent", None)
+        events, options, inherited = self.events, self.options, turns.log.inherited
+        parent = inherited.parent if inherited is not None else None
         return RunBegan(
             id=events.new_id(),
             parent=None,
             where=events.where(),
             sha256=self.program.script.sha256,
-            resumed=bool(options["resume"]),
+            resumed=bool(options.resume),
             parent_session=parent,
             session_created=_created(turns.store, turns.session),
             parent_created=_created(turns.store, parent) if parent is not None else None,
@@ -592,9 +658,9 @@ class _Run:
             log.replayed,
             log.inherited.reused if log.inherited is not None else 0,
         )
-        if self.options["result"] is not None:
+        if self.options.result is not None:
             write_result(
-                self.options["result"],
+                self.options.result,
                 session=turns.session,
                 status="completed",
                 steps=self.steps.count,
@@ -605,13 +671,13 @@ class _Run:
     async def failed(self, error: BaseException) -> BaseException:
         """Report a failed run (trace, ``--result``, observer), close it, and return the error
         to raise: located in the ``.fems`` file."""
-        program, turns, db = self.program, self.turns, self.options["db"]
+        program, turns, db = self.program, self.turns, self.options.db
         located = program.locate(error, db)
         node = failed_node(error) or (self.ctx.node if self.ctx is not None else None)
         # each report is tried even when another one fails: the result file matters most
         with contextlib.suppress(Exception):
             self._failed(located, node)
-        result = self.options["result"]
+        result = self.options.result
         if result is not None:
             try:
                 write_result(
@@ -633,7 +699,8 @@ class _Run:
         """The run error, as an event located at its node and line."""
         events = self.events
         if events.active:
-            where = events.where(node=node, line=getattr(located, "line", None))
+            line = located.line if isinstance(located, RunError) else None
+            where = events.where(node=node, line=line)
             parent = self.began.id if self.began is not None else None
             failed = RunFailed(
                 id=events.new_id(),
@@ -661,20 +728,6 @@ def _created(store: Store, session: int) -> float | None:
     """When ``session`` was created (it names the session across databases)."""
     row = store.session(session)
     return float(row["created"]) if row is not None and row.get("created") else None
-
-
-_SERVICE_OPTIONS = (
-    "model",
-    "replies",
-    "db",
-    "session",
-    "human",
-    "seed",
-    "root",
-    "timeout",
-    "retry_budget",
-)
-"""The run options :meth:`TurnServices.open` takes as they are."""
 
 
 def _branch(fork: str | int | Sequence[int] | None, reuse: int | None) -> Branch | None:

@@ -15,7 +15,7 @@ run a bounded amount of time and memory.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from fems_runtime.paths import OutsideRoot, inside_root
@@ -42,6 +42,19 @@ class Workspace:
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root).resolve()
+
+    def tool(self, name: str) -> Callable[..., str]:
+        """The built-in tool ``name`` bound to this root: named in a table, so that only the
+        six tools, never a helper method, can be offered to a model."""
+        tools: dict[str, Callable[..., str]] = {
+            "read": self.read,
+            "list": self.list,
+            "glob": self.glob,
+            "grep": self.grep,
+            "write": self.write,
+            "edit": self.edit,
+        }
+        return tools[name]
 
     def read(self, path: str, start_line: int | None = None, end_line: int | None = None) -> str:
         """Read a text file inside the project folder and return its content.

@@ -192,13 +192,6 @@ class ContextCache:
         return kept.view()
 
 
-async def abuiltin_context(
-    store: Store, session: int, *, soul: str | None, user: str | None = None
-) -> str:
-    """:func:`builtin_context` off the event loop."""
-    return await asyncio.to_thread(builtin_context, store, session, soul=soul, user=user)
-
-
 def method_kwargs(
     inputs: Sequence[str],
     frame: Frame,
@@ -256,28 +249,6 @@ def method_text(value: Any) -> str:
     if isinstance(value, Mapping):
         return "\n\n".join(t for t in (method_text(v) for v in value.values()) if t)
     return value if isinstance(value, str) else format_value(value)
-
-
-def build_messages(
-    *,
-    prompt: str,
-    safety: str = "",
-    style: str = "",
-    persona: str = "",
-    user_info: str = "",
-    context: str = "",
-    memory: str = "",
-    narration: str = "",
-) -> list[dict[str, str]]:
-    """The messages of one model call (§13.3): ``system`` (safety, style, persona, user_info)
-    and ``user`` (context, memory under a short header, narration + prompt)."""
-    return Request.of(
-        prompt=prompt,
-        system=(safety, style, persona, user_info),
-        context=ContextView.of([context] if context else []),
-        memory=memory,
-        narration=narration,
-    ).messages()
 
 
 @dataclass(frozen=True)

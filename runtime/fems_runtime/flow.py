@@ -16,7 +16,7 @@ import functools
 import sys
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import FrameType
+from types import CodeType, FrameType
 from typing import Any, Literal, Protocol, TypeVar
 
 from fems_runtime import flow_events
@@ -44,9 +44,11 @@ _MISSING: Any = object()
 class FlowFunction(Protocol):
     """A generated flow function. A structured one takes just the context; one with concurrent
     branches (a dispatch over its nodes) also runs from ``node`` until it ends or reaches a
-    ``stop`` node, which is how :meth:`Context.fork` starts its branches."""
+    ``stop`` node, which is how :meth:`Context.fork` starts its branches. Its
+    ``__globals__`` are the generated module's."""
 
     __name__: str
+    __globals__: dict[str, Any]
 
     def __call__(self, ctx: Context, /) -> Awaitable[str | None]: ...
 
@@ -91,6 +93,16 @@ def _outs(outs: Any) -> tuple[OutSpec, ...] | None:
         return None
     if isinstance(outs, OutSpec):
         return (outs,)
+    try:
+        return _out_specs(outs)
+    except TypeError:  # unhashable: an out whose key or choices hold a list
+        return tuple(OutSpec.of(out) for out in outs)
+
+
+@functools.lru_cache(maxsize=1024)
+def _out_specs(outs: tuple[OutSpec | str, ...]) -> tuple[OutSpec, ...]:
+    """The specs of an action's outs, built once per distinct tuple: generated outs are
+    constants, read again at every run of the action (and ``OutSpec`` is frozen)."""
     return tuple(OutSpec.of(out) for out in outs)
 
 
@@ -183,6 +195,8 @@ class RunServices(Protocol):
     lines: LineTable
     conditions: ConditionTable
     names: DeclaredNames
+    #: each action call site's name and line (:meth:`Context._action`), kept by the program
+    actions: dict[tuple[CodeType, str], tuple[str, int]]
 
     @property
     def debugger(self) -> FlowDebugger | None: ...
@@ -378,10 +392,14 @@ class Context:
     def _action(self, action: str, caller: FrameType) -> tuple[str, int]:
         """An action's name and line: the generated function that runs it stands for the
         action's name (see :mod:`fems_runtime.names`; else the name is given) and its first
-        line is in the module's line table."""
-        code = caller.f_code
-        name = action or self.services.names.of(code.co_name)
-        return name, self.services.lines.of_function(code) or 0
+        line is in the module's line table. Both are worked out once per call site and
+        program: every later run of the action finds them in ``services.actions``."""
+        services, code = self.services, caller.f_code
+        site = services.actions.get((code, action))
+        if site is None:
+            name = action or services.names.of(code.co_name)
+            site = services.actions[(code, action)] = (name, services.lines.of_function(code) or 0)
+        return site
 
     # ------------------------------------------------------------------ flow
 

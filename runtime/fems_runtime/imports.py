@@ -86,6 +86,12 @@ class _DeferredInitFinder:
         return spec
 
 
+class _InBody(threading.local):
+    """Whether this thread is running a package's body: each thread starts outside it."""
+
+    body = False
+
+
 class _DeferredInitLoader:
     """Makes a package module whose ``__init__`` runs on the first name it lacks (a module
     `__getattr__`, removed once the body has run). A thread asking while the body runs waits
@@ -102,11 +108,11 @@ class _DeferredInitLoader:
         return self._loader.create_module(spec)
 
     def exec_module(self, module: ModuleType) -> None:
-        loader, lock, running = self._loader, threading.RLock(), threading.local()
+        loader, lock, running = self._loader, threading.RLock(), _InBody()
 
         def __getattr__(name: str) -> Any:
             with lock:
-                if getattr(running, "body", False):  # asked from inside the body
+                if running.body:  # asked from inside the body
                     raise AttributeError(name)
                 if module.__dict__.get("__getattr__") is __getattr__:
                     running.body = True

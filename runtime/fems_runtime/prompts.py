@@ -89,7 +89,7 @@ def _get(source: Lookup | Mapping[str, Any], name: str) -> Any:
 def _attr(source: Lookup | Mapping[str, Any], actor: str, attr: str) -> Any:
     if isinstance(source, Mapping):
         who = source.get(actor, actor)
-        if hasattr(who, "get") and not isinstance(source.get(attr), Mapping):
+        if isinstance(who, Mapping) and not isinstance(source.get(attr), Mapping):
             return who.get(attr)
         return _entry(source[attr], who)
     return source.attr(actor, attr)

@@ -353,7 +353,10 @@ class GrowingTextDigests:
 
 class InheritedRecords(Protocol):
     """The records a new session takes from the session it starts from (§16.4a,
-    :class:`fems_runtime.lineage.Inheritance`)."""
+    :class:`fems_runtime.lineage.Inheritance`): ``parent`` is that session's number."""
+
+    @property
+    def parent(self) -> int: ...
 
     @property
     def compares(self) -> bool: ...

@@ -218,7 +218,7 @@ class Toolbox:
             return tool
         try:
             if name in BUILTIN_TOOLS:
-                tool = describe(name, getattr(self.workspace, name))
+                tool = describe(name, self.workspace.tool(name))
             else:
                 tool = describe(name, self._function(name))
         except ToolSchemaError as error:

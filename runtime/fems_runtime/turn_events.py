@@ -109,7 +109,7 @@ def turn_where(turn: Turn, actor: str | None = None) -> Where:
     another name, such as a human turn's executor)."""
     ctx, spec = turn.ctx, turn.spec
     return turn.services.events.where(
-        getattr(ctx, "path", ""), ctx.node, spec.line, spec.action, actor or turn.actor
+        ctx.path, ctx.node, spec.line, spec.action, actor or turn.actor
     )
 
 
@@ -120,8 +120,7 @@ def emit_point(
     span; ``actor`` when another than the turn's voice is meant (a human turn's executor)."""
     events = turn.services.events
     where = turn_where(turn, actor)
-    parent = getattr(turn.ctx, "span", None)
-    return events.emit(point(id=events.new_id(), parent=parent, where=where, **values))
+    return events.emit(point(id=events.new_id(), parent=turn.ctx.span, where=where, **values))
 
 
 def model_call_began(
@@ -131,7 +130,7 @@ def model_call_began(
     events, room, choice = turn.services.events, turn.room, turn.setup.choice
     began = ModelCallBegan(
         id=events.new_id(),
-        parent=getattr(turn.ctx, "span", None),
+        parent=turn.ctx.span,
         where=turn_where(turn),
         turn=turn.id,
         attempt=attempt,
@@ -224,7 +223,7 @@ def tool_call_began(
     tool = Toolbox.find(tools, call.name)
     began = ToolCallBegan(
         id=events.new_id(),
-        parent=getattr(turn.ctx, "span", None),
+        parent=turn.ctx.span,
         where=turn_where(turn),
         tool=tool.name if tool is not None else call.name,
         kind=_tool_kind(tool),

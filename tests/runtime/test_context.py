@@ -9,8 +9,8 @@ import pytest
 from fems_runtime.context import (
     MEMORY_HEADER,
     ContextCache,
-    abuiltin_context,
-    build_messages,
+    ContextView,
+    Request,
     builtin_context,
     call_method,
     format_context,
@@ -118,7 +118,7 @@ def test_context_format_and_default_deny(shared_store) -> None:
     )
     assert builtin_context(store, session, soul="3") == ""
     assert builtin_context(store, session, soul=None, user="7") == "[@Ann]: Hello"
-    assert asyncio.run(abuiltin_context(store, session, soul="2")) == (
+    assert builtin_context(store, session, soul="2") == (
         "[narrator]: Night falls.\n\n[@Eve]: I am the seer.\n\n[@Wolf]: Wolves only."
     )
 
@@ -217,6 +217,27 @@ def test_method_outputs_errors(value, outs) -> None:
 )
 def test_method_text(value, text) -> None:
     assert method_text(value) == text
+
+
+def build_messages(
+    *,
+    prompt: str,
+    safety: str = "",
+    style: str = "",
+    persona: str = "",
+    user_info: str = "",
+    context: str = "",
+    memory: str = "",
+    narration: str = "",
+) -> list[dict[str, str]]:
+    """The messages of one model call (§13.3) from its blocks, as a turn's Request sends them."""
+    return Request.of(
+        prompt=prompt,
+        system=(safety, style, persona, user_info),
+        context=ContextView.of([context] if context else []),
+        memory=memory,
+        narration=narration,
+    ).messages()
 
 
 def test_build_messages_full() -> None:

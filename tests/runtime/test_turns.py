@@ -55,6 +55,7 @@ class Ctx:
     node: str = "node1"
     delay: float = 0.0
     path: str = ""
+    span: int | None = None
     steps: StepCounter = field(default_factory=StepCounter)
 
 
@@ -519,6 +520,7 @@ def test_services_open_runs_turns_through_a_flow_context(tmp_path: Path) -> None
         code=lambda alias: None,
         turns=services,
         lines=LineTable(),
+        actions={},
     )
     ctx = Context(run_services, variables.root, StepCounter())
     turn = ctx.ai("@eve", action="pick", prompt="Count.", outs=(OutSpec("count", type="int"),))

@@ -76,11 +76,11 @@ class Views:
 
     def _actors(self, frame: Frame) -> list[tuple[str, Any]]:
         variables = frame.variables
-        models = getattr(self.debugger.services.turns, "models", None)
+        models = self.debugger.services.turns.models
         out: list[tuple[str, Any]] = []
         for name, spec in variables.actors.items():
             info = {k: v for k, v in variables.actor_info(name).items() if v not in (None, False)}
-            if not spec.is_human and models is not None:
+            if not spec.is_human:
                 info["model"] = _model(models, spec.source)
             out.append((name, info))
         return out

@@ -102,7 +102,7 @@ def serialize(db: Any, key: int) -> None:
 
 def bulk_insert(db: Any, table: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
     """Insert rows (values of ``columns``, in that order) into the runtime's table ``table``
-    (an attribute of :class:`~fems_runtime.store.schema.Tables`) with one ``executemany``
+    (the table ``fems_<table>`` of :class:`~fems_runtime.store.schema.Tables`) with one ``executemany``
     straight to the driver: SQLAlchemy's own per-row work was ten times the driver's, and most
     of a batch's cost."""
     sql, order = _driver_insert(table, db.dialect, columns)
@@ -119,6 +119,6 @@ def bulk_insert(db: Any, table: str, columns: tuple[str, ...], rows: list[tuple[
 def _driver_insert(table: str, dialect: Any, columns: tuple[str, ...]) -> tuple[str, Any]:
     """The driver's SQL of ``INSERT INTO fems_<table>`` for ``columns``, and the order of its
     parameters when the driver's are positional (else None)."""
-    insert = getattr(tables(), table).insert()
+    insert = tables().meta.tables[f"fems_{table}"].insert()
     compiled = insert.compile(dialect=dialect, column_keys=list(columns))
     return compiled.string, tuple(compiled.positiontup) if compiled.positional else None

@@ -310,8 +310,8 @@ class AiTurn(CallingTurn):
 
     def shown(self, message: NewMessage, answer: Answer) -> NewMessage:
         """``message``, noted as shown already when its call streamed to the run's listeners."""
-        if answer.shown_live:
-            self.printed.append(message)
+        if answer.streamed is not None:
+            self.printed.append((message, answer.streamed))
         return message
 
     async def run_tools(self, call: CallResult, rounds: int, attempt: int, sent: str) -> None:

@@ -116,13 +116,14 @@ class CallPlan:
 @dataclass(frozen=True)
 class Answer:
     """One model call as the turn stores and traces it: the reply text and the reasoning cut
-    out of it; ``call`` None when `interrupt:` cut the call; ``shown_live`` when the reply
-    streamed to the run's listeners (who show it as it arrives)."""
+    out of it; ``call`` None when `interrupt:` cut the call; ``streamed``, the id of the call's
+    event when the reply streamed to the run's listeners (who show it as it arrives, and know
+    its stored messages by that id)."""
 
     call: CallResult | None
     text: str
     reasoning: str
-    shown_live: bool = False
+    streamed: int | None = None
 
 
 @dataclass
@@ -132,8 +133,6 @@ class CallingTurn(Turn):
 
     setup: ModelSetup = field(kw_only=True)
     halved: int | None = field(default=None, kw_only=True)
-    #: the last call's event id when its reply streamed to the run's listeners
-    streamed_call: int | None = field(default=None, kw_only=True)
 
     async def live_call(self, plan: CallPlan, offline: OfflineTurn | None, attempt: int) -> Answer:
         """One model call as traced and stored: its reply without the reasoning (§13.1), or
@@ -151,7 +150,7 @@ class CallingTurn(Turn):
         if self.services.events.active:
             began = model_call_began(self, plan.messages(keep), attempt)
             listener = chunk_listener(self, began) if began.streamed else None
-        self.streamed_call = began.id if began is not None and listener is not None else None
+        streamed = began.id if began is not None and listener is not None else None
         # what arrives matters only to those who show it and to an interrupt
         watched = listener is not None or self.spec.interrupt is not None
         try:
@@ -171,12 +170,11 @@ class CallingTurn(Turn):
                 model_call_failed(self, began, error)
             raise
         if call is not None:
-            answer = Answer(call, valid_text(call.text), valid_text(call.reasoning))
+            answer = Answer(call, valid_text(call.text), valid_text(call.reasoning), streamed)
         else:  # an interrupt cut it, which watched the stream
             received = stream or ReplyStream()
-            answer = Answer(None, _interrupted(received.text), valid_text(received.reasoning))
-        if self.streamed_call is not None:
-            answer = Answer(answer.call, answer.text, answer.reasoning, shown_live=True)
+            text, reasoning = _interrupted(received.text), valid_text(received.reasoning)
+            answer = Answer(None, text, reasoning, streamed)
         trimmed = plan.request.context.count - keep if keep is not None else 0
         self.services.model_calls += 1
         if began is not None:

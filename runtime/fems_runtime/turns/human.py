@@ -69,10 +69,10 @@ class HumanTurn(Turn):
             {name: adopt(value) for name, value in values.items()},
         )
         self.trace_replay()
-        next_answer = getattr(self.services.human, "next_answer", None)
-        if callable(next_answer):
+        human = self.services.human
+        if isinstance(human, AnswersFileHuman):
             with contextlib.suppress(RunError):
-                next_answer(self.spec.action, str(self.room.executor))
+                human.next_answer(self.spec.action, str(self.room.executor))
         return answer
 
     async def request(self) -> HumanRequest:

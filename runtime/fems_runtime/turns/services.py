@@ -146,8 +146,8 @@ class TurnServices(SharedServices):
         if not events.active:
             return await self._located(spec, turn)
         actor, ran_as = _acting(ctx, spec, kind)
-        where = events.where(getattr(ctx, "path", ""), ctx.node, spec.line, spec.action, actor)
-        outer = getattr(ctx, "span", None)
+        where = events.where(ctx.path, ctx.node, spec.line, spec.action, actor)
+        outer = ctx.span
         began = events.emit(TurnBegan(id=events.new_id(), parent=outer, where=where, kind=kind))
         ctx.span = began.id
         try:

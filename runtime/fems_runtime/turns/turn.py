@@ -154,7 +154,8 @@ class Turn:
     texts: Texts
     key: list[Any]
     id: int = 0
-    printed: list[NewMessage] = field(default_factory=list)  # streamed to listeners already
+    #: messages streamed to the run's listeners already, with the id of their call's event
+    printed: list[tuple[NewMessage, int]] = field(default_factory=list)
 
     @classmethod
     def start(
@@ -253,7 +254,6 @@ class Turn:
     def stored(self, messages: Sequence[NewMessage]) -> tuple[StoredMessage, ...]:
         """``messages`` as people read them; those shown as their call streamed name it."""
         room = tuple(self.room.names)
-        streamed = getattr(self, "streamed_call", None)
         return tuple(
             StoredMessage(
                 message.kind,
@@ -261,7 +261,7 @@ class Turn:
                 self.actor if message.kind == "feedback" else str(message.speaker_name),
                 room,
                 message.content,
-                streamed if any(message is printed for printed in self.printed) else None,
+                next((call for shown, call in self.printed if shown is message), None),
             )
             for message in messages
         )
