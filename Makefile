@@ -58,8 +58,8 @@ test-postgres: $(STAMP) system-packages
 	$(BIN)/pytest tests_postgres
 
 lint: $(STAMP)
-	$(BIN)/ruff check fems2py runtime tests tests_postgres tests_real bench golden editors/pygments
-	$(BIN)/ruff format --check fems2py runtime tests tests_postgres tests_real bench editors/pygments
+	$(BIN)/ruff check fems2py runtime tests tests_postgres tests_real bench golden editors/pygments editors/vscode/scripts
+	$(BIN)/ruff format --check fems2py runtime tests tests_postgres tests_real bench editors/pygments editors/vscode/scripts
 	$(BIN)/mypy
 
 golden: $(STAMP)

@@ -72,7 +72,8 @@ def test_the_manifest_names_files_that_exist() -> None:
 def test_the_extensions_own_tests_pass() -> None:
     """editors/vscode/test/: grammar.test.js tokenizes every .fems file of the repository with
     VS Code's own TextMate engine (`make editor-deps` installs it); debugger.test.js checks the
-    `fems` debugger's contribution and runs src/debug.js against a stand-in for `vscode`.
+    `fems` debugger's contribution and runs src/debug.js against a stand-in for `vscode`;
+    extension.test.js checks the language server's command line the client is given.
     Every test the files declare must have run and passed."""
     assert (VSCODE / "node_modules" / "vscode-textmate").is_dir(), "run `make editor-deps`"
     files = sorted((VSCODE / "test").glob("*.test.js"))  # not the stand-in, which tests nothing

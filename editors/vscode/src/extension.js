@@ -6,18 +6,22 @@
 "use strict";
 
 const vscode = require("vscode");
-const { LanguageClient, TransportKind } = require("vscode-languageclient/node");
+const { LanguageClient } = require("vscode-languageclient/node");
 const { registerDebugger } = require("./debug");
 
 /** @type {LanguageClient | undefined} */
 let client;
 
-/** The command that starts the server: `fems.server.command`, else `fems2py lsp`. */
+/**
+ * The command that starts the server: `fems.server.command`, else `fems2py lsp`. It has no
+ * `transport`: the client talks over the server's stdin and stdout all the same, and with
+ * `TransportKind.stdio` it would add `--stdio` to the command line, which `fems2py lsp` refuses.
+ */
 function serverCommand() {
   const [command, ...args] = vscode.workspace
     .getConfiguration("fems")
     .get("server.command", ["fems2py", "lsp"]);
-  return { command, args, transport: TransportKind.stdio };
+  return { command, args };
 }
 
 /** @param {vscode.ExtensionContext} context */
