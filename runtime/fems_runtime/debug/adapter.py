@@ -1,10 +1,11 @@
 """The Debug Adapter Protocol requests of one client, answered over :mod:`.wire`: launch or
 attach, breakpoints, threads, stack, scopes and variables, evaluate and setVariable, the run
 commands, and "restart from here" (``restartFrame`` on a turn: the session forked at that turn,
-§16.4a, runs on under the same client)."""
+§16.4a, as a new debug session the editor starts, or in this one when it cannot)."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 from collections.abc import Awaitable, Callable, Mapping
@@ -21,6 +22,7 @@ from fems_runtime.debug.wire import Channel, ProtocolClosed, read_message
 from fems_runtime.funcs import CodeFiles
 from fems_runtime.linetable import LineTable
 from fems_runtime.names import DeclaredNames
+from fems_runtime.options import fork_point
 from fems_runtime.records import RunError
 
 FRAMES_PER_THREAD = 1000
@@ -101,6 +103,9 @@ class Adapter:
         self.next_breakpoint = 1
         self.done = asyncio.Event()
         self.restarting: asyncio.Task[None] | None = None  # restart from here, under way
+        self.starts_sessions = False  # the client answers startDebugging (a child session)
+        self.launch_arguments: dict[str, Any] | None = None  # a child's configuration, forked
+        self.answered: dict[int, Callable[[dict[str, Any]], None]] = {}  # reverse requests
 
     async def serve(self, reader: asyncio.StreamReader) -> int:
         """Answer requests until the client disconnects; the run's exit status."""
@@ -109,6 +114,10 @@ class Adapter:
                 message = await read_message(reader)
                 if message.get("type") == "request":
                     self.answer(message)
+                elif message.get("type") == "response":
+                    then = self.answered.pop(int(message.get("request_seq", 0)), None)
+                    if then is not None:
+                        then(message)
         except ProtocolClosed:
             pass
         await self.stop_run()
@@ -140,22 +149,38 @@ class Adapter:
     # ------------------------------------------------------------------ session
 
     def on_initialize(self, args: dict[str, Any]) -> dict[str, Any]:
+        self.starts_sessions = bool(args.get("supportsStartDebuggingRequest"))
         return CAPABILITIES
 
     def on_launch(self, args: dict[str, Any]) -> None:
+        """Launch the run; with ``fork`` (``SESSION:TURN``), a new session forked there
+        (§16.4a), which ``stopOnEntry`` stops at its first live turn."""
         if args.get("cwd"):
             try:
                 os.chdir(str(args["cwd"]))
             except OSError as error:
                 raise RequestError(f"cwd {args['cwd']}: {error.strerror}") from None
-        self.debugger.stop_on_entry = bool(args.get("stopOnEntry"))
-        self.load(args)
+        fork = None
+        if args.get("fork"):
+            try:
+                fork = fork_point(str(args["fork"]))
+            except argparse.ArgumentTypeError as error:
+                raise RequestError(f"fork: {error}") from None
+        self.load(args, fork)
+        entry = bool(args.get("stopOnEntry"))
+        if fork is not None:
+            self.debugger.until_live = "entry" if entry else None
+        else:
+            self.debugger.stop_on_entry = entry
+        self.launch_arguments = {k: v for k, v in args.items() if not k.startswith("__")}
 
     def on_attach(self, args: dict[str, Any]) -> None:
         self.load(args)
 
-    def load(self, args: dict[str, Any]) -> None:
+    def load(self, args: dict[str, Any], fork: str | None = None) -> None:
         program, options = self.target(args)
+        if fork is not None:
+            options = forked(options, fork)
         self.program, self.options = program, options
         self.debugger.map = StopMap(program.module_file, program.lines, program.names)
         base = Path(program.module_file).resolve().parent
@@ -177,7 +202,7 @@ class Adapter:
         try:
             result = await program.run_async(**options, debugger=self.debugger)
         except asyncio.CancelledError:
-            if self.debugger.restarting:
+            if self.restarting is not None and not self.restarting.done():
                 raise  # the restarted run goes on in its place
             self.exit_code = 1
             self.debugger.output(f"{program.script.file}: error: interrupted\n", "stderr")
@@ -331,7 +356,9 @@ class Adapter:
             name = place.name
             top = index == len(places) - 1
             if top and stop.turn is not None:
-                name = f"{stop.turn.spec.action} (turn {stop.turn.turn}, {stop.turn.actor})"
+                turn = stop.turn
+                replayed = ", replayed" if turn.recorded is not None else ""
+                name = f"{turn.spec.action} (turn {turn.turn}, {turn.actor}{replayed})"
             elif top and not stop.code_frames:
                 name = f"{place.name}: {stop.ctx.node}"
             frames.append(
@@ -425,20 +452,45 @@ class Adapter:
 
     def on_restartFrame(self, args: dict[str, Any]) -> None:
         """Restart from here: fork the session before this turn (§16.4a) and run the fork,
-        stopped at its first live turn (this one, or the first of its concurrent region)."""
+        stopped at its first live turn (this one, or the first of its concurrent region). The
+        fork is a new debug session when the client can start one (``startDebugging``): it
+        builds the script again, so an edited prompt counts; this run stays where it is."""
         stop = self.frame_stop(args.get("frameId"))
         if stop.turn is None:
             raise RequestError("restart from here works on a turn: stop at an action first")
-        if str(self.options.get("db") or "").strip() == ":memory:":
-            raise RequestError("restart from here forks the session: give --db a file")
         session = self.debugger.services.turns.session
         fork = f"{session}:{max(stop.turn.turn - 1, 0)}"
-        options = {**self.options, "fork": fork, "session": None, "resume": False, "reuse": None}
-        self.restarting = asyncio.create_task(self.restart(options, fork))
+        options = forked(self.options, fork)
+        if self.starts_sessions and self.launch_arguments is not None:
+            self.start_session(fork, options)
+        else:
+            self.restarting = asyncio.create_task(self.restart(options, fork))
+
+    def start_session(self, fork: str, options: dict[str, Any]) -> None:
+        """Ask the client for a child session launched as this one was, forked at ``fork``;
+        if it refuses, fork in this session."""
+        launched = self.launch_arguments or {}
+        name = launched.get("name") or Path(str(launched.get("program", "fems"))).name
+        configuration = {**launched, "name": f"{name} (fork {fork})", "fork": fork}
+        configuration["stopOnEntry"] = True
+        request = {"request": "launch", "configuration": configuration}
+        seq = self.channel.send(
+            {"type": "request", "command": "startDebugging", "arguments": request}
+        )
+
+        def then(response: dict[str, Any]) -> None:
+            if response.get("success"):
+                self.debugger.output(f"restart from here: a new debug session forks {fork}\n")
+                return
+            why = response.get("message") or "refused"
+            self.debugger.output(f"restart from here: no new debug session ({why})\n", "stderr")
+            self.restarting = asyncio.create_task(self.restart(options, fork))
+
+        self.answered[seq] = then
 
     async def restart(self, options: dict[str, Any], fork: str) -> None:
         old = self.run_task
-        self.debugger.restarting = True
+        self.debugger.until_live = "restart"
         if old is not None and not old.done():
             old.cancel()
             self.debugger.running.set()
@@ -448,4 +500,12 @@ class Adapter:
         self.run_task = asyncio.create_task(self.run(options))
 
 
-__all__ = ["Adapter", "RequestError", "Target"]
+def forked(options: dict[str, Any], fork: str) -> dict[str, Any]:
+    """The run options of a new session forked at ``fork`` (its records are read from the
+    same database, so not from one in memory)."""
+    if str(options.get("db") or "").strip() == ":memory:":
+        raise RequestError("a fork reads the session's records: give --db a file")
+    return {**options, "fork": fork, "session": None, "resume": False, "reuse": None}
+
+
+__all__ = ["Adapter", "RequestError", "Target", "forked"]

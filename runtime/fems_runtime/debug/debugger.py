@@ -71,7 +71,9 @@ class Debugger:
     def __init__(self, channel: Channel, *, stop_on_entry: bool = False) -> None:
         self.channel = channel
         self.stop_on_entry = stop_on_entry
-        self.restarting = False  # a restarted run stops at its first live turn
+        #: the reason a restarted or forked run stops at its first live turn; until then,
+        #: while it replays what it took from the session before, nothing stops it
+        self.until_live: str | None = None
         self.breakpoints: dict[int, Breakpoint] = {}
         self.code_points: dict[str, set[int]] = {}  # code: file (real path) → lines
         self.code_files: frozenset[str] = frozenset()
@@ -123,10 +125,17 @@ class Debugger:
 
     async def before_call(self, call: HeldCall) -> None:
         """A turn is about to send its model call: a breakpoint on its action stops it here."""
+        if self.until_live is not None:  # the first live turn of a restarted or forked run
+            self.pause_requested, self.until_live = self.until_live, None
+        await self._turn(call)
+
+    async def before_replay(self, call: HeldCall) -> None:
+        """A turn replays its recorded call (a resumed or forked session): it stops at the
+        breakpoints a live one would."""
+        await self._turn(call)
+
+    async def _turn(self, call: HeldCall) -> None:
         assert self.branches is not None and self.map is not None
-        if self.restarting:  # the restarted turn, the first live one of the new session
-            self.restarting = False
-            self.pause_requested = "restart"
         branch = self.branches.current(call.ctx)
         stop = Stop(branch, call.ctx, self.branches.stack(branch, call.ctx), call)
         line = call.spec.line
@@ -157,7 +166,7 @@ class Debugger:
         (asked once the run goes on: the breakpoints may have changed meanwhile), a step or
         a pause says so."""
         await self._wait_turn(stop)
-        if self.restarting:
+        if self.until_live is not None:
             return
         hits = [point for point in self.breakpoints.values() if here(point)]
         reason, ids = self._reason(stop, hits)

@@ -118,7 +118,8 @@ def _model(models: Any, source: str | None) -> str:
 
 
 def _turn(stop: Stop) -> list[tuple[str, Any]]:
-    """The turn about to run: who, which model, the messages exactly as they will be sent."""
+    """The turn about to run: who, which model, the messages exactly as they will be sent;
+    for a replayed turn, the reply recorded instead of its context (nothing is sent)."""
     turn = stop.turn
     assert turn is not None
     messages = turn.messages
@@ -127,12 +128,13 @@ def _turn(stop: Stop) -> list[tuple[str, Any]]:
         out.target + (f".{out.key}" if out.key else ""): out.type or "text"
         for out in turn.spec.outs or ()
     }
+    sent = ("context", context) if turn.recorded is None else ("replayed reply", turn.recorded)
     return [
         ("action", turn.spec.action),
         ("executor", turn.actor),
         ("turn", turn.turn),
         ("model", turn.model),
-        ("context", context),
+        sent,
         ("prompt", turn.prompt),
         ("outs", outs),
     ]
