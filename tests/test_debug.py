@@ -21,6 +21,7 @@ from dap_client import TIMEOUT, DapClient  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 WEREWOLF = ROOT / "examples" / "werewolf" / "werewolf.fems"
+GAME = WEREWOLF.parent / "game.py"  # its code: file
 FEMS2PY = str(Path(sys.executable).parent / "fems2py")
 OFFLINE = (
     "--model", "fems/mock", "--seed", "1",
@@ -276,9 +277,8 @@ def test_hit_counts_and_logpoints(tmp_path: Path) -> None:
 
 def test_code_file_lines_stop_as_in_a_python_debugger(tmp_path: Path) -> None:
     """A breakpoint in game.py (a ``code:`` file), and a step into a ``@func`` from its node."""
-    game = WEREWOLF.parent / "game.py"
-    source = game.read_text(encoding="utf-8").splitlines()
-    first = 1 + source.index("    prey = _prey(alive, role)", source.index("def wolf_consensus("))
+    game = GAME
+    first = consensus_line("prey = _prey(alive, role)")
     with adapter(tmp_path) as client:
         client.request(
             "setBreakpoints", source={"path": str(game)}, breakpoints=[{"line": first + 1}]
@@ -306,6 +306,71 @@ def test_code_file_lines_stop_as_in_a_python_debugger(tmp_path: Path) -> None:
         client.request("next", threadId=1)
         client.wait_event("stopped")
         assert top(client, 1)["line"] == first + 1
+        run_to_end(client)
+
+
+def consensus_line(text: str) -> int:
+    """The game.py line of ``wolf_consensus`` (a ``code:`` function) holding ``text``."""
+    source = GAME.read_text(encoding="utf-8").splitlines()
+    start = source.index("def wolf_consensus(")
+    return 1 + next(n for n in range(start, len(source)) if text in source[n])
+
+
+def set_code_points(client: DapClient, *points: dict[str, Any]) -> list[dict[str, Any]]:
+    body = client.request("setBreakpoints", source={"path": str(GAME)}, breakpoints=list(points))
+    return list(body["breakpoints"])
+
+
+def test_code_file_breakpoints_have_python_conditions_hit_counts_and_logpoints(
+    tmp_path: Path,
+) -> None:
+    picks, valid, rounds = (consensus_line(t) for t in ("picks =", "valid =", "rounds ="))
+    with adapter(tmp_path) as client:
+        log = "picks of {len(wolves_alive)} wolves in round {wolf_rounds}{nowhere}"
+        answers = set_code_points(
+            client,
+            {"line": picks, "logMessage": log},
+            {"line": valid, "hitCondition": "3"},
+            {"line": rounds, "condition": "len(wolves_alive) == 1"},
+            {"line": rounds + 1, "condition": "len("},
+        )
+        assert [a["verified"] for a in answers] == [True, True, True, False]
+        assert answers[3]["message"].startswith("condition: ")
+        stopped = start(client)
+        assert stopped["hitBreakpointIds"] == [answers[1]["id"]]
+        assert top(client, stopped["threadId"])["line"] == valid
+        logged = [line for line in client.output().splitlines() if line.startswith("picks of")]
+        assert len(logged) == 3  # the logpoint ran on each call up to the third
+        nowhere = "<NameError: name 'nowhere' is not defined>"
+        assert logged[0] == f"picks of 2 wolves in round 0{nowhere}"
+        client.request("continue", threadId=1)
+        again = client.wait_event("stopped")
+        assert again["hitBreakpointIds"] == [answers[2]["id"]]
+        frame = top(client, again["threadId"])
+        assert frame["line"] == rounds and evaluate(client, frame["id"], "len(wolves_alive)") == "1"
+        set_code_points(client)
+        run_to_end(client)
+
+
+def test_set_variable_in_a_code_frame_sets_the_python_local(tmp_path: Path) -> None:
+    """``prey`` emptied at the line that reads it: the function goes on with the new value."""
+    valid = consensus_line("valid =")
+    with adapter(tmp_path) as client:
+        set_code_points(client, {"line": valid})
+        stopped = start(client)
+        frame = top(client, stopped["threadId"])["id"]
+        assert evaluate(client, frame, "len(prey)") == "4"
+        scopes = client.request("scopes", frameId=frame)["scopes"]
+        ref = next(s["variablesReference"] for s in scopes if s["name"] == "Locals")
+        body = client.request("setVariable", variablesReference=ref, name="prey", value="[]")
+        assert body["value"] == "[]"
+        message = client.failure("setVariable", variablesReference=ref, name="nope", value="1")
+        assert "nope is not a local of wolf_consensus" in message
+        set_code_points(client)
+        client.request("next", threadId=1)
+        client.wait_event("stopped")
+        frame = top(client, 1)["id"]
+        assert evaluate(client, frame, "prey") == "[]" and evaluate(client, frame, "valid") == "[]"
         run_to_end(client)
 
 

@@ -15,9 +15,15 @@ from typing import Any, Protocol
 
 from fems_runtime.debug.debugger import Debugger, Stop
 from fems_runtime.debug.expressions import ExpressionError, evaluate
-from fems_runtime.debug.points import Breakpoint, StopMap, valid_hit_condition
-from fems_runtime.debug.pycode import canonic
-from fems_runtime.debug.views import Views, python_value
+from fems_runtime.debug.points import (
+    HIT_COUNT_HELP,
+    Breakpoint,
+    StopMap,
+    place_code_points,
+    valid_hit_condition,
+)
+from fems_runtime.debug.pycode import canonic, python_value, set_local
+from fems_runtime.debug.views import Views
 from fems_runtime.debug.wire import Channel, ProtocolClosed, read_message
 from fems_runtime.funcs import CodeFiles
 from fems_runtime.linetable import LineTable
@@ -263,12 +269,11 @@ class Adapter:
         stop_map = self.debugger.map
         asked = int(item.get("line", 0))
         line = stop_map.place(asked) if stop_map is not None else None
-        ident = self.next_breakpoint
-        self.next_breakpoint += 1
+        ident = self.new_id()
         if line is None:
             return {"id": ident, "verified": False, "line": asked, "message": "nothing runs here"}
         if not valid_hit_condition(item.get("hitCondition")):
-            message = "hit count: give N, >= N, == N or % N"
+            message = HIT_COUNT_HELP
             return {"id": ident, "verified": False, "line": line, "message": message}
         points[ident] = Breakpoint(
             ident, line, item.get("condition"), item.get("hitCondition"), item.get("logMessage")
@@ -276,26 +281,13 @@ class Adapter:
         return {"id": ident, "verified": True, "line": line, "source": self.source()}
 
     def code_breakpoints(self, path: str, asked: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Breakpoints in a ``code:`` file: on a line of code, or moved to the next one."""
-        lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
-        code = [
-            n
-            for n, text in enumerate(lines, 1)
-            if text.strip() and not text.lstrip().startswith("#")
-        ]
-        answers, placed = [], set()
-        for item in asked:
-            line = next((n for n in code if n >= int(item.get("line", 0))), None)
-            ident = self.next_breakpoint
-            self.next_breakpoint += 1
-            if line is None:
-                answers.append({"id": ident, "verified": False, "message": "no code from here on"})
-                continue
-            placed.add(line)
-            source = {"name": Path(path).name, "path": path}
-            answers.append({"id": ident, "verified": True, "line": line, "source": source})
-        self.debugger.code_points[path] = placed
+        answers, self.debugger.code_points[path] = place_code_points(path, asked, self.new_id)
         return answers
+
+    def new_id(self) -> int:
+        """The next breakpoint's id (unique in the session, over all files)."""
+        self.next_breakpoint += 1
+        return self.next_breakpoint - 1
 
     def is_script(self, path: str) -> bool:
         script = self.script_path()
@@ -408,16 +400,16 @@ class Adapter:
             value = python_value(expression, code)
         else:
             value = evaluate(expression, stop.ctx.frame)
-        shown = self.views.variable("", value)
-        return {
-            "result": shown["value"],
-            "type": shown["type"],
-            "variablesReference": shown["variablesReference"],
-        }
+        shown = self.views.set_answer("", value)
+        return {"result": shown.pop("value"), **shown}
 
     def on_setVariable(self, args: dict[str, Any]) -> dict[str, Any]:
-        """An assignment like any other (traced as one, under the branch rule, §12.5a)."""
+        """An assignment like any other (traced as one, under the branch rule, §12.5a); in a
+        frame of a ``code:`` file, a Python local set to a Python value."""
         ref = int(args.get("variablesReference", 0))
+        code = self.views.python_frames.get(ref)
+        if code is not None and self.debugger.stopped():
+            return self.set_python_local(code, str(args.get("name", "")), str(args.get("value")))
         frame = self.views.scope_frames.get(ref)
         stop = next((s for s in self.debugger.held.values() if s.ctx.frame is frame), None)
         if frame is None or stop is None:
@@ -425,12 +417,11 @@ class Adapter:
         name = str(args.get("name", ""))
         value = evaluate(str(args.get("value", "")), frame)
         stop.ctx.assign(name, "=", value)
-        shown = self.views.variable(name, stop.ctx[name])
-        return {
-            "value": shown["value"],
-            "type": shown["type"],
-            "variablesReference": shown["variablesReference"],
-        }
+        return self.views.set_answer(name, stop.ctx[name])
+
+    def set_python_local(self, frame: FrameType, name: str, expression: str) -> dict[str, Any]:
+        set_local(frame, name, python_value(expression, frame))
+        return self.views.set_answer(name, frame.f_locals[name])
 
     # ------------------------------------------------------------------ run commands
 
@@ -469,10 +460,7 @@ class Adapter:
     def start_session(self, fork: str, options: dict[str, Any]) -> None:
         """Ask the client for a child session launched as this one was, forked at ``fork``;
         if it refuses, fork in this session."""
-        launched = self.launch_arguments or {}
-        name = launched.get("name") or Path(str(launched.get("program", "fems"))).name
-        configuration = {**launched, "name": f"{name} (fork {fork})", "fork": fork}
-        configuration["stopOnEntry"] = True
+        configuration = child_configuration(self.launch_arguments or {}, fork)
         request = {"request": "launch", "configuration": configuration}
         seq = self.channel.send(
             {"type": "request", "command": "startDebugging", "arguments": request}
@@ -500,6 +488,13 @@ class Adapter:
         self.run_task = asyncio.create_task(self.run(options))
 
 
+def child_configuration(launched: dict[str, Any], fork: str) -> dict[str, Any]:
+    """The launch configuration of a session forked at ``fork``: this session's (its
+    program, module options, folder and command), stopped at its first live turn."""
+    name = launched.get("name") or Path(str(launched.get("program", "fems"))).name
+    return {**launched, "name": f"{name} (fork {fork})", "fork": fork, "stopOnEntry": True}
+
+
 def forked(options: dict[str, Any], fork: str) -> dict[str, Any]:
     """The run options of a new session forked at ``fork`` (its records are read from the
     same database, so not from one in memory)."""
@@ -508,4 +503,4 @@ def forked(options: dict[str, Any], fork: str) -> dict[str, Any]:
     return {**options, "fork": fork, "session": None, "resume": False, "reuse": None}
 
 
-__all__ = ["Adapter", "RequestError", "Target", "forked"]
+__all__ = ["Adapter", "RequestError", "Target", "child_configuration", "forked"]
