@@ -492,7 +492,8 @@ def child_configuration(launched: dict[str, Any], fork: str) -> dict[str, Any]:
     """The launch configuration of a session forked at ``fork``: this session's (its
     program, module options, folder and command), stopped at its first live turn."""
     name = launched.get("name") or Path(str(launched.get("program", "fems"))).name
-    return {**launched, "name": f"{name} (fork {fork})", "fork": fork, "stopOnEntry": True}
+    forked_at = {"name": f"{name} (fork {fork})", "fork": fork, "stopOnEntry": True}
+    return {"type": "fems", **launched, "request": "launch", **forked_at}
 
 
 def forked(options: dict[str, Any], fork: str) -> dict[str, Any]:
