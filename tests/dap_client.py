@@ -27,6 +27,7 @@ class DapClient:
         self._seq = 0
         self._messages: list[dict[str, Any]] = []
         self._seen = 0  # events before this index were handed out by wait_event
+        self._answered: list[dict[str, Any]] = []  # reverse requests responded to
         self._changed = threading.Condition()
         self._closed = False
         self._socket: socket.socket | None = None
@@ -90,11 +91,14 @@ class DapClient:
 
     def send(self, command: str, **arguments: Any) -> int:
         self._seq += 1
-        body = json.dumps(
+        self._send(
             {"seq": self._seq, "type": "request", "command": command, "arguments": arguments}
-        ).encode()
-        self._write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        )
         return self._seq
+
+    def _send(self, message: dict[str, Any]) -> None:
+        body = json.dumps(message).encode()
+        self._write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
 
     def response(self, seq: int, timeout: float = TIMEOUT) -> dict[str, Any]:
         def found() -> dict[str, Any] | None:
@@ -135,6 +139,37 @@ class DapClient:
             return None
 
         return self._wait_for(found, f"{event} event", timeout)
+
+    def wait_request(self, command: str, timeout: float = TIMEOUT) -> dict[str, Any]:
+        """The adapter's next reverse request ``command`` (``startDebugging``), whole."""
+
+        def found() -> dict[str, Any] | None:
+            return next(
+                (
+                    m
+                    for m in self._messages
+                    if m.get("type") == "request"
+                    and m.get("command") == command
+                    and m not in self._answered
+                ),
+                None,
+            )
+
+        return self._wait_for(found, f"{command} request", timeout)
+
+    def respond(self, request: dict[str, Any], success: bool = True, message: str = "") -> None:
+        """Answer a reverse request, as an editor does."""
+        self._answered.append(request)
+        self._seq += 1
+        answer = {
+            "seq": self._seq,
+            "type": "response",
+            "request_seq": request["seq"],
+            "command": request["command"],
+            "success": success,
+            "message": message,
+        }
+        self._send(answer)
 
     def events(self, event: str) -> list[dict[str, Any]]:
         with self._changed:

@@ -21,6 +21,7 @@ from dap_client import TIMEOUT, DapClient  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 WEREWOLF = ROOT / "examples" / "werewolf" / "werewolf.fems"
+GAME = WEREWOLF.parent / "game.py"  # its code: file
 FEMS2PY = str(Path(sys.executable).parent / "fems2py")
 OFFLINE = (
     "--model", "fems/mock", "--seed", "1",
@@ -48,10 +49,33 @@ def adapter(
     db: str = ":memory:",
     env: dict[str, str] | None = None,
     stop_on_entry: bool = False,
+    starts_sessions: bool = False,
 ) -> Iterator[DapClient]:
     """``fems2py debug werewolf.fems …`` over stdio, initialized and launched."""
-    args = [FEMS2PY, "debug", str(WEREWOLF), *OFFLINE, "--db", db, *extra]
-    with open(tmp_path / "adapter.err", "wb") as err:
+    configuration = {
+        "type": "fems",
+        "request": "launch",
+        "name": "Debug werewolf.fems",
+        "program": str(WEREWOLF),
+        "args": [*OFFLINE, "--db", db, *extra],
+        "stopOnEntry": stop_on_entry,
+    }
+    with launched(tmp_path, configuration, env, starts_sessions) as client:
+        yield client
+
+
+@contextmanager
+def launched(
+    tmp_path: Path,
+    configuration: dict[str, Any],
+    env: dict[str, str] | None = None,
+    starts_sessions: bool = False,
+) -> Iterator[DapClient]:
+    """A launch configuration run as the VS Code extension runs it: ``fems2py debug PROGRAM
+    ARGS…`` over stdio, then initialize and launch with the configuration."""
+    args = [FEMS2PY, "debug", configuration["program"], *configuration["args"]]
+    err_file = tmp_path / f"adapter-{configuration['name']}.err"
+    with open(err_file, "wb") as err:
         process = subprocess.Popen(
             args,
             stdin=subprocess.PIPE,
@@ -61,15 +85,20 @@ def adapter(
         )
     client = DapClient.over_stdio(process)
     try:
-        client.request("initialize", adapterID="fems", linesStartAt1=True)
-        client.request("launch", program=str(WEREWOLF), stopOnEntry=stop_on_entry)
+        client.request(
+            "initialize",
+            adapterID="fems",
+            linesStartAt1=True,
+            supportsStartDebuggingRequest=starts_sessions,
+        )
+        client.request("launch", **configuration)
         yield client
     finally:
         if process.poll() is None:
             client.send("disconnect")
         assert process.wait(TIMEOUT) in (0, 1)
         close(process)
-        assert b"Traceback" not in (tmp_path / "adapter.err").read_bytes()
+        assert b"Traceback" not in err_file.read_bytes()
 
 
 def close(process: subprocess.Popen[bytes]) -> None:
@@ -248,9 +277,8 @@ def test_hit_counts_and_logpoints(tmp_path: Path) -> None:
 
 def test_code_file_lines_stop_as_in_a_python_debugger(tmp_path: Path) -> None:
     """A breakpoint in game.py (a ``code:`` file), and a step into a ``@func`` from its node."""
-    game = WEREWOLF.parent / "game.py"
-    source = game.read_text(encoding="utf-8").splitlines()
-    first = 1 + source.index("    prey = _prey(alive, role)", source.index("def wolf_consensus("))
+    game = GAME
+    first = consensus_line("prey = _prey(alive, role)")
     with adapter(tmp_path) as client:
         client.request(
             "setBreakpoints", source={"path": str(game)}, breakpoints=[{"line": first + 1}]
@@ -281,6 +309,71 @@ def test_code_file_lines_stop_as_in_a_python_debugger(tmp_path: Path) -> None:
         run_to_end(client)
 
 
+def consensus_line(text: str) -> int:
+    """The game.py line of ``wolf_consensus`` (a ``code:`` function) holding ``text``."""
+    source = GAME.read_text(encoding="utf-8").splitlines()
+    start = source.index("def wolf_consensus(")
+    return 1 + next(n for n in range(start, len(source)) if text in source[n])
+
+
+def set_code_points(client: DapClient, *points: dict[str, Any]) -> list[dict[str, Any]]:
+    body = client.request("setBreakpoints", source={"path": str(GAME)}, breakpoints=list(points))
+    return list(body["breakpoints"])
+
+
+def test_code_file_breakpoints_have_python_conditions_hit_counts_and_logpoints(
+    tmp_path: Path,
+) -> None:
+    picks, valid, rounds = (consensus_line(t) for t in ("picks =", "valid =", "rounds ="))
+    with adapter(tmp_path) as client:
+        log = "picks of {len(wolves_alive)} wolves in round {wolf_rounds}{nowhere}"
+        answers = set_code_points(
+            client,
+            {"line": picks, "logMessage": log},
+            {"line": valid, "hitCondition": "3"},
+            {"line": rounds, "condition": "len(wolves_alive) == 1"},
+            {"line": rounds + 1, "condition": "len("},
+        )
+        assert [a["verified"] for a in answers] == [True, True, True, False]
+        assert answers[3]["message"].startswith("condition: ")
+        stopped = start(client)
+        assert stopped["hitBreakpointIds"] == [answers[1]["id"]]
+        assert top(client, stopped["threadId"])["line"] == valid
+        logged = [line for line in client.output().splitlines() if line.startswith("picks of")]
+        assert len(logged) == 3  # the logpoint ran on each call up to the third
+        nowhere = "<NameError: name 'nowhere' is not defined>"
+        assert logged[0] == f"picks of 2 wolves in round 0{nowhere}"
+        client.request("continue", threadId=1)
+        again = client.wait_event("stopped")
+        assert again["hitBreakpointIds"] == [answers[2]["id"]]
+        frame = top(client, again["threadId"])
+        assert frame["line"] == rounds and evaluate(client, frame["id"], "len(wolves_alive)") == "1"
+        set_code_points(client)
+        run_to_end(client)
+
+
+def test_set_variable_in_a_code_frame_sets_the_python_local(tmp_path: Path) -> None:
+    """``prey`` emptied at the line that reads it: the function goes on with the new value."""
+    valid = consensus_line("valid =")
+    with adapter(tmp_path) as client:
+        set_code_points(client, {"line": valid})
+        stopped = start(client)
+        frame = top(client, stopped["threadId"])["id"]
+        assert evaluate(client, frame, "len(prey)") == "4"
+        scopes = client.request("scopes", frameId=frame)["scopes"]
+        ref = next(s["variablesReference"] for s in scopes if s["name"] == "Locals")
+        body = client.request("setVariable", variablesReference=ref, name="prey", value="[]")
+        assert body["value"] == "[]"
+        message = client.failure("setVariable", variablesReference=ref, name="nope", value="1")
+        assert "nope is not a local of wolf_consensus" in message
+        set_code_points(client)
+        client.request("next", threadId=1)
+        client.wait_event("stopped")
+        frame = top(client, 1)["id"]
+        assert evaluate(client, frame, "prey") == "[]" and evaluate(client, frame, "valid") == "[]"
+        run_to_end(client)
+
+
 def test_restart_from_here_forks_the_session(tmp_path: Path) -> None:
     db = tmp_path / "games.db"
     with adapter(tmp_path, db=str(db)) as client:
@@ -297,6 +390,77 @@ def test_restart_from_here_forks_the_session(tmp_path: Path) -> None:
     with sqlite3.connect(db) as connection:
         rows = connection.execute("SELECT id, parent FROM fems_sessions ORDER BY id").fetchall()
     assert rows == [(1, None), (2, 1)]
+
+
+def test_restart_from_here_starts_a_forked_debug_session(tmp_path: Path) -> None:
+    """An editor that starts child sessions gets a ``startDebugging`` request: the launch
+    configuration again, with ``fork`` before the turn and ``stopOnEntry``. Launched as the
+    extension launches it, the child is a new session that stops at that turn (its first live
+    one) and runs to the end; the parent stays stopped where it was."""
+    db = tmp_path / "games.db"
+    with adapter(tmp_path, db=str(db), starts_sessions=True) as parent:
+        stopped = start(parent, {"line": VOTE_HEADER})
+        frame = top(parent, stopped["threadId"])
+        turn = int(frame["name"].split("(turn ")[1].split(",")[0])
+        parent.request("restartFrame", frameId=frame["id"])
+        asked = parent.wait_request("startDebugging")
+        assert asked["arguments"]["request"] == "launch"
+        configuration = asked["arguments"]["configuration"]
+        assert configuration["fork"] == f"1:{turn - 1}"
+        assert configuration["stopOnEntry"] is True
+        assert configuration["args"] == [*OFFLINE, "--db", str(db)]
+        with launched(tmp_path, configuration) as child:
+            parent.respond(asked)
+            entry = start(child)
+            assert entry["reason"] == "entry"
+            assert top(child, entry["threadId"])["name"].startswith("vote (turn ")
+            assert "debugging session 2" in child.output()
+            assert run_to_end(child)["exitCode"] == 0
+        assert top(parent, stopped["threadId"]) == frame  # the parent is still stopped there
+        assert "a new debug session forks 1:" in parent.output()
+        assert not parent.events("exited")
+    with sqlite3.connect(db) as connection:
+        rows = connection.execute("SELECT id, parent FROM fems_sessions ORDER BY id").fetchall()
+    assert rows == [(1, None), (2, 1)]
+
+
+def test_a_refused_child_session_forks_in_this_one(tmp_path: Path) -> None:
+    db = tmp_path / "games.db"
+    with adapter(tmp_path, db=str(db), starts_sessions=True) as client:
+        stopped = start(client, {"line": VOTE_HEADER})
+        set_points(client)
+        client.request("restartFrame", frameId=top(client, stopped["threadId"])["id"])
+        client.respond(client.wait_request("startDebugging"), False, "no child sessions here")
+        assert client.wait_event("stopped")["reason"] == "restart"
+        assert "no new debug session (no child sessions here)" in client.output()
+        assert run_to_end(client)["exitCode"] == 0
+
+
+def test_replayed_turns_stop_at_action_breakpoints(tmp_path: Path) -> None:
+    """A launch with ``fork`` (the whole of session 1): its turns replay, and a breakpoint on
+    the vote stops a replayed one, which shows the reply it replays; the result is the
+    original run's."""
+    db = tmp_path / "games.db"
+    args = [*OFFLINE, "--db", str(db)]
+    first = tmp_path / "first.json"
+    run = [FEMS2PY, "run", str(WEREWOLF), *args, "--result", str(first)]
+    subprocess.run(run, check=True, capture_output=True, timeout=TIMEOUT)
+    forked = tmp_path / "forked.json"
+    configuration = {
+        "name": "fork",
+        "program": str(WEREWOLF),
+        "args": [*args, "--result", str(forked)],
+        "fork": "1",
+    }
+    with launched(tmp_path, configuration) as client:
+        stopped = start(client, {"line": VOTE_HEADER})
+        frame = top(client, stopped["threadId"])
+        assert frame["name"].startswith("vote (turn ") and frame["name"].endswith(", replayed)")
+        turn = scope(client, frame["id"], "Turn")
+        assert "context" not in turn and turn["replayed reply"]["value"]
+        assert run_to_end(client)["exitCode"] == 0
+        assert "0 model calls" in client.output()
+    assert json.loads(forked.read_text())["vars"] == json.loads(first.read_text())["vars"]
 
 
 def test_attach_over_tcp_with_listen(tmp_path: Path) -> None:
@@ -369,6 +533,10 @@ def test_debug_without_file_builds_what_launch_names(tmp_path: Path) -> None:
     assert "give program" in client.failure("launch")
     assert "no-such.fems" in client.failure("launch", program=str(tmp_path / "no-such.fems"))
     args = [*OFFLINE, "--db", ":memory:"]
+    assert "SESSION:TURN" in client.failure("launch", program=str(WEREWOLF), fork="one")
+    assert "give --db a file" in client.failure(
+        "launch", program=str(WEREWOLF), args=args, fork="1:2"
+    )
     client.request("launch", program=str(WEREWOLF), args=args, cwd=str(tmp_path))
     stopped = start(client, {"line": TALLY})
     assert top(client, stopped["threadId"])["source"]["path"] == str(WEREWOLF)

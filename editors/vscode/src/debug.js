@@ -15,7 +15,7 @@ const NO_SCRIPT = "FEM: open a .fems file to debug it.";
  * A `fems` launch or attach configuration, as launch.json holds it (package.json's
  * `configurationAttributes` describe the same attributes for VS Code's editor of launch.json).
  * @typedef {vscode.DebugConfiguration & {
- *   program?: string, args?: string[], cwd?: string, stopOnEntry?: boolean,
+ *   program?: string, args?: string[], cwd?: string, stopOnEntry?: boolean, fork?: string,
  *   command?: string | string[], host?: string, port?: number
  * }} FemsConfiguration
  */

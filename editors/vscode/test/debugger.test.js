@@ -67,6 +67,7 @@ test("package.json contributes a fems debugger for the fems language", () => {
     args: "array",
     cwd: "string",
     stopOnEntry: "boolean",
+    fork: "string",
     command: ["string", "array"],
   });
   assert.deepStrictEqual(types(attach.properties), { host: "string", port: "number" });
@@ -192,6 +193,29 @@ test("without a cwd the run starts in the workspace folder, else the script's fo
   const folder = { uri: vscode.Uri.file("/games"), name: "games", index: 0 };
   assert.deepStrictEqual(descriptor(launch, folder).options, { cwd: "/games" });
   assert.deepStrictEqual(descriptor(launch, undefined).options, { cwd: path.dirname(SCRIPT) });
+});
+
+test("a restarted frame's child session (startDebugging) resolves unchanged and runs like its parent", () => {
+  // the adapter sends its own launch configuration back with `fork` and `stopOnEntry`
+  const child = {
+    type: "fems",
+    request: "launch",
+    name: "Debug werewolf.fems (fork 1:12)",
+    program: SCRIPT,
+    args: [...MOCK, "--db", "games.db"],
+    cwd: "/games",
+    stopOnEntry: true,
+    fork: "1:12",
+  };
+  assert.deepStrictEqual(problems(child), []);
+  const resolver = new debug.FemsConfigurationResolver();
+  assert.deepStrictEqual(resolver.resolveDebugConfiguration(undefined, child), child);
+  const { command, args, options } = descriptor(child);
+  assert.deepStrictEqual([command, ...args], ["fems2py", "debug", SCRIPT, ...MOCK, "--db", "games.db"]);
+  assert.deepStrictEqual(options, { cwd: "/games" });
+  const { fork } = debuggerContribution.configurationAttributes.launch.properties;
+  assert.match("3:40", new RegExp(fork.pattern));
+  assert.doesNotMatch("3-40", new RegExp(fork.pattern));
 });
 
 test("an attach connects to the host and port of `--listen`", () => {

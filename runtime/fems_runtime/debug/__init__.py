@@ -6,9 +6,9 @@ runs every branch's asyncio task (one thread for a whole ``par``, the whole run 
 action's stop before its context exists). A FEM stop is a node or a turn whose model call is
 held while the sibling branches wait at their own next node, and it shows the run's state, not
 the module's Python locals. So the few messages of the protocol (:mod:`.wire`, :mod:`.adapter`)
-are written here on the standard library; the run is held at two awaited hooks (a node begins,
-a model call is about to be sent), and the lines of ``code:`` files are traced with :mod:`bdb`
-(:mod:`.pycode`).
+are written here on the standard library; the run is held at awaited hooks (a node begins, a
+model call is about to be sent or a recorded one replayed), and the lines of ``code:`` files are
+traced with :mod:`bdb` (:mod:`.pycode`).
 """
 
 from __future__ import annotations

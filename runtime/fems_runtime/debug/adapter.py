@@ -1,10 +1,11 @@
 """The Debug Adapter Protocol requests of one client, answered over :mod:`.wire`: launch or
 attach, breakpoints, threads, stack, scopes and variables, evaluate and setVariable, the run
 commands, and "restart from here" (``restartFrame`` on a turn: the session forked at that turn,
-§16.4a, runs on under the same client)."""
+§16.4a, as a new debug session the editor starts, or in this one when it cannot)."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 from collections.abc import Awaitable, Callable, Mapping
@@ -14,13 +15,20 @@ from typing import Any, Protocol
 
 from fems_runtime.debug.debugger import Debugger, Stop
 from fems_runtime.debug.expressions import ExpressionError, evaluate
-from fems_runtime.debug.points import Breakpoint, StopMap, valid_hit_condition
-from fems_runtime.debug.pycode import canonic
-from fems_runtime.debug.views import Views, python_value
+from fems_runtime.debug.points import (
+    HIT_COUNT_HELP,
+    Breakpoint,
+    StopMap,
+    place_code_points,
+    valid_hit_condition,
+)
+from fems_runtime.debug.pycode import canonic, python_value, set_local
+from fems_runtime.debug.views import Views
 from fems_runtime.debug.wire import Channel, ProtocolClosed, read_message
 from fems_runtime.funcs import CodeFiles
 from fems_runtime.linetable import LineTable
 from fems_runtime.names import DeclaredNames
+from fems_runtime.options import fork_point
 from fems_runtime.records import RunError
 
 FRAMES_PER_THREAD = 1000
@@ -101,6 +109,9 @@ class Adapter:
         self.next_breakpoint = 1
         self.done = asyncio.Event()
         self.restarting: asyncio.Task[None] | None = None  # restart from here, under way
+        self.starts_sessions = False  # the client answers startDebugging (a child session)
+        self.launch_arguments: dict[str, Any] | None = None  # a child's configuration, forked
+        self.answered: dict[int, Callable[[dict[str, Any]], None]] = {}  # reverse requests
 
     async def serve(self, reader: asyncio.StreamReader) -> int:
         """Answer requests until the client disconnects; the run's exit status."""
@@ -109,6 +120,10 @@ class Adapter:
                 message = await read_message(reader)
                 if message.get("type") == "request":
                     self.answer(message)
+                elif message.get("type") == "response":
+                    then = self.answered.pop(int(message.get("request_seq", 0)), None)
+                    if then is not None:
+                        then(message)
         except ProtocolClosed:
             pass
         await self.stop_run()
@@ -140,22 +155,38 @@ class Adapter:
     # ------------------------------------------------------------------ session
 
     def on_initialize(self, args: dict[str, Any]) -> dict[str, Any]:
+        self.starts_sessions = bool(args.get("supportsStartDebuggingRequest"))
         return CAPABILITIES
 
     def on_launch(self, args: dict[str, Any]) -> None:
+        """Launch the run; with ``fork`` (``SESSION:TURN``), a new session forked there
+        (§16.4a), which ``stopOnEntry`` stops at its first live turn."""
         if args.get("cwd"):
             try:
                 os.chdir(str(args["cwd"]))
             except OSError as error:
                 raise RequestError(f"cwd {args['cwd']}: {error.strerror}") from None
-        self.debugger.stop_on_entry = bool(args.get("stopOnEntry"))
-        self.load(args)
+        fork = None
+        if args.get("fork"):
+            try:
+                fork = fork_point(str(args["fork"]))
+            except argparse.ArgumentTypeError as error:
+                raise RequestError(f"fork: {error}") from None
+        self.load(args, fork)
+        entry = bool(args.get("stopOnEntry"))
+        if fork is not None:
+            self.debugger.until_live = "entry" if entry else None
+        else:
+            self.debugger.stop_on_entry = entry
+        self.launch_arguments = {k: v for k, v in args.items() if not k.startswith("__")}
 
     def on_attach(self, args: dict[str, Any]) -> None:
         self.load(args)
 
-    def load(self, args: dict[str, Any]) -> None:
+    def load(self, args: dict[str, Any], fork: str | None = None) -> None:
         program, options = self.target(args)
+        if fork is not None:
+            options = forked(options, fork)
         self.program, self.options = program, options
         self.debugger.map = StopMap(program.module_file, program.lines, program.names)
         base = Path(program.module_file).resolve().parent
@@ -177,7 +208,7 @@ class Adapter:
         try:
             result = await program.run_async(**options, debugger=self.debugger)
         except asyncio.CancelledError:
-            if self.debugger.restarting:
+            if self.restarting is not None and not self.restarting.done():
                 raise  # the restarted run goes on in its place
             self.exit_code = 1
             self.debugger.output(f"{program.script.file}: error: interrupted\n", "stderr")
@@ -238,12 +269,11 @@ class Adapter:
         stop_map = self.debugger.map
         asked = int(item.get("line", 0))
         line = stop_map.place(asked) if stop_map is not None else None
-        ident = self.next_breakpoint
-        self.next_breakpoint += 1
+        ident = self.new_id()
         if line is None:
             return {"id": ident, "verified": False, "line": asked, "message": "nothing runs here"}
         if not valid_hit_condition(item.get("hitCondition")):
-            message = "hit count: give N, >= N, == N or % N"
+            message = HIT_COUNT_HELP
             return {"id": ident, "verified": False, "line": line, "message": message}
         points[ident] = Breakpoint(
             ident, line, item.get("condition"), item.get("hitCondition"), item.get("logMessage")
@@ -251,26 +281,13 @@ class Adapter:
         return {"id": ident, "verified": True, "line": line, "source": self.source()}
 
     def code_breakpoints(self, path: str, asked: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Breakpoints in a ``code:`` file: on a line of code, or moved to the next one."""
-        lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
-        code = [
-            n
-            for n, text in enumerate(lines, 1)
-            if text.strip() and not text.lstrip().startswith("#")
-        ]
-        answers, placed = [], set()
-        for item in asked:
-            line = next((n for n in code if n >= int(item.get("line", 0))), None)
-            ident = self.next_breakpoint
-            self.next_breakpoint += 1
-            if line is None:
-                answers.append({"id": ident, "verified": False, "message": "no code from here on"})
-                continue
-            placed.add(line)
-            source = {"name": Path(path).name, "path": path}
-            answers.append({"id": ident, "verified": True, "line": line, "source": source})
-        self.debugger.code_points[path] = placed
+        answers, self.debugger.code_points[path] = place_code_points(path, asked, self.new_id)
         return answers
+
+    def new_id(self) -> int:
+        """The next breakpoint's id (unique in the session, over all files)."""
+        self.next_breakpoint += 1
+        return self.next_breakpoint - 1
 
     def is_script(self, path: str) -> bool:
         script = self.script_path()
@@ -331,7 +348,9 @@ class Adapter:
             name = place.name
             top = index == len(places) - 1
             if top and stop.turn is not None:
-                name = f"{stop.turn.spec.action} (turn {stop.turn.turn}, {stop.turn.actor})"
+                turn = stop.turn
+                replayed = ", replayed" if turn.recorded is not None else ""
+                name = f"{turn.spec.action} (turn {turn.turn}, {turn.actor}{replayed})"
             elif top and not stop.code_frames:
                 name = f"{place.name}: {stop.ctx.node}"
             frames.append(
@@ -381,16 +400,16 @@ class Adapter:
             value = python_value(expression, code)
         else:
             value = evaluate(expression, stop.ctx.frame)
-        shown = self.views.variable("", value)
-        return {
-            "result": shown["value"],
-            "type": shown["type"],
-            "variablesReference": shown["variablesReference"],
-        }
+        shown = self.views.set_answer("", value)
+        return {"result": shown.pop("value"), **shown}
 
     def on_setVariable(self, args: dict[str, Any]) -> dict[str, Any]:
-        """An assignment like any other (traced as one, under the branch rule, §12.5a)."""
+        """An assignment like any other (traced as one, under the branch rule, §12.5a); in a
+        frame of a ``code:`` file, a Python local set to a Python value."""
         ref = int(args.get("variablesReference", 0))
+        code = self.views.python_frames.get(ref)
+        if code is not None and self.debugger.stopped():
+            return self.set_python_local(code, str(args.get("name", "")), str(args.get("value")))
         frame = self.views.scope_frames.get(ref)
         stop = next((s for s in self.debugger.held.values() if s.ctx.frame is frame), None)
         if frame is None or stop is None:
@@ -398,12 +417,11 @@ class Adapter:
         name = str(args.get("name", ""))
         value = evaluate(str(args.get("value", "")), frame)
         stop.ctx.assign(name, "=", value)
-        shown = self.views.variable(name, stop.ctx[name])
-        return {
-            "value": shown["value"],
-            "type": shown["type"],
-            "variablesReference": shown["variablesReference"],
-        }
+        return self.views.set_answer(name, stop.ctx[name])
+
+    def set_python_local(self, frame: FrameType, name: str, expression: str) -> dict[str, Any]:
+        set_local(frame, name, python_value(expression, frame))
+        return self.views.set_answer(name, frame.f_locals[name])
 
     # ------------------------------------------------------------------ run commands
 
@@ -425,20 +443,42 @@ class Adapter:
 
     def on_restartFrame(self, args: dict[str, Any]) -> None:
         """Restart from here: fork the session before this turn (§16.4a) and run the fork,
-        stopped at its first live turn (this one, or the first of its concurrent region)."""
+        stopped at its first live turn (this one, or the first of its concurrent region). The
+        fork is a new debug session when the client can start one (``startDebugging``): it
+        builds the script again, so an edited prompt counts; this run stays where it is."""
         stop = self.frame_stop(args.get("frameId"))
         if stop.turn is None:
             raise RequestError("restart from here works on a turn: stop at an action first")
-        if str(self.options.get("db") or "").strip() == ":memory:":
-            raise RequestError("restart from here forks the session: give --db a file")
         session = self.debugger.services.turns.session
         fork = f"{session}:{max(stop.turn.turn - 1, 0)}"
-        options = {**self.options, "fork": fork, "session": None, "resume": False, "reuse": None}
-        self.restarting = asyncio.create_task(self.restart(options, fork))
+        options = forked(self.options, fork)
+        if self.starts_sessions and self.launch_arguments is not None:
+            self.start_session(fork, options)
+        else:
+            self.restarting = asyncio.create_task(self.restart(options, fork))
+
+    def start_session(self, fork: str, options: dict[str, Any]) -> None:
+        """Ask the client for a child session launched as this one was, forked at ``fork``;
+        if it refuses, fork in this session."""
+        configuration = child_configuration(self.launch_arguments or {}, fork)
+        request = {"request": "launch", "configuration": configuration}
+        seq = self.channel.send(
+            {"type": "request", "command": "startDebugging", "arguments": request}
+        )
+
+        def then(response: dict[str, Any]) -> None:
+            if response.get("success"):
+                self.debugger.output(f"restart from here: a new debug session forks {fork}\n")
+                return
+            why = response.get("message") or "refused"
+            self.debugger.output(f"restart from here: no new debug session ({why})\n", "stderr")
+            self.restarting = asyncio.create_task(self.restart(options, fork))
+
+        self.answered[seq] = then
 
     async def restart(self, options: dict[str, Any], fork: str) -> None:
         old = self.run_task
-        self.debugger.restarting = True
+        self.debugger.until_live = "restart"
         if old is not None and not old.done():
             old.cancel()
             self.debugger.running.set()
@@ -448,4 +488,20 @@ class Adapter:
         self.run_task = asyncio.create_task(self.run(options))
 
 
-__all__ = ["Adapter", "RequestError", "Target"]
+def child_configuration(launched: dict[str, Any], fork: str) -> dict[str, Any]:
+    """The launch configuration of a session forked at ``fork``: this session's (its
+    program, module options, folder and command), stopped at its first live turn."""
+    name = launched.get("name") or Path(str(launched.get("program", "fems"))).name
+    forked_at = {"name": f"{name} (fork {fork})", "fork": fork, "stopOnEntry": True}
+    return {"type": "fems", **launched, "request": "launch", **forked_at}
+
+
+def forked(options: dict[str, Any], fork: str) -> dict[str, Any]:
+    """The run options of a new session forked at ``fork`` (its records are read from the
+    same database, so not from one in memory)."""
+    if str(options.get("db") or "").strip() == ":memory:":
+        raise RequestError("a fork reads the session's records: give --db a file")
+    return {**options, "fork": fork, "session": None, "resume": False, "reuse": None}
+
+
+__all__ = ["Adapter", "RequestError", "Target", "child_configuration", "forked"]

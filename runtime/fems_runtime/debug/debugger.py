@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from fems_runtime.debug.branches import Branch, Branches, Place
 from fems_runtime.debug.expressions import ExpressionError, evaluate
 from fems_runtime.debug.points import Breakpoint, StopMap
-from fems_runtime.debug.pycode import canonic, traced
+from fems_runtime.debug.pycode import traced
 from fems_runtime.prompts import render
 from fems_runtime.records import RunError
 
@@ -71,9 +71,12 @@ class Debugger:
     def __init__(self, channel: Channel, *, stop_on_entry: bool = False) -> None:
         self.channel = channel
         self.stop_on_entry = stop_on_entry
-        self.restarting = False  # a restarted run stops at its first live turn
+        #: the reason a restarted or forked run stops at its first live turn; until then,
+        #: while it replays what it took from the session before, nothing stops it
+        self.until_live: str | None = None
         self.breakpoints: dict[int, Breakpoint] = {}
-        self.code_points: dict[str, set[int]] = {}  # code: file (real path) → lines
+        #: code: file (real path) → line → breakpoint
+        self.code_points: dict[str, dict[int, Breakpoint]] = {}
         self.code_files: frozenset[str] = frozenset()
         self.running = asyncio.Event()
         self.running.set()
@@ -123,10 +126,17 @@ class Debugger:
 
     async def before_call(self, call: HeldCall) -> None:
         """A turn is about to send its model call: a breakpoint on its action stops it here."""
+        if self.until_live is not None:  # the first live turn of a restarted or forked run
+            self.pause_requested, self.until_live = self.until_live, None
+        await self._turn(call)
+
+    async def before_replay(self, call: HeldCall) -> None:
+        """A turn replays its recorded call (a resumed or forked session): it stops at the
+        breakpoints a live one would."""
+        await self._turn(call)
+
+    async def _turn(self, call: HeldCall) -> None:
         assert self.branches is not None and self.map is not None
-        if self.restarting:  # the restarted turn, the first live one of the new session
-            self.restarting = False
-            self.pause_requested = "restart"
         branch = self.branches.current(call.ctx)
         stop = Stop(branch, call.ctx, self.branches.stack(branch, call.ctx), call)
         line = call.spec.line
@@ -157,7 +167,7 @@ class Debugger:
         (asked once the run goes on: the breakpoints may have changed meanwhile), a step or
         a pause says so."""
         await self._wait_turn(stop)
-        if self.restarting:
+        if self.until_live is not None:
             return
         hits = [point for point in self.breakpoints.values() if here(point)]
         reason, ids = self._reason(stop, hits)
@@ -247,18 +257,18 @@ class Debugger:
             return function
         places = self.branches.stack(branch, ctx)
 
-        async def hold(frames: tuple[FrameType, ...]) -> str:
-            return await self._hold_code(Stop(branch, ctx, places, code_frames=frames))
+        async def hold(frames: tuple[FrameType, ...], hit: list[int]) -> str:
+            return await self._hold_code(Stop(branch, ctx, places, code_frames=frames), hit)
 
-        return traced(function, self.code_points, self.code_files, hold, step_in)
+        points, files = self.code_points, self.code_files
+        return traced(function, points, files, hold, self.output, step_in)
 
-    async def _hold_code(self, stop: Stop) -> str:
-        """A line of a code file stops the branch; how the client goes on, for bdb. A step
-        that leaves the function goes on as "next" in the flow."""
+    async def _hold_code(self, stop: Stop, hit: list[int]) -> str:
+        """A line of a code file stops the branch (``hit``: at these breakpoints, else a
+        step); how the client goes on, for bdb. A step that leaves the function goes on as
+        "next" in the flow."""
         await self._wait_turn(stop)
-        top = stop.code_frames[-1]
-        at_point = top.f_lineno in self.code_points.get(canonic(top.f_code.co_filename), ())
-        await self._stop(stop, "breakpoint" if at_point else "step", [])
+        await self._stop(stop, "breakpoint" if hit else "step", hit)
         stepping = self.stepping
         if stepping is None or stepping.branch is not stop.branch:
             return "continue"

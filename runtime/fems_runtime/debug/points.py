@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from fems_runtime.linetable import LineTable
 from fems_runtime.names import DeclaredNames
@@ -105,6 +107,7 @@ def _executor(calls: list[ast.Call]) -> str | None:
 
 
 _HIT = re.compile(r"\s*(==|>=|>|%)?\s*(\d+)\s*")
+HIT_COUNT_HELP = "hit count: give N, >= N, == N or % N"
 
 
 @dataclass
@@ -142,4 +145,51 @@ def valid_hit_condition(text: str | None) -> bool:
     return not text or _HIT.fullmatch(text) is not None
 
 
-__all__ = ["ActionSpan", "Breakpoint", "StopMap", "valid_hit_condition"]
+def place_code_points(
+    path: str, asked: list[dict[str, Any]], new_id: Callable[[], int]
+) -> tuple[list[dict[str, Any]], dict[int, Breakpoint]]:
+    """Breakpoints in a ``code:`` file: on a line of code, or moved to the next one; their
+    conditions and logpoints' ``{…}`` are Python. The protocol's answers, and the
+    breakpoints by line."""
+    lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+    code = [
+        n for n, text in enumerate(lines, 1) if text.strip() and not text.lstrip().startswith("#")
+    ]
+    answers: list[dict[str, Any]] = []
+    placed: dict[int, Breakpoint] = {}
+    for item in asked:
+        line = next((n for n in code if n >= int(item.get("line", 0))), None)
+        ident = new_id()
+        problem = "no code from here on" if line is None else _python_point_problem(item)
+        if line is None or problem is not None:
+            answers.append({"id": ident, "verified": False, "message": problem})
+            continue
+        placed[line] = Breakpoint(
+            ident, line, item.get("condition"), item.get("hitCondition"), item.get("logMessage")
+        )
+        source = {"name": Path(path).name, "path": path}
+        answers.append({"id": ident, "verified": True, "line": line, "source": source})
+    return answers, placed
+
+
+def _python_point_problem(item: dict[str, Any]) -> str | None:
+    """Why a breakpoint in a ``code:`` file cannot be set as asked (None: it can)."""
+    if not valid_hit_condition(item.get("hitCondition")):
+        return HIT_COUNT_HELP
+    condition = item.get("condition")
+    try:
+        if condition:
+            compile(str(condition), "<condition>", "eval")
+    except SyntaxError as error:
+        return f"condition: {error.msg}"
+    return None
+
+
+__all__ = [
+    "HIT_COUNT_HELP",
+    "ActionSpan",
+    "Breakpoint",
+    "StopMap",
+    "place_code_points",
+    "valid_hit_condition",
+]

@@ -11,7 +11,6 @@ from types import FrameType, ModuleType
 from typing import Any
 
 from fems_runtime.debug.debugger import Debugger, Stop
-from fems_runtime.debug.expressions import ExpressionError
 from fems_runtime.values import format_value
 from fems_runtime.variables import Frame
 
@@ -25,10 +24,12 @@ class Views:
         self.debugger = debugger
         self._children: dict[int, Children] = {}
         self.scope_frames: dict[int, Frame] = {}  # a scope's reference → frame it assigns in
+        self.python_frames: dict[int, FrameType] = {}  # a code: frame's Locals → that frame
 
     def clear(self) -> None:
         self._children.clear()
         self.scope_frames.clear()
+        self.python_frames.clear()
 
     def reference(self, children: Children) -> int:
         ref = len(self._children) + 1
@@ -45,6 +46,11 @@ class Views:
         shown = value if isinstance(value, str) and not value.startswith("@") else None
         text = repr(shown) if shown is not None else format_value(value)
         return {"name": name, "value": text, "variablesReference": ref, "type": _type(value)}
+
+    def set_answer(self, name: str, value: Any) -> dict[str, Any]:
+        """The body of a setVariable response: the value as it is now shown."""
+        shown = self.variable(name, value)
+        return {key: shown[key] for key in ("value", "type", "variablesReference")}
 
     def variables(self, ref: int) -> list[dict[str, Any]]:
         children = self._children.get(ref)
@@ -95,18 +101,12 @@ class Views:
             and not callable(value)
             and not isinstance(value, ModuleType)
         }
+        locals_ref = self.reference(lambda: list(local.items()))
+        self.python_frames[locals_ref] = frame
         return [
-            {"name": "Locals", "variablesReference": self.reference(lambda: list(local.items()))},
+            {"name": "Locals", "variablesReference": locals_ref},
             {"name": "Globals", "variablesReference": self.reference(lambda: list(shared.items()))},
         ]
-
-
-def python_value(expression: str, frame: FrameType) -> Any:
-    """A Python expression in a frame of a ``code:`` file (the console of a Python debugger)."""
-    try:
-        return eval(expression, frame.f_globals, dict(frame.f_locals))  # noqa: S307
-    except Exception as error:  # the author's expression: its error, not a traceback
-        raise ExpressionError(f"{type(error).__name__}: {error}") from None
 
 
 def _model(models: Any, source: str | None) -> str:
@@ -118,7 +118,8 @@ def _model(models: Any, source: str | None) -> str:
 
 
 def _turn(stop: Stop) -> list[tuple[str, Any]]:
-    """The turn about to run: who, which model, the messages exactly as they will be sent."""
+    """The turn about to run: who, which model, the messages exactly as they will be sent;
+    for a replayed turn, the reply recorded instead of its context (nothing is sent)."""
     turn = stop.turn
     assert turn is not None
     messages = turn.messages
@@ -127,12 +128,13 @@ def _turn(stop: Stop) -> list[tuple[str, Any]]:
         out.target + (f".{out.key}" if out.key else ""): out.type or "text"
         for out in turn.spec.outs or ()
     }
+    sent = ("context", context) if turn.recorded is None else ("replayed reply", turn.recorded)
     return [
         ("action", turn.spec.action),
         ("executor", turn.actor),
         ("turn", turn.turn),
         ("model", turn.model),
-        ("context", context),
+        sent,
         ("prompt", turn.prompt),
         ("outs", outs),
     ]
@@ -153,4 +155,4 @@ def _type(value: Any) -> str:
     return type(value).__name__
 
 
-__all__ = ["Views", "python_value"]
+__all__ = ["Views"]

@@ -52,9 +52,11 @@ class Channel:
         self._write = write  # bytes -> None
         self._seq = 0
 
-    def send(self, message: dict[str, Any]) -> None:
+    def send(self, message: dict[str, Any]) -> int:
+        """Send ``message``; its number (a reverse request's response names it)."""
         self._seq += 1
         self._write(frame({"seq": self._seq, **message}))
+        return self._seq
 
     def event(self, event: str, body: dict[str, Any] | None = None) -> None:
         self.send({"type": "event", "event": event, "body": body or {}})

@@ -238,6 +238,10 @@ class AiTurn(CallingTurn):
             await self.live_request()
             self.replay = None
             return None
+        debugger = self.services.debugger
+        if debugger is not None and rounds == 0 and attempt == 0:  # the turn's first call
+            recorded = str(record["result"].get("reply", ""))  # "": a tool round
+            await debugger.before_replay(self.held_call([], recorded))
         self.replay_call(offline, attempt, record)
         return record
 

@@ -141,11 +141,7 @@ class CallingTurn(Turn):
         keep = plan.keep
         debugger = self.services.debugger
         if debugger is not None:  # held here, before the call (and its timeout) starts
-            model, messages = self.setup.choice.model, plan.messages(keep)
-            held = HeldCall(
-                self.ctx, self.spec, self.id, self.actor, model, self.texts.prompt, messages
-            )
-            await debugger.before_call(held)
+            await debugger.before_call(self.held_call(plan.messages(keep)))
         began = listener = None
         if self.services.events.active:
             began = model_call_began(self, plan.messages(keep), attempt)
@@ -186,6 +182,13 @@ class CallingTurn(Turn):
         if call is not None and call.finish_reason == "length":
             self.warn(self.cut_short())
         return answer
+
+    def held_call(self, messages: list[dict[str, Any]], recorded: str | None = None) -> HeldCall:
+        """This turn's call as a debugger holds it (``recorded``: the reply it replays)."""
+        model = self.setup.choice.model
+        return HeldCall(
+            self.ctx, self.spec, self.id, self.actor, model, self.texts.prompt, messages, recorded
+        )
 
     def plan(self, request: Request, added: Sequence[dict[str, Any]]) -> CallPlan:
         """The next call: what it sends, and how much of the context fits the window (less

@@ -26,7 +26,9 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class HeldCall:
     """A turn's model call as a debugger sees it before it is sent: the turn, who speaks, the
-    model, and the messages exactly as they will go out."""
+    model, and the messages exactly as they will go out. A call replayed from the session's
+    records (§16.4) sends nothing: ``recorded`` is its recorded reply, ``messages`` empty (its
+    context is not rebuilt, which could run the script's memory methods again)."""
 
     ctx: Context
     spec: TurnSpec
@@ -35,14 +37,18 @@ class HeldCall:
     model: str
     prompt: str
     messages: list[dict[str, Any]]
+    recorded: str | None = None
 
 
 class TurnDebugger(Protocol):
     """A debugger of the run (``--debug``, :mod:`fems_runtime.debug`): awaited before a turn
-    sends its model call (the call is held while it waits, before any timeout starts), told
-    what the call answered and what the turn did."""
+    sends its model call (the call is held while it waits, before any timeout starts) or
+    replays its first recorded one (a resumed or forked session stops at the same
+    breakpoints), told what the call answered and what the turn did."""
 
     async def before_call(self, call: HeldCall) -> None: ...
+
+    async def before_replay(self, call: HeldCall) -> None: ...
 
     def called(self, spec: TurnSpec, reply: str, reasoning: str) -> None: ...
 
