@@ -246,3 +246,20 @@ def test_a_run_shows_the_warning_in_its_transcript_and_the_reply_goes_on(
     assert printed.count("! count by @counter: the reply of @counter has run to about 10") == 1
     assert printed.index("    10") < printed.index("about 10 tokens") < printed.index("    40")
     assert capsys.readouterr().err.count("warning: action count: the reply of @counter") == 1
+
+
+def test_the_stage_shows_the_warning_with_the_reply_being_written() -> None:
+    """The page's state of a reply being written carries its warning (stage.js shows it)."""
+    from types import SimpleNamespace
+
+    from fems_runtime.stage.live import _Partial
+
+    reply = StreamedReply(1, "count", "n", "@counter", "1", frozenset({"1"}), frozenset())
+    partial = _Partial(1, reply, SimpleNamespace(touch=lambda: None))  # type: ignore[arg-type]
+    events, _, _ = watched(tokens=2)
+    events.subscribe(WatchedReplies(lambda _reply: partial))
+    call = began(events, None)
+    for number in range(3):
+        chunk(events, call, f"{number}\n", mono=0.0)
+    shown = partial.to_json(director=False)
+    assert "sets no max_tokens" in shown["warning"] and shown["text"] == "0\n1\n2\n"

@@ -46,7 +46,9 @@ class ModelSetup:
     ``choice``, the offered ``tools`` and their ``schemas`` (the ``tools`` request parameter,
     §15.5), the reasoning ``effort`` asked by `deep_think` (§15.7), the reply's cap
     (``max_tokens``: the action's, else meta's, §3, §9.2; ``cap``: that or the model map's),
-    and the model's ``window`` (§13.2a, None: unknown)."""
+    and the model's ``window`` (§13.2a, None: unknown). A local server that its entry leaves
+    to say its window and slots is asked first, once per run (§15.4); a turn with
+    `interrupt:` leaves the asking to its call, which the interrupt can cut."""
 
     choice: ModelChoice
     tools: tuple[Tool, ...] = ()
