@@ -63,6 +63,9 @@ class Watcher:
     def finish(self, final: str) -> None:
         self.told.append(("finish", final))
 
+    def warn(self, problem: str) -> None:
+        self.told.append(("warn", problem))
+
 
 def test_a_watcher_sees_the_call_of_a_room_and_the_interrupted_reply_as_stored() -> None:
     run = make_run(models=HalfwayModels())

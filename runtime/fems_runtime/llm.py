@@ -343,7 +343,9 @@ class ModelClient:
         parameter (§15.5). ``stream`` is filled as the reply arrives (an offline reply at
         once); cancelling the call closes its stream. ``max_tokens`` (an action's or meta's
         cap) wins over the model map's; ``reasoning`` (``deep_think``, §15.7) over the model
-        map's ``reasoning``."""
+        map's ``reasoning``. The first call of an entry with an `api_base` that leaves its
+        window or concurrency unsaid asks its server first (§15.4), so a direct caller's calls
+        queue on the slots the server says it has, as a turn's do."""
         if choice.model in OFFLINE_MODELS:
             turn = turn or OfflineTurn("", "")  # asked outside a turn: it knows of none
             if tools or turn.tools:  # the offered tools, as the model sees them
@@ -354,6 +356,7 @@ class ModelClient:
                     if chunk:
                         stream.add(kind, chunk)
             return _numbered(result, messages)
+        await self.servers.learn(choice)  # once per run: what its local server says it is
         fields = self._request_fields(choice, max_tokens, reasoning)
         return await self._complete_remote(choice, messages, delay, tools, stream, fields)
 

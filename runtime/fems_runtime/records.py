@@ -547,11 +547,14 @@ class LiveReplyListener(Protocol):
     """Shows one streamed reply as it arrives: ``feed(kind, chunk)`` each piece (a
     `~fems_runtime.reasoning.Piece`: text, reasoning, or a discard when the stream broke off
     and the call is made again), ``finish(final)`` the reply as it will be stored once the
-    call is over."""
+    call is over, ``warn(problem)`` a warning about the reply while it is written (one that
+    runs long without `max_tokens`, §15.4)."""
 
     def feed(self, kind: Piece, chunk: str) -> None: ...
 
     def finish(self, final: str) -> None: ...
+
+    def warn(self, problem: str) -> None: ...
 
 
 ReplyWatcher = Callable[[StreamedReply], LiveReplyListener]
@@ -562,8 +565,8 @@ class WatchedReplies:
     """Shows the run's streamed replies to ``watch`` (the stage, §17.1): a subscriber of the
     run's events that tells ``watch`` of each streamed model call as it starts, with its
     turn, speaker and room (so only the room's seats see it being written), then feeds the
-    listener it returns each piece, and the reply as stored once the call is over (a failed
-    or cancelled call's pieces are discarded). Offline models answer at once: their replies
+    listener it returns each piece and each warning about the call, and the reply as stored
+    once the call is over (a failed or cancelled call's pieces are discarded). Offline models answer at once: their replies
     are only stored."""
 
     def __init__(self, watch: ReplyWatcher) -> None:
@@ -588,6 +591,10 @@ class WatchedReplies:
                 listener = self._listeners.get(event.parent or 0)
                 if listener is not None:
                     listener.feed(Piece(event.kind), event.chunk)
+            case events.ProblemReported():  # about a reply being written: shown with it
+                listener = self._listeners.get(event.parent or 0)
+                if listener is not None:
+                    listener.warn(event.problem)
             case events.ModelCallEnded():
                 listener = self._listeners.pop(event.id, None)
                 if listener is None:

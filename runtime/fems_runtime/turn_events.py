@@ -77,6 +77,9 @@ class Setup(Protocol):
     @property
     def choice(self) -> ModelChoice: ...
 
+    @property
+    def cap(self) -> int | None: ...
+
 
 class CallingTurn(Turn, Protocol):
     """What a model call's events need of a :class:`~fems_runtime.turns.calls.CallingTurn`."""
@@ -137,6 +140,7 @@ def model_call_began(
         provider=provider_of(choice.model),
         request_model=choice.model,
         streamed=not choice.offline,
+        max_tokens=turn.setup.cap,
         speaker_soul=room.voice_soul,
         souls=frozenset(room.souls),
         users=frozenset(room.users),

@@ -72,6 +72,7 @@ class _Partial:
     text: str = ""
     reasoning: str = ""
     done: bool = False
+    warning: str = ""
 
     def feed(self, kind: Piece, chunk: str) -> None:
         """A piece of the stream: of the reply, of its reasoning, or a discard."""
@@ -86,6 +87,12 @@ class _Partial:
     def finish(self, final: str) -> None:
         """The call is over; ``final`` is the reply as it is stored."""
         self.text, self.done = final, True
+        self.stage.touch()
+
+    def warn(self, problem: str) -> None:
+        """A warning about the reply (it runs long without `max_tokens`, §15.4), shown with
+        it to the seats that see it being written."""
+        self.warning = problem
         self.stage.touch()
 
     def seen_by(self, soul: str | None, user: str | None) -> bool:
@@ -105,6 +112,7 @@ class _Partial:
             "soul": reply.speaker_soul,
             "text": self.text,
             "done": self.done,
+            "warning": self.warning,
         }
         if director:
             shown["reasoning"] = self.reasoning

@@ -46,7 +46,9 @@ class ModelSetup:
     ``choice``, the offered ``tools`` and their ``schemas`` (the ``tools`` request parameter,
     §15.5), the reasoning ``effort`` asked by `deep_think` (§15.7), the reply's cap
     (``max_tokens``: the action's, else meta's, §3, §9.2; ``cap``: that or the model map's),
-    and the model's ``window`` (§13.2a, None: unknown)."""
+    and the model's ``window`` (§13.2a, None: unknown). A local server that its entry leaves
+    to say its window and slots is asked first, once per run (§15.4); a turn with
+    `interrupt:` leaves the asking to its call, which the interrupt can cut."""
 
     choice: ModelChoice
     tools: tuple[Tool, ...] = ()
@@ -59,6 +61,8 @@ class ModelSetup:
     @classmethod
     async def of(cls, services: SharedServices, spec: TurnSpec, executor: ActorSpec) -> ModelSetup:
         choice = services.models.resolve(spec.model, executor.source)
+        if spec.interrupt is None:  # an interrupt must cut the wait: its call asks instead
+            await services.models.servers.learn(choice)  # a local server's window (§15.4)
         names = offered_names(executor.tools, services.all_tools) if executor.tools else ()
         effort = None
         if DEEP_THINK in names:  # not a tool: a request to reason, unless the model map's

@@ -174,6 +174,8 @@ function writingItem(reply) {
   const where = [reply.action, `turn ${reply.turn}`].join(" · ");
   item.append(el("span", { class: "who", text: reply.speaker }), el("span", { class: "meta", text: where }));
   if (!reply.done) item.append(el("span", { class: "marker", text: "writing…" }));
+  // a reply that runs long without max_tokens (§15.4): the warning shows above its text
+  if (reply.warning) item.append(el("div", { class: "warning", text: reply.warning }));
   item.append(el("div", { class: "text", text: reply.text }));
   if (reply.reasoning) item.append(reasoningFold(reply.reasoning));
   return item;

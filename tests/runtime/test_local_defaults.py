@@ -1,0 +1,265 @@
+"""Local models at their defaults during a run (§15.4, issue #33).
+
+A model-map entry of `model` and `api_base` only: the run asks its server what it is once, the
+first time the entry is used, says so in one notice, and queues its calls on the slots the
+server said it has; a server that says nothing is used as before. A streamed reply without
+`max_tokens` that runs long is warned about once, in the transcript, on the stage (the reply's
+watchers) and in the run's warnings, while the reply goes on. The servers are fakes on
+127.0.0.1 that answer `/props` as llama.cpp does (`fake_local`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fems_helpers import llm_calls, run_script
+from fems_runtime import longreply
+from fems_runtime.events import ModelCallBegan, ReplyChunk, RunEvents
+from fems_runtime.llm import ModelClient
+from fems_runtime.longreply import LongReplies
+from fems_runtime.records import RunError, StreamedReply, WatchedReplies
+from fems_runtime.transcript import Transcript
+
+from .fake_local import FakeLocalServer, fake_local, llama_cpp
+from .fake_openai import Behaviour
+
+VOTE = """
+vars:
+    voters = [@a, @b, @c, @d]
+    count = 0
+actors:
+    ai @a
+    ai @b
+    ai @c
+    ai @d
+action vote @ai(@voter):
+    prompt: Vote for someone among {voters}.
+    scope: [@voter]
+action record @assign:
+    out: count += 1
+mainflow:
+    [START] -> [P]
+    [P] -> par @voter in voters:
+        -> vote -> record ->
+    -> [END]
+"""
+
+COUNT = """
+actors:
+    ai @counter
+action count @ai(@counter):
+    prompt: Count from 1 to 3000, one number a line.
+mainflow:
+    [START] -> count -> [END]
+"""
+
+NOTICE = "as llama.cpp's server at"
+
+
+def local_entry(folder: Path, server: FakeLocalServer, **entry: Any) -> None:
+    """A `fems.toml` whose alias `local` is ``server``: `model` and `api_base`, and ``entry``."""
+    extra = "".join(f"{name} = {value!r}\n" for name, value in entry.items())
+    (folder / "fems.toml").write_text(
+        f'[models.local]\nmodel = "openai/smollm2"\napi_base = "{server.api_base}"\n{extra}',
+        encoding="utf-8",
+    )
+
+
+def test_a_run_asks_the_server_once_and_queues_on_its_one_slot(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Four votes at once (`par`) on a server of one slot: each waits for the one before."""
+    words = tuple(f"w{i} " for i in range(8))
+    with fake_local(llama_cpp(n_ctx=8192, slots=1), Behaviour(pieces=words, gap=0.02)) as server:
+        local_entry(tmp_path, server)
+        result, events = run_script(tmp_path, VOTE, model="local")
+    assert result.status == "completed" and len(llm_calls(events, "vote")) == 4
+    assert server.asked["GET /props"] == 1
+    assert server.max_in_flight == 1
+    err = capsys.readouterr().err
+    assert err.count(NOTICE) == 1
+    assert "context_window 8192, max_concurrency 1" in err and f"{server.root}/props" in err
+
+
+def test_what_the_entry_says_wins_over_the_server(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    words = tuple(f"w{i} " for i in range(8))
+    with fake_local(llama_cpp(n_ctx=8192, slots=1), Behaviour(pieces=words, gap=0.05)) as server:
+        local_entry(tmp_path, server, max_concurrency=4, context_window=8192)
+        result, _ = run_script(tmp_path, VOTE, model="local")
+    assert result.status == "completed"
+    assert "GET /props" not in server.asked  # nothing left to ask
+    assert server.max_in_flight > 1
+    assert NOTICE not in capsys.readouterr().err
+
+
+def test_the_window_the_server_says_is_the_turns_window(tmp_path: Path) -> None:
+    """A window too small for the prompt is the run error that names it: it was read."""
+    with fake_local(llama_cpp(n_ctx=16, slots=1)) as server:
+        local_entry(tmp_path, server)
+        with pytest.raises(RunError, match="window of 16 tokens"):
+            run_script(tmp_path, COUNT, model="local")
+
+
+def test_a_server_that_says_nothing_is_used_as_before(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    words = tuple(f"w{i} " for i in range(8))
+    with fake_local({}, Behaviour(pieces=words, gap=0.05)) as server:
+        local_entry(tmp_path, server)
+        result, _ = run_script(tmp_path, VOTE, model="local")
+    assert result.status == "completed" and server.asked == {}
+    assert server.max_in_flight > 1  # no cap was read: the calls went at once
+    assert NOTICE not in capsys.readouterr().err
+
+
+def test_a_direct_call_asks_the_server_first() -> None:
+    """`ModelClient.complete` outside a turn (an interrupt's call, a caller of the runtime)."""
+    with fake_local(llama_cpp(n_ctx=4096, slots=2)) as server:
+        notices: list[str] = []
+        entry = {"model": "openai/smollm2", "api_base": server.api_base}
+        client = ModelClient(model_map={"local": entry}, environ={}, notice=notices.append)
+        choice = client.resolve("local")
+
+        async def twice() -> None:
+            for _ in range(2):
+                await client.complete(choice, [{"role": "user", "content": "hi"}])
+            await client.aclose()
+
+        asyncio.run(twice())
+        assert server.asked["GET /props"] == 1
+    assert client.window(choice) == 4096 and client.servers.slots(choice) == 2
+    assert len(notices) == 1
+
+
+# ---------------------------------------------------------------------- a long reply
+
+
+class Watcher:
+    """A reply watcher (the stage's side) that keeps the warnings it is told."""
+
+    def __init__(self) -> None:
+        self.warnings: list[str] = []
+
+    def __call__(self, reply: StreamedReply) -> Watcher:
+        return self
+
+    def feed(self, kind: str, chunk: str) -> None:
+        """Pieces are the streaming tests' business."""
+
+    def finish(self, final: str) -> None:
+        """So is the reply as stored."""
+
+    def warn(self, problem: str) -> None:
+        self.warnings.append(problem)
+
+
+def began(events: RunEvents, max_tokens: int | None, mono: float = 0.0) -> ModelCallBegan:
+    where = events.where(node="n", line=4, action="count", actor="@counter")
+    call = ModelCallBegan(
+        id=events.new_id(),
+        parent=None,
+        where=where,
+        streamed=True,
+        max_tokens=max_tokens,
+        mono=mono,
+    )
+    return events.emit(call)
+
+
+def chunk(
+    events: RunEvents, call: ModelCallBegan, text: str, mono: float, kind: str = "text"
+) -> None:
+    events.emit(
+        ReplyChunk(
+            id=events.new_id(), parent=call.id, where=call.where, kind=kind, chunk=text, mono=mono
+        )
+    )
+
+
+def watched(tokens: int = 5, seconds: float = 60.0) -> tuple[RunEvents, Watcher, list[str]]:
+    events, watcher, warnings = RunEvents("count.fems"), Watcher(), []
+    events.subscribe(WatchedReplies(watcher))
+    events.subscribe(LongReplies(events, warnings.append, tokens=tokens, seconds=seconds))
+    return events, watcher, warnings
+
+
+def test_a_reply_without_a_cap_is_warned_about_once_past_its_size() -> None:
+    events, watcher, warnings = watched(tokens=5)
+    call = began(events, None)
+    for number in range(20):
+        chunk(events, call, f"{number}\n", mono=0.1 * number)
+        if number == 3:
+            assert watcher.warnings == []  # 4 tokens: not yet
+    (warning,) = watcher.warnings
+    assert "@counter" in warning and "action count" in warning and "max_tokens" in warning
+    assert "about 5 tokens" in warning
+    assert warnings == [f"count.fems:4: warning: action count: {warning}"]
+
+
+def test_a_slow_reply_without_a_cap_is_warned_about_past_its_time() -> None:
+    events, watcher, _ = watched(tokens=1000, seconds=60.0)
+    call = began(events, None, mono=100.0)
+    chunk(events, call, "1\n", mono=130.0)
+    assert watcher.warnings == []
+    chunk(events, call, "2\n", mono=161.0)
+    chunk(events, call, "3\n", mono=200.0)
+    (warning,) = watcher.warnings
+    assert "about 2 tokens in 61 s" in warning
+
+
+def test_a_capped_reply_is_never_warned_about_and_a_discard_starts_the_count_again() -> None:
+    events, watcher, _ = watched(tokens=3)
+    capped = began(events, 4000)
+    for number in range(10):
+        chunk(events, capped, f"{number}\n", mono=0.0)
+    uncapped = began(events, None)
+    chunk(events, uncapped, "1\n", mono=0.0)
+    chunk(events, uncapped, "2\n", mono=0.0)
+    chunk(events, uncapped, "", mono=0.0, kind="discard")  # the stream broke off
+    chunk(events, uncapped, "1\n", mono=0.0)
+    chunk(events, uncapped, "2\n", mono=0.0)
+    assert watcher.warnings == []
+    chunk(events, uncapped, "3\n", mono=0.0)
+    assert len(watcher.warnings) == 1
+
+
+def test_a_run_shows_the_warning_in_its_transcript_and_the_reply_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(longreply, "LONG_REPLY_TOKENS", 10)
+    numbers = tuple(f"{number}\n" for number in range(1, 41))
+    shown = io.StringIO()
+    with fake_local(llama_cpp(n_ctx=8192, slots=1), Behaviour(pieces=numbers)) as server:
+        local_entry(tmp_path, server)
+        transcript = Transcript(everyone=["@counter"], stream=shown)
+        result, events = run_script(tmp_path, COUNT, model="local", transcript=transcript)
+    assert result.status == "completed"
+    (call,) = llm_calls(events, "count")
+    assert call["reply"] == "".join(numbers)  # the whole reply: it went on
+    printed = shown.getvalue()
+    assert printed.count("! count by @counter: the reply of @counter has run to about 10") == 1
+    assert printed.index("    10") < printed.index("about 10 tokens") < printed.index("    40")
+    assert capsys.readouterr().err.count("warning: action count: the reply of @counter") == 1
+
+
+def test_the_stage_shows_the_warning_with_the_reply_being_written() -> None:
+    """The page's state of a reply being written carries its warning (stage.js shows it)."""
+    from types import SimpleNamespace
+
+    from fems_runtime.stage.live import _Partial
+
+    reply = StreamedReply(1, "count", "n", "@counter", "1", frozenset({"1"}), frozenset())
+    partial = _Partial(1, reply, SimpleNamespace(touch=lambda: None))  # type: ignore[arg-type]
+    events, _, _ = watched(tokens=2)
+    events.subscribe(WatchedReplies(lambda _reply: partial))
+    call = began(events, None)
+    for number in range(3):
+        chunk(events, call, f"{number}\n", mono=0.0)
+    shown = partial.to_json(director=False)
+    assert "sets no max_tokens" in shown["warning"] and shown["text"] == "0\n1\n2\n"
