@@ -9,11 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fems_helpers import build_script, load
+from fems_helpers import build_script, load, run_program
 from fems_runtime.llm import ModelClient
 from fems_runtime.records import RunError
 from fems_runtime.store import Checkpoint, NewMessage, Store
 from fems_runtime.store.opening import FIRST_SESSION, OpeningStore, fresh_file
+
+from .fake_openai import Behaviour, fake_openai
 
 SCRIPT = """
 meta:
@@ -127,3 +129,26 @@ def test_a_session_another_run_took_meanwhile_fails_the_run(tmp_path: Path) -> N
     store.new_turn(FIRST_SESSION)
     with pytest.raises(RunError, match="another run made the database"):
         store.submit(FIRST_SESSION, [NewMessage("reply", "hi", turn=1)])
+
+
+def test_over_the_network_a_new_file_stores_what_an_open_database_does(tmp_path: Path) -> None:
+    """The worker opens the store while the first request is under way (the turn waits for
+    it to store its reply); what is stored is the same."""
+    module = build_script(tmp_path, SCRIPT.replace("Bob.", "Bob. REPLY[[Hi Bob.]]"))
+    fresh, made = tmp_path / "fresh.db", tmp_path / "made.db"
+    Store(made).close()
+    with fake_openai(Behaviour(text=None, pause=0.05)) as server:
+        (tmp_path / "fems.toml").write_text(
+            f'[models]\nm = {{ model = "openai/m", api_base = "{server.api_base}", '
+            'api_key = "k" }\n',
+            encoding="utf-8",
+        )
+        for db in (fresh, made):
+            done = run_program(module, "--model", "m", "--db", str(db))
+            assert done.returncode == 0, done.stderr
+        assert len(server.requests) == 4
+    assert stored(fresh) == stored(made)
+    assert [content for *_, content in stored(fresh)[2]][:2] == [
+        "Say something to Bob. REPLY[[Hi Bob.]]",
+        "Hi Bob.",
+    ]
