@@ -18,6 +18,7 @@ from fems_runtime.llm import DEFAULT_RETRY_BUDGET, DEFAULT_TIMEOUT, ModelClient,
 from fems_runtime.project import ProjectConfig
 from fems_runtime.records import RunError, TraceWriter, TurnLog
 from fems_runtime.store import Store, parse_session_spec
+from fems_runtime.store.opening import FIRST_SESSION, OpeningStore, fresh_file
 from fems_runtime.tools import DEFAULT_MAX_TOOL_ROUNDS, Toolbox
 from fems_runtime.turns.ai import run_ai_turn
 from fems_runtime.turns.human import run_human_turn, run_mind_turn
@@ -302,11 +303,19 @@ def open_store(
 ) -> tuple[Store, int, TurnLog]:
     """Open the database and the session (§3 `database`, `session`), recording the actors;
     a new run marks its start, a resumed one loads the records to replay (§16.4), a branch
-    begins as a resumed run of its new session (§16.4a)."""
+    begins as a resumed run of its new session (§16.4a). A new session in a database file not
+    made yet opens behind its first request (:class:`OpeningStore`): nothing stored there can
+    be needed before; the others need their stored context first."""
     script = program.script
     meta = script.meta
-    store = Store(db or _text(meta.get("database")) or None)
+    database = db or _text(meta.get("database")) or None
     spec = meta.get("session") if opening.session is None else opening.session
+    if opening.branch is None and not opening.resume:
+        if parse_session_spec(spec)[0] is None and fresh_file(database):
+            behind = OpeningStore(lambda: _new_session(Store(database), script, spec, variables))
+            return behind, FIRST_SESSION, TurnLog()
+        return (*_new_session(Store(database), script, spec, variables), TurnLog())
+    store = Store(database)
     try:
         if opening.branch is not None:
             branched = open_branch(
@@ -318,22 +327,33 @@ def open_store(
                 warn=lambda text: opening.warn(f"{script.file}: notice: {text}"),
             )
             number, log = _resume_session(store, script, branched)
-        elif opening.resume:
-            number, log = _resume_session(store, script, spec)
         else:
-            number = store.open_session(
-                spec,
-                title=_text(meta.get("name")) or None,
-                script=script.file,
-                script_hash=script.sha256,
-            )
-            store.start_run(number)
-            log = TurnLog()
+            number, log = _resume_session(store, script, spec)
         _record_actors(store, number, variables)
     except BaseException:
         store.close()
         raise
     return store, number, log
+
+
+def _new_session(
+    store: Store, script: ScriptFacts, spec: str | int | None, variables: Variables
+) -> tuple[Store, int]:
+    """Open session ``spec`` as a new run of ``script`` with its actors (the store is closed
+    when that fails)."""
+    try:
+        number = store.open_session(
+            spec,
+            title=_text(script.meta.get("name")) or None,
+            script=script.file,
+            script_hash=script.sha256,
+        )
+        store.start_run(number)
+        _record_actors(store, number, variables)
+    except BaseException:
+        store.close()
+        raise
+    return store, number
 
 
 def _record_actors(store: Store, number: int, variables: Variables) -> None:
