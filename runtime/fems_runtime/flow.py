@@ -48,7 +48,9 @@ class FlowFunction(Protocol):
     ``__globals__`` are the generated module's."""
 
     __name__: str
-    __globals__: dict[str, Any]
+
+    @property
+    def __globals__(self) -> dict[str, Any]: ...  # read-only, as a function's is
 
     def __call__(self, ctx: Context, /) -> Awaitable[str | None]: ...
 

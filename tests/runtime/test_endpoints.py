@@ -254,12 +254,15 @@ def test_a_model_map_cap_must_be_a_positive_whole_number(cap: object) -> None:
 
 
 def test_one_pooled_client_per_base_url_keeps_its_connection() -> None:
+    # The entries state what a server would say of itself, so the run does not ask (§15.4):
+    # the question is once per run, on connections of its own; this test counts the calls'.
+    stated = {"context_window": 8192, "max_concurrency": 4}
     with fake_openai() as server, fake_openai() as other:
         client = ModelClient(
             model_map={
-                "a": openai_entry(server.api_base, "a"),
-                "b": openai_entry(server.api_base, "b"),
-                "c": openai_entry(other.api_base, "c"),
+                "a": openai_entry(server.api_base, "a") | stated,
+                "b": openai_entry(server.api_base, "b") | stated,
+                "c": openai_entry(other.api_base, "c") | stated,
             },
             environ={},
         )
