@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Literal, Self, TypeVar
 
@@ -527,7 +527,8 @@ class RunEvents:
     """The run's event bus: subscribers are called in order, synchronously, with each event.
 
     A subscriber may stop the run by raising (the cost limit raises a ``RunError`` at a
-    turn's end); emitters build events only while :attr:`active`.
+    turn's end); emitters build events only while :attr:`active`, and a point that only some
+    subscribers read (stored messages, reply chunks, assignments) only when :meth:`wants` it.
     """
 
     #: what the JSONL trace writes as ``format`` on its first line (``run``)
@@ -539,26 +540,41 @@ class RunEvents:
         self.session: int | None = None
         #: the run's span id (parent of its top-level steps)
         self.run_id: int | None = None
-        self._subscribers: list[Subscriber] = []
+        self._subscribers: list[tuple[Subscriber, frozenset[type[RunEvent]]]] = []
+        self._wanted: frozenset[type[RunEvent]] = frozenset()
         self._ids = itertools.count(1)
         #: whether anyone listens: a plain attribute, read at every point of the run
         self.active = False
 
-    def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
-        """Call ``subscriber`` with each event from now on; returns the call that stops it."""
-        self._subscribers.append(subscriber)
-        self.active = True
+    def subscribe(
+        self, subscriber: Subscriber, only: Iterable[type[RunEvent]] | None = None
+    ) -> Callable[[], None]:
+        """Call ``subscriber`` with each event from now on (``only``: the types it reads; it
+        may still be called with others, which it ignores); returns the call that stops it."""
+        entry = (subscriber, frozenset(only) if only is not None else _every_event_type())
+        self._subscribers.append(entry)
+        self._listened()
 
         def unsubscribe() -> None:
-            if subscriber in self._subscribers:
-                self._subscribers.remove(subscriber)
-            self.active = bool(self._subscribers)
+            if entry in self._subscribers:
+                self._subscribers.remove(entry)
+            self._listened()
 
         return unsubscribe
 
+    def _listened(self) -> None:
+        self.active = bool(self._subscribers)
+        self._wanted = frozenset().union(*(wanted for _, wanted in self._subscribers))
+
+    def wants(self, kind: type[RunEvent]) -> bool:
+        """Whether a subscriber reads events of type ``kind``: a point nobody reads is not
+        built (an exporter alone reads no stored messages: building them is most of what
+        events cost a ``fems/mock`` call)."""
+        return kind in self._wanted
+
     def emit(self, event: _Event) -> _Event:
         """Hand ``event`` to every subscriber; returns it (a begin is kept for its end)."""
-        for subscriber in self._subscribers:
+        for subscriber, _ in self._subscribers:
             subscriber(event)
         return event
 
@@ -576,6 +592,17 @@ class RunEvents:
     ) -> Where:
         """A :class:`Where` in this run's session and file."""
         return Where(self.session, path, node, action, actor, self.file, line)
+
+
+def _every_event_type() -> frozenset[type[RunEvent]]:
+    """:class:`RunEvent` and all its subclasses (what a subscriber of everything reads)."""
+    found: set[type[RunEvent]] = set()
+    pending: list[type[RunEvent]] = [RunEvent]
+    while pending:
+        kind = pending.pop()
+        found.add(kind)
+        pending.extend(kind.__subclasses__())
+    return frozenset(found)
 
 
 def content_fields(event: type[RunEvent] | type[StoredMessage]) -> dict[str, str]:
