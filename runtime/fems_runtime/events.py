@@ -25,7 +25,10 @@ leave out in every mode (§13.1).
 Emitting is synchronous, in the thread (and asyncio task) where the thing happens, so a
 subscriber may ask :func:`asyncio.current_task` which branch an event belongs to. Emitters
 build an event only when :attr:`RunEvents.active` says someone listens: a run nobody watches
-pays one attribute read per point (``python -m bench mock_calls``).
+pays one attribute read per point (``python -m bench mock_calls``). Every subscriber gets the
+same event object, which none may change; they are not frozen dataclasses only because a
+frozen one's ``__init__`` costs two to four times as much, and a watched run builds about ten
+events per model call.
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ def _reasoning() -> Any:
     return field(default="", metadata={"privacy": REASONING})
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Where:
     """Where in the run and in the script an event happened."""
 
@@ -81,7 +84,7 @@ class Where:
     line: int | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class RunEvent:
     """Anything that happens in a run."""
 
@@ -97,12 +100,12 @@ class RunEvent:
     wall: float = field(default_factory=time.time)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class Began(RunEvent):
     """The start of a span of the run."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class Ended(RunEvent):
     """The end of a span: how its part of the run went and how long it took."""
 
@@ -137,7 +140,7 @@ class Ended(RunEvent):
 # ---------------------------------------------------------------------- the run
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class RunBegan(Began):
     """A run of the script starts, its session open (new, resumed or branched, §16.4)."""
 
@@ -154,7 +157,7 @@ class RunBegan(Began):
     parent_created: float | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class RunEnded(Ended):
     """The run is over: ``outcome`` ok means completed."""
 
@@ -164,7 +167,7 @@ class RunEnded(Ended):
     model_calls: int = 0
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class RunFailed(RunEvent):
     """The run error that ends a failed run, located in the script (before :class:`RunEnded`)."""
 
@@ -177,7 +180,7 @@ class RunFailed(RunEvent):
 # ---------------------------------------------------------------------- the flow
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class StepBegan(Began):
     """One execution of a flow node (§12.10); its span holds the node's action, loop or
     module call."""
@@ -186,12 +189,12 @@ class StepBegan(Began):
     step: int = 0
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class StepEnded(Ended):
     """The node's action, loop or module call is over."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class ForkBegan(Began):
     """Branches start: a fork's targets (§12.3), a ``par`` loop's or a ``for`` loop's
     iterations (§12.7, §12.8); each branch is a :class:`BranchBegan` inside it."""
@@ -208,7 +211,7 @@ class ForkBegan(Began):
     items: tuple[Any, ...] = ()
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class ForkJoined(Ended):
     """Every branch of the fork has ended (the join, §12.5, §12.6)."""
 
@@ -222,7 +225,7 @@ class ForkJoined(Ended):
     cancelled: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class BranchBegan(Began):
     """One branch of a fork (``parent`` is the fork's id): a target, or a loop's iteration."""
 
@@ -234,7 +237,7 @@ class BranchBegan(Began):
     item: Any = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class BranchEnded(Ended):
     """The branch ended (reached the merge node, a terminal node, or was cancelled)."""
 
@@ -245,7 +248,7 @@ class BranchEnded(Ended):
 # ---------------------------------------------------------------------- turns
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class TurnBegan(Began):
     """An action runs as a turn: ``@ai``, ``@human``, ``@mind`` (§9.1), ``@func`` (§9.7) or
     ``@assign`` (§9.6, one statement)."""
@@ -254,7 +257,7 @@ class TurnBegan(Began):
     kind: TurnEventKind
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class TurnEnded(Ended):
     """The turn is over (its messages submitted to the store)."""
 
@@ -269,7 +272,7 @@ class TurnEnded(Ended):
     fell_back: bool = False
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class TurnReplayed(RunEvent):
     """A turn's call or answer is taken from the session's records instead of made (§16.4,
     §16.4a)."""
@@ -280,7 +283,7 @@ class TurnReplayed(RunEvent):
     attempt: int = 0
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class Assigned(RunEvent):
     """One ``@assign`` statement wrote a variable (§9.6)."""
 
@@ -292,7 +295,7 @@ class Assigned(RunEvent):
     value: Any = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class FuncCalled(RunEvent):
     """An ``@func`` action calls its function live (§9.7, §9.8)."""
 
@@ -300,7 +303,7 @@ class FuncCalled(RunEvent):
     inputs: Mapping[str, Any] = _content(None)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class ReplyRejected(RunEvent):
     """A reply (or answer) failed its checks (§10.4–§10.6)."""
 
@@ -310,12 +313,12 @@ class ReplyRejected(RunEvent):
     final: bool = False
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class FallbackTaken(RunEvent):
     """A turn's retries are exhausted and its ``fallback:`` module runs (§10.6)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class ProblemReported(RunEvent):
     """A run warning about a turn (a reply problem the lenient default lets pass, a cut
     context, a reply cut at its length cap)."""
@@ -324,7 +327,7 @@ class ProblemReported(RunEvent):
     problem: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class StoredMessage:
     """One message a turn stored (§14), as people read it."""
 
@@ -345,7 +348,7 @@ class StoredMessage:
         return self.kind == "reasoning"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class MessagesStored(RunEvent):
     """A turn handed messages to the store, with its record (one transaction, §16.4)."""
 
@@ -358,7 +361,7 @@ class MessagesStored(RunEvent):
 # ---------------------------------------------------------------------- model calls
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class ModelCallBegan(Began):
     """A request to a model is sent (§15.4); its parent is the turn."""
 
@@ -383,7 +386,7 @@ class ModelCallBegan(Began):
     messages: tuple[Mapping[str, Any], ...] = _content(())
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class ModelCallFirstChunk(RunEvent):
     """The first piece of a streamed reply arrived (time to first chunk); ``parent`` is the
     model call."""
@@ -392,7 +395,7 @@ class ModelCallFirstChunk(RunEvent):
     kind: str = "text"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class ReplyChunk(RunEvent):
     """A piece of a streamed reply; ``parent`` is the model call. Kind ``discard``: the
     stream broke off and the call is made again, what arrived so far does not count."""
@@ -408,7 +411,7 @@ class ReplyChunk(RunEvent):
         return self.kind == "reasoning"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class ModelCallEnded(Ended):
     """The model answered (or failed, or `interrupt:` cut it, §10.7)."""
 
@@ -452,7 +455,7 @@ class ModelCallEnded(Ended):
 # ---------------------------------------------------------------------- tools, people
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class ToolCallBegan(Began):
     """A model's tool call runs (§15.5); its parent is the turn."""
 
@@ -469,7 +472,7 @@ class ToolCallBegan(Began):
     arguments: str = _content("")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class ToolCallEnded(Ended):
     """The tool returned; a failing tool's error is its result (``error: …``), so the call
     still ends ok."""
@@ -487,7 +490,7 @@ class ToolCallEnded(Ended):
     result: str = _content("")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class HumanWaitBegan(Began):
     """A person is asked and the run waits for the answer (§10.8); its parent is the turn."""
 
@@ -497,7 +500,7 @@ class HumanWaitBegan(Began):
     prompt: str = _content("")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class HumanWaitEnded(Ended):
     """The person answered."""
 
@@ -505,7 +508,7 @@ class HumanWaitEnded(Ended):
     turn: int = 0
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class HumanAnswered(RunEvent):
     """A person's answer (live or replayed) is about to be applied (§10.8)."""
 

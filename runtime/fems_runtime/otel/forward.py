@@ -108,8 +108,19 @@ def rebuilt(kind: type[ev.RunEvent], names: tuple[str, ...], values: tuple[Any, 
     return kind(**dict(zip(names, values, strict=True)))
 
 
+def _where(where: ev.Where) -> tuple[Any, ...]:
+    """How pickle writes a :class:`~fems_runtime.events.Where` (its fields in order: cheaper
+    than the dataclass's own ``__getstate__``)."""
+    return (ev.Where, _WHERE_FIELDS(where))
+
+
+_WHERE_FIELDS = attrgetter(*(f.name for f in fields(ev.Where)))
+
+
 def _dispatch_table(capture: bool) -> dict[type, Callable[[Any], tuple[Any, ...]]]:
-    return {kind: _reducer(kind, capture) for kind in EXPORTED}
+    table: dict[type, Callable[[Any], tuple[Any, ...]]] = {ev.Where: _where}
+    table.update((kind, _reducer(kind, capture)) for kind in EXPORTED)
+    return table
 
 
 _TABLES = {capture: _dispatch_table(capture) for capture in (False, True)}
@@ -152,6 +163,11 @@ class ExportProcess:
         self._lock = threading.Lock()
         self._broken = False
         self._runs = itertools.count(1)
+
+    @property
+    def pid(self) -> int:
+        """The child's process id."""
+        return self._child.pid
 
     def new_run(self) -> int:
         """A key for a run's messages."""
