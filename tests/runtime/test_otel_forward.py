@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from fems_runtime import events as ev
-from fems_runtime.otel.forward import EXPORTED, ExportProcess, RunForwarder, encoded
+from fems_runtime.otel.forward import EXPORTED, ExportProcess, RunForwarder, rebuilt
 from fems_runtime.otel.setup import Telemetry
 from fems_runtime.otel.spans import RunSpans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -38,11 +38,27 @@ def test_every_event_the_spans_are_made_of_is_forwarded() -> None:
     assert not EXPORTED & {ev.MessagesStored, ev.ReplyChunk, ev.Assigned, ev.HumanAnswered}
 
 
+class Pipe:
+    """What a forwarder sends, kept."""
+
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+
+    def new_run(self) -> int:
+        return 1
+
+    def send(self, data: bytes) -> None:
+        self.sent.append(data)
+
+
 def _through_the_pipe(event: ev.RunEvent, capture: bool) -> Any:
     """``event`` as the export process reads it."""
-    data = encoded(("run", 1, None, [event]), capture)
+    forwarder = RunForwarder(Pipe(), "werewolf", capture=capture)  # type: ignore[arg-type]
+    forwarder(event)
+    forwarder.send()
+    data = forwarder.process.sent[-1]
     assert int.from_bytes(data[:4], "big") == len(data) - 4
-    return pickle.loads(data[4:])[3][0]
+    return rebuilt(pickle.loads(data[4:])[3][0])
 
 
 def _a_call() -> ev.ModelCallEnded:

@@ -21,7 +21,8 @@ from collections.abc import Mapping, Sequence
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter
 
-from fems_runtime.events import RunEnded, RunEvent
+from fems_runtime.events import RunEnded
+from fems_runtime.otel.forward import Record, rebuilt
 from fems_runtime.otel.setup import Telemetry, from_environment
 from fems_runtime.otel.spans import RunSpans
 
@@ -64,7 +65,7 @@ class Runs:
         self._spans: dict[int, RunSpans] = {}
 
     def received(
-        self, key: int, settings: tuple[str, bool, Tags] | None, events: Sequence[RunEvent]
+        self, key: int, settings: tuple[str, bool, Tags] | None, records: Sequence[Record]
     ) -> None:
         """Events of run ``key``; ``settings`` (service, capture, tags) with its first ones."""
         if settings is not None:
@@ -75,10 +76,11 @@ class Runs:
         spans = self._spans.get(key)
         if spans is None:
             return
-        for event in events:
+        for record in records:
+            event = rebuilt(record)
             spans(event)
-        if events and isinstance(events[-1], RunEnded):
-            del self._spans[key]
+            if isinstance(event, RunEnded):
+                del self._spans[key]
 
     def send_spans(self) -> None:
         """Send the spans ended so far (metrics go at their reader's pace)."""
