@@ -56,9 +56,12 @@ def _through_the_pipe(event: ev.RunEvent, capture: bool) -> Any:
     forwarder = RunForwarder(Pipe(), "werewolf", capture=capture)  # type: ignore[arg-type]
     forwarder(event)
     forwarder.send()
-    data = forwarder.process.sent[-1]
-    assert int.from_bytes(data[:4], "big") == len(data) - 4
-    return rebuilt(pickle.loads(data[4:])[3][0])
+    records = []
+    for data in forwarder.process.sent:
+        assert int.from_bytes(data[:4], "big") == len(data) - 4
+        records += pickle.loads(data[4:])[3]
+    (record,) = records
+    return rebuilt(record)
 
 
 def _a_call() -> ev.ModelCallEnded:

@@ -5,7 +5,7 @@ Making a span of an event, recording a call's metrics and encoding them for OTLP
 ``fems/mock`` call about twice its own time when done in the run's process, in its thread or in
 an export thread contending for its GIL (docs/PERFORMANCE.md). Here a run only keeps the
 events the exporter reads (:data:`EXPORTED`) and, every :data:`BATCH` of them, at the run's end
-or a second after the first one kept, pickles them into a pipe to a child process; that process
+or at the first event a second after the last send, pickles them into a pipe to a child process; that process
 imports OpenTelemetry, so the run's never does. The child is started at the first run that
 exports and serves every run of the process; it exits when the pipe closes (the process's
 exit, however it exits) after sending everything it received.
@@ -27,6 +27,7 @@ import select
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import fields
 from operator import attrgetter
@@ -34,11 +35,12 @@ from pathlib import Path
 from typing import Any
 
 from fems_runtime import events as ev
+from fems_runtime.events import RunEnded
 
 BATCH = 256
 """Events a run keeps before it sends them."""
 LATEST = 1.0
-"""Seconds a kept event waits at most for the next one to send it (a slow model's run)."""
+"""Seconds after a send when the next event sends whatever was kept (a slow model's run)."""
 WAIT = 30.0
 """Seconds a flush or the process's exit waits at most for the export process."""
 PIPE_BYTES = 1 << 20
@@ -281,25 +283,22 @@ class RunForwarder:
         )
         self._recorders = _RECORDERS[capture]
         self._kept: list[Record] = []
-        self._since = 0.0
+        self._due = 0.0  # when kept events go whatever their number (time.monotonic)
 
     def __call__(self, event: ev.RunEvent) -> None:
-        kind = type(event)
-        record = self._recorders.get(kind)
-        if record is None:
-            return
-        kept = self._kept
-        if not kept:
-            self._since = event.mono
-        kept.append(record(event))
-        if len(kept) >= BATCH or kind is ev.RunEnded or event.mono - self._since >= LATEST:
-            self.send()
+        record = self._recorders.get(type(event))
+        if record is not None:
+            kept = self._kept
+            kept.append(record(event))
+            if len(kept) >= BATCH or event.mono >= self._due or type(event) is RunEnded:
+                self.send()
 
     def send(self) -> None:
         """Hand the kept events to the export process."""
         self.process.send(encoded(("run", self._key, self._settings, self._kept)))
         self._settings = None
         self._kept = []
+        self._due = time.monotonic() + LATEST
 
 
 def forward_run(
