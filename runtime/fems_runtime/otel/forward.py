@@ -1,17 +1,18 @@
-"""The run's side of the export: its events, as they are, handed in batches to an export
-process that makes the spans and metrics and sends them (:mod:`.exporter`).
+"""The run's side of the export: its events handed in batches to an export process that
+makes the spans and metrics and sends them (:mod:`.exporter`).
 
 Making a span of an event, recording a call's metrics and encoding them for OTLP cost a
-``fems/mock`` call about twice its own time when done in the run's process, in its thread or in
-an export thread contending for its GIL (docs/PERFORMANCE.md). Here a run only keeps the
-events the exporter reads (:data:`EXPORTED`) and, every :data:`BATCH` of them, at the run's end
-or at the first event a second after the last send, pickles them into a pipe to a child process; that process
-imports OpenTelemetry, so the run's never does. The child is started at the first run that
-exports and serves every run of the process; it exits when the pipe closes (the process's
-exit, however it exits) after sending everything it received.
+``fems/mock`` call about twice its own time when done in the run's process, in its thread or
+in an export thread contending for its GIL (docs/PERFORMANCE.md). Here a run only keeps a
+plain record of each event the exporter reads (:data:`EXPORTED`) and, every :data:`BATCH` of
+them, at the run's end or at the first event a second after the last send, pickles them into
+a pipe to a child process; that process imports OpenTelemetry, so the run's never does. The
+child is started at the first run that exports and serves every run of the process; it exits
+when the pipe closes (the process's exit, however it exits) after sending everything it
+received.
 
 Content is not even sent to the child unless captured, and a model's reasoning never is: the
-pickled events leave those fields, and a loop's items (any value), at their defaults.
+records leave those fields, and a loop's items (any value), at their defaults.
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ def _recorder(kind: type[ev.RunEvent], capture: bool) -> Callable[[Any], Record]
     """How an event of ``kind`` is kept until it is sent: a :data:`Record`, made by one C-level
     ``attrgetter`` call. Keeping the record rather than the event lets the content it leaves
     out (a call's messages: the whole conversation) go when the run is done with it; keeping
-    the events made the run half as slow again."""
+    the events cost a ``fems/mock`` call a fifth more CPU time (docs/PERFORMANCE.md)."""
     names = _sent_fields(kind, capture)
     values = attrgetter(*names)
 
