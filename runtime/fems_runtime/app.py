@@ -178,7 +178,7 @@ class _Services:
             if inputs is None:
                 inputs = self._inputs(ctx, spec, spawn, name)
             events = self.events
-            if events.active:
+            if events.wants(FuncCalled):
                 where = self._where(ctx, spec)
                 events.emit(
                     FuncCalled(id=events.new_id(), parent=ctx.span, where=where, inputs=inputs)

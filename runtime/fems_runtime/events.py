@@ -25,14 +25,17 @@ leave out in every mode (§13.1).
 Emitting is synchronous, in the thread (and asyncio task) where the thing happens, so a
 subscriber may ask :func:`asyncio.current_task` which branch an event belongs to. Emitters
 build an event only when :attr:`RunEvents.active` says someone listens: a run nobody watches
-pays one attribute read per point (``python -m bench mock_calls``).
+pays one attribute read per point (``python -m bench mock_calls``). Every subscriber gets the
+same event object, which none may change; they are not frozen dataclasses only because a
+frozen one's ``__init__`` costs two to four times as much, and a watched run builds about ten
+events per model call.
 """
 
 from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Literal, Self, TypeVar
 
@@ -60,7 +63,7 @@ def _reasoning() -> Any:
     return field(default="", metadata={"privacy": REASONING})
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Where:
     """Where in the run and in the script an event happened."""
 
@@ -81,7 +84,7 @@ class Where:
     line: int | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class RunEvent:
     """Anything that happens in a run."""
 
@@ -97,12 +100,12 @@ class RunEvent:
     wall: float = field(default_factory=time.time)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class Began(RunEvent):
     """The start of a span of the run."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class Ended(RunEvent):
     """The end of a span: how its part of the run went and how long it took."""
 
@@ -137,7 +140,7 @@ class Ended(RunEvent):
 # ---------------------------------------------------------------------- the run
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class RunBegan(Began):
     """A run of the script starts, its session open (new, resumed or branched, §16.4)."""
 
@@ -154,7 +157,7 @@ class RunBegan(Began):
     parent_created: float | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class RunEnded(Ended):
     """The run is over: ``outcome`` ok means completed."""
 
@@ -164,7 +167,7 @@ class RunEnded(Ended):
     model_calls: int = 0
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class RunFailed(RunEvent):
     """The run error that ends a failed run, located in the script (before :class:`RunEnded`)."""
 
@@ -177,7 +180,7 @@ class RunFailed(RunEvent):
 # ---------------------------------------------------------------------- the flow
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class StepBegan(Began):
     """One execution of a flow node (§12.10); its span holds the node's action, loop or
     module call."""
@@ -186,12 +189,12 @@ class StepBegan(Began):
     step: int = 0
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class StepEnded(Ended):
     """The node's action, loop or module call is over."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class ForkBegan(Began):
     """Branches start: a fork's targets (§12.3), a ``par`` loop's or a ``for`` loop's
     iterations (§12.7, §12.8); each branch is a :class:`BranchBegan` inside it."""
@@ -208,7 +211,7 @@ class ForkBegan(Began):
     items: tuple[Any, ...] = ()
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class ForkJoined(Ended):
     """Every branch of the fork has ended (the join, §12.5, §12.6)."""
 
@@ -222,7 +225,7 @@ class ForkJoined(Ended):
     cancelled: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class BranchBegan(Began):
     """One branch of a fork (``parent`` is the fork's id): a target, or a loop's iteration."""
 
@@ -234,7 +237,7 @@ class BranchBegan(Began):
     item: Any = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class BranchEnded(Ended):
     """The branch ended (reached the merge node, a terminal node, or was cancelled)."""
 
@@ -245,7 +248,7 @@ class BranchEnded(Ended):
 # ---------------------------------------------------------------------- turns
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class TurnBegan(Began):
     """An action runs as a turn: ``@ai``, ``@human``, ``@mind`` (§9.1), ``@func`` (§9.7) or
     ``@assign`` (§9.6, one statement)."""
@@ -254,7 +257,7 @@ class TurnBegan(Began):
     kind: TurnEventKind
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class TurnEnded(Ended):
     """The turn is over (its messages submitted to the store)."""
 
@@ -269,7 +272,7 @@ class TurnEnded(Ended):
     fell_back: bool = False
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class TurnReplayed(RunEvent):
     """A turn's call or answer is taken from the session's records instead of made (§16.4,
     §16.4a)."""
@@ -280,7 +283,7 @@ class TurnReplayed(RunEvent):
     attempt: int = 0
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class Assigned(RunEvent):
     """One ``@assign`` statement wrote a variable (§9.6)."""
 
@@ -292,7 +295,7 @@ class Assigned(RunEvent):
     value: Any = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class FuncCalled(RunEvent):
     """An ``@func`` action calls its function live (§9.7, §9.8)."""
 
@@ -300,7 +303,7 @@ class FuncCalled(RunEvent):
     inputs: Mapping[str, Any] = _content(None)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class ReplyRejected(RunEvent):
     """A reply (or answer) failed its checks (§10.4–§10.6)."""
 
@@ -310,12 +313,12 @@ class ReplyRejected(RunEvent):
     final: bool = False
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class FallbackTaken(RunEvent):
     """A turn's retries are exhausted and its ``fallback:`` module runs (§10.6)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class ProblemReported(RunEvent):
     """A run warning about a turn (a reply problem the lenient default lets pass, a cut
     context, a reply cut at its length cap)."""
@@ -324,7 +327,7 @@ class ProblemReported(RunEvent):
     problem: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class StoredMessage:
     """One message a turn stored (§14), as people read it."""
 
@@ -345,7 +348,7 @@ class StoredMessage:
         return self.kind == "reasoning"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class MessagesStored(RunEvent):
     """A turn handed messages to the store, with its record (one transaction, §16.4)."""
 
@@ -358,7 +361,7 @@ class MessagesStored(RunEvent):
 # ---------------------------------------------------------------------- model calls
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class ModelCallBegan(Began):
     """A request to a model is sent (§15.4); its parent is the turn."""
 
@@ -385,7 +388,7 @@ class ModelCallBegan(Began):
     messages: tuple[Mapping[str, Any], ...] = _content(())
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class ModelCallFirstChunk(RunEvent):
     """The first piece of a streamed reply arrived (time to first chunk); ``parent`` is the
     model call."""
@@ -394,7 +397,7 @@ class ModelCallFirstChunk(RunEvent):
     kind: str = "text"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class ReplyChunk(RunEvent):
     """A piece of a streamed reply; ``parent`` is the model call. Kind ``discard``: the
     stream broke off and the call is made again, what arrived so far does not count."""
@@ -410,7 +413,7 @@ class ReplyChunk(RunEvent):
         return self.kind == "reasoning"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class ModelCallEnded(Ended):
     """The model answered (or failed, or `interrupt:` cut it, §10.7)."""
 
@@ -454,7 +457,7 @@ class ModelCallEnded(Ended):
 # ---------------------------------------------------------------------- tools, people
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class ToolCallBegan(Began):
     """A model's tool call runs (§15.5); its parent is the turn."""
 
@@ -471,7 +474,7 @@ class ToolCallBegan(Began):
     arguments: str = _content("")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class ToolCallEnded(Ended):
     """The tool returned; a failing tool's error is its result (``error: …``), so the call
     still ends ok."""
@@ -489,7 +492,7 @@ class ToolCallEnded(Ended):
     result: str = _content("")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class HumanWaitBegan(Began):
     """A person is asked and the run waits for the answer (§10.8); its parent is the turn."""
 
@@ -499,7 +502,7 @@ class HumanWaitBegan(Began):
     prompt: str = _content("")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class HumanWaitEnded(Ended):
     """The person answered."""
 
@@ -507,7 +510,7 @@ class HumanWaitEnded(Ended):
     turn: int = 0
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class HumanAnswered(RunEvent):
     """A person's answer (live or replayed) is about to be applied (§10.8)."""
 
@@ -529,7 +532,8 @@ class RunEvents:
     """The run's event bus: subscribers are called in order, synchronously, with each event.
 
     A subscriber may stop the run by raising (the cost limit raises a ``RunError`` at a
-    turn's end); emitters build events only while :attr:`active`.
+    turn's end); emitters build events only while :attr:`active`, and a point that only some
+    subscribers read (stored messages, reply chunks, assignments) only when :meth:`wants` it.
     """
 
     #: what the JSONL trace writes as ``format`` on its first line (``run``)
@@ -541,26 +545,41 @@ class RunEvents:
         self.session: int | None = None
         #: the run's span id (parent of its top-level steps)
         self.run_id: int | None = None
-        self._subscribers: list[Subscriber] = []
+        self._subscribers: list[tuple[Subscriber, frozenset[type[RunEvent]]]] = []
+        self._wanted: frozenset[type[RunEvent]] = frozenset()
         self._ids = itertools.count(1)
         #: whether anyone listens: a plain attribute, read at every point of the run
         self.active = False
 
-    def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
-        """Call ``subscriber`` with each event from now on; returns the call that stops it."""
-        self._subscribers.append(subscriber)
-        self.active = True
+    def subscribe(
+        self, subscriber: Subscriber, only: Iterable[type[RunEvent]] | None = None
+    ) -> Callable[[], None]:
+        """Call ``subscriber`` with each event from now on (``only``: the types it reads; it
+        may still be called with others, which it ignores); returns the call that stops it."""
+        entry = (subscriber, frozenset(only) if only is not None else _every_event_type())
+        self._subscribers.append(entry)
+        self._listened()
 
         def unsubscribe() -> None:
-            if subscriber in self._subscribers:
-                self._subscribers.remove(subscriber)
-            self.active = bool(self._subscribers)
+            if entry in self._subscribers:
+                self._subscribers.remove(entry)
+            self._listened()
 
         return unsubscribe
 
+    def _listened(self) -> None:
+        self.active = bool(self._subscribers)
+        self._wanted = frozenset().union(*(wanted for _, wanted in self._subscribers))
+
+    def wants(self, kind: type[RunEvent]) -> bool:
+        """Whether a subscriber reads events of type ``kind``: a point nobody reads is not
+        built (an exporter alone reads no stored messages: building them is most of what
+        events cost a ``fems/mock`` call)."""
+        return kind in self._wanted
+
     def emit(self, event: _Event) -> _Event:
         """Hand ``event`` to every subscriber; returns it (a begin is kept for its end)."""
-        for subscriber in self._subscribers:
+        for subscriber, _ in self._subscribers:
             subscriber(event)
         return event
 
@@ -578,6 +597,17 @@ class RunEvents:
     ) -> Where:
         """A :class:`Where` in this run's session and file."""
         return Where(self.session, path, node, action, actor, self.file, line)
+
+
+def _every_event_type() -> frozenset[type[RunEvent]]:
+    """:class:`RunEvent` and all its subclasses (what a subscriber of everything reads)."""
+    found: set[type[RunEvent]] = set()
+    pending: list[type[RunEvent]] = [RunEvent]
+    while pending:
+        kind = pending.pop()
+        found.add(kind)
+        pending.extend(kind.__subclasses__())
+    return frozenset(found)
 
 
 def content_fields(event: type[RunEvent] | type[StoredMessage]) -> dict[str, str]:

@@ -54,10 +54,11 @@ def assigned(
     except BaseException as error:
         events.emit(TurnEnded.after(began, error, kind="assign"))
         raise
-    point = Assigned(
-        id=events.new_id(), parent=began.id, where=where, target=target, op=op, value=value
-    )
-    events.emit(point)
+    if events.wants(Assigned):
+        point = Assigned(
+            id=events.new_id(), parent=began.id, where=where, target=target, op=op, value=value
+        )
+        events.emit(point)
     events.emit(TurnEnded.after(began, kind="assign"))
 
 

@@ -203,6 +203,7 @@ def chunk_listener(turn: CallingTurn, began: ModelCallBegan) -> Callable[[str, s
     one also a :class:`ModelCallFirstChunk` (time to first chunk)."""
     events, where = turn.services.events, began.where
     first = True
+    wanted = events.wants(ReplyChunk)
 
     def feed(kind: str, chunk: str) -> None:
         nonlocal first
@@ -212,9 +213,11 @@ def chunk_listener(turn: CallingTurn, began: ModelCallBegan) -> Callable[[str, s
                 id=events.new_id(), parent=began.id, where=where, kind=kind
             )
             events.emit(arrived)
-        events.emit(
-            ReplyChunk(id=events.new_id(), parent=began.id, where=where, kind=kind, chunk=chunk)
-        )
+        if wanted:
+            piece = ReplyChunk(
+                id=events.new_id(), parent=began.id, where=where, kind=kind, chunk=chunk
+            )
+            events.emit(piece)
 
     return feed
 

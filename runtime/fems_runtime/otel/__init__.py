@@ -2,8 +2,9 @@
 
 The exporter is a subscriber of the run's events (:mod:`fems_runtime.events`) and learns
 nothing any other way. Its packages are the extra ``fems-runtime[otel]``: this module says
-whether export is wanted and possible without importing them; :mod:`.setup` (the process's
-providers) and :mod:`.spans` (events → spans) import them, and only when export is on.
+whether export is wanted and possible without importing them. A run that exports hands its
+events to an export process (:mod:`.forward`); only that process imports them (:mod:`.exporter`,
+:mod:`.setup`: its providers, :mod:`.spans`: events → spans).
 
 Export is on with ``--otel`` (``run(otel=True)``) or when one of the standard variables that
 point a program at a collector is set (:data:`TURNED_ON_BY`); ``run(otel=False)`` keeps it off
@@ -79,17 +80,16 @@ def export_run(
     problem = missing_extra()
     if problem is not None:
         raise RunError(problem)
-    from fems_runtime.otel.setup import process_telemetry
-    from fems_runtime.otel.spans import RunSpans
+    from fems_runtime.otel.forward import forward_run
 
-    telemetry = process_telemetry(script.removesuffix(".fems") or "fems2py")
-    events.subscribe(RunSpans(telemetry, capture=captures_content(), tags=tags))
+    service = script.removesuffix(".fems") or "fems2py"
+    forward_run(events, service, capture=captures_content(), tags=tags)
 
 
 def flush() -> None:
-    """Send the spans and metrics this process has queued (a batch session's end), if it
-    exports at all."""
-    if "fems_runtime.otel.setup" in sys.modules:
-        from fems_runtime.otel.setup import flush_process
+    """Send the spans and metrics this process's runs have made (a batch session's end), if
+    any of them exports, and wait until they are sent."""
+    if "fems_runtime.otel.forward" in sys.modules:
+        from fems_runtime.otel.forward import flush as flush_export
 
-        flush_process()
+        flush_export()

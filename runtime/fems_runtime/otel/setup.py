@@ -1,8 +1,8 @@
-"""The process's OpenTelemetry providers: made once, at the first run that exports, and shut
-down (every span and metric sent) when the process exits.
+"""The export process's OpenTelemetry providers (:mod:`.exporter`): made at the first run it
+exports, and shut down (every span and metric sent) when it exits.
 
-Spans go through a ``BatchSpanProcessor``, whose thread sends them, so a run only queues
-them; metrics through a periodic reader. Where they go is the OTLP exporter's own reading of
+Spans go through the span processor the export process gives (it sends them in batches);
+metrics through a periodic reader. Where they go is the OTLP exporter's own reading of
 the standard variables (``OTEL_EXPORTER_OTLP_ENDPOINT``, ``…_HEADERS``, ``…_TRACES_ENDPOINT``
 …, default ``http://localhost:4318``); ``OTEL_TRACES_EXPORTER=none`` or
 ``OTEL_METRICS_EXPORTER=none`` turns one of the two off (a backend that takes no metrics,
@@ -12,17 +12,14 @@ like Phoenix). The resource is the SDK's (``OTEL_SERVICE_NAME``,
 
 from __future__ import annotations
 
-import atexit
 import hashlib
-import os
-import threading
 from collections.abc import Mapping
 
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import SpanProcessor
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from fems_runtime.version import __version__
@@ -45,9 +42,9 @@ class Telemetry:
     def __init__(
         self,
         resource: Resource,
-        span_exporter: SpanExporter | None = None,
-        metric_reader: MetricReader | None = None,
-        span_processor: type[SpanProcessor] = BatchSpanProcessor,
+        span_exporter: SpanExporter | None,
+        metric_reader: MetricReader | None,
+        span_processor: type[SpanProcessor],
     ) -> None:
         self.resource = resource
         self.scope = InstrumentationScope(SCOPE, __version__)
@@ -71,29 +68,13 @@ class Telemetry:
         self.meters.shutdown()
 
 
-_process: Telemetry | None = None
-_lock = threading.Lock()
-
-
-def process_telemetry(service: str) -> Telemetry:
-    """This process's providers, made at the first call (``service``: the default service
-    name) and shut down at exit."""
-    global _process
-    with _lock:
-        if _process is None:
-            _process = _from_environment(service, os.environ)
-            atexit.register(_process.shutdown)
-        return _process
-
-
-def flush_process() -> None:
-    """Send what this process's providers have queued, if they were made."""
-    if _process is not None:
-        _process.flush()
-
-
-def _from_environment(service: str, environ: Mapping[str, str]) -> Telemetry:
-    """Providers exporting over OTLP/HTTP as the standard variables say."""
+def from_environment(
+    service: str,
+    environ: Mapping[str, str],
+    span_processor: type[SpanProcessor],
+) -> Telemetry:
+    """Providers exporting over OTLP/HTTP as the standard variables say (``service``: the
+    service's name when they do not say)."""
     resource = Resource.create()
     if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
         resource = resource.merge(Resource({SERVICE_NAME: service}))
@@ -107,4 +88,4 @@ def _from_environment(service: str, environ: Mapping[str, str]) -> Telemetry:
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 
         reader = PeriodicExportingMetricReader(OTLPMetricExporter())
-    return Telemetry(resource, span_exporter, reader)
+    return Telemetry(resource, span_exporter, reader, span_processor)

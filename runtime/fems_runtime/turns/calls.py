@@ -147,15 +147,15 @@ class CallingTurn(Turn):
         if debugger is not None:  # held here, before the call (and its timeout) starts
             await debugger.before_call(self.held_call(plan.messages(keep)))
         began = listener = None
+        messages = plan.messages(keep)
         if self.services.events.active:
-            began = model_call_began(self, plan.messages(keep), attempt)
+            began = model_call_began(self, messages, attempt)
             listener = chunk_listener(self, began) if began.streamed else None
         streamed = began.id if began is not None and listener is not None else None
         # what arrives matters only to those who show it and to an interrupt
         watched = listener is not None or self.spec.interrupt is not None
         try:
             while True:
-                messages = plan.messages(keep)
                 stream = ReplyStream(listener) if watched else None
                 try:
                     call = await self.call(messages, offline, stream)
@@ -165,6 +165,7 @@ class CallingTurn(Turn):
                         raise self.too_long(messages, error) from None
                     count = plan.request.context.count
                     keep = self.halved = (count if keep is None else keep) // 2
+                    messages = plan.messages(keep)
         except BaseException as error:  # a failed or cancelled call (join(n), Ctrl-C)
             if began is not None:
                 model_call_failed(self, began, error)

@@ -131,7 +131,7 @@ class HumanTurn(Turn):
         """Trace the answer, wake `interrupt: HUMAN` watchers, write the out values."""
         services, spec = self.services, self.spec
         executor = str(self.room.executor)
-        if services.events.active:
+        if services.events.wants(HumanAnswered):
             answered = {"turn": self.id, "text": answer.text, "values": answer.vars}
             emit_point(self, HumanAnswered, actor=executor, **answered)
         services.inputs.notify(executor)

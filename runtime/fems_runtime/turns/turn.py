@@ -248,7 +248,7 @@ class Turn:
         record = Checkpoint(state, step=self.ctx.steps.total, node=self.ctx.node)
         services = self.services
         services.store.submit(services.session, messages, record)
-        if services.events.active:
+        if services.events.wants(MessagesStored):
             emit_point(self, MessagesStored, turn=self.id, messages=self.stored(messages))
 
     def stored(self, messages: Sequence[NewMessage]) -> tuple[StoredMessage, ...]:
