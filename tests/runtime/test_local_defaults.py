@@ -24,6 +24,8 @@ from fems_runtime.longreply import LongReplies
 from fems_runtime.records import RunError, StreamedReply, WatchedReplies
 from fems_runtime.transcript import Transcript
 
+from fems2py.cli import main
+
 from .fake_local import FakeLocalServer, fake_local, llama_cpp
 from .fake_openai import Behaviour
 
@@ -116,6 +118,39 @@ def test_a_server_that_says_nothing_is_used_as_before(
     assert result.status == "completed" and server.asked == {}
     assert server.max_in_flight > 1  # no cap was read: the calls went at once
     assert NOTICE not in capsys.readouterr().err
+
+
+LLAMA_CPP_TOO_LONG = {
+    "code": 400,
+    "message": "request (9210 tokens) exceeds the available context size (8192 tokens), "
+    "try increasing it",
+    "type": "exceed_context_size_error",
+    "n_prompt_tokens": 9210,
+    "n_ctx": 8192,
+}
+"""llama-server's HTTP 400 to a prompt over its slot's window, word for word."""
+
+
+def test_a_request_the_server_finds_too_long_is_a_model_error_not_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`fems2py run` on a llama.cpp server that refuses every request as over its window (the
+    engine's estimate of the prompt erred low): retried once with half the context, then one
+    readable error naming the model, the window read and the server's words (§13.2a)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "count.fems").write_text(COUNT, encoding="utf-8")
+    refusal = Behaviour(status=400, error=LLAMA_CPP_TOO_LONG)
+    with fake_local(llama_cpp(n_ctx=8192, slots=1), refusal) as server:
+        local_entry(tmp_path, server)
+        status = main(["run", "count.fems", "--model", "local", "--db", ":memory:"])
+        assert len(server.requests) == 2
+    err = capsys.readouterr().err
+    assert status == 1 and "Traceback" not in err
+    assert (
+        "error: action count: model openai/smollm2 refuses the request as longer than its "
+        "context window (8192 tokens) even with half the context" in err
+    )
+    assert "exceeds the available context size (8192 tokens)" in err
 
 
 def test_a_direct_call_asks_the_server_first() -> None:
