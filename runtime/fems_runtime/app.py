@@ -579,7 +579,7 @@ class _Run:
         methods = {m.name: m for m in program.methods}
         self.ctx = Context(services, variables.root, self.steps, methods=methods)
         if events.active:  # someone shows the run: a reply that runs long is said (§15.4)
-            events.subscribe(LongReplies(events, turns.warn))
+            events.subscribe(LongReplies(events, turns.warn_now))
             self.began = events.emit(self._run_began(turns))
             self.ctx.span = self.began.id
         souls = options.souls
@@ -596,6 +596,7 @@ class _Run:
         if options.observer is not None:
             options.observer.run_opened(turns.store, turns.session, events)
         transcript = options.transcript
+        turns.shown_live = options.observer is not None or bool(transcript)
         if transcript:
             everyone = [spec.name for spec in program.actors]
             events.subscribe(

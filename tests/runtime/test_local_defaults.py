@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import io
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -281,6 +283,53 @@ def test_a_run_shows_the_warning_in_its_transcript_and_the_reply_goes_on(
     assert printed.count("! count by @counter: the reply of @counter has run to about 10") == 1
     assert printed.index("    10") < printed.index("about 10 tokens") < printed.index("    40")
     assert capsys.readouterr().err.count("warning: action count: the reply of @counter") == 1
+
+
+def _stderr_until(
+    capsys: pytest.CaptureFixture[str], text: str, release: threading.Event, seen: list[str]
+) -> None:
+    """What is printed on stderr, into ``seen``, until ``text`` shows (or 60 s pass); then
+    ``release``, which lets the held reply end."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and text not in "".join(seen):
+        seen.append(capsys.readouterr().err)
+        time.sleep(0.05)
+    release.set()
+
+
+@pytest.mark.parametrize("options", [[], ["--trace", "trace.jsonl"]], ids=["plain", "traced"])
+def test_a_run_nobody_shows_says_a_long_reply_on_stderr_while_it_runs(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    options: list[str],
+) -> None:
+    """`fems2py run` without `--transcript` or the stage: the warning is on stderr while the
+    reply is still held open by the server, and only once (not again with the run's
+    warnings at its end)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(longreply, "LONG_REPLY_TOKENS", 10)
+    (tmp_path / "count.fems").write_text(COUNT, encoding="utf-8")
+    release, seen = threading.Event(), []
+    numbers = tuple(f"{number}\n" for number in range(1, 41))
+    reply = Behaviour(pieces=numbers, hold=release)
+    watch = threading.Thread(
+        target=_stderr_until, args=(capsys, "sets no max_tokens", release, seen), daemon=True
+    )
+    with fake_local(llama_cpp(n_ctx=8192, slots=1), reply) as server:
+        local_entry(tmp_path, server)
+        watch.start()
+        status = main(["run", "count.fems", "--model", "local", "--db", ":memory:", *options])
+        watch.join(timeout=5)
+    assert status == 0
+    said_while_held = "".join(seen)
+    assert "sets no max_tokens" in said_while_held  # the reply was not yet let end
+    err = said_while_held + capsys.readouterr().err
+    warnings = [line for line in err.splitlines() if "sets no max_tokens" in line]
+    assert len(warnings) == 1, err
+    assert warnings[0].startswith(
+        "count.fems:4: warning: action count: the reply of @counter has run to about 10 tokens"
+    )
 
 
 def test_the_stage_shows_the_warning_with_the_reply_being_written() -> None:

@@ -10,12 +10,14 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fems_runtime.context import Request, estimate_messages, estimate_tokens, fit_to_window
 from fems_runtime.llm import ContextTooLong, ReplyStream
+from fems_runtime.longreply import UnshownReply, long_reply_warning
+from fems_runtime.reasoning import Piece
 from fems_runtime.records import RunError
 from fems_runtime.tools import offered_names
 from fems_runtime.turn_events import (
@@ -143,14 +145,17 @@ class CallingTurn(Turn):
         what had arrived when `interrupt:` cut it (§10.7). The context is cut to the model's
         window (§13.2a); a provider that still finds it too long gets half of it, once."""
         keep = plan.keep
+        messages = plan.messages(keep)
         debugger = self.services.debugger
         if debugger is not None:  # held here, before the call (and its timeout) starts
-            await debugger.before_call(self.held_call(plan.messages(keep)))
-        began = listener = None
-        messages = plan.messages(keep)
+            await debugger.before_call(self.held_call(messages))
+        began = None
+        listener: Callable[[Piece, str], None] | None = None
         if self.services.events.active:
             began = model_call_began(self, messages, attempt)
             listener = chunk_listener(self, began) if began.streamed else None
+        elif self.setup.cap is None and not self.setup.choice.offline:
+            listener = UnshownReply(self.say_long_reply)  # no events to watch it by (§15.4)
         streamed = began.id if began is not None and listener is not None else None
         # what arrives matters only to those who show it and to an interrupt
         watched = listener is not None or self.spec.interrupt is not None
@@ -222,6 +227,11 @@ class CallingTurn(Turn):
             f"window ({self.setup.window} tokens): the oldest messages are left out "
             f"({trimmed} on this call)"
         )
+
+    def say_long_reply(self, tokens: int, seconds: float) -> None:
+        """This reply, with no cap, has run long in a run without events: said at once."""
+        problem = long_reply_warning(self.actor, self.spec.action, tokens, seconds)
+        self.services.warn_now(self.located(problem))
 
     def cut_short(self) -> str:
         """The warning for a reply that ended at its length cap (§15.4)."""

@@ -129,6 +129,8 @@ class SharedServices:
     contexts: ContextCache = field(init=False)
     warned: set[tuple[str, str]] = field(default_factory=set)  # (what, actor) warned once
     debugger: TurnDebugger | None = None  # --debug (fems_runtime.debug)
+    #: someone shows the run as it goes (the transcript, the stage): see `warn_now`
+    shown_live: bool = False
 
     def __post_init__(self) -> None:
         self.contexts = ContextCache(self.store)
@@ -137,6 +139,15 @@ class SharedServices:
         events.session = self.session if events.session is None else events.session
         if self.trace is not None and self.trace.enabled:
             events.subscribe(self.trace)
+
+    def warn_now(self, text: str) -> None:
+        """A located warning that cannot wait for the run's end (a reply running long while
+        the run looks stuck, §15.4). A run shown live shows it as an event, and its warnings
+        list it at the end; a run nobody shows prints it on stderr at once, and only then."""
+        if self.shown_live:
+            self.warn(text)
+        else:
+            print(text, file=sys.stderr, flush=True)
 
     def warned_once(self, what: str, actor: str) -> bool:
         """Whether ``actor`` was warned about ``what`` already; the first time, False (and it

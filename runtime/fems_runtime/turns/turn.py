@@ -321,11 +321,16 @@ class Turn:
 
     def warn(self, problem: str) -> None:
         """A run warning located at the action, also an event (shown live in the transcript)."""
-        services, spec = self.services, self.spec
-        where = f"{services.file}:{spec.line}" if services.file else f"line {spec.line}"
-        services.warn(f"{where}: warning: action {spec.action}: {problem}")
+        services = self.services
+        services.warn(self.located(problem))
         if services.events.active:
             emit_point(self, ProblemReported, problem=problem)
+
+    def located(self, problem: str) -> str:
+        """``problem`` as a run warning says it: the file and line, the action."""
+        services, spec = self.services, self.spec
+        where = f"{services.file}:{spec.line}" if services.file else f"line {spec.line}"
+        return f"{where}: warning: action {spec.action}: {problem}"
 
 
 def assigned(outcome: SignalOutcome) -> dict[str, Any]:
