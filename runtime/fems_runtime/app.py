@@ -578,7 +578,7 @@ class _Run:
             debugger.opened(services)
         methods = {m.name: m for m in program.methods}
         self.ctx = Context(services, variables.root, self.steps, methods=methods)
-        if events.active:  # someone shows the run: a reply that runs long is said (§15.4)
+        if events.active:  # someone follows the run: a reply that runs long is said (§15.4)
             events.subscribe(LongReplies(events, turns.warn_now))
             self.began = events.emit(self._run_began(turns))
             self.ctx.span = self.began.id
