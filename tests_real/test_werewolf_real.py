@@ -1,14 +1,20 @@
-"""examples/werewolf played whole against a real local model (§15.4, §13.1, §13.2a).
+"""examples/werewolf played whole against a real local model (§15.4, §13.1, §13.2a, issue #33).
+
+The model map is what a newcomer writes: `model` and `api_base`, nothing else. The replies end
+at the example's own `max_tokens` (its `meta:`), and the window and the slots are the ones
+llama.cpp's `llama-server` says at `/props`, read once by the run and named in its notice.
 
 SmolLM2-135M writes nonsense, so nothing here is about the game's play: the test holds the
 engine to what it did with a real model's replies. Every call streamed; the run completed; each
-stored reply is the text the server streamed for that request; no request outgrew the model's
-window; and no room's text, nor any private reasoning, reached an actor outside the room.
+stored reply is the text the server streamed for that request; no request outgrew the window
+the server said; and no room's text, nor any private reasoning, reached an actor outside the
+room.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -21,10 +27,25 @@ import pytest
 from fems_runtime.reasoning import split_reasoning
 from fems_runtime.values import valid_text
 
-from tests_real.local_model import CONTEXT_TOKENS, MODEL_ALIAS, RecordingProxy, llama_server
+from tests_real.local_model import MODEL_ALIAS, RecordingProxy, llama_cpp_server
 
 WEREWOLF = Path(__file__).resolve().parent.parent / "examples" / "werewolf"
-MAX_TOKENS = 96
+GAME_WINDOW = 8192
+"""llama-server's `-c`, all of it one slot's (`--parallel 1`): the game's longest requests
+(a day's talk, seven players' memories) fit it with the reply's room to spare."""
+NOTICE = re.compile(
+    rf"^fems: model openai/{MODEL_ALIAS}: context_window (\d+), max_concurrency (\d+), as "
+    r"llama\.cpp's server at (\S+) says",
+    re.MULTILINE,
+)
+
+
+def example_max_tokens() -> int:
+    """The `max_tokens` of the example's `meta:`: what each of its replies may be."""
+    meta = (WEREWOLF / "werewolf.fems").read_text(encoding="utf-8").split("\nmeta:", 1)[1]
+    found = re.search(r"^\s+max_tokens\s*=\s*(\d+)", meta, re.MULTILINE)
+    assert found is not None, "examples/werewolf's meta sets no max_tokens"
+    return int(found.group(1))
 
 
 @pytest.fixture(scope="module")
@@ -33,15 +54,12 @@ def game(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     folder = tmp_path_factory.mktemp("werewolf")
     for name in ("werewolf.fems", "game.py", "souls.yaml"):
         shutil.copy(WEREWOLF / name, folder / name)
-    with llama_server(folder / "server.log") as base, RecordingProxy(base, reasoning=True) as proxy:
+    log = folder / "server.log"
+    with llama_cpp_server(log, GAME_WINDOW) as base, RecordingProxy(base, reasoning=True) as proxy:
+        # no api_key: the engine sends a placeholder to a server of its own (llama-server
+        # asks for none unless started with --api-key)
         (folder / "fems.toml").write_text(
-            "[models.local]\n"
-            f'model = "openai/{MODEL_ALIAS}"\n'
-            f'api_base = "{proxy.api_base}"\n'
-            'api_key = "local"\n'
-            f"max_tokens = {MAX_TOKENS}\n"
-            "max_concurrency = 1\n"  # llama.cpp's server answers one request at a time
-            f"context_window = {CONTEXT_TOKENS}\n",
+            f'[models.local]\nmodel = "openai/{MODEL_ALIAS}"\napi_base = "{proxy.api_base}"\n',
             encoding="utf-8",
         )
         run = subprocess.run(
@@ -54,17 +72,25 @@ def game(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         )  # fmt: skip
         exchanges = list(proxy.exchanges)
         abandoned = proxy.abandoned
+        api_base = proxy.api_base
     events = [json.loads(line) for line in (folder / "trace.jsonl").read_text().splitlines()]
     with sqlite3.connect(folder / "game.db") as db:
         messages = db.execute("SELECT id, kind, content FROM fems_messages ORDER BY seq").fetchall()
     return {
         "run": run,
+        "api_base": api_base,
         "result": json.loads((folder / "result.json").read_text()),
         "calls": [e for e in events if e["event"] == "llm_call"],
         "exchanges": exchanges,
         "abandoned": abandoned,
         "messages": messages,
     }
+
+
+def _notices(game: dict[str, Any]) -> list[tuple[int, int, str]]:
+    """What the run's notices say the server said: (window, slots, where) each."""
+    stderr = game["run"].stderr
+    return [(int(w), int(s), url) for w, s, url in NOTICE.findall(stderr)]
 
 
 def test_the_game_completes(game: dict[str, Any]) -> None:
@@ -82,12 +108,18 @@ def test_every_call_streamed_and_went_to_the_model(game: dict[str, Any]) -> None
     for exchange in exchanges:
         assert exchange.status == 200, exchange.body[:500]
         assert exchange.request["stream"] is True and exchange.streamed()
-        assert exchange.request["max_tokens"] == MAX_TOKENS
+        assert exchange.request["max_tokens"] == example_max_tokens()
         assert exchange.request["model"] == MODEL_ALIAS
 
 
+def test_the_run_read_the_window_and_the_slots_from_the_server(game: dict[str, Any]) -> None:
+    """Once per run, from `/props` through the proxy (§15.4): the slot's window and one slot."""
+    root = game["api_base"].removesuffix("/v1")
+    assert _notices(game) == [(GAME_WINDOW, 1, f"{root}/props")], game["run"].stderr[-3000:]
+
+
 def test_no_call_waited_on_the_one_slot_server_until_cut(game: dict[str, Any]) -> None:
-    """`max_concurrency = 1` in the entry (§15.4): the engine queues calls itself, so none sits
+    """The one slot the server said (§15.4): the engine queues calls itself, so none sits
     silent behind another on the server until `--timeout` closes it (as they did without)."""
     assert game["abandoned"] == 0
 
@@ -107,19 +139,13 @@ def test_each_reply_is_the_text_the_model_streamed(game: dict[str, Any]) -> None
     assert stored and not stored - streamed  # every stored reply, as often as it was written
 
 
-def _estimated_tokens(messages: list[dict[str, Any]]) -> int:
-    """§13.2a's estimate: about 4 characters of Latin text per token, 1 per CJK character."""
-    text = "".join(str(m.get("content") or "") for m in messages)
-    wide = sum(1 for ch in text if ord(ch) > 0x2E80)
-    return wide + (len(text) - wide + 3) // 4
-
-
-def test_no_request_outgrows_the_window(game: dict[str, Any]) -> None:
-    room_for_the_reply = MAX_TOKENS
+def test_no_request_outgrows_the_window_the_server_said(game: dict[str, Any]) -> None:
+    """Counted in the model's own tokens by the server (its usage): each prompt left the
+    reply its `max_tokens` within the window the run read."""
+    ((window, _, _),) = _notices(game)
     for exchange in game["exchanges"]:
-        assert (
-            _estimated_tokens(exchange.request["messages"]) <= CONTEXT_TOKENS - room_for_the_reply
-        )
+        prompt = exchange.usage().get("prompt_tokens")
+        assert isinstance(prompt, int) and prompt + example_max_tokens() <= window
 
 
 def test_no_room_text_reaches_an_actor_outside_the_room(game: dict[str, Any]) -> None:
