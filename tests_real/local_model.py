@@ -60,14 +60,16 @@ def llama_cpp_server(
 
     One slot has all of ``n_ctx``: with `--parallel N` stated, llama-server splits `-c` into N
     windows of ``n_ctx // N`` (its unified KV cache is on only when the slots are left to
-    it), and `/props` says the slot's. One thread: on two cores that other work shares (CI),
-    llama.cpp's threads wait for each other at every step of every token, and two of them
-    wrote 1 token a second where one writes 10."""
+    it), and `/props` says the slot's. One thread writes the reply: on two cores that other
+    work shares (CI), llama.cpp's threads wait for each other at every step of every token,
+    and two of them wrote 1 token a second where one writes 10; two read the prompt, a batch
+    of tokens a step (120 tokens a second where one reads 60)."""
     port = free_port()
     command = [
         str(llama_server_binary()), "--model", str(model_file()), "--alias", MODEL_ALIAS,
         "--host", "127.0.0.1", "--port", str(port), "--ctx-size", str(n_ctx),
-        "--parallel", "1", "--threads", "1", "--seed", "1", "--no-webui",
+        "--parallel", "1", "--threads", "1", "--threads-batch", "2", "--seed", "1",
+        "--no-webui",
         *(["--ignore-eos"] if endless else []),
     ]  # fmt: skip
     with _serving(command, port, log, "/health") as base:
