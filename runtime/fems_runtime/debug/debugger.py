@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from fems_runtime.debug.branches import Branch, Branches, Place
 from fems_runtime.debug.expressions import ExpressionError, evaluate
@@ -25,10 +25,36 @@ from fems_runtime.records import RunError
 if TYPE_CHECKING:
     from fems_runtime.debug.wire import Channel
     from fems_runtime.flow import ActionFunction, Context
+    from fems_runtime.linetable import LineTable
+    from fems_runtime.names import DeclaredNames
     from fems_runtime.specs import TurnResult, TurnSpec
-    from fems_runtime.turns.shared import HeldCall
+    from fems_runtime.turns.shared import HeldCall, SharedServices
 
 StepKind = Literal["next", "stepIn", "stepOut"]
+
+
+class RunProgram(Protocol):
+    """What the debugger reads of the running program: where its lines and names are."""
+
+    @property
+    def module_file(self) -> str: ...
+
+    @property
+    def lines(self) -> LineTable: ...
+
+    @property
+    def names(self) -> DeclaredNames: ...
+
+
+class DebuggedRun(Protocol):
+    """What the debugger reads of a run's services (app.py's ``_Services``): the program, and
+    the turns' session and models."""
+
+    @property
+    def program(self) -> RunProgram: ...
+
+    @property
+    def turns(self) -> SharedServices: ...
 
 
 @dataclass
@@ -84,15 +110,22 @@ class Debugger:
         self.stepping: Stepping | None = None
         self.pause_requested: str | None = None  # the reason of the stop asked for: pause, restart
         self.last: dict[int, LastTurn] = {}
-        self.services: Any = None
+        self._run: DebuggedRun | None = None
         self.map: StopMap | None = None
         self.branches: Branches | None = None
         self.stopped_at: Callable[[Stop], None] = lambda stop: None
 
-    def opened(self, services: Any) -> None:
+    @property
+    def services(self) -> DebuggedRun:
+        """The services of the run being debugged (open from :meth:`opened` on)."""
+        if self._run is None:
+            raise RuntimeError("the debugged run has not opened its services yet")
+        return self._run
+
+    def opened(self, services: DebuggedRun) -> None:
         """The run's services are open (:meth:`fems_runtime.app._Run.open`)."""
         program = services.program
-        self.services = services
+        self._run = services
         if self.map is None:
             self.map = StopMap(program.module_file, program.lines, program.names)
         self.branches = Branches(program.lines, program.names, self._started, self._ended)

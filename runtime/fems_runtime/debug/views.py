@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from types import FrameType, ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fems_runtime.debug.debugger import Debugger, Stop
 from fems_runtime.values import format_value
 from fems_runtime.variables import Frame
+
+if TYPE_CHECKING:
+    from fems_runtime.llm import ModelClient
 
 Children = Callable[[], list[tuple[str, Any]]]
 
@@ -109,7 +112,7 @@ class Views:
         ]
 
 
-def _model(models: Any, source: str | None) -> str:
+def _model(models: ModelClient, source: str | None) -> str:
     """The model an AI actor's turns go to (§15.2), as the run resolves it."""
     try:
         return str(models.resolve(None, source).model)
