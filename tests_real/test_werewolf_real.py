@@ -33,9 +33,6 @@ WEREWOLF = Path(__file__).resolve().parent.parent / "examples" / "werewolf"
 GAME_WINDOW = 8192
 """llama-server's `-c`, all of it one slot's (`--parallel 1`): the game's longest requests
 (the reveal: every player's memory, about 6,500 tokens) fit it with the reply's room to spare."""
-FIRST_CHUNK_SECONDS = 300
-"""`--timeout`: the server reads a prompt near the window before its first token, minutes on
-two shared cores (50 tokens a second under load: the reveal's prompt took over 2 minutes)."""
 NOTICE = re.compile(
     rf"^fems: model openai/{MODEL_ALIAS}: context_window (\d+), max_concurrency (\d+), as "
     r"llama\.cpp's server at (\S+) says",
@@ -70,7 +67,6 @@ def game(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                 sys.executable, "-m", "fems2py", "run", "werewolf.fems", "--model", "local",
                 "--seed", "1", "--db", "game.db", "--souls", "souls.yaml",
                 "--trace", "trace.jsonl", "--result", "result.json",
-                "--timeout", str(FIRST_CHUNK_SECONDS),
             ],
             cwd=folder, capture_output=True, text=True, timeout=1800, check=False,
         )  # fmt: skip
@@ -114,6 +110,18 @@ def test_every_call_streamed_and_went_to_the_model(game: dict[str, Any]) -> None
         assert exchange.request["stream"] is True and exchange.streamed()
         assert exchange.request["max_tokens"] == example_max_tokens()
         assert exchange.request["model"] == MODEL_ALIAS
+
+
+def test_each_prompt_was_read_with_its_progress_streamed(game: dict[str, Any]) -> None:
+    """The engine asked the llama.cpp server for its progress (§15.4), with the default
+    `--timeout`: a prompt near the window takes minutes to read on two shared cores, and
+    each batch read came as a chunk, so none of that wait was silence the timeout cut."""
+    longest = max(game["exchanges"], key=lambda exchange: exchange.usage()["prompt_tokens"])
+    for exchange in game["exchanges"]:
+        assert exchange.request["return_progress"] is True
+        assert exchange.progress(), "no prompt_progress chunk came"
+    read = longest.progress()[-1]
+    assert read["processed"] == read["total"] > GAME_WINDOW // 2
 
 
 def test_the_run_read_the_window_and_the_slots_from_the_server(game: dict[str, Any]) -> None:

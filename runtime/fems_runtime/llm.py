@@ -502,7 +502,9 @@ class ModelClient:
     ) -> Reply:
         """One streamed request on its path. ``timeout`` is the longest wait for the first
         chunk; between chunks, the model's `timeout` (§15.4: silence, not the whole reply),
-        whatever the SDK does."""
+        whatever the SDK does. A server known to stream its reading of the prompt is asked to
+        (:data:`~fems_runtime.serverinfo.PROGRESS_FIELDS`): its progress chunks carry no reply,
+        only a sign of life, so a long prompt read slowly is not a silence."""
         if timeout <= 0:  # the budget ran out while this attempt waited for a slot
             raise ModelCallError(Failure.TIMEOUT, "no time left in the retry budget")
         silence = float(choice.options.get("timeout") or self.timeout)
@@ -512,6 +514,8 @@ class ModelClient:
             chunks = litellm_stream(choice.model, choice.options, messages, silence, tools, fields)
         else:
             self._openai.client(route)
+            if progress := self.servers.progress_fields(choice):  # its reading, as chunks
+                fields = {**progress, **(fields or {})}
             chunks = self._openai.stream(route, messages, silence, tools, fields)
         builder = ReplyBuilder(None if stream is None else stream.add)
         watch: SilenceWatch | None = None

@@ -40,9 +40,11 @@ LONG_REPLY_SECONDS = 60.0
 
 @dataclass
 class _Tally:
-    """How long one reply has grown: the tokens that have arrived of it since ``began``."""
+    """How long one reply has grown: the tokens that have arrived of it since its first piece
+    came (``began``, None before). A local server may read a long prompt for minutes before it
+    writes: that is not the reply's length."""
 
-    began: float
+    began: float | None = None
     tokens: int = 0
 
     def passed(self, kind: str, chunk: str, now: float, tokens: int, seconds: float) -> bool:
@@ -51,8 +53,14 @@ class _Tally:
         if kind == Piece.DISCARD:
             self.tokens = 0
             return False
+        if self.began is None:
+            self.began = now
         self.tokens += chunk_tokens(chunk)
         return self.tokens >= tokens or now - self.began >= seconds
+
+    def seconds(self, now: float) -> float:
+        """The seconds the reply has been arriving."""
+        return 0.0 if self.began is None else now - self.began
 
 
 @dataclass
@@ -86,7 +94,7 @@ class LongReplies:
     def __call__(self, event: RunEvent) -> None:
         match event:
             case ModelCallBegan(streamed=True, max_tokens=None):
-                self._watched[event.id] = _Watched(event, _Tally(event.mono))
+                self._watched[event.id] = _Watched(event, _Tally())
             case ReplyChunk():
                 watched = self._watched.get(event.parent or 0)
                 if watched is not None:
@@ -99,7 +107,7 @@ class LongReplies:
         tally = watched.tally
         if tally.passed(chunk.kind, chunk.chunk, chunk.mono, self.tokens, self.seconds):
             del self._watched[watched.began.id]  # one warning per reply
-            where, took = watched.began.where, chunk.mono - tally.began
+            where, took = watched.began.where, tally.seconds(chunk.mono)
             problem = long_reply_warning(where.actor, where.action, tally.tokens, took)
             self._report(watched.began, problem)
 
@@ -136,7 +144,7 @@ class UnshownReply:
         self.tokens = LONG_REPLY_TOKENS if tokens is None else tokens
         self.seconds = LONG_REPLY_SECONDS if seconds is None else seconds
         self._clock = clock
-        self._tally = _Tally(clock())
+        self._tally = _Tally()
 
     def __call__(self, kind: Piece, chunk: str) -> None:
         say, tally = self._say, self._tally
@@ -145,7 +153,7 @@ class UnshownReply:
         now = self._clock()
         if tally.passed(kind, chunk, now, self.tokens, self.seconds):
             self._say = None
-            say(tally.tokens, now - tally.began)
+            say(tally.tokens, tally.seconds(now))
 
 
 def long_reply_warning(actor: str | None, action: str | None, tokens: int, seconds: float) -> str:

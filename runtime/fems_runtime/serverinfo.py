@@ -29,6 +29,12 @@ PROBE_SECONDS = 2.0
 OWN_FACTS = ("context_window", "max_concurrency")
 """The entry's options a server can tell, in the words of the model map."""
 
+PROGRESS_FIELDS: Mapping[str, Mapping[str, Any]] = {"llama.cpp": {"return_progress": True}}
+"""The servers that stream their reading of a long prompt when a request asks them to, and the
+request fields that ask. Without them, a local server on a CPU sends nothing until it has read
+the whole prompt (minutes for a long game's), a wait that the first-chunk timeout cuts; with
+them, each part it has read is a chunk, a sign of life, and only silence is timed (§15.4)."""
+
 
 class ModelChoice(Protocol):
     """What a server is asked about: an entry's model string and its options (llm.py's
@@ -218,6 +224,7 @@ class LocalServers:
         self._ask = ask
         self._asked: dict[tuple[str, str], asyncio.Task[ServerFacts | None]] = {}
         self._facts: dict[tuple[str, str], ServerFacts] = {}
+        self._kinds: dict[tuple[str, str], str] = {}  # which server answered, by entry
 
     def _key(self, choice: ModelChoice) -> tuple[str, str]:
         return (server_base(choice.options) or "", choice.model)
@@ -238,6 +245,7 @@ class LocalServers:
         facts = await self._ask(base, served_name(choice, self._environ), key)
         if facts is None:
             return None
+        self._kinds[self._key(choice)] = facts.kind
         own = choice.options
         used = ServerFacts(
             facts.kind,
@@ -257,6 +265,11 @@ class LocalServers:
         """The window the server said, None when it said none (or was not asked)."""
         facts = self._facts.get(self._key(choice))
         return facts.context_window if facts is not None else None
+
+    def progress_fields(self, choice: ModelChoice) -> Mapping[str, Any]:
+        """The request fields that make the server of ``choice`` stream its reading of the
+        prompt (:data:`PROGRESS_FIELDS`); none for a server not known to."""
+        return PROGRESS_FIELDS.get(self._kinds.get(self._key(choice), ""), {})
 
     def slots(self, choice: ModelChoice) -> int | None:
         """The requests the server said it answers at once, None when it did not say."""

@@ -51,7 +51,10 @@ class Behaviour:
     ``whole`` answers JSON even to a request for a stream (some local servers do);
     ``error`` answers with this error object (and ``status``); ``hold`` (an event the test
     sets) keeps the stream waiting before its last piece of content, so a test can look at a
-    reply half-written.
+    reply half-written. ``reading`` is how long the server reads the prompt before it writes
+    (a local server on a CPU): it sends nothing meanwhile, unless the request asks for
+    llama.cpp's `return_progress`, when a `prompt_progress` chunk comes at once and another
+    every ``progress_every`` seconds, as llama.cpp's server sends one per batch it has read.
     """
 
     status: int = 200
@@ -71,6 +74,8 @@ class Behaviour:
     whole: bool = False
     error: dict[str, Any] | None = None
     hold: threading.Event | None = None
+    reading: float = 0.0
+    progress_every: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -232,6 +237,8 @@ class FakeOpenAI:
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
+                if behaviour.reading:
+                    self._read_prompt(behaviour, body)
                 events = stream_events(behaviour, body)
                 if behaviour.fault in ("cut", "no_done"):
                     events = events[: behaviour.cut_after]
@@ -252,6 +259,17 @@ class FakeOpenAI:
                     return
                 self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()
+
+            def _read_prompt(self, behaviour: Behaviour, body: dict[str, Any]) -> None:
+                """``behaviour.reading`` seconds of reading the prompt, in batches: each one a
+                progress chunk when the request asked for them, else silence."""
+                batches = max(1, round(behaviour.reading / behaviour.progress_every))
+                for batch in range(batches + 1):
+                    if body.get("return_progress"):
+                        event = progress_event(body, batch, batches, behaviour.reading)
+                        self._chunk(f"data: {event}\n\n".encode())
+                    if batch < batches:
+                        fake._stop.wait(behaviour.reading / batches)
 
             def _chunk(self, data: bytes) -> None:
                 self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
@@ -332,6 +350,22 @@ def completion(
         ],
         "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
     }
+
+
+def progress_event(body: dict[str, Any], batch: int, batches: int, reading: float) -> str:
+    """llama.cpp's progress chunk after ``batch`` of ``batches`` of the prompt: an empty delta
+    of the assistant, and `prompt_progress` (its server README's four values)."""
+    total = 2048 * batches
+    choice = {"finish_reason": None, "index": 0, "delta": {"role": "assistant", "content": None}}
+    progress = {
+        "total": total,
+        "cache": 0,
+        "processed": 2048 * batch,
+        "time_ms": round(1000 * reading * batch / batches, 3),
+    }
+    base = {"id": "chatcmpl-test", "object": "chat.completion.chunk", "created": 0}
+    chunk = {**base, "model": body.get("model", "test"), "choices": [choice]}
+    return json.dumps({**chunk, "prompt_progress": progress})
 
 
 def stream_events(behaviour: Behaviour, body: dict[str, Any]) -> list[str]:

@@ -242,12 +242,14 @@ def test_a_reply_without_a_cap_is_warned_about_once_past_its_size() -> None:
 def test_a_slow_reply_without_a_cap_is_warned_about_past_its_time() -> None:
     events, watcher, _ = watched(tokens=1000, seconds=60.0)
     call = began(events, None, mono=100.0)
-    chunk(events, call, "1\n", mono=130.0)
+    chunk(events, call, "1\n", mono=200.0)  # 100 s reading the prompt: not the reply's time
     assert watcher.warnings == []
-    chunk(events, call, "2\n", mono=161.0)
-    chunk(events, call, "3\n", mono=200.0)
+    chunk(events, call, "2\n", mono=230.0)
+    assert watcher.warnings == []
+    chunk(events, call, "3\n", mono=261.0)
+    chunk(events, call, "4\n", mono=270.0)
     (warning,) = watcher.warnings
-    assert "about 2 tokens in 61 s" in warning
+    assert "about 3 tokens in 61 s" in warning
 
 
 def test_a_capped_reply_is_never_warned_about_and_a_discard_starts_the_count_again() -> None:

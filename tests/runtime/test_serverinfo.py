@@ -10,10 +10,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from fems_runtime.llm import ModelClient
+from fems_runtime.endpoints import Failure, ModelCallError
+from fems_runtime.llm import ModelClient, ReplyStream
 from fems_runtime.serverinfo import LocalServers, ServerFacts, ask_server
 
 from .fake_local import FakeLocalServer, fake_local, llama_cpp, lm_studio, ollama, vllm
+from .fake_openai import Behaviour
 
 
 @pytest.mark.parametrize(
@@ -139,3 +141,39 @@ def test_a_hosted_model_is_never_asked() -> None:
     for choice in (client.resolve("fast"), client.resolve("deepseek/deepseek-chat")):
         asyncio.run(client.servers.learn(choice))
         assert client.window(choice) != 0
+
+
+READING = Behaviour(text="ready now", reading=1.5, progress_every=0.25)
+"""A server that reads the prompt for 1.5 s before it writes: longer than the 0.6 s the
+entries below wait for a first chunk, or let a stream be silent."""
+
+
+async def call_and_close(client: ModelClient) -> str:
+    choice = client.resolve("local")
+    await client.servers.learn(choice)
+    try:
+        messages = [{"role": "user", "content": "Say ready."}]
+        return (await client.try_once(choice, messages, ReplyStream(), 16)).text
+    finally:
+        await client.aclose()
+
+
+def test_a_llama_cpp_server_reading_a_long_prompt_is_asked_for_its_progress() -> None:
+    """Each batch of the prompt it has read comes as a chunk: a sign of life, not a reply."""
+    with fake_local(llama_cpp(n_ctx=8192, slots=1), READING) as server:
+        client = local_client(server, timeout=0.6)
+        assert asyncio.run(call_and_close(client)) == "ready now"
+    (request,) = server.requests
+    assert request["return_progress"] is True
+
+
+def test_a_server_not_known_to_show_its_progress_is_not_asked_and_its_silence_is_cut() -> None:
+    """The same reading on a server that did not say it is llama.cpp: nothing comes for
+    1.5 s, and the wait for the first chunk ends the call."""
+    for answers in ({}, vllm(8192, model="smollm2")):
+        with fake_local(answers, READING) as server:
+            client = local_client(server, timeout=0.6)
+            with pytest.raises(ModelCallError) as raised:
+                asyncio.run(call_and_close(client))
+        assert raised.value.kind is Failure.TIMEOUT
+        assert "return_progress" not in server.requests[0]
