@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from fems_runtime.context import estimate_tokens
-from fems_runtime.endpoints import ModelCallError, openai_route
+from fems_runtime.endpoints import Failure, ModelCallError, openai_route
 from fems_runtime.llm import ModelChoice, ModelClient, ReplyStream
 from fems_runtime.records import RunError
 from fems_runtime.serverinfo import server_base
@@ -169,12 +169,12 @@ async def check_model(client: ModelClient, name: str) -> CheckResult:
 def _reason(error: ModelCallError, choice: ModelChoice) -> str:
     """Why a call failed, in the words of what to fix."""
     where = server_base(choice.options) or choice.model
-    if error.kind == "connection":
+    if error.kind is Failure.CONNECTION:
         return f"could not connect to {where} (is the server running?): {error}"
-    if error.kind == "timeout":
+    if error.kind is Failure.TIMEOUT:
         return f"no answer from {where}: {error}"
-    if error.kind == "status" and error.status == 404:
+    if error.kind is Failure.STATUS and error.status == 404:
         return f"the server does not know model {choice.model} or the path (HTTP 404): {error}"
-    if error.kind == "status" and error.status in (401, 403):
+    if error.kind is Failure.STATUS and error.status in (401, 403):
         return f"the key was refused: {error}"
     return str(error)
