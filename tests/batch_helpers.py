@@ -77,9 +77,9 @@ def batch(capsys: pytest.CaptureFixture[str], script: Path, *args: str) -> tuple
 def tagged_sessions(db: str) -> list[dict[str, Any]]:
     """Every batch run of the database with its session's status and kept row."""
     with Store(db) as store:
-        t, runs = store.tables, batch_runs_table()
+        t, runs = store.database().tables, batch_runs_table()
         sa = t.sa
-        with store.engine.connect() as connection:
+        with store.database().engine.connect() as connection:
             rows = connection.execute(
                 sa.select(
                     runs.c.batch_id,

@@ -68,7 +68,7 @@ def url(server: str, request: pytest.FixtureRequest) -> str:
     """A fresh database per test, so tests never see each other's sessions."""
     name = "t_" + "".join(c if c.isalnum() else "_" for c in request.node.name.lower())[:50]
     admin = Store(server.format(database="postgres"))
-    with admin.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as db:
+    with admin.database().engine.connect().execution_options(isolation_level="AUTOCOMMIT") as db:
         db.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}"')
         db.exec_driver_sql(f'CREATE DATABASE "{name}"')
     admin.close()

@@ -48,13 +48,14 @@ def _pool_workers(coordinator: int) -> list[int]:
 def _running_with_messages(store: Store) -> bool:
     """Whether some session is running and has stored messages: a kill now lands in the
     middle of a session."""
-    t, sa = store.tables, store.tables.sa
+    t = store.database().tables
+    sa = t.sa
     query = (
         sa.select(sa.func.count())
         .select_from(t.messages.join(t.sessions, t.sessions.c.id == t.messages.c.session_id))
         .where(t.sessions.c.status == "running")
     )
-    with store.engine.connect() as connection:
+    with store.database().engine.connect() as connection:
         return bool(connection.execute(query).scalar())
 
 

@@ -23,12 +23,13 @@ KILLS = 20
 # are the same in every run of a seed whatever the machine's load.
 DRIVER = """\
 import contextlib, os, runpy, signal, sys
-from fems_runtime.store import Store, messages
+from fems_runtime.store import messages
+from fems_runtime.store.open_database import OpenDatabase
 
 messages.GROUP_COMMIT_S = 1e9
 
 kill_at, count = int(sys.argv[1]), [0]
-transaction = Store.transaction
+transaction = OpenDatabase.transaction
 
 @contextlib.contextmanager
 def counted(self):
@@ -38,7 +39,7 @@ def counted(self):
         if count[0] == kill_at:
             os.kill(os.getpid(), signal.SIGKILL)
 
-Store.transaction = counted
+OpenDatabase.transaction = counted
 sys.argv = [sys.argv[2], *sys.argv[3:]]
 try:
     runpy.run_path(sys.argv[0], run_name="__main__")

@@ -94,7 +94,7 @@ def test_a_session_written_by_two_runs_at_once_fails_loudly(url: str) -> None:
         first.add_message(session, "reply", "three", souls=["1"])
     assert [m.content for m in second.messages(session)] == ["one", "two"]
     second.close()
-    first.engine.dispose()
+    first.database().engine.dispose()
 
 
 def test_a_whole_werewolf_game_on_postgres_leaks_nothing(url: str, tmp_path: Path) -> None:
@@ -159,7 +159,7 @@ def test_a_database_made_before_lineage_gains_its_columns(url: str) -> None:
         thread.join()
     assert failures == []
     with Store(url) as store:
-        assert {"parent", "branch_turn"} <= session_columns(store.engine)
+        assert {"parent", "branch_turn"} <= session_columns(store.database().engine)
         assert store.session(1)["title"] == "an earlier run"
         fork = store.open_session("new", parent=1, branch_turn=2)
         assert [(row["id"], row["branch_turn"]) for row in store.lineage(fork)] == [

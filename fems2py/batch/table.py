@@ -92,8 +92,8 @@ class BatchTable:
     def runs(self, batch: str) -> dict[int, dict[str, Any]]:
         """The runs of a batch by index: ``{"session", "status", "settings", "result"}``
         (``result`` None until the run has ended), with the session's current status."""
-        runs, sessions = self._runs, self.store.tables.sessions
-        sa = self.store.tables.sa
+        runs, sessions = self._runs, self.store.database().tables.sessions
+        sa = self.store.database().tables.sa
         with self.store.read() as db:
             rows = db.execute(
                 sa.select(

@@ -251,7 +251,8 @@ def _copy_history(store: Store, db: Any, parent: int, session: int, upto: int, t
     """Copy the parent's messages before its last run (sequence numbers 1..``upto``, with their
     scope tags) into the new session, whose counters then start where the parent's last run
     started."""
-    t, sa = store.tables, store.tables.sa
+    t = store.database().tables
+    sa = t.sa
     if upto:
         m = t.messages
         names = [c.name for c in m.columns if c.name not in ("id", "session_id")]

@@ -146,7 +146,7 @@ def test_messages_and_scope(store: Store) -> None:
 def test_scope_lookup_uses_the_index(store: Store) -> None:
     session = store.open_session()
     store.add_message(session, "reply", "x", souls=["1"])
-    with store.engine.connect() as conn:
+    with store.database().engine.connect() as conn:
         plan = conn.exec_driver_sql(
             "EXPLAIN QUERY PLAN SELECT message_id FROM fems_message_souls "
             "WHERE session_id = 1 AND soul_id = '1' ORDER BY seq"
@@ -161,8 +161,8 @@ def test_context_query_scans_the_index_in_order(store: Store) -> None:
     statement = _visible_statement(True, False, True).params(
         session=session, soul="1", after=0, last=10
     )
-    sql = str(statement.compile(store.engine, compile_kwargs={"literal_binds": True}))
-    with store.engine.connect() as conn:
+    sql = str(statement.compile(store.database().engine, compile_kwargs={"literal_binds": True}))
+    with store.database().engine.connect() as conn:
         plan = " ".join(str(r) for r in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}"))
     assert "fems_message_souls_scan" in plan and "TEMP B-TREE" not in plan
 
@@ -255,7 +255,7 @@ def test_a_session_written_by_two_runs_at_once_fails_loudly(tmp_path: Path) -> N
         first.flush()
     assert [m.content for m in second.messages(session)] == ["one", "two"]
     second.close()
-    first.engine.dispose()
+    first.database().engine.dispose()
 
 
 def test_the_writer_batches_and_reads_see_submitted_writes(store: Store) -> None:
@@ -282,7 +282,7 @@ def test_turn_ids_and_contexts_need_no_database_round_trip(store: Store) -> None
     assert both == ([(1, ("narration", None, None, "night"))], 3)
     assert store.visible_since(session, soul="2", after=3) == ([], 3)
     store.close()
-    with Store(store.url.removeprefix("sqlite:///")) as later:
+    with Store(store.database().url.removeprefix("sqlite:///")) as later:
         assert later.session(session)["last_turn"] == 2
         assert later.visible_since(session, soul="1", after=1) == since
         later.submit(session, [NewMessage("reply", "dawn", souls=["1"])])
@@ -405,7 +405,7 @@ def test_a_database_made_before_lineage_gains_its_columns(tmp_path: Path) -> Non
     path = str(tmp_path / "old.db")
     database_before_lineage(path)
     with Store(path) as store:
-        assert {"parent", "branch_turn"} <= session_columns(store.engine)
+        assert {"parent", "branch_turn"} <= session_columns(store.database().engine)
         old = store.session(1)
         assert old["title"] == "an earlier run" and old["parent"] is None
         fork = store.open_session("new", parent=1, branch_turn=2)
@@ -436,7 +436,7 @@ def test_many_first_starts_on_a_database_made_before_lineage(tmp_path: Path) -> 
         thread.join()
     assert failures == []
     with Store(path) as store:
-        assert {"parent", "branch_turn"} <= session_columns(store.engine)
+        assert {"parent", "branch_turn"} <= session_columns(store.database().engine)
 
 
 def test_every_method_of_the_store_is_a_function_of_its_own() -> None:

@@ -4,7 +4,9 @@ stores is what it stores when the database is open from the start."""
 
 from __future__ import annotations
 
+import inspect
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ from fems_helpers import build_script, load, run_program
 from fems_runtime.llm import ModelClient
 from fems_runtime.records import RunError
 from fems_runtime.store import Checkpoint, NewMessage, Store
+from fems_runtime.store.open_database import OpenDatabase
 from fems_runtime.store.opening import FIRST_SESSION, OpeningStore, fresh_file
 
 from .fake_openai import Behaviour, fake_openai
@@ -115,6 +118,32 @@ def test_turn_ids_and_checkpoints_given_before_it_opens_are_stored_in_order(
         (1, 2, "hi")
     ]
     assert [(seq, step, node) for _, seq, step, node, _ in checkpoints] == [(0, 1, "A")]
+
+
+def test_a_deferred_store_opens_its_database_once_for_every_thread(tmp_path: Path) -> None:
+    db, opened = tmp_path / "later.db", []
+
+    def opens() -> OpenDatabase:
+        opened.append(threading.current_thread().name)
+        return OpenDatabase(db)
+
+    store = Store(opens=opens)
+    assert not db.exists()
+    threads = [threading.Thread(target=store.sessions) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(opened) == 1 and db.exists()
+    store.close()
+
+
+def test_the_opening_store_forwards_nothing_by_name() -> None:
+    """Go-to-definition and types hold for a new session's store too: it overrides plain
+    methods of the :class:`Store`, and no attribute is looked up in another store by name."""
+    members = {name: value for name, value in vars(OpeningStore).items() if name[:2] != "__"}
+    assert "__getattr__" not in vars(OpeningStore) and "new_turn" in members
+    assert [name for name, value in members.items() if not inspect.isfunction(value)] == []
 
 
 def test_a_session_another_run_took_meanwhile_fails_the_run(tmp_path: Path) -> None:

@@ -32,7 +32,7 @@ class SessionView:
     def __init__(self, store: Store, session: int, module: str | None = None) -> None:
         self._store: Store | None = store
         self.session = session
-        self._database = _database_argument(store.url)
+        self._database = _database_argument(store.database().url)
         self._module = module
         self._lock = threading.Lock()
         self._frozen: dict[str, Any] = {}

@@ -7,29 +7,22 @@ package is imported.
 The store is in parts over one database: the message log (:mod:`.messages`: the messages, their
 one writer and the scope reads), the sessions table (:mod:`.sessions`), the souls, users and
 actors (:mod:`.people`), and the checkpoints (:mod:`.checkpoints`); the tables are in
-:mod:`.schema`. :class:`Store` opens the engine, creates the schema and holds the transactions,
-and offers each part's methods as its own: ``store.submit`` calls ``store.log.submit``, so a
-caller needs to know the store, not which part serves a method.
+:mod:`.schema`. :class:`~.open_database.OpenDatabase` opens the engine, creates the schema, holds
+the transactions and the parts; :class:`Store` offers each part's methods as its own:
+``store.submit`` calls the log's ``submit``, so a caller needs to know the store, not which part
+serves a method.
 """
 
 from __future__ import annotations
 
-import contextlib
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
-from fems_runtime.records import RunError
-from fems_runtime.store.checkpoints import Checkpoints, RecordRow
-from fems_runtime.store.database import (
-    DEFAULT_DATABASE,
-    SCHEMA_LOCK,
-    create_engine,
-    database_url,
-    hide_password,
-    serialize,
-)
+from fems_runtime.store.checkpoints import RecordRow
+from fems_runtime.store.database import DEFAULT_DATABASE, database_url, hide_password
 from fems_runtime.store.database import bulk_insert as _bulk_insert
 from fems_runtime.store.messages import (
     CONTEXT_COLUMNS,
@@ -43,9 +36,10 @@ from fems_runtime.store.messages import (
     NewMessage,
     _visible_statement,
 )
-from fems_runtime.store.people import ACTOR_FIELDS, People
-from fems_runtime.store.schema import Tables, create_schema, tables
-from fems_runtime.store.sessions import OnCreate, SessionCatalog, SessionNode, parse_session_spec
+from fems_runtime.store.open_database import OpenDatabase
+from fems_runtime.store.people import ACTOR_FIELDS
+from fems_runtime.store.schema import Tables
+from fems_runtime.store.sessions import OnCreate, SessionNode, parse_session_spec
 
 __all__ = [
     "ACTOR_FIELDS",
@@ -71,33 +65,34 @@ __all__ = [
 
 class Store:
     """One database of dialogs. Methods are synchronous and called from one thread at a time
-    (a run's event loop); ``a``-prefixed ones do their waiting in a worker thread."""
+    (a run's event loop); ``a``-prefixed ones do their waiting in a worker thread. Each
+    reaches the database through :meth:`database`, opened when the store is made or, with
+    ``opens``, when a method first needs it."""
 
-    def __init__(self, database: str | Path | None = None) -> None:
-        self.tables = tables()
-        sa = self.tables.sa
-        self.url = database_url(database)
-        self._lock = threading.RLock()
-        self._sqlite = self.url.startswith("sqlite")
-        self.log = MessageLog(self)
-        self.catalog = SessionCatalog(self)
-        self.people = People(self)
-        self.checkpoints = Checkpoints(self, self.log)
-        try:
-            self.engine, self._shared = create_engine(sa, self.url)
-            with self.schema_change() as db:
-                create_schema(db)
-        except (sa.exc.SQLAlchemyError, ImportError, ValueError) as error:
-            reason = getattr(error, "orig", None) or error
-            message = f"cannot open database {database or DEFAULT_DATABASE}: {reason}"
-            raise RunError(hide_password(message, database)) from None
+    def __init__(
+        self,
+        database: str | Path | None = None,
+        *,
+        opens: Callable[[], OpenDatabase] | None = None,
+    ) -> None:
+        """``opens``: how to open the database later, instead of ``database`` now (a new
+        session's store opens behind the run's first request: :mod:`.opening`)."""
+        self._opens = opens
+        self._database = OpenDatabase(database) if opens is None else None
+        self._opening_lock = threading.RLock()  # memory/context methods ask from threads too
+
+    def database(self) -> OpenDatabase:
+        """The open database, opened now if it was deferred and nothing opened it yet."""
+        if self._database is None:
+            with self._opening_lock:
+                if self._database is None:
+                    assert self._opens is not None  # no database given: one was deferred
+                    self._database = self._opens()
+        return self._database
 
     def close(self) -> None:
         """Write what was submitted, then release the database."""
-        try:
-            self.flush()
-        finally:
-            self.engine.dispose()
+        self.database().close()
 
     def __enter__(self) -> Store:
         return self
@@ -107,94 +102,62 @@ class Store:
 
     # ------------------------------------------------------------------ connections
 
-    @contextlib.contextmanager
-    def read(self, *, wait: bool = True) -> Iterator[Any]:
-        """A read-only connection that sees every submitted write (``wait`` False: for tables
-        the message log's writer does not write); an in-memory database has a single shared
-        connection, so its reads take the write lock too."""
-        if wait:
-            self.log.flush()
-        if self._shared:
-            with self._lock, self.engine.connect() as db:
-                yield db
-        else:
-            with self.engine.connect() as db:
-                yield db
+    def read(self, *, wait: bool = True) -> AbstractContextManager[Any]:
+        """:meth:`OpenDatabase.read`."""
+        return self.database().read(wait=wait)
 
-    @contextlib.contextmanager
-    def write(self) -> Iterator[Any]:
-        """One write transaction after the submitted ones; it may change what the message log
-        counted of a session, so the log loads its counters again when next needed."""
-        self.log.flush()
-        with self.transaction() as db:
-            yield db
-        self.log.forget()
+    def write(self) -> AbstractContextManager[Any]:
+        """:meth:`OpenDatabase.write`."""
+        return self.database().write()
 
-    @contextlib.contextmanager
-    def transaction(self) -> Iterator[Any]:
-        """One write transaction. On SQLite it starts with ``BEGIN IMMEDIATE`` so that two
-        processes never both read and then fail to upgrade to a write lock."""
-        with self._lock, self.engine.connect() as db:
-            if self._sqlite:
-                db.exec_driver_sql("BEGIN IMMEDIATE")
-            try:
-                yield db
-            except BaseException:
-                db.rollback()
-                raise
-            db.commit()
+    def transaction(self) -> AbstractContextManager[Any]:
+        """:meth:`OpenDatabase.transaction`."""
+        return self.database().transaction()
 
-    @contextlib.contextmanager
-    def schema_change(self) -> Iterator[Any]:
-        """A write transaction for creating tables, safe when many processes open a new
-        database at once: ``create_all`` checks, then creates, so two first starts could both
-        decide to create a table; this transaction holds the database's write lock (and, on
-        PostgreSQL, whose DDL is transactional, an advisory lock), so a second process sees the
-        tables the first made. Tools that keep tables beside the runtime's use it too."""
-        with self.write() as db:
-            serialize(db, SCHEMA_LOCK)
-            yield db
+    def schema_change(self) -> AbstractContextManager[Any]:
+        """:meth:`OpenDatabase.schema_change`."""
+        return self.database().schema_change()
 
     # ------------------------------------------------------------------ the parts' methods
 
     # the message log
     def add_message(self, session: int, kind: str, content: str, **fields: Any) -> Message:
         """:meth:`MessageLog.add_message`."""
-        return self.log.add_message(session, kind, content, **fields)
+        return self.database().log.add_message(session, kind, content, **fields)
 
     def add_messages(
         self, session: int, new: Iterable[NewMessage], checkpoint: Checkpoint | None = None
     ) -> list[Message]:
         """:meth:`MessageLog.add_messages`."""
-        return self.log.add_messages(session, new, checkpoint)
+        return self.database().log.add_messages(session, new, checkpoint)
 
     def submit(
         self, session: int, new: Iterable[NewMessage], checkpoint: Checkpoint | None = None
     ) -> Batch:
         """:meth:`MessageLog.submit`."""
-        return self.log.submit(session, new, checkpoint)
+        return self.database().log.submit(session, new, checkpoint)
 
     def flush(self) -> None:
         """:meth:`MessageLog.flush`."""
-        self.log.flush()
+        self.database().log.flush()
 
     def listen(self, listener: Callable[[list[Message]], None]) -> None:
         """:meth:`MessageLog.listen`."""
-        self.log.listen(listener)
+        self.database().log.listen(listener)
 
     def new_turn(self, session: int) -> int:
         """:meth:`MessageLog.new_turn`."""
-        return self.log.new_turn(session)
+        return self.database().log.new_turn(session)
 
     def messages(self, session: int) -> list[Message]:
         """:meth:`MessageLog.messages`."""
-        return self.log.messages(session)
+        return self.database().log.messages(session)
 
     def visible_messages(
         self, session: int, soul: str | None = None, user: str | None = None
     ) -> list[Message]:
         """:meth:`MessageLog.visible_messages`."""
-        return self.log.visible_messages(session, soul, user)
+        return self.database().log.visible_messages(session, soul, user)
 
     def visible_lines(
         self,
@@ -205,7 +168,7 @@ class Store:
         last: int | None = None,
     ) -> list[ContextLine]:
         """:meth:`MessageLog.visible_lines`."""
-        return self.log.visible_lines(session, soul, user, last=last)
+        return self.database().log.visible_lines(session, soul, user, last=last)
 
     def visible_since(
         self,
@@ -217,19 +180,19 @@ class Store:
         last: int | None = None,
     ) -> tuple[list[tuple[int, ContextLine]], int]:
         """:meth:`MessageLog.visible_since`."""
-        return self.log.visible_since(session, soul, user, after=after, last=last)
+        return self.database().log.visible_since(session, soul, user, after=after, last=last)
 
     def scope_of(self, message_id: int) -> tuple[list[str], list[str]]:
         """:meth:`MessageLog.scope_of`."""
-        return self.log.scope_of(message_id)
+        return self.database().log.scope_of(message_id)
 
     def message_scopes(self, session: int) -> dict[int, tuple[list[str], list[str]]]:
         """:meth:`MessageLog.message_scopes`."""
-        return self.log.message_scopes(session)
+        return self.database().log.message_scopes(session)
 
     def session_usage(self, session: int) -> dict[str, Any]:
         """:meth:`MessageLog.session_usage`."""
-        return self.log.session_usage(session)
+        return self.database().log.session_usage(session)
 
     # the sessions table
     def open_session(
@@ -244,7 +207,7 @@ class Store:
         on_create: OnCreate | None = None,
     ) -> int:
         """:meth:`SessionCatalog.open_session`."""
-        return self.catalog.open_session(
+        return self.database().catalog.open_session(
             spec,
             title=title,
             script=script,
@@ -256,72 +219,72 @@ class Store:
 
     def session(self, session: int) -> dict[str, Any] | None:
         """:meth:`SessionCatalog.session`."""
-        return self.catalog.session(session)
+        return self.database().catalog.session(session)
 
     def sessions(self) -> list[dict[str, Any]]:
         """:meth:`SessionCatalog.sessions`."""
-        return self.catalog.sessions()
+        return self.database().catalog.sessions()
 
     def latest_session(self, script: str) -> int | None:
         """:meth:`SessionCatalog.latest_session`."""
-        return self.catalog.latest_session(script)
+        return self.database().catalog.latest_session(script)
 
     def set_status(self, session: int, status: str) -> None:
         """:meth:`SessionCatalog.set_status`."""
-        self.catalog.set_status(session, status)
+        self.database().catalog.set_status(session, status)
 
     def set_last_turn(self, session: int, value: int, *, at_least: bool = False) -> None:
         """:meth:`SessionCatalog.set_last_turn`."""
-        self.catalog.set_last_turn(session, value, at_least=at_least)
+        self.database().catalog.set_last_turn(session, value, at_least=at_least)
 
     def set_branch_turn(self, session: int, turn: int) -> None:
         """:meth:`SessionCatalog.set_branch_turn`."""
-        self.catalog.set_branch_turn(session, turn)
+        self.database().catalog.set_branch_turn(session, turn)
 
     def lineage(self, session: int) -> list[dict[str, Any]]:
         """:meth:`SessionCatalog.lineage`."""
-        return self.catalog.lineage(session)
+        return self.database().catalog.lineage(session)
 
     def session_tree(self) -> list[SessionNode]:
         """:meth:`SessionCatalog.session_tree`."""
-        return self.catalog.session_tree()
+        return self.database().catalog.session_tree()
 
     # souls, users and a session's actors
     def put_soul(self, soul_id: str, name: str | None = None, persona: str | None = None) -> None:
         """:meth:`People.put_soul`."""
-        self.people.put_soul(soul_id, name, persona)
+        self.database().people.put_soul(soul_id, name, persona)
 
     def put_user(self, user_id: str, name: str | None = None, profile: str | None = None) -> None:
         """:meth:`People.put_user`."""
-        self.people.put_user(user_id, name, profile)
+        self.database().people.put_user(user_id, name, profile)
 
     def soul(self, soul_id: str) -> dict[str, Any] | None:
         """:meth:`People.soul`."""
-        return self.people.soul(soul_id)
+        return self.database().people.soul(soul_id)
 
     def user(self, user_id: str) -> dict[str, Any] | None:
         """:meth:`People.user`."""
-        return self.people.user(user_id)
+        return self.database().people.user(user_id)
 
     def persona(self, soul_id: str) -> str:
         """:meth:`People.persona`."""
-        return self.people.persona(soul_id)
+        return self.database().people.persona(soul_id)
 
     def load_personas(self, soul_ids: Iterable[str]) -> None:
         """:meth:`People.load_personas`."""
-        self.people.load_personas(soul_ids)
+        self.database().people.load_personas(soul_ids)
 
     def profiles(self, user_ids: Iterable[str]) -> str:
         """:meth:`People.profiles`."""
-        return self.people.profiles(user_ids)
+        return self.database().people.profiles(user_ids)
 
     def seed(self, data: Mapping[str, Any]) -> None:
         """:meth:`People.seed`."""
-        self.people.seed(data)
+        self.database().people.seed(data)
 
     def seed_file(self, path: str | Path) -> None:
         """:meth:`People.seed_file`."""
-        self.people.seed_file(path)
+        self.database().people.seed_file(path)
 
     def record_actor(
         self,
@@ -334,37 +297,39 @@ class Store:
         blueprint: str | None = None,
     ) -> None:
         """:meth:`People.record_actor`."""
-        self.people.record_actor(
+        self.database().people.record_actor(
             session, name, type=type, soul=soul, source=source, blueprint=blueprint
         )
 
     def record_actors(self, session: int, actors: Mapping[str, Mapping[str, Any]]) -> None:
         """:meth:`People.record_actors`."""
-        self.people.record_actors(session, actors)
+        self.database().people.record_actors(session, actors)
 
     def session_actors(self, session: int) -> list[dict[str, Any]]:
         """:meth:`People.session_actors`."""
-        return self.people.session_actors(session)
+        return self.database().people.session_actors(session)
 
     # checkpoints
     def save_checkpoint(
         self, session: int, *, step: int, state: Mapping[str, Any], node: str | None = None
     ) -> int:
         """:meth:`Checkpoints.save_checkpoint`."""
-        return self.checkpoints.save_checkpoint(session, step=step, state=state, node=node)
+        return self.database().checkpoints.save_checkpoint(
+            session, step=step, state=state, node=node
+        )
 
     def start_run(self, session: int) -> None:
         """:meth:`Checkpoints.start_run`."""
-        self.checkpoints.start_run(session)
+        self.database().checkpoints.start_run(session)
 
     def run_records(self, session: int) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
         """:meth:`Checkpoints.run_records`."""
-        return self.checkpoints.run_records(session)
+        return self.database().checkpoints.run_records(session)
 
     def run_rows(self, session: int) -> tuple[dict[str, Any], list[RecordRow]] | None:
         """:meth:`Checkpoints.run_rows`."""
-        return self.checkpoints.run_rows(session)
+        return self.database().checkpoints.run_rows(session)
 
     def last_checkpoint(self, session: int) -> dict[str, Any] | None:
         """:meth:`Checkpoints.last_checkpoint`."""
-        return self.checkpoints.last_checkpoint(session)
+        return self.database().checkpoints.last_checkpoint(session)

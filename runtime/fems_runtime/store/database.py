@@ -3,8 +3,8 @@
 A plain path (the default ``./dialog.db``) is a SQLite file in WAL mode with a busy timeout;
 anything with ``://`` is a SQLAlchemy URL used as is. The parts of the store (the message log,
 the sessions, people, checkpoints) reach the database through :class:`Database`, which
-:class:`fems_runtime.store.Store` implements: its reads see every message submitted to the log,
-and its writes come after them.
+:class:`~fems_runtime.store.open_database.OpenDatabase` implements: its reads see every message
+submitted to the log, and its writes come after them.
 """
 
 from __future__ import annotations

@@ -16,19 +16,15 @@ import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
 
 from fems_runtime.records import RunError
 from fems_runtime.store import Checkpoint, ContextLine, NewMessage, Store
 from fems_runtime.store.database import DEFAULT_DATABASE
 from fems_runtime.store.messages import Batch
+from fems_runtime.store.open_database import OpenDatabase
 
 #: the number of a fresh database's first session (the sessions table numbers from 1)
 FIRST_SESSION = 1
-#: what an :class:`OpeningStore` holds itself; every other attribute is the opened store's
-_OWN = frozenset(
-    {"_opens", "_opened", "_early", "_turns", "_scheduled", "_outcome", "_opening_lock"}
-)
 
 
 def fresh_file(database: str | Path | None) -> bool:
@@ -44,49 +40,38 @@ def fresh_file(database: str | Path | None) -> bool:
 
 class OpeningStore(Store):
     """The store of a new session in a fresh database (:func:`fresh_file`), whose opening runs
-    behind the first request. ``opens`` opens the real store and its new session.
+    behind the first request. ``opens`` opens a store and its new session; this store takes
+    that store's database as its own (:meth:`Store.database`).
 
     Until it opens, it answers what a turn asks before its request as the empty database would
     (no persona, no profile, no visible message, turn ids from 1) and keeps, in order, the turn
     ids handed out and the checkpoints submitted meanwhile, to give them to the opened store.
     Anything else it is asked (a turn's messages, a session row, closing) opens it first, in
-    the caller's thread: every other method is the :class:`Store`'s own, reaching the opened
-    store's parts through :meth:`__getattr__`. The opening itself runs in a worker thread that
-    the event loop starts after the turns ready to run have sent their requests (the first
-    turn id schedules it), so it overlaps the wait for the replies.
+    the caller's thread. The opening itself runs in a worker thread that the event loop starts
+    after the turns ready to run have sent their requests (the first turn id schedules it), so
+    it overlaps the wait for the replies.
     """
 
     def __init__(self, opens: Callable[[], tuple[Store, int]]) -> None:
-        # no Store.__init__: the opened store's engine and parts serve every Store method
-        self._opens = opens
-        self._opened: Store | None = None
+        super().__init__(opens=self._opened)
+        self._opens_session = opens
         self._early: list[Callable[[Store], object]] = []
         self._turns = 0
         self._scheduled = False
         self._outcome: Future[Store] = Future()
-        self._opening_lock = threading.Lock()  # memory/context methods ask from threads too
 
-    def __getattr__(self, name: str) -> Any:
-        """An attribute a :class:`Store` method reaches (``log``, ``engine``…): the opened
-        store's, once it is open."""
-        if name in _OWN or name.startswith("__"):
-            raise AttributeError(name)  # not set yet (a copy being made): nothing to open
-        return getattr(self.opened(), name)
-
-    def opened(self) -> Store:
-        """The opened store: opens it in this thread unless the worker has begun (then waits
-        for it), then gives it the turn ids and checkpoints handed out before."""
-        with self._opening_lock:
-            if self._opened is None:
-                if self._pending():
-                    self._outcome.set_running_or_notify_cancel()
-                    self._open()
-                store = self._outcome.result()
-                for early in self._early:
-                    early(store)
-                self._early.clear()
-                self._opened = store
-            return self._opened
+    def _opened(self) -> OpenDatabase:
+        """The opened store's database (:meth:`Store.database` asks, holding the opening lock):
+        opens it in this thread unless the worker has begun (then waits for it), then gives it
+        the turn ids and checkpoints handed out before."""
+        if self._pending():
+            self._outcome.set_running_or_notify_cancel()
+            self._open()
+        store = self._outcome.result()
+        for early in self._early:
+            early(store)
+        self._early.clear()
+        return store.database()
 
     def _pending(self) -> bool:
         """Whether the opening has not begun, in the worker or in a caller's thread."""
@@ -96,12 +81,13 @@ class OpeningStore(Store):
         """Open the store and its session (the outcome is running), in the worker or in the
         thread that needs it first; the outcome raises what failed in the thread that asks."""
         try:
-            store, session = self._opens()
+            store, session = self._opens_session()
             if session != FIRST_SESSION:
+                url = store.database().url
                 store.close()
                 raise RunError(
-                    f"another run made the database {store.url} at the same moment and took "
-                    f"session {FIRST_SESSION}: run again"
+                    f"another run made the database {url} at the same moment and took session "
+                    f"{FIRST_SESSION}: run again"
                 )
             self._outcome.set_result(store)
         except BaseException as error:
@@ -124,25 +110,27 @@ class OpeningStore(Store):
 
     def _fresh(self, session: int) -> bool:
         """Whether a read of ``session`` is answered as the empty database would."""
-        return self._opened is None and session == FIRST_SESSION
+        return self._database is None and session == FIRST_SESSION
 
     def new_turn(self, session: int) -> int:
-        if not self._fresh(session):
-            return super().new_turn(session)
-        self._open_soon()
-        self._turns += 1
-        self._early.append(lambda store: store.new_turn(session))
-        return self._turns
+        with self._opening_lock:  # not while another thread gives the opened store the early ones
+            if self._fresh(session):
+                self._open_soon()
+                self._turns += 1
+                self._early.append(lambda store: store.new_turn(session))
+                return self._turns
+        return super().new_turn(session)
 
     def submit(
         self, session: int, new: Iterable[NewMessage], checkpoint: Checkpoint | None = None
     ) -> Batch:
         """A checkpoint alone waits for the opening; messages open the store first."""
         new = list(new)
-        if new or not self._fresh(session):
-            return super().submit(session, new, checkpoint)
-        self._early.append(lambda store: store.submit(session, (), checkpoint))
-        return Batch(session, 0, 0, self._turns, [])
+        with self._opening_lock:
+            if not new and self._fresh(session):
+                self._early.append(lambda store: store.submit(session, (), checkpoint))
+                return Batch(session, 0, 0, self._turns, [])
+        return super().submit(session, new, checkpoint)
 
     def visible_lines(
         self,
@@ -170,7 +158,7 @@ class OpeningStore(Store):
         return [], after
 
     def persona(self, soul_id: str) -> str:
-        return "" if self._opened is None else super().persona(soul_id)
+        return "" if self._database is None else super().persona(soul_id)
 
     def profiles(self, user_ids: Iterable[str]) -> str:
-        return "" if self._opened is None else super().profiles(user_ids)
+        return "" if self._database is None else super().profiles(user_ids)
