@@ -50,9 +50,11 @@ class Room:
 
     @classmethod
     def of(cls, services: SharedServices, frame: Frame, spec: TurnSpec) -> Room:
-        executor = frame.resolve_actor(spec.executor, "the executor")
-        voice = frame.resolve_actor(spec.role, "the role (as)") if spec.role else executor
-        actors = _scope_actors(frame, spec)
+        executor = voice = frame.resolve_actor(spec.executor, "the executor")
+        known = {spec.executor: executor}
+        if spec.role:
+            voice = known[spec.role] = frame.resolve_actor(spec.role, "the role (as)")
+        actors = _scope_actors(frame, spec, known)
         for who in (executor, voice):
             if who not in actors:
                 actors.insert(0, who)
@@ -80,13 +82,14 @@ class Room:
         return sorted(str(a) for a in self.actors)
 
 
-def _scope_actors(frame: Frame, spec: TurnSpec) -> list[Actor]:
-    """The actors of the action's `scope:` (§9.3), each once, in the order written."""
+def _scope_actors(frame: Frame, spec: TurnSpec, known: Mapping[str, Actor]) -> list[Actor]:
+    """The actors of the action's `scope:` (§9.3), each once, in the order written; ``known``:
+    the names resolved already (the executor, the role), not looked up again."""
     variables = frame.variables
     found: list[Actor] = []
     for item in spec.scope:
-        if item.kind == "actor":  # resolved to a defined actor, or a run error
-            actors = [frame.resolve_actor(item.name, "an actor in scope")]
+        if item.kind == "actor":  # a defined actor, or a run error
+            actors = [known.get(item.name) or frame.resolve_actor(item.name, "an actor in scope")]
         elif item.kind == "all" and not frame.declared("all"):
             # `all` is every defined actor unless a variable named `all` is declared (§9.3)
             actors = list(variables.refs.values())
