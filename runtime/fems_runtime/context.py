@@ -312,7 +312,12 @@ def retry_messages(
 
 
 def _join(*blocks: str) -> str:
-    return "\n\n".join(b.strip("\n") for b in blocks if b and b.strip())
+    """The blocks that hold text, without their outer newlines, a blank line between."""
+    kept = []
+    for block in blocks:
+        if block and block.strip():
+            kept.append(block.strip("\n"))
+    return "\n\n".join(kept)
 
 
 # ---------------------------------------------------------------------- one turn's messages
@@ -383,7 +388,10 @@ def find_method(
         if method is None or method.kind != kind:
             raise RunError(f"no {kind} method named '{name}'")
         return method
-    return next((m for m in methods.values() if m.kind == kind), None)
+    for method in methods.values():
+        if method.kind == kind:
+            return method
+    return None
 
 
 async def method_block(turn: TurnParts, method: MethodSpec, outputs: list[tuple[str, Any]]) -> str:

@@ -283,7 +283,10 @@ def missing_key(route: OpenAIRoute) -> str | None:
 
 
 def _first_set(environ: Mapping[str, str], names: tuple[str, ...]) -> str | None:
-    return next((environ[name] for name in names if environ.get(name)), None)
+    for name in names:
+        if environ.get(name):
+            return environ[name]
+    return None
 
 
 # ---------------------------------------------------------------------- the openai SDK
@@ -292,6 +295,9 @@ def _first_set(environ: Mapping[str, str], names: tuple[str, ...]) -> str | None
 WIDE_RUN = 32
 """From this many calls allowed in flight (`max_concurrency`), the SDK's aiohttp transport
 carries the requests (`OpenAIClients`)."""
+
+
+_openai_module: ModuleType | None = None
 
 
 def import_openai(*, with_aiohttp: bool = False) -> ModuleType:
@@ -305,8 +311,11 @@ def import_openai(*, with_aiohttp: bool = False) -> ModuleType:
     loads only the modules the client imports: its package ``__init__``s, which only
     re-export, run when one of their names is first asked for (`deferred_inits`).
     """
-    hide = () if with_aiohttp else ("aiohttp",)
-    return import_large("openai", hide=hide, defer=("openai.types",))
+    global _openai_module
+    if _openai_module is None:  # once per process: every call asks for it
+        hide = () if with_aiohttp else ("aiohttp",)
+        _openai_module = import_large("openai", hide=hide, defer=("openai.types",))
+    return _openai_module
 
 
 class OpenAIClients:

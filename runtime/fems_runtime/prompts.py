@@ -8,7 +8,7 @@ hold a path stay literal, ``{{``/``}}`` write one brace, and a missing value ren
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from fems_runtime.records import RunError
@@ -41,6 +41,8 @@ def render(
     evaluated ``in:`` values) only placeholders whose name is listed there are substituted and
     the other braces stay as written.
     """
+    source = only if only is not None else lookup
+    get = source.__getitem__ if isinstance(source, Mapping) else source.get
     out: list[str] = []
     done = 0  # the template up to here is rendered
     while brace := _BRACE.search(template, done):
@@ -53,8 +55,7 @@ def render(
             if only is not None and match["a"] not in only:
                 out.append(match.group(0))
             else:
-                source = only if only is not None else lookup
-                out.append(format_value(_value(match, source)))
+                out.append(format_value(_value(match, source, get)))
             done = match.end()
         else:
             out.append("{")
@@ -62,28 +63,25 @@ def render(
     return "".join(out)
 
 
-def _value(match: re.Match[str], source: Lookup | Mapping[str, Any]) -> Any:
-    """The value of one placeholder; anything missing or unbound is ``None`` (renders ``""``)."""
+def _value(
+    match: re.Match[str], source: Lookup | Mapping[str, Any], get: Callable[[str], Any]
+) -> Any:
+    """The value of one placeholder (``get`` reads a name of ``source``); anything missing or
+    unbound is ``None`` (renders ``""``)."""
     a, b, k = match["a"], match["b"], match["k"]
     try:
         if b is not None and (a.startswith("@") or b.startswith("@")):
             actor, attr = (a, b) if a.startswith("@") else (b, a)
             value = _attr(source, actor, attr)
         else:
-            value = _get(source, a)
+            value = get(a)
             if b is not None:
                 value = _entry(value, b)
         if k is not None:
-            value = _entry(value, _key(k, source))
+            value = _entry(value, _key(k, get))
         return value
     except (RunError, LookupError, TypeError):
         return None
-
-
-def _get(source: Lookup | Mapping[str, Any], name: str) -> Any:
-    if isinstance(source, Mapping):
-        return source[name]
-    return source.get(name)
 
 
 def _attr(source: Lookup | Mapping[str, Any], actor: str, attr: str) -> Any:
@@ -103,11 +101,11 @@ def _entry(container: Any, key: Any) -> Any:
     return None
 
 
-def _key(text: str, source: Lookup | Mapping[str, Any]) -> Any:
+def _key(text: str, get: Callable[[str], Any]) -> Any:
     """``dict[key]``: ``@x`` and declared names are looked up, other keys are literals."""
     if ACTOR_NAME.fullmatch(text) or re.fullmatch(r"\w+", text) and not text[0].isdigit():
         try:
-            return _get(source, text)
+            return get(text)
         except (RunError, LookupError):
             if ACTOR_NAME.fullmatch(text):
                 raise

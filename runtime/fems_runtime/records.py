@@ -404,12 +404,10 @@ class TurnLog:
             self._records[(*record["key"], record.get("attempt", 0))] = record
             if record.get("turn") is not None:
                 self.turns.add(int(record["turn"]))
-
-    @property
-    def replays(self) -> bool:
-        """Whether any turn may be replayed: the run resumes a session that has records, or
-        starts from another session's (§16.4, §16.4a); else every turn goes live at once."""
-        return bool(self._records) or self.inherited is not None
+        #: whether any turn may be replayed, decided once for the run: it resumes a session
+        #: that has records, or starts from another session's (§16.4, §16.4a); else every
+        #: turn goes live at once
+        self.replays = bool(self._records) or inherited is not None
 
     @property
     def compares(self) -> bool:

@@ -356,26 +356,24 @@ class _Reader:
         return _SPACE.match(self.text, i).end()  # type: ignore[union-attr]
 
 
-def format_value(value: Any) -> str:
+def format_value(value: Any, *, inside: bool = False) -> str:
     """Render a value for people (§9.4): strings as-is, ``@name``, ``[@a, @b]``, ``{@a: 1}``,
-    ``true``/``false``; ``None`` is ``""`` (``null`` inside a list or dict)."""
+    ``true``/``false``; ``None`` is ``""`` (``null`` ``inside`` a list or dict)."""
     if value is None:
-        return ""
-    return _format(value)
-
-
-def _format(value: Any) -> str:
-    if value is None:
-        return "null"
+        return "null" if inside else ""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
         return str(value)
     if isinstance(value, Mapping):
-        return "{" + ", ".join(f"{_format(k)}: {_format(v)}" for k, v in value.items()) + "}"
+        entries = (
+            f"{format_value(k, inside=True)}: {format_value(v, inside=True)}"
+            for k, v in value.items()
+        )
+        return "{" + ", ".join(entries) + "}"
     if isinstance(value, list | tuple | set | frozenset):
         items = sorted(value, key=str) if isinstance(value, set | frozenset) else value
-        return "[" + ", ".join(_format(v) for v in items) + "]"
+        return "[" + ", ".join(format_value(v, inside=True) for v in items) + "]"
     return str(value)
 
 

@@ -100,6 +100,9 @@ class Variables:
     ) -> None:
         self.lock = threading.RLock()
         self.actors: dict[str, ActorSpec] = {}
+        #: one reference per defined actor, made when it is registered: every lookup of an
+        #: actor hands out the same one
+        self.refs: dict[str, Actor] = {}
         self.blueprints: dict[str, BlueprintSpec] = {b.name: b for b in blueprints}
         for spec in actors:
             self.add_actor(spec)
@@ -115,16 +118,18 @@ class Variables:
             if spec.name in self.actors:
                 raise RunError(f"actor {spec.name} is already defined")
             self.actors[spec.name] = spec
-        return self.actor(spec.name)
+            ref = self.refs[spec.name] = Actor(spec.name, self)
+        return ref
 
     def is_actor(self, name: Any) -> bool:
         return isinstance(name, str) and str(name) in self.actors
 
     def actor(self, name: str) -> Actor:
         """The reference to the defined actor ``name`` (bound to this run's state)."""
-        if name not in self.actors:
+        ref = self.refs.get(name)
+        if ref is None:
             raise RunError(f"{name} is not a defined actor")
-        return Actor(name, self)
+        return ref
 
     def actor_info(self, name: str) -> dict[str, Any]:
         """The actor's state (§8.1): ``type, name, soul, source, user, tools`` and, for every
@@ -154,8 +159,9 @@ class Variables:
         if type(value) in _PLAIN:  # most values: the ABC checks below cost more than the rest
             return value
         if isinstance(value, str):
-            if str(value) in self.actors:
-                return Actor(str(value), self)
+            ref = self.refs.get(str(value))
+            if ref is not None:
+                return ref
             return str(value) if isinstance(value, Actor) else value
         if isinstance(value, Mapping):
             return FemDict((self.adopt(k), self.adopt(v)) for k, v in value.items())
@@ -279,9 +285,10 @@ class Frame:
                 if name.startswith("@") and isinstance(value, str) and value:
                     return self._follow(name, value)
                 return value
-        if self.variables.is_actor(name):
-            return self.variables.actor(name)
-        raise RunError(f"undeclared variable '{name}'")
+        ref = self.variables.refs.get(name)
+        if ref is None:
+            raise RunError(f"undeclared variable '{name}'")
+        return ref
 
     def __getitem__(self, name: str) -> Any:
         return self.get(name)
@@ -305,7 +312,7 @@ class Frame:
         """``@x`` as a defined actor; an unbound (``""``) actor variable is a :class:`RunError`
         naming it (§7.2). ``what`` says where the actor was needed ("the executor")."""
         value = self.get(name)
-        if isinstance(value, Actor) and self.variables.is_actor(value):
+        if isinstance(value, Actor) and value in self.variables.refs:
             return value
         if value in ("", None):
             raise RunError(f"actor variable {name} is unbound but {what} is required here")

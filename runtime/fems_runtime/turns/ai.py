@@ -57,10 +57,8 @@ class Replay:
     first: Mapping[str, Any] | None
 
     @classmethod
-    def of(cls, log: TurnLog, key: list[Any], tools: bool) -> Replay | None:
-        """The turn's replay, or None when the run has no record to replay (a new session)."""
-        if not log.replays:
-            return None
+    def of(cls, log: TurnLog, key: list[Any], tools: bool) -> Replay:
+        """The replay of a turn in a run with records to replay (``log.replays``)."""
         # its first record is its first tool round's when it called tools, else its reply's
         first = (log.peek(_round_key(key, 0)) if tools else None) or log.peek(key)
         return cls(log, key, first)
@@ -102,15 +100,17 @@ class AiTurn(CallingTurn):
         its calls with its parent's records, whose turn number the turn takes meanwhile
         (§16.4a)."""
         services, log = self.services, self.services.log
-        replay = self.replay = Replay.of(log, self.key, bool(self.setup.tools))
+        replay = Replay.of(log, self.key, bool(self.setup.tools)) if log.replays else None
+        self.replay = replay
         first = replay.first if replay is not None else None
         if first is not None:
             self.id = int(first["turn"])
             for name, value in first["result"].get("outputs", ()):
                 self.frame.assign(name, "=", self.frame.variables.adopt(value))
         else:
-            first_key = _round_key(self.key, 0) if self.setup.tools else self.key
-            candidate = log.candidate(first_key) if replay is not None and log.compares else None
+            candidate = None
+            if replay is not None and log.compares:  # a reuse: its parent's turn, if it matches
+                candidate = log.candidate(_round_key(self.key, 0) if self.setup.tools else self.key)
             if candidate is not None:
                 self.id = int(candidate["turn"])
                 log.turns.add(self.id)

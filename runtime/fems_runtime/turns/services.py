@@ -143,36 +143,33 @@ class TurnServices(SharedServices):
         errors get their ``.fems`` line, and the action's name when they do not say it; and
         the one place a turn begins and ends as events (whose subscribers, such as the cost
         limit, may stop the run at its end)."""
-        events = self.events
-        if not events.active:
-            return await self._located(spec, turn)
-        actor, ran_as = _acting(ctx, spec, kind)
-        where = events.where(ctx.path, ctx.node, spec.line, spec.action, actor)
-        outer = ctx.span
-        began = events.emit(TurnBegan(id=events.new_id(), parent=outer, where=where, kind=kind))
-        ctx.span = began.id
-        try:
-            result = await self._located(spec, turn)
-        except BaseException as error:
-            events.emit(TurnEnded.after(began, error, kind=ran_as))
-            raise
-        finally:
-            ctx.span = outer
-        ended = TurnEnded.after(
-            began, kind=ran_as, turn=result.turn, calls=result.calls, fell_back=result.fell_back
-        )
-        events.emit(ended)
-        return result
-
-    async def _located(self, spec: TurnSpec, turn: Awaitable[TurnResult]) -> TurnResult:
+        events, outer = self.events, ctx.span
+        began, ran_as = None, kind
+        if events.active:
+            actor, ran_as = _acting(ctx, spec, kind)
+            where = events.where(ctx.path, ctx.node, spec.line, spec.action, actor)
+            began = events.emit(TurnBegan(id=events.new_id(), parent=outer, where=where, kind=kind))
+            ctx.span = began.id
         try:
             result = await turn
         except RunError as error:
-            if error.line is None and not error.message.startswith(f"action {spec.action}"):
-                error.message = f"action {spec.action}: {error.message}"
-            raise error.located(self.file, spec.line) from error.__cause__
+            located = _located(error, self.file, spec)
+            if began is not None:
+                events.emit(TurnEnded.after(began, located, kind=ran_as))
+            raise located from error.__cause__
+        except BaseException as error:
+            if began is not None:
+                events.emit(TurnEnded.after(began, error, kind=ran_as))
+            raise
+        finally:
+            ctx.span = outer
         if self.debugger is not None:
             self.debugger.turn_ended(spec, result)
+        if began is not None:
+            ended = TurnEnded.after(
+                began, kind=ran_as, turn=result.turn, calls=result.calls, fell_back=result.fell_back
+            )
+            events.emit(ended)
         return result
 
     def finish(self, status: str) -> None:
@@ -193,6 +190,13 @@ class TurnServices(SharedServices):
             self.store.set_last_turn(self.session, max(self.log.turns), at_least=True)
         self.store.set_status(self.session, status)
         self.store.close()
+
+
+def _located(error: RunError, file: str, spec: TurnSpec) -> RunError:
+    """A turn's run error at its action's line, naming the action when it does not."""
+    if error.line is None and not error.message.startswith(f"action {spec.action}"):
+        error.message = f"action {spec.action}: {error.message}"
+    return error.located(file, spec.line)
 
 
 def _acting(ctx: Context, spec: TurnSpec, kind: TurnEventKind) -> tuple[str, TurnEventKind]:

@@ -50,17 +50,21 @@ class Room:
 
     @classmethod
     def of(cls, services: SharedServices, frame: Frame, spec: TurnSpec) -> Room:
-        executor = frame.resolve_actor(spec.executor, "the executor")
-        voice = executor
+        executor = voice = frame.resolve_actor(spec.executor, "the executor")
+        known = {spec.executor: executor}
         if spec.role:
-            voice = frame.resolve_actor(spec.role, "the role (as)")
-        actors = _scope_actors(frame, spec)
-        registry = frame.variables.actors
+            voice = known[spec.role] = frame.resolve_actor(spec.role, "the role (as)")
+        actors = _scope_actors(frame, spec, known)
         for who in (executor, voice):
             if who not in actors:
                 actors.insert(0, who)
-        souls = {str(registry[a].soul) for a in actors}
-        users = {u for a in actors if (u := registry[a].user)} | set(services.owners)
+        registry = frame.variables.actors
+        souls, users = set(), set(services.owners)
+        for actor in actors:
+            actor_spec = registry[actor]
+            souls.add(str(actor_spec.soul))
+            if actor_spec.user:
+                users.add(actor_spec.user)
         voice_spec = registry[voice]
         return cls(
             executor,
@@ -78,25 +82,29 @@ class Room:
         return sorted(str(a) for a in self.actors)
 
 
-def _scope_actors(frame: Frame, spec: TurnSpec) -> list[Actor]:
+def _scope_actors(frame: Frame, spec: TurnSpec, known: Mapping[str, Actor]) -> list[Actor]:
+    """The actors of the action's `scope:` (§9.3), each once, in the order written; ``known``:
+    the names resolved already (the executor, the role), not looked up again."""
     variables = frame.variables
     found: list[Actor] = []
     for item in spec.scope:
-        if item.kind == "all" and not frame.declared("all"):
+        if item.kind == "actor":  # a defined actor, or a run error
+            actors = [known.get(item.name) or frame.resolve_actor(item.name, "an actor in scope")]
+        elif item.kind == "all" and not frame.declared("all"):
             # `all` is every defined actor unless a variable named `all` is declared (§9.3)
-            values: list[Any] = [variables.actor(name) for name in variables.actors]
-        elif item.kind == "actor":
-            values = [frame.resolve_actor(item.name, "an actor in scope")]
+            actors = list(variables.refs.values())
         else:
             value = frame.get(item.name or item.kind)
-            values = list(value) if isinstance(value, list | tuple | set | frozenset) else [value]
-        for value in values:
-            if not variables.is_actor(value):
-                raise RunError(
-                    f"action {spec.action}: scope item '{item.name or item.kind}' holds "
-                    f"{value!r}, which is not an actor"
-                )
-            actor = variables.actor(str(value))
+            held = list(value) if isinstance(value, list | tuple | set | frozenset) else [value]
+            actors = []
+            for value in held:
+                if not variables.is_actor(value):
+                    raise RunError(
+                        f"action {spec.action}: scope item '{item.name or item.kind}' holds "
+                        f"{value!r}, which is not an actor"
+                    )
+                actors.append(variables.actor(str(value)))
+        for actor in actors:
             if actor not in found:
                 found.append(actor)
     return found
