@@ -62,7 +62,7 @@ def _sdk_alone(width: int) -> str:
     (`fems_runtime.endpoints.OpenAIClients`), without the engine; timed as `_timed` does."""
     import asyncio
 
-    from fems_runtime.endpoints import OpenAIClients, openai_route
+    from fems_runtime.endpoints import OpenAIClients, openai_route, openai_stream
 
     route = openai_route("openai/fake-model", {}, os.environ)
     assert route is not None
@@ -71,7 +71,8 @@ def _sdk_alone(width: int) -> str:
         clients = OpenAIClients(width=width)
 
         async def one(i: int) -> None:
-            async for _ in clients.stream(route, [{"role": "user", "content": f"{i}"}], 60.0):
+            messages = [{"role": "user", "content": f"{i}"}]
+            async for _ in openai_stream(clients.client(route), route, messages, 60.0):
                 pass
 
         await asyncio.gather(*(one(i) for i in range(width)))

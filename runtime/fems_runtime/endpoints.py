@@ -356,56 +356,57 @@ class OpenAIClients:
             self._clients[key] = client
         return client
 
-    async def stream(
-        self,
-        route: OpenAIRoute,
-        messages: list[dict[str, Any]],
-        timeout: float,
-        tools: Sequence[Mapping[str, Any]] = (),
-        fields: Mapping[str, Any] | None = None,
-    ) -> AsyncGenerator[Any, None]:
-        """One streamed chat completion request (offering ``tools``, §15.5; ``fields`` are the
-        call's own request fields): its chunks as JSON, or one `WholeAnswer` from a server
-        that answers JSON. Any failure is a `ModelCallError`; leaving the iteration early (a
-        cancelled call) closes the response, so the server sees the connection close.
-
-        The body goes out as plain JSON through the client's `post` (the SDK's way to any
-        endpoint): `chat.completions.create` would walk every message through its typed-dict
-        transform and build pydantic models of every chunk, costs that grow with the context
-        and the reply. Auth, connection pool, timeouts and errors are the SDK's all the same.
-
-        **Decision:** on OpenAI's own endpoint, `max_tokens` is sent as
-        `max_completion_tokens`, the name every OpenAI model takes (its reasoning models
-        refuse the other); every other endpoint gets `max_tokens`.
-        """
-        openai = import_openai()
-        client = self.client(route)
-        options: dict[str, Any] = {"timeout": timeout}
-        if route.headers:
-            options["headers"] = dict(route.headers)
-        chunks = None
-        try:
-            chunks = await client.post(
-                "/chat/completions",
-                body=_request_body(route, messages, tools, fields),
-                cast_to=object,
-                options=options,
-                stream=True,
-                stream_cls=_chunk_stream_class(openai),
-            )
-            async for chunk in chunks:
-                yield chunk
-        except (openai.OpenAIError, json.JSONDecodeError) as error:
-            raise _sdk_error(openai, error, timeout) from None
-        finally:
-            if chunks is not None:
-                await chunks.close()
-
     async def aclose(self) -> None:
         """Close every pooled client (the end of a run)."""
         clients, self._clients = list(self._clients.values()), {}
         for client in clients:
             await client.close()
+
+
+async def openai_stream(
+    client: Any,
+    route: OpenAIRoute,
+    messages: list[dict[str, Any]],
+    timeout: float,
+    tools: Sequence[Mapping[str, Any]] = (),
+    fields: Mapping[str, Any] | None = None,
+) -> AsyncGenerator[Any, None]:
+    """One streamed chat completion request on ``client`` (the pooled client of ``route``,
+    from `OpenAIClients`), offering ``tools`` (§15.5; ``fields`` are the call's own request
+    fields): its chunks as JSON, or one `WholeAnswer` from a server that answers JSON. Any
+    failure is a `ModelCallError`; leaving the iteration early (a cancelled call) closes the
+    response, so the server sees the connection close.
+
+    The body goes out as plain JSON through the client's `post` (the SDK's way to any
+    endpoint): `chat.completions.create` would walk every message through its typed-dict
+    transform and build pydantic models of every chunk, costs that grow with the context
+    and the reply. Auth, connection pool, timeouts and errors are the SDK's all the same.
+
+    **Decision:** on OpenAI's own endpoint, `max_tokens` is sent as
+    `max_completion_tokens`, the name every OpenAI model takes (its reasoning models
+    refuse the other); every other endpoint gets `max_tokens`.
+    """
+    openai = import_openai()
+    options: dict[str, Any] = {"timeout": timeout}
+    if route.headers:
+        options["headers"] = dict(route.headers)
+    chunks = None
+    try:
+        chunks = await client.post(
+            "/chat/completions",
+            body=_request_body(route, messages, tools, fields),
+            cast_to=object,
+            options=options,
+            stream=True,
+            stream_cls=_chunk_stream_class(openai),
+        )
+        async for chunk in chunks:
+            yield chunk
+    except (openai.OpenAIError, json.JSONDecodeError) as error:
+        raise _sdk_error(openai, error, timeout) from None
+    finally:
+        if chunks is not None:
+            await chunks.close()
 
 
 def _http_client(openai: ModuleType, base_url: str, width: int) -> Any:

@@ -34,6 +34,7 @@ from fems_runtime.endpoints import (
     litellm_stream,
     missing_key,
     openai_route,
+    openai_stream,
     speaks_deepseek,
 )
 from fems_runtime.offline import OFFLINE_MODELS, MockModel, OfflineTurn, ScriptModel
@@ -58,11 +59,11 @@ class ModelChoice:
     model: str
     options: Mapping[str, Any] = field(default_factory=dict)
     rung: str = "default"
+    offline: bool = field(init=False, repr=False, compare=False)
+    """True for the built-in models that never touch the network (read at every turn)."""
 
-    @property
-    def offline(self) -> bool:
-        """True for the built-in models that never touch the network."""
-        return self.model in OFFLINE_MODELS
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "offline", self.model in OFFLINE_MODELS)
 
 
 @dataclass(frozen=True)
@@ -476,17 +477,15 @@ class ModelClient:
         (`resolve` hands out the same choice for the same call site); a missing key is a run
         error. An entry keeps its choice alive, so no other choice can have its ``id``."""
         known = self._routes.get(id(choice))
-        if known is None:
-            known = self._routes[id(choice)] = (
-                choice,
-                openai_route(choice.model, choice.options, self.environ),
-            )
-        route = known[1]
+        if known is not None:
+            return known[1]
+        route = openai_route(choice.model, choice.options, self.environ)
         if route is not None and (variable := missing_key(route)):
             raise RunError(
                 f"model {choice.model} has no API key: set {variable} (a .env file next to the "
                 "script or in the working directory is read too)"
             )
+        self._routes[id(choice)] = (choice, route)
         return route
 
     async def _send(
@@ -513,10 +512,10 @@ class ModelClient:
             import_litellm()
             chunks = litellm_stream(choice.model, choice.options, messages, silence, tools, fields)
         else:
-            self._openai.client(route)
+            client = self._openai.client(route)
             if progress := self.servers.progress_fields(choice):  # its reading, as chunks
                 fields = {**progress, **(fields or {})}
-            chunks = self._openai.stream(route, messages, silence, tools, fields)
+            chunks = openai_stream(client, route, messages, silence, tools, fields)
         builder = ReplyBuilder(None if stream is None else stream.add)
         watch: SilenceWatch | None = None
         try:

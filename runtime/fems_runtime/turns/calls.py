@@ -76,7 +76,7 @@ class ModelSetup:
         return cls(
             choice,
             tools,
-            tuple(tool.schema() for tool in tools),
+            tuple([tool.schema() for tool in tools]) if tools else (),
             effort,
             own,
             int(cap) if cap else None,
