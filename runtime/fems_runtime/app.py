@@ -48,7 +48,6 @@ from fems_runtime.flow import (
 from fems_runtime.limits import CostLimit, cost_limit
 from fems_runtime.lineage import Branch, request_digest
 from fems_runtime.linetable import LineTable
-from fems_runtime.longreply import LongReplies
 from fems_runtime.names import DeclaredNames
 from fems_runtime.options import run_option_parser
 from fems_runtime.otel import export_run
@@ -578,8 +577,7 @@ class _Run:
             debugger.opened(services)
         methods = {m.name: m for m in program.methods}
         self.ctx = Context(services, variables.root, self.steps, methods=methods)
-        if events.active:  # someone follows the run: a reply that runs long is said (§15.4)
-            events.subscribe(LongReplies(events, turns.warn_now))
+        if events.active:
             self.began = events.emit(self._run_began(turns))
             self.ctx.span = self.began.id
         souls = options.souls

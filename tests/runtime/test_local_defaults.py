@@ -20,10 +20,12 @@ from typing import Any
 import pytest
 from fems_helpers import llm_calls, run_script
 from fems_runtime import longreply
-from fems_runtime.events import ModelCallBegan, ReplyChunk, RunEvents
+from fems_runtime.events import ModelCallBegan, ProblemReported, ReplyChunk, RunEvents
 from fems_runtime.llm import ModelClient
-from fems_runtime.longreply import LongReplies
+from fems_runtime.longreply import LongReplyWatch, long_reply_warning
+from fems_runtime.reasoning import Piece
 from fems_runtime.records import RunError, StreamedReply, WatchedReplies
+from fems_runtime.replies import Listener
 from fems_runtime.transcript import Transcript
 
 from fems2py.cli import main
@@ -177,25 +179,6 @@ def test_a_direct_call_asks_the_server_first() -> None:
 # ---------------------------------------------------------------------- a long reply
 
 
-class Watcher:
-    """A reply watcher (the stage's side) that keeps the warnings it is told."""
-
-    def __init__(self) -> None:
-        self.warnings: list[str] = []
-
-    def __call__(self, reply: StreamedReply) -> Watcher:
-        return self
-
-    def feed(self, kind: str, chunk: str) -> None:
-        """Pieces are the streaming tests' business."""
-
-    def finish(self, final: str) -> None:
-        """So is the reply as stored."""
-
-    def warn(self, problem: str) -> None:
-        self.warnings.append(problem)
-
-
 def began(events: RunEvents, max_tokens: int | None, mono: float = 0.0) -> ModelCallBegan:
     where = events.where(node="n", line=4, action="count", actor="@counter")
     call = ModelCallBegan(
@@ -219,53 +202,84 @@ def chunk(
     )
 
 
-def watched(tokens: int = 5, seconds: float = 60.0) -> tuple[RunEvents, Watcher, list[str]]:
-    events, watcher, warnings = RunEvents("count.fems"), Watcher(), []
-    events.subscribe(WatchedReplies(watcher))
-    events.subscribe(LongReplies(events, warnings.append, tokens=tokens, seconds=seconds))
-    return events, watcher, warnings
+class Clock:
+    """A monotonic clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
 
 
-def test_a_reply_without_a_cap_is_warned_about_once_past_its_size() -> None:
-    events, watcher, warnings = watched(tokens=5)
-    call = began(events, None)
+def watch(
+    tokens: int = 5, seconds: float = 60.0, forward: Listener | None = None
+) -> tuple[LongReplyWatch, list[tuple[int, float]], Clock]:
+    """A watch of one reply; what it said, as (tokens, seconds); its clock."""
+    said: list[tuple[int, float]] = []
+    clock = Clock()
+    watching = LongReplyWatch(
+        lambda tokens, seconds: said.append((tokens, seconds)),
+        forward,
+        tokens=tokens,
+        seconds=seconds,
+        clock=clock,
+    )
+    return watching, said, clock
+
+
+def test_a_reply_without_a_cap_is_said_once_past_its_size_and_every_piece_goes_on() -> None:
+    forwarded: list[str] = []
+    watching, said, clock = watch(tokens=5, forward=lambda _kind, text: forwarded.append(text))
     for number in range(20):
-        chunk(events, call, f"{number}\n", mono=0.1 * number)
+        clock.now = 0.5 * number
+        watching(Piece.TEXT, f"{number}\n")
         if number == 3:
-            assert watcher.warnings == []  # 4 tokens: not yet
-    (warning,) = watcher.warnings
-    assert "@counter" in warning and "action count" in warning and "max_tokens" in warning
-    assert "about 5 tokens" in warning
-    assert warnings == [f"count.fems:4: warning: action count: {warning}"]
+            assert said == []  # 4 tokens: not yet
+    assert said == [(5, 2.0)]
+    assert forwarded == [f"{number}\n" for number in range(20)]  # the reply's events
 
 
-def test_a_slow_reply_without_a_cap_is_warned_about_past_its_time() -> None:
-    events, watcher, _ = watched(tokens=1000, seconds=60.0)
-    call = began(events, None, mono=100.0)
-    chunk(events, call, "1\n", mono=200.0)  # 100 s reading the prompt: not the reply's time
-    assert watcher.warnings == []
-    chunk(events, call, "2\n", mono=230.0)
-    assert watcher.warnings == []
-    chunk(events, call, "3\n", mono=261.0)
-    chunk(events, call, "4\n", mono=270.0)
-    (warning,) = watcher.warnings
-    assert "about 3 tokens in 61 s" in warning
+def test_a_slow_reply_is_said_past_its_time_counted_from_its_first_piece() -> None:
+    watching, said, clock = watch(tokens=1000, seconds=60.0)
+    clock.now = 100.0  # the call began at 0: 100 s reading the prompt is not the reply's time
+    watching(Piece.TEXT, "1\n")
+    clock.now = 130.0
+    watching(Piece.TEXT, "2\n")
+    assert said == []
+    clock.now = 161.0
+    watching(Piece.TEXT, "3\n")
+    clock.now = 170.0
+    watching(Piece.TEXT, "4\n")
+    assert said == [(3, 61.0)]
 
 
-def test_a_capped_reply_is_never_warned_about_and_a_discard_starts_the_count_again() -> None:
-    events, watcher, _ = watched(tokens=3)
-    capped = began(events, 4000)
-    for number in range(10):
-        chunk(events, capped, f"{number}\n", mono=0.0)
-    uncapped = began(events, None)
-    chunk(events, uncapped, "1\n", mono=0.0)
-    chunk(events, uncapped, "2\n", mono=0.0)
-    chunk(events, uncapped, "", mono=0.0, kind="discard")  # the stream broke off
-    chunk(events, uncapped, "1\n", mono=0.0)
-    chunk(events, uncapped, "2\n", mono=0.0)
-    assert watcher.warnings == []
-    chunk(events, uncapped, "3\n", mono=0.0)
-    assert len(watcher.warnings) == 1
+def test_a_discard_starts_the_count_again() -> None:
+    watching, said, _ = watch(tokens=3)
+    watching(Piece.TEXT, "1\n")
+    watching(Piece.TEXT, "2\n")
+    watching(Piece.DISCARD, "")  # the stream broke off
+    watching(Piece.TEXT, "1\n")
+    watching(Piece.TEXT, "2\n")
+    assert said == []
+    watching(Piece.TEXT, "3\n")
+    assert len(said) == 1
+
+
+def test_a_capped_reply_is_never_said_to_run_long(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(longreply, "LONG_REPLY_TOKENS", 10)
+    numbers = tuple(f"{number}\n" for number in range(1, 41))
+    shown = io.StringIO()
+    with fake_local(llama_cpp(n_ctx=8192, slots=1), Behaviour(pieces=numbers)) as server:
+        local_entry(tmp_path, server, max_tokens=4000)
+        transcript = Transcript(everyone=["@counter"], stream=shown)
+        result, events = run_script(tmp_path, COUNT, model="local", transcript=transcript)
+    assert result.status == "completed"
+    (call,) = llm_calls(events, "count")
+    assert call["reply"] == "".join(numbers)
+    assert "sets no max_tokens" not in shown.getvalue() + capsys.readouterr().err
 
 
 def test_a_run_shows_the_warning_in_its_transcript_and_the_reply_goes_on(
@@ -335,17 +349,21 @@ def test_a_run_nobody_shows_says_a_long_reply_on_stderr_while_it_runs(
 
 
 def test_the_stage_shows_the_warning_with_the_reply_being_written() -> None:
-    """The page's state of a reply being written carries its warning (stage.js shows it)."""
+    """The page's state of a reply being written carries the warning said inside its call
+    (stage.js shows it)."""
     from types import SimpleNamespace
 
     from fems_runtime.stage.live import _Partial
 
     reply = StreamedReply(1, "count", "n", "@counter", "1", frozenset({"1"}), frozenset())
     partial = _Partial(1, reply, SimpleNamespace(touch=lambda: None))  # type: ignore[arg-type]
-    events, _, _ = watched(tokens=2)
+    events = RunEvents("count.fems")
     events.subscribe(WatchedReplies(lambda _reply: partial))
     call = began(events, None)
     for number in range(3):
         chunk(events, call, f"{number}\n", mono=0.0)
+    problem = long_reply_warning("@counter", "count", 3, 0.0)
+    said = ProblemReported(id=events.new_id(), parent=call.id, where=call.where, problem=problem)
+    events.emit(said)
     shown = partial.to_json(director=False)
-    assert "sets no max_tokens" in shown["warning"] and shown["text"] == "0\n1\n2\n"
+    assert shown["warning"] == problem and shown["text"] == "0\n1\n2\n"

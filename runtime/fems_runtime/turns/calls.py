@@ -8,6 +8,7 @@ all is decided before (:mod:`fems_runtime.turns.ai`)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import json
 from collections.abc import Callable, Mapping, Sequence
@@ -15,8 +16,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fems_runtime.context import Request, estimate_messages, estimate_tokens, fit_to_window
+from fems_runtime.events import ModelCallBegan, ProblemReported
 from fems_runtime.llm import ContextTooLong, ReplyStream
-from fems_runtime.longreply import UnshownReply, long_reply_warning
+from fems_runtime.longreply import LongReplyWatch, long_reply_warning
 from fems_runtime.reasoning import Piece
 from fems_runtime.records import RunError
 from fems_runtime.tools import offered_names
@@ -154,9 +156,9 @@ class CallingTurn(Turn):
         if self.services.events.active:
             began = model_call_began(self, messages, attempt)
             listener = chunk_listener(self, began) if began.streamed else None
-        elif self.setup.cap is None and not self.setup.choice.offline:
-            listener = UnshownReply(self.say_long_reply)  # no events to watch it by (§15.4)
         streamed = began.id if began is not None and listener is not None else None
+        if self.setup.cap is None and not self.setup.choice.offline:  # may run long (§15.4)
+            listener = LongReplyWatch(functools.partial(self.say_long_reply, began), listener)
         # what arrives matters only to those who show it and to an interrupt
         watched = listener is not None or self.spec.interrupt is not None
         try:
@@ -228,9 +230,16 @@ class CallingTurn(Turn):
             f"({trimmed} on this call)"
         )
 
-    def say_long_reply(self, tokens: int, seconds: float) -> None:
-        """This reply, with no cap, has run long in a run without events: said at once."""
+    def say_long_reply(self, began: ModelCallBegan | None, tokens: int, seconds: float) -> None:
+        """This reply, with no cap, has run long (§15.4): said inside its call (``began``,
+        when the run has events) and as a run warning that cannot wait for the run's end."""
         problem = long_reply_warning(self.actor, self.spec.action, tokens, seconds)
+        if began is not None:
+            events = self.services.events
+            reported = ProblemReported(
+                id=events.new_id(), parent=began.id, where=began.where, problem=problem
+            )
+            events.emit(reported)
         self.services.warn_now(self.located(problem))
 
     def cut_short(self) -> str:
