@@ -43,7 +43,7 @@ from fems_runtime.project import ProjectConfig
 from fems_runtime.reasoning import Piece, split_reasoning
 from fems_runtime.records import RunError
 from fems_runtime.replies import MalformedReply, Reply, ReplyBuilder
-from fems_runtime.serverinfo import LocalServers
+from fems_runtime.serverinfo import LocalServers, ServerFacts
 from fems_runtime.tools import ToolCall
 
 DEFAULT_MODEL = "fems/mock"
@@ -357,15 +357,17 @@ class ModelClient:
                     if chunk:
                         stream.add(kind, chunk)
             return _numbered(result, messages)
-        await self.servers.learn(choice)  # once per run: what its local server says it is
+        told = await self.servers.learn(choice)  # once per run: what its local server is
         fields = self._request_fields(choice, max_tokens, reasoning)
-        return await self._complete_remote(choice, messages, delay, tools, stream, fields)
+        return await self._complete_remote(choice, told, messages, delay, tools, stream, fields)
 
     def window(self, choice: ModelChoice) -> int | None:
         """The model's context window in tokens (§13.2a): the model map's `context_window`,
         else what its server said (§15.4), else the model's `max_input_tokens` in the bundled
         table, else None (unknown)."""
-        own = choice.options.get("context_window") or self.servers.window(choice)
+        own = choice.options.get("context_window")
+        if own is None and (told := self.servers.told(choice)) is not None:
+            own = told.context_window
         if own is not None:
             return int(own)
         if choice.offline:
@@ -409,6 +411,7 @@ class ModelClient:
     async def _complete_remote(
         self,
         choice: ModelChoice,
+        told: ServerFacts | None,
         messages: list[dict[str, Any]],
         delay: float = 0.0,
         tools: Sequence[Mapping[str, Any]] = (),
@@ -417,7 +420,8 @@ class ModelClient:
     ) -> CallResult:
         """Send the request until it succeeds, a non-transient error ends it, or the retry
         budget (counted from the first attempt) runs out (§15.4). An attempt whose stream
-        broke off is discarded from ``stream`` before the next one."""
+        broke off is discarded from ``stream`` before the next one. ``told``: what the
+        model's local server said it is, if it was asked."""
         route = self._route(choice)
         timeout = float(choice.options.get("timeout") or self.timeout)
         loop = asyncio.get_running_loop()
@@ -426,14 +430,15 @@ class ModelClient:
         while True:
             attempts += 1
             try:
-                async with self._server_slot(choice), self._slots:
+                async with self._server_slot(choice, told), self._slots:
                     await self._pace(choice.model, max(self.delay, delay))
                     if deadline is None:
                         deadline = loop.time() + self.retry.budget
                     limit = min(timeout, deadline - loop.time())
                     reply = await self._send(
-                        choice, route, messages, limit, tools, stream=stream, fields=fields
-                    )
+                        choice, route, messages, limit, tools, stream=stream, fields=fields,
+                        told=told,
+                    )  # fmt: skip
                 return self._result(choice, reply, attempts)
             except ModelCallError as error:
                 if stream is not None:
@@ -458,12 +463,16 @@ class ModelClient:
                     ) from None
                 await asyncio.sleep(wait)
 
-    def _server_slot(self, choice: ModelChoice) -> contextlib.AbstractAsyncContextManager[Any]:
+    def _server_slot(
+        self, choice: ModelChoice, told: ServerFacts | None
+    ) -> contextlib.AbstractAsyncContextManager[Any]:
         """The model map's own cap on calls in flight to one server (§15.4): a local server
         that answers one request at a time queues the others, and a queued request is silence
         that ``--timeout`` would cut, so they wait here instead, before the run's slot. Aliases
         of one ``api_base`` share its cap; without one, what the server said it answers."""
-        limit = choice.options.get("max_concurrency") or self.servers.slots(choice)
+        limit = choice.options.get("max_concurrency")
+        if limit is None and told is not None:
+            limit = told.max_concurrency
         if limit is None:
             return contextlib.nullcontext()
         server = str(choice.options.get("api_base") or choice.model)
@@ -498,6 +507,7 @@ class ModelClient:
         *,
         stream: ReplyStream | None = None,
         fields: Mapping[str, Any] | None = None,
+        told: ServerFacts | None = None,
     ) -> Reply:
         """One streamed request on its path. ``timeout`` is the longest wait for the first
         chunk; between chunks, the model's `timeout` (§15.4: silence, not the whole reply),
@@ -513,8 +523,8 @@ class ModelClient:
             chunks = litellm_stream(choice.model, choice.options, messages, silence, tools, fields)
         else:
             client = self._openai.client(route)
-            if progress := self.servers.progress_fields(choice):  # its reading, as chunks
-                fields = {**progress, **(fields or {})}
+            if told is not None and told.progress_fields:  # its reading, as chunks
+                fields = {**told.progress_fields, **(fields or {})}
             chunks = openai_stream(client, route, messages, silence, tools, fields)
         builder = ReplyBuilder(None if stream is None else stream.add)
         watch: SilenceWatch | None = None
@@ -544,8 +554,9 @@ class ModelClient:
         a failure is the endpoint's `ModelCallError`, or a `RunError` for a missing key."""
         silence = float(choice.options.get("timeout") or self.timeout)
         fields = {"max_tokens": cap}
+        told = self.servers.told(choice)
         return await self._send(
-            choice, self._route(choice), messages, silence, stream=stream, fields=fields
+            choice, self._route(choice), messages, silence, stream=stream, fields=fields, told=told
         )
 
     def _refused_reasoning(

@@ -86,8 +86,8 @@ def _server(choice: ModelChoice) -> str:
 def _window(client: ModelClient, choice: ModelChoice) -> Said:
     if choice.options.get("context_window") is not None:
         return Said(f"{choice.options['context_window']} tokens", "model map")
-    if (told := client.servers.window(choice)) is not None:
-        return Said(f"{told} tokens", _server(choice))
+    if (told := client.servers.told(choice)) is not None and told.context_window is not None:
+        return Said(f"{told.context_window} tokens", _server(choice))
     if (known := client.window(choice)) is not None:
         return Said(f"{known} tokens", "litellm's model table")
     return Said("unknown", "nothing is cut to fit: set context_window")
@@ -116,8 +116,8 @@ def _price(client: ModelClient, choice: ModelChoice) -> Said:
 def _concurrency(client: ModelClient, choice: ModelChoice, meta: Mapping[str, object]) -> Said:
     if choice.options.get("max_concurrency") is not None:
         return Said(f"{choice.options['max_concurrency']} at once", "model map")
-    if (told := client.servers.slots(choice)) is not None:
-        return Said(f"{told} at once", _server(choice))
+    if (told := client.servers.told(choice)) is not None and told.max_concurrency is not None:
+        return Said(f"{told.max_concurrency} at once", _server(choice))
     run_cap = meta.get("max_concurrency", 8)
     return Said(f"{run_cap} at once", "the run's max_concurrency")
 

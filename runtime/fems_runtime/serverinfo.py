@@ -61,6 +61,12 @@ class ServerFacts:
         """The fact named as the model map names it (`context_window`, `max_concurrency`)."""
         return self.context_window if option == "context_window" else self.max_concurrency
 
+    @property
+    def progress_fields(self) -> Mapping[str, Any]:
+        """The request fields that make this server stream its reading of a prompt
+        (:data:`PROGRESS_FIELDS`); none for a server not known to."""
+        return PROGRESS_FIELDS.get(self.kind, {})
+
     def said(self) -> str:
         """The facts, as a notice lists them: ``context_window 2048, max_concurrency 1``."""
         return ", ".join(
@@ -224,20 +230,20 @@ class LocalServers:
         self._ask = ask
         self._asked: dict[tuple[str, str], asyncio.Task[ServerFacts | None]] = {}
         self._facts: dict[tuple[str, str], ServerFacts] = {}
-        self._kinds: dict[tuple[str, str], str] = {}  # which server answered, by entry
 
     def _key(self, choice: ModelChoice) -> tuple[str, str]:
         return (server_base(choice.options) or "", choice.model)
 
-    async def learn(self, choice: ModelChoice) -> None:
-        """Ask the server of ``choice`` once per run, when it needs asking."""
+    async def learn(self, choice: ModelChoice) -> ServerFacts | None:
+        """Ask the server of ``choice`` once per run, when it needs asking; what it told
+        (:meth:`told`)."""
         if not needs_asking(choice):
-            return
+            return None
         key = self._key(choice)
         task = self._asked.get(key)
         if task is None:
             task = self._asked[key] = asyncio.ensure_future(self._question(choice))
-        await asyncio.shield(task)  # a cancelled turn leaves the question to the others
+        return await asyncio.shield(task)  # a cancelled turn leaves the question to the others
 
     async def _question(self, choice: ModelChoice) -> ServerFacts | None:
         base = server_base(choice.options) or ""
@@ -245,7 +251,6 @@ class LocalServers:
         facts = await self._ask(base, served_name(choice, self._environ), key)
         if facts is None:
             return None
-        self._kinds[self._key(choice)] = facts.kind
         own = choice.options
         used = ServerFacts(
             facts.kind,
@@ -253,25 +258,16 @@ class LocalServers:
             None if own.get("context_window") is not None else facts.context_window,
             None if own.get("max_concurrency") is not None else facts.max_concurrency,
         )
+        self._facts[self._key(choice)] = used
         if used.said():
-            self._facts[self._key(choice)] = used
             self._notice(
                 f"fems: model {choice.model}: {used.said()}, as {facts.kind}'s server at "
                 f"{facts.url} says (set them in its model-map entry to decide yourself)"
             )
         return used
 
-    def window(self, choice: ModelChoice) -> int | None:
-        """The window the server said, None when it said none (or was not asked)."""
-        facts = self._facts.get(self._key(choice))
-        return facts.context_window if facts is not None else None
-
-    def progress_fields(self, choice: ModelChoice) -> Mapping[str, Any]:
-        """The request fields that make the server of ``choice`` stream its reading of the
-        prompt (:data:`PROGRESS_FIELDS`); none for a server not known to."""
-        return PROGRESS_FIELDS.get(self._kinds.get(self._key(choice), ""), {})
-
-    def slots(self, choice: ModelChoice) -> int | None:
-        """The requests the server said it answers at once, None when it did not say."""
-        facts = self._facts.get(self._key(choice))
-        return facts.max_concurrency if facts is not None else None
+    def told(self, choice: ModelChoice) -> ServerFacts | None:
+        """What the server of ``choice`` said, as far as the entry leaves it to say (its
+        window and slots None where the entry states its own); None when it was not asked or
+        answered nothing. No server asked (a hosted model's run): None at once."""
+        return self._facts.get(self._key(choice)) if self._facts else None

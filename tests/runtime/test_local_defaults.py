@@ -172,7 +172,9 @@ def test_a_direct_call_asks_the_server_first() -> None:
 
         asyncio.run(twice())
         assert server.asked["GET /props"] == 1
-    assert client.window(choice) == 4096 and client.servers.slots(choice) == 2
+    told = client.servers.told(choice)
+    assert client.window(choice) == 4096 and told is not None
+    assert told.max_concurrency == 2
     assert len(notices) == 1
 
 

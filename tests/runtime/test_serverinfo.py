@@ -66,7 +66,7 @@ def test_a_server_that_says_nothing_usable_is_used_as_before(answers: dict[str, 
         client = local_client(server)
         choice = client.resolve("local")
         asyncio.run(learn_and_close(client, choice))
-        assert client.window(choice) is None and client.servers.slots(choice) is None
+        assert client.window(choice) is None and client.servers.told(choice) is None
 
 
 @pytest.fixture
@@ -111,7 +111,9 @@ def test_the_server_is_asked_once_and_named_in_one_notice() -> None:
         asyncio.run(learn_and_close(client, *[choice] * 5))
         asyncio.run(learn_and_close(client, choice))
         assert server.asked == {"GET /props": 1, "GET /v1/models": 1}
-    assert client.window(choice) == 2048 and client.servers.slots(choice) == 1
+    told = client.servers.told(choice)
+    assert client.window(choice) == 2048 and told is not None
+    assert told.max_concurrency == 1
     assert client.notices == [  # type: ignore[attr-defined]
         f"fems: model openai/smollm2: context_window 2048, max_concurrency 1, as llama.cpp's "
         f"server at {server.root}/props says (set them in its model-map entry to decide yourself)"
@@ -123,7 +125,9 @@ def test_what_the_entry_says_wins_and_a_full_entry_asks_nothing() -> None:
         client = local_client(server, context_window=1000)
         choice = client.resolve("local")
         asyncio.run(learn_and_close(client, choice))
-        assert client.window(choice) == 1000 and client.servers.slots(choice) == 4
+        told = client.servers.told(choice)
+        assert client.window(choice) == 1000 and told is not None
+        assert told.max_concurrency == 4
         assert "max_concurrency 4, as llama.cpp's" in client.notices[0]  # type: ignore[attr-defined]
         assert "context_window" not in client.notices[0]  # type: ignore[attr-defined]
         full = local_client(server, context_window=1000, max_concurrency=2)
