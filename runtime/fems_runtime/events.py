@@ -130,7 +130,7 @@ class Ended(RunEvent):
         return cls(
             id=began.id,
             parent=began.parent,
-            where=values.pop("where", began.where),
+            where=began.where,
             mono=now,
             duration=now - began.mono,
             **values,
@@ -546,8 +546,10 @@ class RunEvents:
         #: the run's span id (parent of its top-level steps)
         self.run_id: int | None = None
         self._subscribers: list[tuple[Subscriber, frozenset[type[RunEvent]]]] = []
+        self._calls: tuple[Subscriber, ...] = ()
         self._wanted: frozenset[type[RunEvent]] = frozenset()
-        self._ids = itertools.count(1)
+        #: a fresh event id: the C-level step of a counter, called for every event
+        self.new_id: Callable[[], int] = itertools.count(1).__next__
         #: whether anyone listens: a plain attribute, read at every point of the run
         self.active = False
 
@@ -569,6 +571,7 @@ class RunEvents:
 
     def _listened(self) -> None:
         self.active = bool(self._subscribers)
+        self._calls = tuple(subscriber for subscriber, _ in self._subscribers)
         self._wanted = frozenset().union(*(wanted for _, wanted in self._subscribers))
 
     def wants(self, kind: type[RunEvent]) -> bool:
@@ -579,13 +582,9 @@ class RunEvents:
 
     def emit(self, event: _Event) -> _Event:
         """Hand ``event`` to every subscriber; returns it (a begin is kept for its end)."""
-        for subscriber, _ in self._subscribers:
+        for subscriber in self._calls:
             subscriber(event)
         return event
-
-    def new_id(self) -> int:
-        """A fresh event id."""
-        return next(self._ids)
 
     def where(
         self,

@@ -77,9 +77,7 @@ class Runs:
         self.telemetry: Telemetry | None = None
         self._spans: dict[int, RunSpans] = {}
 
-    def received(
-        self, key: int, settings: Settings | None, records: Sequence[Record]
-    ) -> None:
+    def received(self, key: int, settings: Settings | None, records: Sequence[Record]) -> None:
         """Events of run ``key``; ``settings`` (service, capture, tags) with its first ones."""
         if settings is not None:
             service, capture, tags = settings
