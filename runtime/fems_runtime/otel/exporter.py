@@ -39,7 +39,7 @@ IDLE = 1.0
 """Seconds without a message after which the spans made so far are sent."""
 QUIET = 0.05
 """Seconds without a message after which the events kept are made into spans."""
-BACKLOG = 100_000
+BACKLOG = 50_000
 """Events kept at most before they are made into spans whether the pipe is quiet or not."""
 Tags = Mapping[str, str | int]
 Settings = tuple[str, bool, Tags]
