@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 from fems_runtime import events as ev
-from fems_runtime.otel import exporter
 from fems_runtime.otel.forward import EXPORTED, ExportProcess, RunForwarder, rebuilt
 from fems_runtime.otel.setup import Telemetry
 from fems_runtime.otel.spans import RunSpans
@@ -111,27 +110,6 @@ def test_the_bus_wants_only_what_its_subscribers_read() -> None:
     assert not bus.wants(ev.MessagesStored)
     stop_spans()
     assert not bus.active and not bus.wants(ev.TurnBegan)
-
-
-def test_a_run_s_events_become_spans_once_the_run_is_quiet(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    received: list[int] = []
-
-    class Runs:
-        def received(self, key: int, settings: Any, records: Any) -> None:
-            received.extend([key] * len(records))
-
-    backlog = exporter.Backlog(Runs())  # type: ignore[arg-type]
-    records: list[Any] = [None] * 3
-    backlog.keep(1, None, records)
-    assert backlog and not received  # kept while the run goes on
-    backlog.make_spans()  # the pipe is quiet, or a flush came
-    assert received == [1, 1, 1] and not backlog
-    monkeypatch.setattr(exporter, "BACKLOG", 5)
-    backlog.keep(2, None, records)
-    backlog.keep(3, None, records)  # too many wait: made at once
-    assert received == [1, 1, 1, 2, 2, 2, 3, 3, 3] and not backlog
 
 
 class Collector:

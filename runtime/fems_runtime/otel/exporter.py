@@ -8,13 +8,6 @@ nothing else writes to) and ``close``; at ``close`` or the end of its input (the
 however it went) it sends what it has and exits. Spans are sent in batches by the loop that
 reads (:class:`SpanBatches`): while it sends, it does not read, and the pipe holds what the
 parent writes meanwhile, so no span is dropped however far behind it falls.
-
-While the parent's events keep coming, they are only read and kept (:class:`Backlog`): their
-spans are made once the pipe has been quiet for :data:`QUIET` seconds, at a flush or the end,
-or when :data:`BACKLOG` events wait. Making spans takes about as much CPU time as the run of a
-``fems/mock`` call, and doing it while the run goes on slowed the run by a tenth on a 2-core
-machine, whose cores share their caches (docs/PERFORMANCE.md); a real model's run is quiet
-for most of each call, so its spans are made as they come.
 """
 
 from __future__ import annotations
@@ -37,13 +30,7 @@ BATCH = 512
 """Spans sent in one OTLP request at most."""
 IDLE = 1.0
 """Seconds without a message after which the spans made so far are sent."""
-QUIET = 0.05
-"""Seconds without a message after which the events kept are made into spans."""
-BACKLOG = 50_000
-"""Events kept at most before they are made into spans whether the pipe is quiet or not."""
 Tags = Mapping[str, str | int]
-Settings = tuple[str, bool, Tags]
-"""How a run is exported: its service's name, whether content is captured, its tags."""
 
 
 class SpanBatches(SpanProcessor):
@@ -77,7 +64,9 @@ class Runs:
         self.telemetry: Telemetry | None = None
         self._spans: dict[int, RunSpans] = {}
 
-    def received(self, key: int, settings: Settings | None, records: Sequence[Record]) -> None:
+    def received(
+        self, key: int, settings: tuple[str, bool, Tags] | None, records: Sequence[Record]
+    ) -> None:
         """Events of run ``key``; ``settings`` (service, capture, tags) with its first ones."""
         if settings is not None:
             service, capture, tags = settings
@@ -120,43 +109,14 @@ def _read(fd: int, size: int) -> bytes | None:
     return b"".join(chunks)
 
 
-class Backlog:
-    """The runs' events read and not yet made into spans, in the order they came."""
-
-    def __init__(self, runs: Runs) -> None:
-        self.runs = runs
-        self._messages: list[tuple[int, Settings | None, Sequence[Record]]] = []
-        self._events = 0
-
-    def __bool__(self) -> bool:
-        return bool(self._messages)
-
-    def keep(self, key: int, settings: Settings | None, records: Sequence[Record]) -> None:
-        """Keep a run's events; make them into spans at once if too many wait."""
-        self._messages.append((key, settings, records))
-        self._events += len(records)
-        if self._events >= BACKLOG:
-            self.make_spans()
-
-    def make_spans(self) -> None:
-        """Make the kept events into spans."""
-        messages, self._messages, self._events = self._messages, [], 0
-        for message in messages:
-            self.runs.received(*message)
-
-
 def serve(source: int, acks: int) -> None:
     """Read messages from ``source`` until ``close`` or its end; acknowledge flushes on
     ``acks``."""
     runs = Runs()
-    backlog = Backlog(runs)
     try:
         while True:
-            if not select.select([source], [], [], QUIET if backlog else IDLE)[0]:
-                if backlog:  # the parent is quiet: its events are made into spans now
-                    backlog.make_spans()
-                else:  # and still: what it sent goes out now
-                    runs.send_spans()
+            if not select.select([source], [], [], IDLE)[0]:
+                runs.send_spans()  # the parent is quiet: what it sent goes out now
                 continue
             header = _read(source, 4)
             data = _read(source, int.from_bytes(header, "big")) if header else None
@@ -164,15 +124,13 @@ def serve(source: int, acks: int) -> None:
                 return
             message = pickle.loads(data)
             if message[0] == "run":
-                backlog.keep(*message[1:])
-                continue
-            backlog.make_spans()
-            if message[0] != "flush":
+                runs.received(*message[1:])
+            elif message[0] == "flush":
+                runs.flush()
+                os.write(acks, b"\n")
+            else:
                 return
-            runs.flush()
-            os.write(acks, b"\n")
     finally:
-        backlog.make_spans()
         runs.shutdown()
 
 
