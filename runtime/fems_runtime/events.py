@@ -525,6 +525,9 @@ class HumanAnswered(RunEvent):
 # ---------------------------------------------------------------------- the bus
 
 Subscriber = Callable[[RunEvent], None]
+WHERES = 1024
+"""The places a bus remembers (:meth:`RunEvents.where`); a ``par`` loop's branches are
+places of their own, so past this many it forgets them all."""
 _Event = TypeVar("_Event", bound=RunEvent)
 
 
@@ -547,6 +550,7 @@ class RunEvents:
         self.run_id: int | None = None
         self._subscribers: list[tuple[Subscriber, frozenset[type[RunEvent]]]] = []
         self._calls: tuple[Subscriber, ...] = ()
+        self._wheres: dict[tuple[Any, ...], Where] = {}
         self._wanted: frozenset[type[RunEvent]] = frozenset()
         #: a fresh event id: the C-level step of a counter, called for every event
         self.new_id: Callable[[], int] = itertools.count(1).__next__
@@ -594,8 +598,18 @@ class RunEvents:
         action: str | None = None,
         actor: str | None = None,
     ) -> Where:
-        """A :class:`Where` in this run's session and file."""
-        return Where(self.session, path, node, action, actor, self.file, line)
+        """A :class:`Where` in this run's session and file: the same object for the same
+        place (events never change theirs), so a place met again costs a look-up, not a
+        new object, and the export pickles it once per batch."""
+        key = (self.session, self.file, path, node, line, action, actor)
+        where = self._wheres.get(key)
+        if where is None:
+            if len(self._wheres) >= WHERES:
+                self._wheres.clear()
+            where = self._wheres[key] = Where(
+                self.session, path, node, action, actor, self.file, line
+            )
+        return where
 
 
 def _every_event_type() -> frozenset[type[RunEvent]]:
