@@ -130,7 +130,7 @@ class Ended(RunEvent):
         return cls(
             id=began.id,
             parent=began.parent,
-            where=values.pop("where", began.where),
+            where=began.where,
             mono=now,
             duration=now - began.mono,
             **values,
@@ -525,6 +525,9 @@ class HumanAnswered(RunEvent):
 # ---------------------------------------------------------------------- the bus
 
 Subscriber = Callable[[RunEvent], None]
+WHERES = 1024
+"""The places a bus remembers (:meth:`RunEvents.where`); a ``par`` loop's branches are
+places of their own, so past this many it forgets them all."""
 _Event = TypeVar("_Event", bound=RunEvent)
 
 
@@ -546,8 +549,11 @@ class RunEvents:
         #: the run's span id (parent of its top-level steps)
         self.run_id: int | None = None
         self._subscribers: list[tuple[Subscriber, frozenset[type[RunEvent]]]] = []
+        self._calls: tuple[Subscriber, ...] = ()
+        self._wheres: dict[tuple[Any, ...], Where] = {}
         self._wanted: frozenset[type[RunEvent]] = frozenset()
-        self._ids = itertools.count(1)
+        #: a fresh event id: the C-level step of a counter, called for every event
+        self.new_id: Callable[[], int] = itertools.count(1).__next__
         #: whether anyone listens: a plain attribute, read at every point of the run
         self.active = False
 
@@ -569,6 +575,7 @@ class RunEvents:
 
     def _listened(self) -> None:
         self.active = bool(self._subscribers)
+        self._calls = tuple(subscriber for subscriber, _ in self._subscribers)
         self._wanted = frozenset().union(*(wanted for _, wanted in self._subscribers))
 
     def wants(self, kind: type[RunEvent]) -> bool:
@@ -579,13 +586,9 @@ class RunEvents:
 
     def emit(self, event: _Event) -> _Event:
         """Hand ``event`` to every subscriber; returns it (a begin is kept for its end)."""
-        for subscriber, _ in self._subscribers:
+        for subscriber in self._calls:
             subscriber(event)
         return event
-
-    def new_id(self) -> int:
-        """A fresh event id."""
-        return next(self._ids)
 
     def where(
         self,
@@ -595,8 +598,18 @@ class RunEvents:
         action: str | None = None,
         actor: str | None = None,
     ) -> Where:
-        """A :class:`Where` in this run's session and file."""
-        return Where(self.session, path, node, action, actor, self.file, line)
+        """A :class:`Where` in this run's session and file: the same object for the same
+        place (events never change theirs), so a place met again costs a look-up, not a
+        new object, and the export pickles it once per batch."""
+        key = (self.session, self.file, path, node, line, action, actor)
+        where = self._wheres.get(key)
+        if where is None:
+            if len(self._wheres) >= WHERES:
+                self._wheres.clear()
+            where = self._wheres[key] = Where(
+                self.session, path, node, action, actor, self.file, line
+            )
+        return where
 
 
 def _every_event_type() -> frozenset[type[RunEvent]]:

@@ -469,3 +469,16 @@ def test_a_streamed_call_reports_its_first_chunk_pieces_and_usage() -> None:
     stored = next(e for e in seen if isinstance(e, ev.MessagesStored))
     assert {m.kind: m.call for m in stored.messages}["reply"] == began.id  # shown as it came
     assert [m.private for m in stored.messages if m.kind == "reasoning"] == [True]
+
+
+def test_a_place_met_again_is_the_same_where(monkeypatch: pytest.MonkeyPatch) -> None:
+    bus = ev.RunEvents("game.fems")
+    before = bus.where("", "Den", 3, "kill", "@wolf")
+    bus.session = 7  # the session opened: the same place is in it now
+    where = bus.where("", "Den", 3, "kill", "@wolf")
+    assert where is not before and where == ev.Where(7, "", "Den", "kill", "@wolf", "game.fems", 3)
+    assert bus.where("", "Den", 3, "kill", "@wolf") is where
+    assert bus.where("/Vote#1", "Den", 3, "kill", "@wolf").path == "/Vote#1"
+    monkeypatch.setattr(ev, "WHERES", 3)
+    bus.where("/Vote#2", "Den", 3, "kill", "@wolf")  # too many places: all forgotten
+    assert bus.where("", "Den", 3, "kill", "@wolf") is not where

@@ -98,18 +98,17 @@ Record = tuple[type[ev.RunEvent], tuple[str, ...], tuple[Any, ...]]
 """An event as it is sent: its class, the names of the fields sent and their values."""
 
 
-def _recorder(kind: type[ev.RunEvent], capture: bool) -> Callable[[Any], Record]:
-    """How an event of ``kind`` is kept until it is sent: a :data:`Record`, made by one C-level
-    ``attrgetter`` call. Keeping the record rather than the event lets the content it leaves
-    out (a call's messages: the whole conversation) go when the run is done with it; keeping
-    the events cost a ``fems/mock`` call a fifth more CPU time (docs/PERFORMANCE.md)."""
+Recorder = tuple[type[ev.RunEvent], tuple[str, ...], Callable[[Any], tuple[Any, ...]]]
+"""How an event of a kind is kept until it is sent: as a :data:`Record` of its kind, the names
+of the fields sent and their values, read by one C-level ``attrgetter`` call. Keeping the
+record rather than the event lets the content it leaves out (a call's messages: the whole
+conversation) go when the run is done with it; keeping the events cost a ``fems/mock`` call a
+fifth more CPU time (docs/PERFORMANCE.md)."""
+
+
+def _recorder(kind: type[ev.RunEvent], capture: bool) -> Recorder:
     names = _sent_fields(kind, capture)
-    values = attrgetter(*names)
-
-    def record(event: Any) -> Record:
-        return (kind, names, values(event))
-
-    return record
+    return (kind, names, attrgetter(*names))
 
 
 _RECORDERS = {
@@ -287,10 +286,11 @@ class RunForwarder:
         self._due = 0.0  # when kept events go whatever their number (time.monotonic)
 
     def __call__(self, event: ev.RunEvent) -> None:
-        record = self._recorders.get(type(event))
-        if record is not None:
+        recorder = self._recorders.get(type(event))
+        if recorder is not None:
+            kind, names, values = recorder
             kept = self._kept
-            kept.append(record(event))
+            kept.append((kind, names, values(event)))
             if len(kept) >= BATCH or event.mono >= self._due or type(event) is RunEnded:
                 self.send()
 
