@@ -268,36 +268,36 @@ def test_a_discard_starts_the_count_again() -> None:
     assert len(said) == 1
 
 
-def test_a_capped_reply_is_never_said_to_run_long(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+NUMBERS = tuple(f"{number}\n" for number in range(1, 41))
+"""The reply of `COUNT`'s tests: 40 tokens, past a long-reply size of 10."""
+
+
+def count_shown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **entry: Any) -> str:
+    """Run `COUNT` on a local server that streams `NUMBERS`, with a long reply's size set at
+    10 tokens and ``entry`` in the model map; what `--transcript` printed."""
     monkeypatch.setattr(longreply, "LONG_REPLY_TOKENS", 10)
-    numbers = tuple(f"{number}\n" for number in range(1, 41))
     shown = io.StringIO()
-    with fake_local(llama_cpp(n_ctx=8192, slots=1), Behaviour(pieces=numbers)) as server:
-        local_entry(tmp_path, server, max_tokens=4000)
+    with fake_local(llama_cpp(n_ctx=8192, slots=1), Behaviour(pieces=NUMBERS)) as server:
+        local_entry(tmp_path, server, **entry)
         transcript = Transcript(everyone=["@counter"], stream=shown)
         result, events = run_script(tmp_path, COUNT, model="local", transcript=transcript)
     assert result.status == "completed"
     (call,) = llm_calls(events, "count")
-    assert call["reply"] == "".join(numbers)
-    assert "sets no max_tokens" not in shown.getvalue() + capsys.readouterr().err
+    assert call["reply"] == "".join(NUMBERS)  # the whole reply: it went on
+    return shown.getvalue()
+
+
+def test_a_capped_reply_is_never_said_to_run_long(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    printed = count_shown(tmp_path, monkeypatch, max_tokens=4000)
+    assert "sets no max_tokens" not in printed + capsys.readouterr().err
 
 
 def test_a_run_shows_the_warning_in_its_transcript_and_the_reply_goes_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(longreply, "LONG_REPLY_TOKENS", 10)
-    numbers = tuple(f"{number}\n" for number in range(1, 41))
-    shown = io.StringIO()
-    with fake_local(llama_cpp(n_ctx=8192, slots=1), Behaviour(pieces=numbers)) as server:
-        local_entry(tmp_path, server)
-        transcript = Transcript(everyone=["@counter"], stream=shown)
-        result, events = run_script(tmp_path, COUNT, model="local", transcript=transcript)
-    assert result.status == "completed"
-    (call,) = llm_calls(events, "count")
-    assert call["reply"] == "".join(numbers)  # the whole reply: it went on
-    printed = shown.getvalue()
+    printed = count_shown(tmp_path, monkeypatch)
     assert printed.count("! count by @counter: the reply of @counter has run to about 10") == 1
     assert printed.index("    10") < printed.index("about 10 tokens") < printed.index("    40")
     assert capsys.readouterr().err.count("warning: action count: the reply of @counter") == 1
@@ -329,8 +329,7 @@ def test_a_run_nobody_shows_says_a_long_reply_on_stderr_while_it_runs(
     monkeypatch.setattr(longreply, "LONG_REPLY_TOKENS", 10)
     (tmp_path / "count.fems").write_text(COUNT, encoding="utf-8")
     release, seen = threading.Event(), []
-    numbers = tuple(f"{number}\n" for number in range(1, 41))
-    reply = Behaviour(pieces=numbers, hold=release)
+    reply = Behaviour(pieces=NUMBERS, hold=release)
     watch = threading.Thread(
         target=_stderr_until, args=(capsys, "sets no max_tokens", release, seen), daemon=True
     )
