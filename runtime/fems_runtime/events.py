@@ -39,6 +39,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Literal, Self, TypeVar
 
+from fems_runtime.reasoning import Piece
+
 Outcome = Literal["ok", "error"]
 #: The kinds of turn (§9.1): ``mind`` turns say which of ``ai``/``human`` they ran as.
 TurnEventKind = Literal["ai", "human", "mind", "func", "assign"]
@@ -402,15 +404,15 @@ class ReplyChunk(RunEvent):
     """A piece of a streamed reply; ``parent`` is the model call. Kind ``discard``: the
     stream broke off and the call is made again, what arrived so far does not count."""
 
-    #: ``text``, ``reasoning`` or ``discard``
-    kind: str
+    #: what the piece is: the reply's text, its reasoning, or a discard (no text)
+    kind: Piece
     #: the piece (a reasoning piece is reasoning: never exported)
     chunk: str = _content("")
 
     @property
     def private(self) -> bool:
         """Whether the piece is reasoning (§13.1)."""
-        return self.kind == "reasoning"
+        return self.kind == Piece.REASONING
 
 
 @dataclass(slots=True, kw_only=True)

@@ -21,6 +21,7 @@ from fems_runtime.events import (
     Where,
     provider_of,
 )
+from fems_runtime.reasoning import Piece
 from fems_runtime.tools import BUILTIN_TOOLS, Toolbox
 
 if TYPE_CHECKING:
@@ -206,16 +207,16 @@ def model_call_failed(turn: CallingTurn, began: ModelCallBegan, error: BaseExcep
     turn.services.events.emit(ended)
 
 
-def chunk_listener(turn: CallingTurn, began: ModelCallBegan) -> Callable[[str, str], None]:
+def chunk_listener(turn: CallingTurn, began: ModelCallBegan) -> Callable[[Piece, str], None]:
     """The listener of a streamed call's pieces: each one a :class:`ReplyChunk`, the first
     one also a :class:`ModelCallFirstChunk` (time to first chunk)."""
     events, where = turn.services.events, began.where
     first = True
     wanted = events.wants(ReplyChunk)
 
-    def feed(kind: str, chunk: str) -> None:
+    def feed(kind: Piece, chunk: str) -> None:
         nonlocal first
-        if first and kind != "discard":
+        if first and kind != Piece.DISCARD:
             first = False
             arrived = ModelCallFirstChunk(
                 id=events.new_id(), parent=began.id, where=where, kind=kind
