@@ -77,8 +77,8 @@ class Store:
     ) -> None:
         """``opens``: how to open the database later, instead of ``database`` now (a new
         session's store opens behind the run's first request: :mod:`.opening`)."""
-        self._opens = opens
-        self._database = OpenDatabase(database) if opens is None else None
+        self._opens = opens or (lambda: OpenDatabase(database))
+        self._database = None if opens else self._opens()
         self._opening_lock = threading.RLock()  # memory/context methods ask from threads too
 
     def database(self) -> OpenDatabase:
@@ -86,7 +86,6 @@ class Store:
         if self._database is None:
             with self._opening_lock:
                 if self._database is None:
-                    assert self._opens is not None  # no database given: one was deferred
                     self._database = self._opens()
         return self._database
 
