@@ -113,6 +113,7 @@ FEMS_OPTIONS = frozenset({"context_window", "reasoning", "max_concurrency"})
 
 LITELLM_EXTRA = "pip install 'fems-runtime[litellm]'"
 STREAM_CHUNK_DEPRECATION = r"Accessing the 'model_\w+' attribute on the instance"
+READ_ONLY_TYPED_DICT = r"Item '\w+' on TypedDict class '\w+' is using the `ReadOnly` qualifier"
 
 
 class Failure(StrEnum):
@@ -593,6 +594,9 @@ def import_litellm() -> ModuleType:
         )
         # litellm reads pydantic attributes of its stream chunks that pydantic 2.11 deprecated
         warnings.filterwarnings("ignore", STREAM_CHUNK_DEPRECATION, DeprecationWarning)
+        # pydantic says, when it first reads one of litellm's stream types, that it cannot
+        # guard a ReadOnly TypedDict item: litellm's types, nothing a user can act on
+        warnings.filterwarnings("ignore", READ_ONLY_TYPED_DICT, UserWarning)
         try:
             litellm: Any = import_large("litellm")
         except ImportError:

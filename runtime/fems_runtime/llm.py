@@ -152,7 +152,7 @@ class RetryPolicy:
         if retry_after is not None:
             wait = min(retry_after, self.retry_after_cap)
             return wait + rng.uniform(0, 0.1 * wait)
-        step = min(self.cap, self.base * 2 ** (failures - 1))
+        step = min(self.cap, self.base * 2.0 ** min(failures - 1, 64))  # no overflow: capped
         return rng.uniform(step / 2, step)
 
 

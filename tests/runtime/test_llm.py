@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 from pathlib import Path
 
 import pytest
@@ -226,3 +227,13 @@ def test_for_project_reads_several_folders_the_later_wins(tmp_path: Path) -> Non
     assert client.resolve("fast").model == "a/work"
     assert client.resolve("only_script").model == "b/script"
     assert client.resolve("only_work").model == "b/work"
+
+
+def test_the_backoff_stays_at_its_cap_however_many_failures() -> None:
+    """A budget that allows thousands of quick failures (a local server that refuses at
+    once) waits the cap between them, not an overflow of the doubling step."""
+    policy = RetryPolicy(base=0.5, cap=20.0)
+    rng = random.Random(0)
+    for failures in (1, 6, 64, 1_100, 10_000):
+        assert 0.25 <= policy.pause(failures, None, rng) <= 20.0
+    assert policy.pause(10_000, None, rng) >= 10.0
