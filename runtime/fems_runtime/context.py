@@ -313,11 +313,7 @@ def retry_messages(
 
 def _join(*blocks: str) -> str:
     """The blocks that hold text, without their outer newlines, a blank line between."""
-    kept = []
-    for block in blocks:
-        if block and block.strip():
-            kept.append(block.strip("\n"))
-    return "\n\n".join(kept)
+    return "\n\n".join(b.strip("\n") for b in blocks if b and b.strip())
 
 
 # ---------------------------------------------------------------------- one turn's messages
@@ -388,10 +384,7 @@ def find_method(
         if method is None or method.kind != kind:
             raise RunError(f"no {kind} method named '{name}'")
         return method
-    for method in methods.values():
-        if method.kind == kind:
-            return method
-    return None
+    return next((m for m in methods.values() if m.kind == kind), None)
 
 
 async def method_block(turn: TurnParts, method: MethodSpec, outputs: list[tuple[str, Any]]) -> str:

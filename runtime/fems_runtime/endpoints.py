@@ -284,10 +284,7 @@ def missing_key(route: OpenAIRoute) -> str | None:
 
 
 def _first_set(environ: Mapping[str, str], names: tuple[str, ...]) -> str | None:
-    for name in names:
-        if environ.get(name):
-            return environ[name]
-    return None
+    return next((environ[name] for name in names if environ.get(name)), None)
 
 
 # ---------------------------------------------------------------------- the openai SDK

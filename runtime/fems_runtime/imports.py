@@ -132,11 +132,9 @@ def large_imports(*, hide: tuple[str, ...] = ()) -> Iterator[None]:
     """Pause the garbage collector for the block (which imports large packages), then freeze
     the heap. ``hide``: optional packages the block must not load (`import` of them fails
     while it runs), for packages that load an optional dependency they can do without."""
-    hidden = []
-    for other in hide:
-        if other not in sys.modules:
-            sys.modules[other] = None  # type: ignore[assignment]  # makes `import other` fail
-            hidden.append(other)
+    hidden = [other for other in hide if other not in sys.modules]
+    for other in hidden:
+        sys.modules[other] = None  # type: ignore[assignment]  # makes `import other` fail
     enabled = gc.isenabled()
     gc.disable()
     try:

@@ -78,7 +78,7 @@ class ModelSetup:
         return cls(
             choice,
             tools,
-            tuple([tool.schema() for tool in tools]) if tools else (),
+            tuple(tool.schema() for tool in tools),
             effort,
             own,
             int(cap) if cap else None,
