@@ -119,13 +119,20 @@ def turn_where(turn: Turn, actor: str | None = None) -> Where:
 
 
 def emit_point(
-    turn: Turn, point: type[_Point], /, actor: str | None = None, **values: Any
+    turn: Turn,
+    point: type[_Point],
+    /,
+    actor: str | None = None,
+    parent: int | None = None,
+    **values: Any,
 ) -> _Point:
     """Emit an event of ``turn`` (a replay, a rejected reply, a human wait …) inside its
-    span; ``actor`` when another than the turn's voice is meant (a human turn's executor)."""
+    span, or inside the event ``parent`` of it (a model call); ``actor`` when another than
+    the turn's voice is meant (a human turn's executor)."""
     events = turn.services.events
     where = turn_where(turn, actor)
-    return events.emit(point(id=events.new_id(), parent=turn.ctx.span, where=where, **values))
+    inside = turn.ctx.span if parent is None else parent
+    return events.emit(point(id=events.new_id(), parent=inside, where=where, **values))
 
 
 def model_call_began(

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fems_runtime.context import Request, estimate_messages, estimate_tokens, fit_to_window
-from fems_runtime.events import ModelCallBegan, ProblemReported
 from fems_runtime.llm import ContextTooLong, ReplyStream
 from fems_runtime.longreply import LongReplyWatch, long_reply_warning
 from fems_runtime.reasoning import Piece
@@ -33,6 +32,7 @@ from fems_runtime.turns.turn import Turn
 from fems_runtime.values import valid_text
 
 if TYPE_CHECKING:
+    from fems_runtime.events import ModelCallBegan
     from fems_runtime.llm import CallResult, ModelChoice
     from fems_runtime.offline import OfflineTurn
     from fems_runtime.specs import InterruptSpec, TurnSpec
@@ -234,13 +234,7 @@ class CallingTurn(Turn):
         """This reply, with no cap, has run long (§15.4): said inside its call (``began``,
         when the run has events) and as a run warning that cannot wait for the run's end."""
         problem = long_reply_warning(self.actor, self.spec.action, tokens, seconds)
-        if began is not None:
-            events = self.services.events
-            reported = ProblemReported(
-                id=events.new_id(), parent=began.id, where=began.where, problem=problem
-            )
-            events.emit(reported)
-        self.services.warn_now(self.located(problem))
+        self.warn(problem, inside=None if began is None else began.id, at_once=True)
 
     def cut_short(self) -> str:
         """The warning for a reply that ended at its length cap (§15.4)."""

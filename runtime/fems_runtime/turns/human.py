@@ -132,7 +132,7 @@ class HumanTurn(Turn):
         services, spec = self.services, self.spec
         executor = str(self.room.executor)
         if services.events.wants(HumanAnswered):
-            answered = {"turn": self.id, "text": answer.text, "values": answer.vars}
+            answered: dict[str, Any] = {"turn": self.id, "text": answer.text, "values": answer.vars}
             emit_point(self, HumanAnswered, actor=executor, **answered)
         services.inputs.notify(executor)
         outcome = apply_values(answer.vars, self.frame, spec.outs)

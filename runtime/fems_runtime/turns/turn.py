@@ -327,12 +327,14 @@ class Turn:
         for problem in problems:
             self.warn(problem)
 
-    def warn(self, problem: str) -> None:
-        """A run warning located at the action, also an event (shown live in the transcript)."""
+    def warn(self, problem: str, *, inside: int | None = None, at_once: bool = False) -> None:
+        """A run warning located at the action, also an event (shown live in the transcript):
+        inside the event ``inside`` (a model call: the stage shows it with the reply being
+        written), else the turn's; ``at_once`` when it cannot wait for the run's end."""
         services = self.services
-        services.warn(self.located(problem))
+        (services.warn_now if at_once else services.warn)(self.located(problem))
         if services.events.active:
-            emit_point(self, ProblemReported, problem=problem)
+            emit_point(self, ProblemReported, parent=inside, problem=problem)
 
     def located(self, problem: str) -> str:
         """``problem`` as a run warning says it: the file and line, the action."""
