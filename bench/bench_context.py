@@ -39,7 +39,8 @@ def fill(store: Store, session: int, count: int, seen: int, rng: random.Random) 
     columns = ("id", "session_id", "seq", "turn", "kind", "speaker_soul", "speaker_name")
     columns += ("content", "created")
     tag_columns = ("message_id", "soul_id", "session_id", "seq")
-    with store.database().engine.begin() as db:
+    database = store.database()
+    with database.engine.begin() as db:
         for start in range(0, count, CHUNK):
             messages, tags = [], []
             for seq in range(start + 1, min(start + CHUNK, count) + 1):
@@ -52,10 +53,10 @@ def fill(store: Store, session: int, count: int, seen: int, rng: random.Random) 
                 tags += [(seq, soul, session, seq) for soul in room]
             _bulk_insert(db, "messages", columns, messages)
             _bulk_insert(db, "message_souls", tag_columns, tags)
+        sessions = database.tables.sessions
         db.execute(
-            store.database()
-            .tables.sessions.update()
-            .where(store.database().tables.sessions.c.id == session)
+            sessions.update()
+            .where(sessions.c.id == session)
             .values(last_seq=count, last_turn=count)
         )
 

@@ -153,9 +153,9 @@ def test_a_database_made_before_batches_gains_the_tag_table(tmp_path: Path) -> N
     db = str(tmp_path / "old.db")
     with Store(db) as store:
         old = store.open_session("new", title="an earlier run")
+        database = store.database()
         assert (
-            "fems_batch_runs"
-            not in store.database().tables.sa.inspect(store.database().engine).get_table_names()
+            "fems_batch_runs" not in database.tables.sa.inspect(database.engine).get_table_names()
         )
     with Store(db) as store:
         table = BatchTable(store)
