@@ -125,7 +125,7 @@ def _add_models_parser(commands: Commands[argparse.ArgumentParser]) -> None:
         description="List the model map of FILE's folder (and of the working directory) and "
         "the models FILE names: what each resolves to, the path it takes (the openai SDK or "
         "litellm), its window, reply cap, price and concurrency, each with where it came from. "
-        "A local server of an entry with an api_base is asked what it is (a run does not ask). "
+        "A local server of an entry with an api_base is asked what it is, as a run asks it. "
         "Exit 1 when an entry is broken or a check fails.",
     )
     models.add_argument("file", type=Path, metavar="FILE")
