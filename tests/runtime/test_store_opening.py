@@ -181,3 +181,58 @@ def test_over_the_network_a_new_file_stores_what_an_open_database_does(tmp_path:
         "Say something to Bob. REPLY[[Hi Bob.]]",
         "Hi Bob.",
     ]
+
+
+PAR_SCRIPT = """
+meta:
+  name = opening-par
+  session = new
+  max_concurrency = 1
+vars:
+  team = [@eve, @bob]
+  @w = ""
+actors:
+  ai @eve = soul:eve
+  ai @bob = soul:bob
+action work @ai(@w):
+  prompt: "Do one unit of work."
+  scope: [@w]
+mainflow:
+  [START] -> [A] -> par @w in team:
+    -> [W]:work ->
+  -> [END]
+"""
+
+
+def test_a_turn_waiting_for_the_opening_leaves_the_event_loop_free(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reply that must wait for the store to open does not hold the run: with one call in
+    flight at a time, the second branch's request leaves as soon as the first reply is in,
+    before the database is open."""
+    module = load(build_script(tmp_path, PAR_SCRIPT))
+    happened: list[str] = []
+    second_call = threading.Event()
+    complete, open_store = ModelClient.complete, OpeningStore._open
+
+    async def watched(self: ModelClient, *args: Any, **kwargs: Any) -> Any:
+        result = await complete(self, *args, **kwargs)
+        happened.append("reply")
+        if happened.count("reply") == 2:
+            second_call.set()
+        return result
+
+    def held_open(self: OpeningStore) -> None:
+        second_call.wait(timeout=5)  # a run whose loop waits for the opening gets here late
+        happened.append("opened")
+        open_store(self)
+
+    monkeypatch.setattr(ModelClient, "complete", watched)
+    monkeypatch.setattr(OpeningStore, "_open", held_open)
+    with fake_openai(Behaviour(text="Done.")) as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.api_base)
+        monkeypatch.setenv("OPENAI_API_KEY", "k")
+        result = module.run(model="openai/m", db=str(tmp_path / "fresh.db"))
+    assert result.status == "completed"
+    assert happened == ["reply", "reply", "opened"]
+    assert len(stored(tmp_path / "fresh.db")[2]) == 4  # both turns' prompts and replies

@@ -89,6 +89,11 @@ class Store:
                     self._database = self._opens()
         return self._database
 
+    async def opened(self) -> None:
+        """Wait until the database is open (it is, unless it opens behind the first request:
+        :class:`.opening.OpeningStore` waits without holding the event loop)."""
+        self.database()
+
     def close(self) -> None:
         """Write what was submitted, then release the database."""
         self.database().close()

@@ -108,6 +108,14 @@ class OpeningStore(Store):
             self._outcome.set_running_or_notify_cancel()
         threading.Thread(target=self._open, name="fems-store-opening", daemon=True).start()
 
+    async def opened(self) -> None:
+        """Wait for the opening in the worker (started now if it was not), the event loop
+        free meanwhile: the other turns' requests go out while SQLAlchemy loads."""
+        if self._database is None:
+            self._start_worker()
+            await asyncio.wrap_future(self._outcome)
+        self.database()
+
     def _fresh(self, session: int) -> bool:
         """Whether a read of ``session`` is answered as the empty database would."""
         return self._database is None and session == FIRST_SESSION

@@ -212,7 +212,7 @@ class AiTurn(CallingTurn):
                 reply = self.message("reply", answer.text, call=call)
                 self.unsaved.append(self.shown(reply, answer))
                 done = {"reply": answer.text, "interrupted": call is None}
-                self.save_call(done, self.key, attempt, sent)
+                await self.save_call(done, self.key, attempt, sent)
                 return answer.text, call is None
             if rounds >= limit:
                 raise RunError(
@@ -337,12 +337,17 @@ class AiTurn(CallingTurn):
             self.unsaved.append(self.message("tool_call", said, call=usage))
             self.unsaved.append(self.message("tool_result", outcome.result, name=outcome.tool))
         done: dict[str, Any] = {"text": call.text, "calls": [_done_call(o) for o in outcomes]}
-        self.save_call(done, _round_key(self.key, rounds), attempt, sent)
+        await self.save_call(done, _round_key(self.key, rounds), attempt, sent)
         self.added += _tool_messages(call.text, outcomes)
 
-    def save_call(self, done: dict[str, Any], key: Sequence[Any], attempt: int, sent: str) -> None:
+    async def save_call(
+        self, done: dict[str, Any], key: Sequence[Any], attempt: int, sent: str
+    ) -> None:
         """Store the unsaved messages with the record of one call (``sent``: the digest of
-        its request); the turn's first record keeps what its memory/context methods wrote."""
+        its request); the turn's first record keeps what its memory/context methods wrote.
+        A store still opening behind the run's first requests is awaited, so the other
+        turns' requests go out meanwhile."""
+        await self.services.store.opened()
         if self.outputs:
             done["outputs"] = [list(pair) for pair in self.outputs]
             self.outputs = []
