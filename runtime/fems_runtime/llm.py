@@ -43,7 +43,7 @@ from fems_runtime.project import ProjectConfig
 from fems_runtime.reasoning import Piece, split_reasoning
 from fems_runtime.records import RunError
 from fems_runtime.replies import MalformedReply, Reply, ReplyBuilder
-from fems_runtime.serverinfo import LocalServers, ServerFacts
+from fems_runtime.serverinfo import OWN_FACTS, LocalServers, ServerFacts
 from fems_runtime.tools import ToolCall
 
 DEFAULT_MODEL = "fems/mock"
@@ -61,9 +61,20 @@ class ModelChoice:
     rung: str = "default"
     offline: bool = field(init=False, repr=False, compare=False)
     """True for the built-in models that never touch the network (read at every turn)."""
+    server: str | None = field(init=False, repr=False, compare=False)
+    """The entry's own server address (`api_base` or `base_url`), None for the rest (a hosted
+    provider's, or one from the environment)."""
+    asks_server: bool = field(init=False, repr=False, compare=False)
+    """Whether its server is asked what it is (§15.4, `fems_runtime.serverinfo`): an entry with
+    an address of its own that leaves its window or its concurrency unsaid."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "offline", self.model in OFFLINE_MODELS)
+        base = self.options.get("api_base") or self.options.get("base_url")
+        server = str(base).rstrip("/") if isinstance(base, str) and base.strip() else None
+        object.__setattr__(self, "server", server)
+        asks = server is not None and any(self.options.get(fact) is None for fact in OWN_FACTS)
+        object.__setattr__(self, "asks_server", asks)
 
 
 @dataclass(frozen=True)
@@ -357,7 +368,7 @@ class ModelClient:
                     if chunk:
                         stream.add(kind, chunk)
             return _numbered(result, messages)
-        told = await self.servers.learn(choice)  # once per run: what its local server is
+        told = await self.servers.learn(choice) if choice.asks_server else None  # once per run
         fields = self._request_fields(choice, max_tokens, reasoning)
         return await self._complete_remote(choice, told, messages, delay, tools, stream, fields)
 
@@ -366,7 +377,7 @@ class ModelClient:
         else what its server said (§15.4), else the model's `max_input_tokens` in the bundled
         table, else None (unknown)."""
         own = choice.options.get("context_window")
-        if own is None and (told := self.servers.told(choice)) is not None:
+        if own is None and choice.asks_server and (told := self.servers.told(choice)) is not None:
             own = told.context_window
         if own is not None:
             return int(own)
