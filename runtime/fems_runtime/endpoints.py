@@ -20,7 +20,6 @@ import sys
 import time
 import warnings
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import ModuleType
@@ -317,11 +316,6 @@ def import_openai(*, with_aiohttp: bool = False) -> ModuleType:
     return _openai_module
 
 
-_transports_loaded: set[bool] = set()
-"""The transports whose connection code this process has loaded (True: the aiohttp one of a
-wide run), each once, by the first client that used it (`OpenAIClients.client`)."""
-
-
 class OpenAIClients:
     """One `AsyncOpenAI` client per (base URL, key, organization), reused by every call of the
     run: its connection pool keeps connections open between calls. The SDK's own retries are
@@ -347,12 +341,9 @@ class OpenAIClients:
         if client is None:
             wide = self._width >= WIDE_RUN
             openai = import_openai(with_aiohttp=wide)
-            # the process's first client of a transport loads that transport's connection
-            # code: as a large import, and without h2, whose HTTP/2 the SDK never asks for
-            # (~1.4 MB); later clients load nothing, and freezing the heap again would keep
-            # every reference cycle a run left behind until the process ends
-            loading = nullcontext() if wide in _transports_loaded else large_imports(hide=("h2",))
-            with loading:
+            # the first client loads the HTTP library's connection code: without h2, whose
+            # HTTP/2 the SDK never asks for (~1.4 MB)
+            with large_imports(hide=("h2",)):
                 client = openai.AsyncOpenAI(
                     api_key=route.api_key or "no-key",
                     base_url=route.base_url,
@@ -360,7 +351,6 @@ class OpenAIClients:
                     max_retries=0,
                     http_client=_http_client(openai, route.base_url, self._width),
                 )
-            _transports_loaded.add(wide)
             self._clients[key] = client
         return client
 
