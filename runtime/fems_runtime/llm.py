@@ -40,9 +40,15 @@ from fems_runtime.endpoints import (
 from fems_runtime.offline import OFFLINE_MODELS, MockModel, OfflineTurn, ScriptModel
 from fems_runtime.prices import PRICES, PriceTable
 from fems_runtime.project import ProjectConfig
-from fems_runtime.reasoning import Piece, split_reasoning
 from fems_runtime.records import RunError
-from fems_runtime.replies import MalformedReply, Reply, ReplyBuilder
+from fems_runtime.replies import (
+    MalformedReply,
+    Piece,
+    Reply,
+    ReplyBuilder,
+    ReplyStream,
+    split_reasoning,
+)
 from fems_runtime.serverinfo import OWN_FACTS, LocalServers, ServerFacts
 from fems_runtime.tools import ToolCall
 
@@ -94,46 +100,6 @@ class CallResult:
     reasoning_tokens: int | None = None
     finish_reason: str | None = None
     cached_tokens: int | None = None  # prompt tokens the provider's cache served (None: none)
-
-
-class ReplyStream:
-    """What a call has received so far, for the transcript, the stage and an interrupt
-    (§10.7): the reply text and the reasoning, each cut from the other as they arrive.
-
-    ``listener(kind, chunk)`` is told every piece as it arrives (a `Piece`), and
-    ``(Piece.DISCARD, "")`` when an attempt's stream broke off and its pieces are dropped
-    before the call is retried (§15.4).
-    """
-
-    def __init__(self, listener: Callable[[Piece, str], None] | None = None) -> None:
-        self._listener = listener
-        self._text: list[str] = []
-        self._reasoning: list[str] = []
-
-    @property
-    def text(self) -> str:
-        """The reply so far, reasoning cut out."""
-        return "".join(self._text)
-
-    @property
-    def reasoning(self) -> str:
-        """The reasoning so far (provider field, or the leading think block)."""
-        return "".join(self._reasoning)
-
-    def add(self, kind: Piece, chunk: str) -> None:
-        """One piece of the reply or of its reasoning."""
-        (self._text if kind == Piece.TEXT else self._reasoning).append(chunk)
-        if self._listener is not None:
-            self._listener(kind, chunk)
-
-    def discard(self) -> None:
-        """Forget an attempt that failed part-way: its text never counts."""
-        if not (self._text or self._reasoning):
-            return
-        self._text.clear()
-        self._reasoning.clear()
-        if self._listener is not None:
-            self._listener(Piece.DISCARD, "")
 
 
 class ContextTooLong(RunError):

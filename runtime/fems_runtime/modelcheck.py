@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 from fems_runtime.context import estimate_tokens
 from fems_runtime.endpoints import Failure, ModelCallError, openai_route
-from fems_runtime.llm import ModelChoice, ModelClient, ReplyStream
+from fems_runtime.llm import ModelChoice, ModelClient
 from fems_runtime.records import RunError
+from fems_runtime.replies import ReplyStream
 
 CHECK_MESSAGES = [{"role": "user", "content": "Say hello in one short sentence."}]
 CHECK_TOKENS = 32  # the check's reply cap: enough to time, short on any model

@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from fems_runtime import events
-from fems_runtime.reasoning import Piece
+from fems_runtime.replies import Piece
 from fems_runtime.values import to_json
 
 
@@ -560,7 +560,7 @@ class StreamedReply:
 
 class LiveReplyListener(Protocol):
     """Shows one streamed reply as it arrives: ``feed(kind, chunk)`` each piece (a
-    `~fems_runtime.reasoning.Piece`: text, reasoning, or a discard when the stream broke off
+    `~fems_runtime.replies.Piece`: text, reasoning, or a discard when the stream broke off
     and the call is made again), ``finish(final)`` the reply as it will be stored once the
     call is over, ``warn(problem)`` a warning about the reply while it is written (one that
     runs long without `max_tokens`, §15.4)."""

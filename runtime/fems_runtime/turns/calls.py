@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fems_runtime.context import Request, estimate_messages, estimate_tokens, fit_to_window
-from fems_runtime.llm import ContextTooLong, ReplyStream
-from fems_runtime.longreply import LongReplyWatch, long_reply_warning
-from fems_runtime.reasoning import Piece
+from fems_runtime.llm import ContextTooLong
 from fems_runtime.records import RunError
+from fems_runtime.replies import LongReplyWatch, Piece, ReplyStream, long_reply_warning
 from fems_runtime.tools import offered_names
 from fems_runtime.turn_events import (
     chunk_listener,
