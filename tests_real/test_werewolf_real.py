@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fems_runtime.reasoning import split_reasoning
+from fems_runtime.replies import split_reasoning
 from fems_runtime.values import valid_text
 
 from tests_real.local_model import MODEL_ALIAS, RecordingProxy, llama_cpp_server

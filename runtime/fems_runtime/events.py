@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Literal, Self, TypeVar
 
-from fems_runtime.reasoning import Piece
+from fems_runtime.replies import Piece
 
 Outcome = Literal["ok", "error"]
 #: The kinds of turn (§9.1): ``mind`` turns say which of ``ai``/``human`` they ran as.

@@ -2,7 +2,7 @@
 
 Turn numbers
 ------------
-A turn's number is its turn id: the one :meth:`~fems_runtime.turns.shared.SharedServices.new_turn`
+A turn's number is its turn id: the one :meth:`~fems_runtime.records.TurnLog.new_turn`
 hands out to each model, human or mind turn, in the order the turns ask for it. Its messages
 carry it (the stage shows "turn 14 · fork here" under each turn), its records carry it, and so
 do the trace's ``llm_call``, ``human`` and ``replay`` events. A ``@func`` turn has no number of

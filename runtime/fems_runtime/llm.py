@@ -40,10 +40,16 @@ from fems_runtime.endpoints import (
 from fems_runtime.offline import OFFLINE_MODELS, MockModel, OfflineTurn, ScriptModel
 from fems_runtime.prices import PRICES, PriceTable
 from fems_runtime.project import ProjectConfig
-from fems_runtime.reasoning import Piece, split_reasoning
 from fems_runtime.records import RunError
-from fems_runtime.replies import MalformedReply, Reply, ReplyBuilder
-from fems_runtime.serverinfo import LocalServers, ServerFacts
+from fems_runtime.replies import (
+    MalformedReply,
+    Piece,
+    Reply,
+    ReplyBuilder,
+    ReplyStream,
+    split_reasoning,
+)
+from fems_runtime.serverinfo import OWN_FACTS, LocalServers, ServerFacts
 from fems_runtime.tools import ToolCall
 
 DEFAULT_MODEL = "fems/mock"
@@ -61,9 +67,20 @@ class ModelChoice:
     rung: str = "default"
     offline: bool = field(init=False, repr=False, compare=False)
     """True for the built-in models that never touch the network (read at every turn)."""
+    server: str | None = field(init=False, repr=False, compare=False)
+    """The entry's own server address (`api_base` or `base_url`), None for the rest (a hosted
+    provider's, or one from the environment)."""
+    asks_server: bool = field(init=False, repr=False, compare=False)
+    """Whether its server is asked what it is (§15.4, `fems_runtime.serverinfo`): an entry with
+    an address of its own that leaves its window or its concurrency unsaid."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "offline", self.model in OFFLINE_MODELS)
+        base = self.options.get("api_base") or self.options.get("base_url")
+        server = str(base).rstrip("/") if isinstance(base, str) and base.strip() else None
+        object.__setattr__(self, "server", server)
+        asks = server is not None and any(self.options.get(fact) is None for fact in OWN_FACTS)
+        object.__setattr__(self, "asks_server", asks)
 
 
 @dataclass(frozen=True)
@@ -83,46 +100,6 @@ class CallResult:
     reasoning_tokens: int | None = None
     finish_reason: str | None = None
     cached_tokens: int | None = None  # prompt tokens the provider's cache served (None: none)
-
-
-class ReplyStream:
-    """What a call has received so far, for the transcript, the stage and an interrupt
-    (§10.7): the reply text and the reasoning, each cut from the other as they arrive.
-
-    ``listener(kind, chunk)`` is told every piece as it arrives (a `Piece`), and
-    ``(Piece.DISCARD, "")`` when an attempt's stream broke off and its pieces are dropped
-    before the call is retried (§15.4).
-    """
-
-    def __init__(self, listener: Callable[[Piece, str], None] | None = None) -> None:
-        self._listener = listener
-        self._text: list[str] = []
-        self._reasoning: list[str] = []
-
-    @property
-    def text(self) -> str:
-        """The reply so far, reasoning cut out."""
-        return "".join(self._text)
-
-    @property
-    def reasoning(self) -> str:
-        """The reasoning so far (provider field, or the leading think block)."""
-        return "".join(self._reasoning)
-
-    def add(self, kind: Piece, chunk: str) -> None:
-        """One piece of the reply or of its reasoning."""
-        (self._text if kind == Piece.TEXT else self._reasoning).append(chunk)
-        if self._listener is not None:
-            self._listener(kind, chunk)
-
-    def discard(self) -> None:
-        """Forget an attempt that failed part-way: its text never counts."""
-        if not (self._text or self._reasoning):
-            return
-        self._text.clear()
-        self._reasoning.clear()
-        if self._listener is not None:
-            self._listener(Piece.DISCARD, "")
 
 
 class ContextTooLong(RunError):
@@ -357,7 +334,7 @@ class ModelClient:
                     if chunk:
                         stream.add(kind, chunk)
             return _numbered(result, messages)
-        told = await self.servers.learn(choice)  # once per run: what its local server is
+        told = await self.servers.learn(choice) if choice.asks_server else None  # once per run
         fields = self._request_fields(choice, max_tokens, reasoning)
         return await self._complete_remote(choice, told, messages, delay, tools, stream, fields)
 
@@ -366,7 +343,7 @@ class ModelClient:
         else what its server said (§15.4), else the model's `max_input_tokens` in the bundled
         table, else None (unknown)."""
         own = choice.options.get("context_window")
-        if own is None and (told := self.servers.told(choice)) is not None:
+        if own is None and choice.asks_server and (told := self.servers.told(choice)) is not None:
             own = told.context_window
         if own is not None:
             return int(own)

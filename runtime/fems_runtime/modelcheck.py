@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 from fems_runtime.context import estimate_tokens
 from fems_runtime.endpoints import Failure, ModelCallError, openai_route
-from fems_runtime.llm import ModelChoice, ModelClient, ReplyStream
+from fems_runtime.llm import ModelChoice, ModelClient
 from fems_runtime.records import RunError
-from fems_runtime.serverinfo import server_base
+from fems_runtime.replies import ReplyStream
 
 CHECK_MESSAGES = [{"role": "user", "content": "Say hello in one short sentence."}]
 CHECK_TOKENS = 32  # the check's reply cap: enough to time, short on any model
@@ -80,7 +80,7 @@ def describe(
 
 
 def _server(choice: ModelChoice) -> str:
-    return f"said by its server at {server_base(choice.options)}"
+    return f"said by its server at {choice.server}"
 
 
 def _window(client: ModelClient, choice: ModelChoice) -> Said:
@@ -168,7 +168,7 @@ async def check_model(client: ModelClient, name: str) -> CheckResult:
 
 def _reason(error: ModelCallError, choice: ModelChoice) -> str:
     """Why a call failed, in the words of what to fix."""
-    where = server_base(choice.options) or choice.model
+    where = choice.server or choice.model
     if error.kind is Failure.CONNECTION:
         return f"could not connect to {where} (is the server running?): {error}"
     if error.kind is Failure.TIMEOUT:

@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from fems_runtime import events
-from fems_runtime.reasoning import Piece
+from fems_runtime.replies import Piece
 from fems_runtime.values import to_json
 
 
@@ -377,6 +377,13 @@ class InheritedRecords(Protocol):
     def went_live(self) -> None: ...
 
 
+class TurnCounter(Protocol):
+    """What hands out a session's turn ids (the store, :mod:`fems_runtime.store`, which
+    imports this module)."""
+
+    def new_turn(self, session: int) -> int: ...
+
+
 class TurnLog:
     """The turn keys of one run and, on ``--resume``, the records to replay (see above).
 
@@ -414,6 +421,16 @@ class TurnLog:
         """Whether a turn without a record must give its request's digest to find one: a
         reuse replays the parent's turn only when it would send what was recorded."""
         return self.inherited is not None and self.inherited.compares
+
+    def new_turn(self, counter: TurnCounter, session: int) -> int:
+        """A live turn's id: the session's next one (``counter``: the run's store) that no
+        replayed record holds (``turns``). Ids are handed out in the order turns ask for
+        them, so concurrent branches get the same ids in every run (``fems/mock`` replies
+        depend on them)."""
+        while True:
+            turn = counter.new_turn(session)
+            if turn not in self.turns:
+                return turn
 
     def key(self, path: str, node: str | None, action: str, who: str) -> list[Any]:
         """The key of a turn that starts now (counts its occurrence)."""
@@ -543,7 +560,7 @@ class StreamedReply:
 
 class LiveReplyListener(Protocol):
     """Shows one streamed reply as it arrives: ``feed(kind, chunk)`` each piece (a
-    `~fems_runtime.reasoning.Piece`: text, reasoning, or a discard when the stream broke off
+    `~fems_runtime.replies.Piece`: text, reasoning, or a discard when the stream broke off
     and the call is made again), ``finish(final)`` the reply as it will be stored once the
     call is over, ``warn(problem)`` a warning about the reply while it is written (one that
     runs long without `max_tokens`, §15.4)."""

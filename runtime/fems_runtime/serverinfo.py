@@ -37,14 +37,21 @@ them, each part it has read is a chunk, a sign of life, and only silence is time
 
 
 class ModelChoice(Protocol):
-    """What a server is asked about: an entry's model string and its options (llm.py's
-    ``ModelChoice`` is one; llm.py asks this module, so this module does not import it)."""
+    """What a server is asked about: an entry's model string, its options, its own server
+    address and whether that is asked (llm.py's ``ModelChoice`` is one, which decides those
+    once; llm.py asks this module, so this module does not import it)."""
 
     @property
     def model(self) -> str: ...
 
     @property
     def options(self) -> Mapping[str, Any]: ...
+
+    @property
+    def server(self) -> str | None: ...
+
+    @property
+    def asks_server(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -74,20 +81,6 @@ class ServerFacts:
             for option in OWN_FACTS
             if self.value(option) is not None
         )
-
-
-def server_base(options: Mapping[str, Any]) -> str | None:
-    """The entry's own server address (`api_base` or `base_url`), None for the rest."""
-    base = options.get("api_base") or options.get("base_url")
-    return str(base).rstrip("/") if isinstance(base, str) and base.strip() else None
-
-
-def needs_asking(choice: ModelChoice) -> bool:
-    """Whether the server of ``choice`` is asked: an entry with an address of its own that
-    leaves its window or its concurrency unsaid."""
-    if server_base(choice.options) is None:
-        return False
-    return any(choice.options.get(option) is None for option in OWN_FACTS)
 
 
 def served_name(choice: ModelChoice, environ: Mapping[str, str]) -> str:
@@ -232,12 +225,12 @@ class LocalServers:
         self._facts: dict[tuple[str, str], ServerFacts] = {}
 
     def _key(self, choice: ModelChoice) -> tuple[str, str]:
-        return (server_base(choice.options) or "", choice.model)
+        return (choice.server or "", choice.model)
 
     async def learn(self, choice: ModelChoice) -> ServerFacts | None:
-        """Ask the server of ``choice`` once per run, when it needs asking; what it told
-        (:meth:`told`)."""
-        if not needs_asking(choice):
+        """Ask the server of ``choice`` once per run, when it needs asking
+        (``choice.asks_server``); what it told (:meth:`told`)."""
+        if not choice.asks_server:
             return None
         key = self._key(choice)
         task = self._asked.get(key)
@@ -246,7 +239,7 @@ class LocalServers:
         return await asyncio.shield(task)  # a cancelled turn leaves the question to the others
 
     async def _question(self, choice: ModelChoice) -> ServerFacts | None:
-        base = server_base(choice.options) or ""
+        base = choice.server or ""
         key = choice.options.get("api_key")
         facts = await self._ask(base, served_name(choice, self._environ), key)
         if facts is None:

@@ -23,7 +23,7 @@ from fems_runtime.events import (
     ReplyChunk,
     RunEvent,
 )
-from fems_runtime.reasoning import Piece
+from fems_runtime.replies import Piece
 from fems_runtime.words import MESSAGE_KINDS, TranscriptShow
 
 _SPEAKER_STYLES = ("cyan", "green", "magenta", "yellow", "blue", "bright_red", "bright_cyan")

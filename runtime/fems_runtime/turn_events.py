@@ -21,7 +21,7 @@ from fems_runtime.events import (
     Where,
     provider_of,
 )
-from fems_runtime.reasoning import Piece
+from fems_runtime.replies import Piece
 from fems_runtime.tools import BUILTIN_TOOLS, Toolbox
 
 if TYPE_CHECKING:

@@ -19,13 +19,11 @@ from typing import Any
 
 import pytest
 from fems_helpers import llm_calls, run_script
-from fems_runtime import longreply
+from fems_runtime import replies
 from fems_runtime.events import ModelCallBegan, ProblemReported, ReplyChunk, RunEvents
 from fems_runtime.llm import ModelClient
-from fems_runtime.longreply import LongReplyWatch, long_reply_warning
-from fems_runtime.reasoning import Piece
 from fems_runtime.records import RunError, StreamedReply, WatchedReplies
-from fems_runtime.replies import Listener
+from fems_runtime.replies import Listener, LongReplyWatch, Piece, long_reply_warning
 from fems_runtime.transcript import Transcript
 
 from fems2py.cli import main
@@ -275,7 +273,7 @@ NUMBERS = tuple(f"{number}\n" for number in range(1, 41))
 def count_shown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **entry: Any) -> str:
     """Run `COUNT` on a local server that streams `NUMBERS`, with a long reply's size set at
     10 tokens and ``entry`` in the model map; what `--transcript` printed."""
-    monkeypatch.setattr(longreply, "LONG_REPLY_TOKENS", 10)
+    monkeypatch.setattr(replies, "LONG_REPLY_TOKENS", 10)
     shown = io.StringIO()
     with fake_local(llama_cpp(n_ctx=8192, slots=1), Behaviour(pieces=NUMBERS)) as server:
         local_entry(tmp_path, server, **entry)
@@ -326,7 +324,7 @@ def test_a_run_nobody_shows_says_a_long_reply_on_stderr_while_it_runs(
     reply is still held open by the server, and only once (not again with the run's
     warnings at its end)."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(longreply, "LONG_REPLY_TOKENS", 10)
+    monkeypatch.setattr(replies, "LONG_REPLY_TOKENS", 10)
     (tmp_path / "count.fems").write_text(COUNT, encoding="utf-8")
     release, seen = threading.Event(), []
     reply = Behaviour(pieces=NUMBERS, hold=release)

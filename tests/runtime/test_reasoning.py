@@ -4,7 +4,7 @@ arriving in pieces cut anywhere (a tag split across chunks included)."""
 from __future__ import annotations
 
 import pytest
-from fems_runtime.reasoning import ReasoningSplitter, join_reasoning, split_reasoning
+from fems_runtime.replies import ReasoningSplitter, join_reasoning, split_reasoning
 
 CASES = [
     # (reply as the model wrote it, reasoning, reply that remains)

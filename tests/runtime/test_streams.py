@@ -11,8 +11,9 @@ import time
 from typing import Any
 
 import pytest
-from fems_runtime.llm import CallResult, ContextTooLong, ModelClient, ReplyStream, RetryPolicy
+from fems_runtime.llm import CallResult, ContextTooLong, ModelClient, RetryPolicy
 from fems_runtime.records import RunError
+from fems_runtime.replies import ReplyStream
 
 from .fake_openai import Behaviour, FakeOpenAI, fake_openai
 from .test_endpoints import MESSAGES, PATHS, TURN, both_paths, make_client

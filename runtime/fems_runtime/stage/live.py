@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 from fems_runtime.events import ModelCallEnded, RunEnded, RunEvent, RunEvents, StepBegan
 from fems_runtime.human import HumanAnswer, HumanRequest, menu, out_name, typed_value
 from fems_runtime.out_types import SignalError
-from fems_runtime.reasoning import Piece
 from fems_runtime.records import RunError, StreamedReply, WatchedReplies
+from fems_runtime.replies import Piece
 from fems_runtime.signals import OutSpec
 from fems_runtime.stage.chart import FlowChart
 from fems_runtime.stage.view import DIRECTOR, SessionView

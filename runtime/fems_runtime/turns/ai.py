@@ -115,7 +115,7 @@ class AiTurn(CallingTurn):
                 self.id = int(candidate["turn"])
                 log.turns.add(self.id)
             else:
-                self.id = services.new_turn()
+                self.id = log.new_turn(services.store, services.session)
             self.request = await model_request(self, self.outputs)
         self.unsaved = self.opening_messages()
 

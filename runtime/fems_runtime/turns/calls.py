@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fems_runtime.context import Request, estimate_messages, estimate_tokens, fit_to_window
-from fems_runtime.llm import ContextTooLong, ReplyStream
-from fems_runtime.longreply import LongReplyWatch, long_reply_warning
-from fems_runtime.reasoning import Piece
+from fems_runtime.llm import ContextTooLong
 from fems_runtime.records import RunError
+from fems_runtime.replies import LongReplyWatch, Piece, ReplyStream, long_reply_warning
 from fems_runtime.tools import offered_names
 from fems_runtime.turn_events import (
     chunk_listener,
@@ -65,8 +64,8 @@ class ModelSetup:
     @classmethod
     async def of(cls, services: SharedServices, spec: TurnSpec, executor: ActorSpec) -> ModelSetup:
         choice = services.models.resolve(spec.model, executor.source)
-        if spec.interrupt is None:  # an interrupt must cut the wait: its call asks instead
-            await services.models.servers.learn(choice)  # a local server's window (§15.4)
+        if choice.asks_server and spec.interrupt is None:  # a local server's window (§15.4);
+            await services.models.servers.learn(choice)  # an interrupt's call asks, cut by it
         names = offered_names(executor.tools, services.all_tools) if executor.tools else ()
         effort = None
         if DEEP_THINK in names:  # not a tool: a request to reason, unless the model map's

@@ -46,7 +46,11 @@ async def run_human_turn(
     request = None
     if record is None and log.compares:  # a reuse: replayed if the person sees the same
         candidate = log.candidate(turn.key)
-        turn.id = int(candidate["turn"]) if candidate is not None else services.new_turn()
+        turn.id = (
+            int(candidate["turn"])
+            if candidate is not None
+            else log.new_turn(services.store, services.session)
+        )
         log.turns.add(turn.id)
         request = await turn.request()
         record = log.recorded(turn.key, request=turn.digest(request))
@@ -108,7 +112,7 @@ class HumanTurn(Turn):
         services = self.services
         services.log.going_live()
         if not self.id:
-            self.id = services.new_turn()
+            self.id = services.log.new_turn(services.store, services.session)
         if request is None:
             request = await self.request()
         events = services.events

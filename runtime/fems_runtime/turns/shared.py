@@ -156,12 +156,3 @@ class SharedServices:
             return True
         self.warned.add((what, actor))
         return False
-
-    def new_turn(self) -> int:
-        """A live turn's id: the session's next one that no replayed record holds. Ids are
-        handed out in the order turns ask for them, so concurrent branches get the same ids
-        in every run (``fems/mock`` replies depend on them)."""
-        while True:
-            turn = self.store.new_turn(self.session)
-            if turn not in self.log.turns:
-                return turn
