@@ -11,6 +11,7 @@ becomes a `ModelCallError` that says whether retrying may help and what `Retry-A
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import os
@@ -605,6 +606,38 @@ def import_litellm() -> ModuleType:
         litellm.suppress_debug_info = True
         _litellm_module = litellm
     return _litellm_module
+
+
+async def close_litellm_clients() -> None:
+    """Close the connections litellm opened on the running event loop (a run's, at its end).
+
+    litellm caches its HTTP clients across event loops; their aiohttp transport keeps one
+    session per loop, with its pooled connections open. The first call on a later loop (the
+    next run in the same process) replaces the session of a loop that has ended, which can
+    no longer close its sockets: they stay open until the collector finds them, and warn then
+    of unclosed sockets. So a run closes the sessions of its own loop while it still runs;
+    litellm opens a new one on its next call. Sessions of other loops, and sessions litellm
+    was handed rather than made, are left alone; without litellm imported there is none."""
+    litellm: Any = _litellm_module
+    if litellm is None:
+        return
+    cached = getattr(getattr(litellm, "in_memory_llm_clients_cache", None), "cache_dict", None)
+    if not isinstance(cached, dict):
+        return
+    loop = asyncio.get_running_loop()
+    transports: dict[int, Any] = {}
+    for client in list(cached.values()):
+        # an SDK client's httpx client is `_client`, litellm's own handler's is `client`
+        http = getattr(client, "_client", None) or getattr(client, "client", None)
+        transport = getattr(http, "_transport", None)
+        session = getattr(transport, "client", None)
+        if getattr(session, "_loop", None) is loop and not getattr(session, "closed", True):
+            transports[id(transport)] = transport
+    for transport in transports.values():
+        try:
+            await transport.aclose()  # closes the session only when the transport made it
+        except Exception:  # a session that cannot close is left to the collector
+            continue
 
 
 async def litellm_stream(

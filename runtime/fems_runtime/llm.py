@@ -30,6 +30,7 @@ from fems_runtime.endpoints import (
     ModelCallError,
     OpenAIClients,
     OpenAIRoute,
+    close_litellm_clients,
     import_litellm,
     litellm_stream,
     missing_key,
@@ -557,8 +558,10 @@ class ModelClient:
         return True
 
     async def aclose(self) -> None:
-        """Release the pooled connections (the end of a run)."""
+        """Release the pooled connections (the end of a run): the SDK clients' and those litellm
+        cached for the run's event loop."""
         await self._openai.aclose()
+        await close_litellm_clients()
 
     async def _pace(self, model: str, delay: float) -> None:
         """Hold the start of a call until `delay` seconds after the previous start of a call to

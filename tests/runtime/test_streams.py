@@ -7,7 +7,9 @@ its reasoning cut out (§13.1); the call's own fields (`max_tokens`, reasoning o
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
+import warnings
 from typing import Any
 
 import pytest
@@ -306,3 +308,22 @@ def test_an_offline_reply_is_split_and_streamed_at_once() -> None:
         "Good night. SET VARIABLE: <<n = 1>>",
     )
     assert told == [("reasoning", "I am the wolf."), ("text", result.text)]
+
+
+def test_a_litellm_run_leaves_no_connection_open_for_the_collector() -> None:
+    """litellm caches its clients across event loops and replaces a session whose loop ended
+    without being able to close its sockets: each run closes its loop's own at its end
+    (`ModelClient.aclose`), so nothing is left for the collector to warn about, even after a
+    request refused with a 400 and sent again."""
+    refusal = {"message": "Unrecognized request argument supplied: reasoning_effort"}
+    gc.collect()  # what earlier tests left is theirs
+    with fake_openai() as server:
+        server.queue(Behaviour(400, error=refusal))
+        client = client_with(server, "litellm", model="azure/o3-mini", reasoning="high")
+        client._notice = lambda _: None
+        texts = [run_call(client).text for _ in range(3)]  # each run on its own event loop
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        gc.collect()
+    assert texts == ["hello"] * 3
+    assert [str(w.message) for w in caught if w.category is ResourceWarning] == []
