@@ -12,6 +12,7 @@ becomes a `ModelCallError` that says whether retrying may help and what `Retry-A
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import os
@@ -634,10 +635,10 @@ async def close_litellm_clients() -> None:
         if getattr(session, "_loop", None) is loop and not getattr(session, "closed", True):
             transports[id(transport)] = transport
     for transport in transports.values():
-        try:
-            await transport.aclose()  # closes the session only when the transport made it
-        except Exception:  # a session that cannot close is left to the collector
-            continue
+        # a transport closes its session only when it made it; one that cannot close is left
+        # to the collector
+        with contextlib.suppress(Exception):
+            await transport.aclose()
 
 
 async def litellm_stream(

@@ -335,7 +335,7 @@ class ModelClient:
                     if chunk:
                         stream.add(kind, chunk)
             return _numbered(result, messages)
-        told = await self.servers.learn(choice) if choice.asks_server else None  # once per run
+        told = await self.servers.learn(choice)  # once per run: what its local server is
         fields = self._request_fields(choice, max_tokens, reasoning)
         return await self._complete_remote(choice, told, messages, delay, tools, stream, fields)
 
@@ -344,7 +344,7 @@ class ModelClient:
         else what its server said (§15.4), else the model's `max_input_tokens` in the bundled
         table, else None (unknown)."""
         own = choice.options.get("context_window")
-        if own is None and choice.asks_server and (told := self.servers.told(choice)) is not None:
+        if own is None and (told := self.servers.told(choice)) is not None:
             own = told.context_window
         if own is not None:
             return int(own)

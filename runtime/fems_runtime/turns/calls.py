@@ -64,8 +64,8 @@ class ModelSetup:
     @classmethod
     async def of(cls, services: SharedServices, spec: TurnSpec, executor: ActorSpec) -> ModelSetup:
         choice = services.models.resolve(spec.model, executor.source)
-        if choice.asks_server and spec.interrupt is None:  # a local server's window (§15.4);
-            await services.models.servers.learn(choice)  # an interrupt's call asks, cut by it
+        if spec.interrupt is None:  # an interrupt must cut the wait: its call asks instead
+            await services.models.servers.learn(choice)  # a local server's window (§15.4)
         names = offered_names(executor.tools, services.all_tools) if executor.tools else ()
         effort = None
         if DEEP_THINK in names:  # not a tool: a request to reason, unless the model map's
