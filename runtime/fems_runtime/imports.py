@@ -130,8 +130,15 @@ class _DeferredInitLoader:
 @contextlib.contextmanager
 def large_imports(*, hide: tuple[str, ...] = ()) -> Iterator[None]:
     """Pause the garbage collector for the block (which imports large packages), then freeze
-    the heap. ``hide``: optional packages the block must not load (`import` of them fails
-    while it runs), for packages that load an optional dependency they can do without."""
+    the heap if the block loaded a module. ``hide``: optional packages the block must not
+    load (`import` of them fails while it runs), for packages that load an optional dependency
+    they can do without.
+
+    A block that loaded nothing (the same import again, in a later run of the process: a batch
+    worker runs thousands) freezes nothing: a freeze also keeps the reference cycles that were
+    garbage at that moment until the process ends, so freezing at every run would keep what
+    each earlier run left (~0.17 MB a run)."""
+    loaded = len(sys.modules)
     hidden = [other for other in hide if other not in sys.modules]
     for other in hidden:
         sys.modules[other] = None  # type: ignore[assignment]  # makes `import other` fail
@@ -145,4 +152,5 @@ def large_imports(*, hide: tuple[str, ...] = ()) -> Iterator[None]:
                 del sys.modules[other]
         if enabled:
             gc.enable()
-        gc.freeze()
+        if len(sys.modules) > loaded:
+            gc.freeze()

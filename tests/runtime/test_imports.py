@@ -4,13 +4,17 @@
 from __future__ import annotations
 
 import gc
+import subprocess
 import sys
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fems_helpers import python_output
-from fems_runtime.imports import import_large
+from fems_helpers import build_script, python_output
+from fems_runtime.imports import import_large, large_imports
+
+from .fake_openai import fake_openai
 
 
 @pytest.fixture
@@ -153,3 +157,70 @@ def test_the_sdk_loads_few_of_its_types_yet_all_are_reachable() -> None:
     loaded, name, re_exported, more = python_output(code).split()
     assert int(loaded) < 200  # of ~470
     assert (name, re_exported, more) == ("ChatCompletion", "True", "True")
+
+
+def test_a_block_that_loads_nothing_freezes_nothing(packages: Path) -> None:
+    """The same large import again (a later run's) leaves the garbage of the moment to the
+    collector: a freeze would keep it until the process ends."""
+    (packages / "fems_loaded_pkg.py").write_text("VALUE = 1\n")
+    import_large("fems_loaded_pkg")
+    garbage = _Node()
+    garbage.me = garbage
+    left = weakref.ref(garbage)
+    del garbage
+    with large_imports():
+        import fems_loaded_pkg  # noqa: F401  # loaded already: nothing new
+    gc.collect()
+    assert left() is None
+
+
+class _Node:
+    me: _Node | None = None
+
+
+RUNS_SCRIPT = """
+meta:
+  name = again
+  session = new
+actors:
+  ai @eve = soul:eve, source:chatty
+action ask @ai(@eve):
+  prompt: "Say something."
+mainflow:
+  [START] -> ask -> [END]
+"""
+
+
+def test_a_process_that_runs_many_sessions_keeps_nothing_of_earlier_ones(tmp_path: Path) -> None:
+    """A batch worker runs session after session in one process: each run's first model client
+    loads nothing new, so nothing of the runs before it is frozen, and the frozen heap stays
+    what the first run's imports made."""
+    module = build_script(tmp_path, RUNS_SCRIPT)
+    program = (
+        "import gc, importlib.util, weakref\n"
+        f"spec = importlib.util.spec_from_file_location('again', {str(module)!r})\n"
+        "module = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(module)\n"
+        "def run():\n"
+        "    assert module.run(db=':memory:', transcript=False).status == 'completed'\n"
+        "run()\n"
+        "frozen = gc.get_freeze_count()\n"
+        "class Node: pass\n"
+        "garbage = Node(); garbage.me = garbage; left = weakref.ref(garbage); del garbage\n"
+        "run(); run()\n"
+        "gc.collect()\n"
+        "print(gc.get_freeze_count() == frozen, left() is None)\n"
+    )
+    with fake_openai() as server:
+        (tmp_path / "fems.toml").write_text(
+            '[models]\nchatty = { model = "openai/fake", api_key = "sk-test", '
+            f'api_base = "{server.api_base}" }}\n',
+            encoding="utf-8",
+        )
+        completed = subprocess.run(
+            [sys.executable, "-c", program], capture_output=True, text=True, cwd=tmp_path
+        )
+        requests = len(server.requests)
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.split() == ["True", "True"]
+    assert requests == 3
