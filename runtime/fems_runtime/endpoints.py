@@ -114,6 +114,9 @@ FEMS_OPTIONS = frozenset({"context_window", "reasoning", "max_concurrency"})
 """fems2py's own model-map options (§13.2a, §15.4, §15.7): read by the runtime, sent to no one."""
 
 LITELLM_EXTRA = "pip install 'fems-runtime[litellm]'"
+LITELLM_UNAWAITED = r"coroutine '\w+\.(acompletion\w*|async_streaming)' was never awaited"
+"""What Python warns when a call cancelled early (a timeout, `interrupt:`, a decided join) leaves
+a litellm handler's inner coroutine (``acompletion``, ``async_streaming`` …) never awaited."""
 STREAM_CHUNK_DEPRECATION = r"Accessing the 'model_\w+' attribute on the instance"
 READ_ONLY_TYPED_DICT = r"Item '\w+' on TypedDict class '\w+' is using the `ReadOnly` qualifier"
 
@@ -586,11 +589,8 @@ def import_litellm() -> ModuleType:
     global _litellm_module
     if _litellm_module is None:
         os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-        # cancelling a call early (`interrupt:`, a decided join) can leave litellm's inner
-        # coroutine unawaited; that is the cancellation working, not something to warn about
-        warnings.filterwarnings(
-            "ignore", r"coroutine '.*\.acompletion' was never awaited", RuntimeWarning
-        )
+        # that is the cancellation working, not something to warn about
+        warnings.filterwarnings("ignore", LITELLM_UNAWAITED, RuntimeWarning)
         # litellm reads pydantic attributes of its stream chunks that pydantic 2.11 deprecated
         warnings.filterwarnings("ignore", STREAM_CHUNK_DEPRECATION, DeprecationWarning)
         # pydantic says, when it first reads one of litellm's stream types, that it cannot
