@@ -3,7 +3,9 @@
 golden/01_sequence runs twice in one process with ``--model openai/fake-model`` against
 ``bench/fake_server.py`` on 127.0.0.1 (an in-memory SQLite store): the first run warms the
 imports, the second is watched with ``sys.setprofile`` from the moment ``@Bob``'s turn begins
-(``Context.ai``) until the `openai` SDK is asked to ``post`` its request. Counted are the
+(``Context.ai``) until the `openai` SDK is asked to ``post`` its request. The same is then
+watched for a later turn of @Bob's, in the script with a second action of his: what the first
+turn does once per run (resolving the model, its route and client) is not in it. Counted are the
 runtime files the turn enters, the distinct runtime functions it calls, and the calls that go
 from one runtime file into another (each resumption of a coroutine counts as a call, as the
 profiler reports it). The figures are counts, not times: they are the same on every run of
@@ -29,17 +31,25 @@ SCRIPT = ROOT / "golden" / "01_sequence" / "input.fems"
 RUNTIME = str(ROOT / "runtime" / "fems_runtime") + os.sep
 FLOW = RUNTIME + "flow.py"
 WATCHED = "@Bob"  # the actor whose turn goes to the fake server (@Ann's source is fems/mock)
+AGAIN = """
+action reply_again @ai(@Bob):
+    prompt: Answer Ann again, in a {mood} voice.
+    scope: [@Ann, @Bob]
+    out: mood
+"""  # the same shape as his first, `reply`
 
 
 @dataclass
 class TurnPath:
     """A profile function that follows one turn from ``Context.ai`` to the SDK's ``post``."""
 
+    turn: int = 1  # which of the actor's turns (1: the run's first)
     files: set[str] = field(default_factory=set)
     functions: set[tuple[str, int, str]] = field(default_factory=set)
     crossings: int = 0
     started: bool = False
     ended: bool = False
+    passed: list[FrameType] = field(default_factory=list)  # the turns before it
 
     def __call__(self, frame: FrameType, event: str, arg: Any) -> None:
         if event != "call" or self.ended:
@@ -47,9 +57,11 @@ class TurnPath:
         code = frame.f_code
         name = code.co_filename
         if not self.started:
-            self.started = (
-                name == FLOW and code.co_name == "ai" and frame.f_locals["executor"] == WATCHED
-            )
+            if name != FLOW or code.co_name != "ai" or frame.f_locals["executor"] != WATCHED:
+                return
+            if not any(turn is frame for turn in self.passed):  # not a resumption of one
+                self.passed.append(frame)
+            self.started = len(self.passed) == self.turn
             if not self.started:
                 return
         if code.co_name == "post" and f"{os.sep}openai{os.sep}" in name:
@@ -65,8 +77,12 @@ class TurnPath:
             self.crossings += where != name and where.startswith(RUNTIME)
 
 
-def watch_turn() -> TurnPath:
-    """Run the golden script twice against a fake server; the second run's turn path."""
+def watch_turn(turn: int = 1) -> TurnPath:
+    """Run the golden script twice against a fake server; the second run's path of @Bob's
+    ``turn`` (his second: in the script with `AGAIN` added)."""
+    source = SCRIPT.read_text(encoding="utf-8")
+    if turn > 1:
+        source = source.replace("-> reply ->", "-> reply -> reply_again ->") + AGAIN
     server = subprocess.Popen(
         [sys.executable, str(ROOT / "bench" / "fake_server.py"), "0"],
         stdin=subprocess.PIPE,
@@ -79,9 +95,9 @@ def watch_turn() -> TurnPath:
         os.environ["OPENAI_BASE_URL"] = f"http://127.0.0.1:{server.stdout.readline().strip()}/v1"
         os.environ["OPENAI_API_KEY"] = "fake-key"
         with TemporaryDirectory() as folder:
-            module = load_module(Path(folder), "sequence", SCRIPT.read_text(encoding="utf-8"))
+            module = load_module(Path(folder), "sequence", source)
             module.run(model="openai/fake-model", db=":memory:")  # warm-up: imports, caches
-            path = TurnPath()
+            path = TurnPath(turn)
             sys.setprofile(path)
             try:
                 module.run(model="openai/fake-model", db=":memory:")
@@ -96,7 +112,7 @@ def watch_turn() -> TurnPath:
         server.stdin.close()
         server.wait()
     if not path.ended:
-        raise RuntimeError(f"the turn of {WATCHED} never reached the SDK's post")
+        raise RuntimeError(f"turn {turn} of {WATCHED} never reached the SDK's post")
     return path
 
 
@@ -107,11 +123,21 @@ def main() -> list[Figure]:
         print(f"   {name.removeprefix(RUNTIME)}: {', '.join(f[2] for f in entered)}")
     files, functions = len(path.files), len(path.functions)
     print(f"   {files} files, {functions} functions, {path.crossings} cross-file calls")
+    later = watch_turn(2)
+    print(
+        f"   a later turn of {WATCHED}'s: {len(later.files)} files, {len(later.functions)} "
+        f"functions, {later.crossings} cross-file calls (the first's once-per-run work left out)"
+    )
     return [
         Figure("one AI turn before its request: runtime files", str(files), "≤ 15"),
         Figure("one AI turn before its request: functions", str(functions), "≤ 80"),
         Figure("one AI turn before its request: cross-file calls", str(path.crossings), "≤ 40"),
+        Figure("a later turn before its request: files / functions", _pair(later), "—"),
     ]
+
+
+def _pair(path: TurnPath) -> str:
+    return f"{len(path.files)} / {len(path.functions)}"
 
 
 if __name__ == "__main__":
