@@ -70,6 +70,11 @@ def report_models(
             fine = _print_check(results[name], out) and fine
     if not used:
         print("the script names no model: a run takes --model or FEMS_MODEL", file=out)
+        if check:  # said, so that a check of nothing is not taken for a check that passed
+            print(
+                "--check checked nothing: add --model NAME to check the model you will play",
+                file=out,
+            )
     return fine
 
 

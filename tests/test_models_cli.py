@@ -151,3 +151,25 @@ def test_a_script_that_names_no_model_says_what_a_run_plays(
     assert status == 0 and out == "no model map and no model named: a run plays fems/mock\n"
     status, out = run_models(script, capsys, "--model", "openai/gpt-4o-mini")
     assert status == 0 and out.startswith("openai/gpt-4o-mini → openai/gpt-4o-mini  (used")
+
+
+def test_a_check_of_a_script_that_names_no_model_says_it_checked_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with fake_local(llama_cpp(n_ctx=4096, slots=1)) as server:
+        script = project(
+            tmp_path,
+            f"""
+            [models]
+            local = {{ model = "openai/smollm2", api_base = "{server.api_base}" }}
+            """,
+        )
+        script.write_text(script.read_text().replace(" = source: local", ""), encoding="utf-8")
+        status, out = run_models(script, capsys, "--check")
+        assert status == 0 and out.endswith(
+            "the script names no model: a run takes --model or FEMS_MODEL\n"
+            "--check checked nothing: add --model NAME to check the model you will play\n"
+        )
+        assert "first chunk" not in out  # no model was sent a request
+        status, out = run_models(script, capsys, "--model", "local", "--check")
+    assert status == 0 and "first chunk after" in out

@@ -93,7 +93,8 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
     RunOption("--seed", "seed for fems/mock", type=int),
     RunOption(
         "--timeout",
-        "seconds a model request may take before it is retried (default: meta.timeout, 60)",
+        "the longest silence, in seconds, before a reply's first chunk or between two, after "
+        "which a model call is retried (default: meta.timeout, 60)",
         type=seconds,
         metavar="S",
     ),
