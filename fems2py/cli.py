@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fems_runtime.options import fork_point, run_flags
+from fems_runtime.values import counted
 
 from fems2py import __version__
 from fems2py.collector import loading_modules
@@ -494,7 +495,7 @@ def _list_sessions(roots: list[SessionNode], db: str) -> None:
 
     for root in roots:
         add(root, 0)
-    count = f"{len(lines)} session{'s' if len(lines) != 1 else ''}"
+    count = counted(len(lines), "session")
     print(f"fems2py: {count} in {db}" + (":" if lines else ""), file=sys.stderr)
     for line in lines:
         print(line, file=sys.stderr)
@@ -535,11 +536,7 @@ def _print_diagnostics(diagnostics: Sequence[Diagnostic], path: Path, source: st
     errors = sum(1 for d in diagnostics if d.severity == "error")
     warnings = len(diagnostics) - errors
     if diagnostics:
-        print(f"{_count(errors, 'error')}, {_count(warnings, 'warning')}", file=sys.stderr)
-
-
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}" + ("" if number == 1 else "s")
+        print(f"{counted(errors, 'error')}, {counted(warnings, 'warning')}", file=sys.stderr)
 
 
 if __name__ == "__main__":

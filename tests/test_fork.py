@@ -219,7 +219,8 @@ def test_an_interrupted_parent_can_be_forked_at_any_turn_it_recorded(tmp_path: P
     for turn in (1, 2, 3):
         forked = run_program(module, "--db", "d.db", "--model", "fems/mock", "--fork", f"1:{turn}")
         assert forked.returncode == 0, forked.stderr
-        assert f"{turn} turns replayed from session 1" in forked.stderr
+        replayed = "1 turn" if turn == 1 else f"{turn} turns"
+        assert f"{replayed} replayed from session 1" in forked.stderr
     # the last fork took the three recorded turns and the notes written between them
     assert [m for m in messages(tmp_path / "d.db", 4) if m[3] <= 3] == recorded
 
@@ -252,7 +253,7 @@ def test_reuse_after_an_edit_of_the_last_prompt_calls_only_that_turn(tmp_path: P
         assert rerun.returncode == 0, rerun.stderr
         assert len(server.requests) == calls + 1  # the curtain's one call, and nothing else
         assert "bid farewell" in json.dumps(server.requests[-1]["messages"])
-        assert f"1 model calls (session 2, {turns - 1} turns reused from session 1)" in rerun.stderr
+        assert f"1 model call (session 2, {turns - 1} turns reused from session 1)" in rerun.stderr
         assert session_row(shared, 2)["branch_turn"] == turns - 1
         before, after = messages(shared, 1), messages(shared, 2)
         assert [m for m in after if m[3] < turns] == [m for m in before if m[3] < turns]

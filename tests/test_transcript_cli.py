@@ -35,7 +35,7 @@ def test_transcript_prints_narration_reply_and_summary(tmp_path, capsys):
     assert "~ The court is in session.  [all]" in out
     assert "@judge ▸ all" in out
     assert "Rule on the case." not in out  # the prompt is private (§13.1)
-    assert "1 model calls" in out
+    assert "1 model call\n" in out  # one call, said in the singular
     assert any(line in ("verdict = guilty", "verdict = innocent") for line in out.splitlines())
 
 
@@ -44,7 +44,7 @@ def test_without_transcript_the_summary_goes_to_stderr(tmp_path, capsys):
     assert program.main(["--model", "fems/mock", "--db", ":memory:", "--show", "verdict"]) == 0
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert "completed in 3 steps, 1 model calls" in captured.err
+    assert "completed in 3 steps, 1 model call (session" in captured.err
     assert "verdict = " in captured.err
 
 

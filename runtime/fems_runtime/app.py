@@ -54,6 +54,7 @@ from fems_runtime.otel import export_run
 from fems_runtime.records import RunError, StepCounter, TraceWriter, TurnLog, write_result
 from fems_runtime.store import Checkpoint, hide_password
 from fems_runtime.transcript import Transcript
+from fems_runtime.values import counted
 from fems_runtime.variables import ActorSpec, BlueprintSpec, Variables
 from fems_runtime.version import __version__
 
@@ -479,8 +480,8 @@ class Program:
             )
             return EXIT_OK
         print(
-            f"{self.script.file}: completed in {outcome.steps} steps, "
-            f"{outcome.model_calls} model calls (session {outcome.session}"
+            f"{self.script.file}: completed in {counted(outcome.steps, 'step')}, "
+            f"{counted(outcome.model_calls, 'model call')} (session {outcome.session}"
             f"{_replayed(outcome, options)})",
             file=sys.stderr,
         )
@@ -750,12 +751,12 @@ def _argument_parser(script: ScriptInfo) -> argparse.ArgumentParser:
 def _replayed(outcome: RunResult, options: Mapping[str, Any]) -> str:
     """What the summary line says of the turns a run did not make itself."""
     if options.get("reuse") is not None:
-        return f", {outcome.reused} turns reused from session {options['reuse']}"
+        return f", {counted(outcome.reused, 'turn')} reused from session {options['reuse']}"
     if options.get("fork") is not None:
         parent = Branch.fork(options["fork"]).parent
-        return f", {outcome.reused} turns replayed from session {parent}"
+        return f", {counted(outcome.reused, 'turn')} replayed from session {parent}"
     if options.get("resume"):
-        return f", {outcome.replayed} turns replayed"
+        return f", {counted(outcome.replayed, 'turn')} replayed"
     return ""
 
 

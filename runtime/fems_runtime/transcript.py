@@ -24,6 +24,7 @@ from fems_runtime.events import (
     RunEvent,
 )
 from fems_runtime.replies import Piece
+from fems_runtime.values import counted
 from fems_runtime.words import MESSAGE_KINDS, TranscriptShow
 
 _SPEAKER_STYLES = ("cyan", "green", "magenta", "yellow", "blue", "bright_red", "bright_cyan")
@@ -170,7 +171,7 @@ class Transcript:
 
         self._console.rule("summary")
         line = Text(headline, style="bold red" if failed else "bold green")
-        line.append(f" · {steps} steps · {model_calls} model calls")
+        line.append(f" · {counted(steps, 'step')} · {counted(model_calls, 'model call')}")
         self._console.print(line)
         for name, value in shown.items():
             self._console.print(Text.assemble((f"{name} = ", "dim"), (str(value), "bold")))

@@ -165,6 +165,11 @@ def excerpt(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else f"{text[: limit - 1]}…"
 
 
+def counted(number: int, noun: str) -> str:
+    """``number`` and ``noun`` for a message, the noun plural (with an s) unless it is one."""
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
 class _NotLiteral(Exception):
     """Internal: the text is not a structured literal, so it is bare text."""
 
