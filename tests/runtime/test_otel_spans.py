@@ -21,6 +21,7 @@ from opentelemetry.trace import StatusCode
 SECRET_REASONING = "I secretly think Bob is the wolf"
 PROMPT = "You are @wolf. Who do you kill tonight?"
 REPLY = "I kill @Bob."
+ARGS = '{"path": "rules.md"}'
 
 
 class Recorder:
@@ -218,12 +219,48 @@ def test_content_is_exported_when_asked_but_reasoning_still_not() -> None:
     play_a_night(recorder)
     spans = recorder.finished()
     chat = spans["chat fems/mock"].attributes or {}
-    assert json.loads(chat["gen_ai.input.messages"]) == [{"role": "user", "content": PROMPT}]
+    assert json.loads(chat["gen_ai.input.messages"]) == [
+        {"role": "user", "parts": [{"type": "text", "content": PROMPT}]}
+    ]
     output = json.loads(chat["gen_ai.output.messages"])
     assert output[0]["parts"] == [{"type": "text", "content": REPLY}]
     tool = spans["execute_tool read"].attributes or {}
     assert tool["gen_ai.tool.call.result"] == "the rules"
     assert SECRET_REASONING not in _everything_exported(recorder)
+    recorder.telemetry.shutdown()
+
+
+def test_sent_messages_are_the_conventions_parts_tool_calls_and_results_too() -> None:
+    """A turn's second round: the system text, the prompt, the model's tool call and the tool's
+    result go out in the same shape as the reply (role and parts), none of its reasoning."""
+    recorder = Recorder(capture=True)
+    call = {"id": "c1", "type": "function", "function": {"name": "read", "arguments": ARGS}}
+    messages = (
+        {"role": "system", "content": "You are @wolf."},
+        {"role": "user", "content": PROMPT},
+        {"role": "assistant", "content": "", "tool_calls": [call], "reasoning_content": "hm"},
+        {"role": "tool", "tool_call_id": "c1", "content": "the rules"},
+    )
+    run = recorder.begin(ev.RunBegan, None)
+    began = recorder.begin(
+        ev.ModelCallBegan, run.id, provider="fems", request_model="fems/mock", messages=messages
+    )
+    recorder.end(ev.ModelCallEnded, began, provider="fems", reply=REPLY, finish_reason="stop")
+    recorder.end(ev.RunEnded, run)
+    chat = recorder.finished()["chat fems/mock"].attributes or {}
+    assert json.loads(chat["gen_ai.input.messages"]) == [
+        {"role": "system", "parts": [{"type": "text", "content": "You are @wolf."}]},
+        {"role": "user", "parts": [{"type": "text", "content": PROMPT}]},
+        {
+            "role": "assistant",
+            "parts": [{"type": "tool_call", "id": "c1", "name": "read", "arguments": ARGS}],
+        },
+        {
+            "role": "tool",
+            "parts": [{"type": "tool_call_response", "id": "c1", "response": "the rules"}],
+        },
+    ]
+    assert "gen_ai.system_instructions" not in chat  # the system text is in the chat history
     recorder.telemetry.shutdown()
 
 

@@ -275,7 +275,7 @@ class RunSpans:
         self._conversation_of(attributes)
         if self.capture:
             attributes[gen_ai.GEN_AI_INPUT_MESSAGES] = _json(
-                [_without_reasoning(message) for message in event.messages]
+                [_input_message(message) for message in event.messages]
             )
         turn = self._spans.get(event.parent) if event.parent is not None else None
         if turn is not None:  # the turn's id is known once it calls
@@ -408,9 +408,53 @@ def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
-def _without_reasoning(message: Mapping[str, Any]) -> dict[str, Any]:
-    """A sent message without any reasoning a provider keeps on it (§13.1)."""
-    return {key: value for key, value in message.items() if "reasoning" not in key}
+def _input_message(message: Mapping[str, Any]) -> dict[str, Any]:
+    """A sent message (OpenAI protocol) as the conventions' input message: role and parts.
+
+    Only the content and the tool calls are read, so no reasoning a provider keeps on a message
+    goes out (§13.1). A system message stays here with its role: the conventions keep
+    ``gen_ai.system_instructions`` for instructions an API takes apart from the chat history,
+    and a chat completion's system text is part of it."""
+    role = message.get("role") or "user"
+    parts: list[dict[str, Any]] = []
+    if role == "tool":
+        parts.append(
+            {
+                "type": "tool_call_response",
+                "id": message.get("tool_call_id"),
+                "response": message.get("content"),
+            }
+        )
+    else:
+        parts.extend(_content_parts(message.get("content")))
+        parts.extend(_tool_call_part(call) for call in message.get("tool_calls") or ())
+    converted: dict[str, Any] = {"role": role, "parts": parts}
+    if message.get("name"):
+        converted["name"] = message["name"]
+    return converted
+
+
+def _content_parts(content: Any) -> list[dict[str, Any]]:
+    """A message's content as text parts. The runtime sends a string; of a list of parts only
+    the texts are kept, since a part of another kind may be a provider's reasoning block."""
+    if isinstance(content, str):
+        return [{"type": "text", "content": content}] if content else []
+    return [
+        {"type": "text", "content": part.get("text")}
+        for part in content or ()
+        if isinstance(part, Mapping) and part.get("type") == "text"
+    ]
+
+
+def _tool_call_part(call: Mapping[str, Any]) -> dict[str, Any]:
+    """A tool call (OpenAI protocol) as the conventions' tool call part."""
+    function = call.get("function") or {}
+    return {
+        "type": "tool_call",
+        "id": call.get("id"),
+        "name": function.get("name"),
+        "arguments": function.get("arguments"),
+    }
 
 
 def _output_message(event: ev.ModelCallEnded) -> dict[str, Any]:
@@ -418,14 +462,5 @@ def _output_message(event: ev.ModelCallEnded) -> dict[str, Any]:
     parts: list[dict[str, Any]] = []
     if event.reply:
         parts.append({"type": "text", "content": event.reply})
-    for call in event.tool_calls:
-        function = call.get("function") or {}
-        parts.append(
-            {
-                "type": "tool_call",
-                "id": call.get("id"),
-                "name": function.get("name"),
-                "arguments": function.get("arguments"),
-            }
-        )
+    parts.extend(_tool_call_part(call) for call in event.tool_calls)
     return {"role": "assistant", "parts": parts, "finish_reason": event.finish_reason or ""}
