@@ -23,7 +23,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 
 from fems_runtime.events import RunEnded
 from fems_runtime.otel.forward import Record, rebuilt
-from fems_runtime.otel.setup import Telemetry, from_environment
+from fems_runtime.otel.setup import Telemetry, from_environment, quiet_absence
 from fems_runtime.otel.spans import RunSpans
 
 BATCH = 512
@@ -136,9 +136,11 @@ def serve(source: int, acks: int) -> None:
 
 def main() -> None:
     """Serve the parent: its messages on standard input, acknowledgements on standard output
-    (anything printed goes to standard error instead). An interrupt is the parent's to
-    handle: this process goes on until the parent closes the pipe."""
+    (anything printed goes to standard error instead, as do the SDK's warnings but those about
+    a collector that is not there, said once in a line of ours). An interrupt is the parent's
+    to handle: this process goes on until the parent closes the pipe."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    quiet_absence()
     acks = os.dup(1)
     os.dup2(2, 1)
     serve(0, acks)

@@ -8,24 +8,43 @@ the standard variables (``OTEL_EXPORTER_OTLP_ENDPOINT``, ``…_HEADERS``, ``…_
 ``OTEL_METRICS_EXPORTER=none`` turns one of the two off (a backend that takes no metrics,
 like Phoenix). The resource is the SDK's (``OTEL_SERVICE_NAME``,
 ``OTEL_RESOURCE_ATTRIBUTES``), its service named after the script when they do not say.
+
+A collector that is not there (nothing listens at the endpoint, or its host is unknown) is
+said once, in one line, and costs an export one refused request: the exporter would retry it
+for up to ten seconds and log each try (:class:`Session`). A collector that answers slowly, or
+with an error, is the exporter's to handle as usual.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
+import sys
+import threading
 from collections.abc import Mapping
+from typing import Any
 
+import requests
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from urllib3.exceptions import NewConnectionError
 
 from fems_runtime.version import __version__
 
 SCOPE = "fems_runtime"
 """The instrumentation scope of fems2py's spans and metrics."""
+GUIDE = "docs/guide/observability.md"
+CREDENTIAL_PROVIDERS = (
+    "OTEL_PYTHON_EXPORTER_OTLP_HTTP_CREDENTIAL_PROVIDER",
+    "OTEL_PYTHON_EXPORTER_OTLP_HTTP_TRACES_CREDENTIAL_PROVIDER",
+    "OTEL_PYTHON_EXPORTER_OTLP_HTTP_METRICS_CREDENTIAL_PROVIDER",
+)
+"""Variables naming a session of the user's own for the exporters, which then get no
+:class:`Session` (the exporter's usual retries and messages)."""
 
 
 def session_ids(session: int, created: float) -> tuple[int, int]:
@@ -68,6 +87,85 @@ class Telemetry:
         self.meters.shutdown()
 
 
+class CollectorAbsent(Exception):
+    """A request that no collector received: the connection was refused or the host is
+    unknown. Not one of the errors the exporter retries, since waiting seconds more would
+    not start a collector; the export fails at once."""
+
+
+class Absence:
+    """Whether a request found no collector, said once on standard error for the process
+    (the spans' and the metrics' exporters share it; the metrics send from a thread)."""
+
+    def __init__(self) -> None:
+        self.said = False
+        self._lock = threading.Lock()
+
+    def found(self, url: str, what: str, variable: str | None) -> None:
+        """Say that no collector answers at ``url`` (``what``: the spans or the metrics,
+        ``variable``: the one that named the endpoint, None for the default), once."""
+        with self._lock:
+            if self.said:
+                return
+            self.said = True
+        remedy = f"unset {variable}" if variable else "point OTEL_EXPORTER_OTLP_ENDPOINT at one"
+        print(
+            f"fems: warning: no OpenTelemetry collector answers at {url}: the run's {what} "
+            f"were not exported; start one ({GUIDE}) or {remedy}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+class Session(requests.Session):
+    """The HTTP session of an OTLP exporter: a request no collector receives ends with
+    :class:`CollectorAbsent`, said by ``absence``, instead of the connection error the
+    exporter would retry with growing waits (about 14 s and eight log lines a run)."""
+
+    def __init__(self, absence: Absence, what: str, variable: str | None) -> None:
+        super().__init__()
+        self.absence = absence
+        self.what = what
+        self.variable = variable
+
+    def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
+        try:
+            return super().send(request, **kwargs)
+        except requests.ConnectionError as error:
+            failed = error.args[0] if error.args else None
+            if not isinstance(getattr(failed, "reason", None), NewConnectionError):
+                raise  # a timeout, a proxy or TLS error, a dropped connection: retried
+            url = request.url or ""
+            self.absence.found(url, self.what, self.variable)
+            raise CollectorAbsent(url) from error
+
+
+class WithoutAbsence(logging.Filter):
+    """Leaves out the exporter's log lines about a :class:`CollectorAbsent` (said once by
+    :class:`Absence`); its other lines stay."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        values = record.args if isinstance(record.args, tuple) else ()
+        return not any(isinstance(value, CollectorAbsent) for value in values)
+
+
+def quiet_absence() -> None:
+    """Log the SDK's warnings as Python's default does (the message alone, on standard error),
+    but none about a collector that is not there."""
+    handler = logging.StreamHandler()
+    handler.setLevel(logging.WARNING)
+    handler.addFilter(WithoutAbsence())
+    logging.getLogger().addHandler(handler)
+
+
+def _endpoint_variable(environ: Mapping[str, str], signal: str) -> str | None:
+    """The variable that names the endpoint of ``signal`` (TRACES, METRICS), if one does."""
+    for name in (f"OTEL_EXPORTER_OTLP_{signal}_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"):
+        if environ.get(name, "").strip():
+            return name
+    return None
+
+
 def from_environment(
     service: str,
     environ: Mapping[str, str],
@@ -78,14 +176,21 @@ def from_environment(
     resource = Resource.create()
     if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
         resource = resource.merge(Resource({SERVICE_NAME: service}))
+    absence = Absence()
+    own_session = any(environ.get(name, "").strip() for name in CREDENTIAL_PROVIDERS)
+
+    def session(what: str, signal: str) -> Session | None:
+        return None if own_session else Session(absence, what, _endpoint_variable(environ, signal))
+
     span_exporter = None
     if environ.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower() != "none":
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-        span_exporter = OTLPSpanExporter()
+        span_exporter = OTLPSpanExporter(session=session("spans", "TRACES"))
     reader = None
     if environ.get("OTEL_METRICS_EXPORTER", "otlp").strip().lower() != "none":
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 
-        reader = PeriodicExportingMetricReader(OTLPMetricExporter())
+        metrics = OTLPMetricExporter(session=session("metrics", "METRICS"))
+        reader = PeriodicExportingMetricReader(metrics)
     return Telemetry(resource, span_exporter, reader, span_processor)
