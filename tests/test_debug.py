@@ -545,3 +545,88 @@ def test_debug_without_file_builds_what_launch_names(tmp_path: Path) -> None:
     assert process.wait(TIMEOUT) == 0
     assert process.stderr is not None and b"Traceback" not in process.stderr.read()
     close(process)
+
+
+def framed(*requests: tuple[str, dict[str, Any]]) -> bytes:
+    """Requests as an editor writes them, for a recorded session on stdin."""
+    wire = b""
+    for seq, (command, arguments) in enumerate(requests, 1):
+        body = json.dumps(
+            {"seq": seq, "type": "request", "command": command, "arguments": arguments}
+        ).encode()
+        wire += b"Content-Length: %d\r\n\r\n" % len(body) + body
+    return wire
+
+
+def unframed(wire: bytes) -> list[dict[str, Any]]:
+    """The messages an adapter wrote."""
+    messages = []
+    while wire:
+        header, _, rest = wire.partition(b"\r\n\r\n")
+        length = int(header.split(b":")[1])
+        messages.append(json.loads(rest[:length]))
+        wire = rest[length:]
+    return messages
+
+
+def debug_command(tmp_path: Path, how: str) -> list[str]:
+    """``fems2py debug`` or a built module's ``--debug``, on the offline game."""
+    if how == "fems2py":
+        return [FEMS2PY, "debug", str(WEREWOLF), *OFFLINE, "--db", ":memory:"]
+    module = tmp_path / "werewolf.py"
+    subprocess.run(
+        [FEMS2PY, "build", str(WEREWOLF), "-o", str(module)], check=True, capture_output=True
+    )
+    return [sys.executable, str(module), "--debug", *OFFLINE, "--db", ":memory:"]
+
+
+@pytest.mark.parametrize("how", ["fems2py", "module"])
+def test_a_session_recorded_in_a_file_is_read_from_stdin(tmp_path: Path, how: str) -> None:
+    """stdin a regular file (which asyncio cannot poll) is read as a pipe is: its requests
+    are answered, and its end is the client's going away."""
+    session = tmp_path / "session.dap"
+    session.write_bytes(
+        framed(
+            ("initialize", {"adapterID": "fems"}),
+            ("launch", {"program": str(WEREWOLF)}),
+            (
+                "setBreakpoints",
+                {"source": {"path": str(WEREWOLF)}, "breakpoints": [{"line": TALLY}]},
+            ),
+            ("configurationDone", {}),
+            ("disconnect", {}),
+        )
+    )
+    with open(session, "rb") as stdin:
+        done = subprocess.run(
+            debug_command(tmp_path, how), stdin=stdin, capture_output=True, timeout=TIMEOUT
+        )
+    assert done.returncode == 0, done.stderr
+    assert b"Traceback" not in done.stderr and b"no Debug Adapter" not in done.stderr
+    responses = [m for m in unframed(done.stdout) if m["type"] == "response"]
+    assert [(r["command"], r["success"]) for r in responses] == [
+        ("initialize", True),
+        ("launch", True),
+        ("setBreakpoints", True),
+        ("configurationDone", True),
+        ("disconnect", True),
+    ]
+    assert responses[2]["body"]["breakpoints"][0]["line"] == TALLY
+
+
+@pytest.mark.parametrize("how", ["fems2py", "module"])
+def test_stdin_from_dev_null_ends_at_once_and_says_why(tmp_path: Path, how: str) -> None:
+    """``</dev/null`` (CI, nohup): no client, so no run; one line says how to debug."""
+    done = subprocess.run(
+        debug_command(tmp_path, how),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert done.returncode == 0 and done.stdout == ""
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip() == (
+        "fems debugger: no Debug Adapter Protocol request came on stdin: start the debugger "
+        "from an editor (docs/guide/debugging.md), or use --listen HOST:PORT"
+    )

@@ -22,6 +22,11 @@ from typing import Any
 from fems_runtime.debug.adapter import Adapter, DebuggedProgram, Target
 from fems_runtime.debug.wire import Channel, stdio_streams
 
+NO_CLIENT = (
+    "fems debugger: no Debug Adapter Protocol request came on stdin: start the debugger from "
+    "an editor (docs/guide/debugging.md), or use --listen HOST:PORT"
+)
+
 
 def debug_program(
     program: DebuggedProgram, options: Mapping[str, Any], listen: str | None, shown: Sequence[str]
@@ -43,7 +48,11 @@ async def serve(target: Target, listen: str | None = None, shown: Sequence[str] 
     """Serve one client, over stdio or at ``listen``; the exit status of its run."""
     if listen is None:
         reader, write = await stdio_streams()
-        return await Adapter(Channel(write), target, list(shown)).serve(reader)
+        adapter = Adapter(Channel(write), target, list(shown))
+        status = await adapter.serve(reader)
+        if not adapter.heard:  # </dev/null, nohup, CI: say why nothing ran
+            print(NO_CLIENT, file=sys.stderr, flush=True)
+        return status
     host, _, port = listen.rpartition(":")
     finished: asyncio.Future[int] = asyncio.get_running_loop().create_future()
     taken = False

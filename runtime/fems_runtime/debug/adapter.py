@@ -112,12 +112,14 @@ class Adapter:
         self.starts_sessions = False  # the client answers startDebugging (a child session)
         self.launch_arguments: dict[str, Any] | None = None  # a child's configuration, forked
         self.answered: dict[int, Callable[[dict[str, Any]], None]] = {}  # reverse requests
+        self.heard = False  # the client sent a message (not an empty stdin)
 
     async def serve(self, reader: asyncio.StreamReader) -> int:
         """Answer requests until the client disconnects; the run's exit status."""
         try:
             while not self.done.is_set():
                 message = await read_message(reader)
+                self.heard = True
                 if message.get("type") == "request":
                     self.answer(message)
                 elif message.get("type") == "response":

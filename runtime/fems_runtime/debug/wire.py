@@ -1,12 +1,17 @@
 """The Debug Adapter Protocol's wire format: JSON messages, each after a ``Content-Length``
 header, over a pair of asyncio streams (stdin/stdout of an editor that launched the adapter,
-or one TCP connection of an editor that attached)."""
+or one TCP connection of an editor that attached). A stdin that is a file (a recorded session,
+or ``/dev/null``) is read to its end as a pipe would be."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
+import stat
 import sys
+import threading
 from typing import Any, BinaryIO
 
 HEADER_END = b"\r\n\r\n"
@@ -65,20 +70,57 @@ class Channel:
 async def stdio_streams() -> tuple[asyncio.StreamReader, Any]:
     """Read stdin as a stream; write to the process's original stdout, which from here on
     belongs to the protocol: whatever the run prints goes to stderr instead."""
-    import os
-
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=2**24)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    out: BinaryIO = os.fdopen(os.dup(sys.stdout.fileno()), "wb", buffering=0)
-    sys.stdout.flush()
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    stdin = sys.stdin.fileno() if sys.stdin is not None else None
+    if stdin is not None and pollable(stdin):
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    else:
+        read_in_thread(stdin, reader, loop)
+    out: BinaryIO
+    if sys.stdout is None:  # closed (``>&-``): nobody hears the answers
+        out = open(os.devnull, "wb", buffering=0)  # noqa: SIM115 (open for the session)
+    else:
+        out = os.fdopen(os.dup(sys.stdout.fileno()), "wb", buffering=0)
+        sys.stdout.flush()
+        os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     sys.stdout = sys.stderr
 
     def write(data: bytes) -> None:
         out.write(data)
 
     return reader, write
+
+
+def pollable(fd: int) -> bool:
+    """Whether the event loop can wait on ``fd``: a pipe, a socket or a terminal (what an
+    editor or a shell gives). A regular file or ``/dev/null`` cannot be polled."""
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or os.isatty(fd)
+
+
+def read_in_thread(
+    fd: int | None, reader: asyncio.StreamReader, loop: asyncio.AbstractEventLoop
+) -> None:
+    """Feed ``reader`` what a file that cannot be polled holds (a recorded session, or
+    nothing), read on a thread; its end is the client's going away, as a pipe's is. A closed
+    stdin (``fd`` None) ends at once."""
+
+    def pump() -> None:
+        try:
+            while fd is not None and (chunk := os.read(fd, 2**16)):
+                loop.call_soon_threadsafe(reader.feed_data, chunk)
+        except OSError:
+            pass  # unreadable (a directory, a closed descriptor): the stream ends here
+        except RuntimeError:
+            return  # the loop closed: the session ended before the file did
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(reader.feed_eof)
+
+    threading.Thread(target=pump, name="fems-debug-stdin", daemon=True).start()
 
 
 __all__ = ["Channel", "ProtocolClosed", "frame", "read_message", "stdio_streams"]
