@@ -498,7 +498,8 @@ def test_debug_options_misused_are_usage_errors(argv: Sequence[str], message: st
 
 
 def test_game_module_serves_with_debug(tmp_path: Path) -> None:
-    """``python game.py --debug``: the built module serves the protocol itself."""
+    """``python game.py --debug``: the built module serves the protocol itself, and shows the
+    stack ``fems2py debug`` shows."""
     module = tmp_path / "werewolf.py"
     subprocess.run(
         [FEMS2PY, "build", str(WEREWOLF), "-o", str(module)], check=True, capture_output=True
@@ -515,7 +516,10 @@ def test_game_module_serves_with_debug(tmp_path: Path) -> None:
     client.request("initialize", adapterID="fems")
     client.request("launch", program=str(WEREWOLF))
     stopped = start(client, {"line": TALLY})
-    assert top(client, stopped["threadId"])["source"]["path"] == str(WEREWOLF)
+    frames = client.request("stackTrace", threadId=stopped["threadId"])["stackFrames"]
+    assert frames[0]["source"]["path"] == str(WEREWOLF)
+    # the stack is the flow path, as under fems2py debug: not the module's top level under it
+    assert [(frame["name"], frame["line"]) for frame in frames] == [("mainflow: Tally", TALLY)]
     run_to_end(client)
     client.send("disconnect")
     assert process.wait(TIMEOUT) == 0

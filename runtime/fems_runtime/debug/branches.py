@@ -22,6 +22,9 @@ from fems_runtime.names import DeclaredNames
 from fems_runtime.variables import Frame
 
 MAIN_THREAD = 1
+#: the generated module's top level: below the run when the module is the program run
+#: (``python game.py --debug``), but no part of its flow path
+MODULE_TOP = "<module>"
 
 
 @dataclass(frozen=True)
@@ -87,7 +90,7 @@ class Branches:
         own: list[Place] = []
         frame: FrameType | None = sys._getframe(1)
         while frame is not None:
-            if self.lines.owns(frame.f_code):
+            if self.lines.owns(frame.f_code) and frame.f_code.co_name != MODULE_TOP:
                 own.append(self._place(frame))
             frame = frame.f_back
         own.reverse()
