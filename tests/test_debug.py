@@ -392,6 +392,18 @@ def test_restart_from_here_forks_the_session(tmp_path: Path) -> None:
     assert rows == [(1, None), (2, 1)]
 
 
+def test_a_restarted_turn_with_a_breakpoint_stops_at_the_breakpoint(tmp_path: Path) -> None:
+    """The reason of the restarted turn's stop is ``restart`` only with no breakpoint there:
+    a breakpoint on its action makes it a breakpoint's stop (one stop, not two)."""
+    with adapter(tmp_path, db=str(tmp_path / "games.db")) as client:
+        stopped = start(client, {"line": VOTE_HEADER})
+        client.request("restartFrame", frameId=top(client, stopped["threadId"])["id"])
+        again = client.wait_event("stopped")
+        assert again["reason"] == "breakpoint" and again["hitBreakpointIds"]
+        assert "vote" in top(client, again["threadId"])["name"]
+        assert run_to_end(client)["exitCode"] == 0
+
+
 def test_restart_from_here_starts_a_forked_debug_session(tmp_path: Path) -> None:
     """An editor that starts child sessions gets a ``startDebugging`` request: the launch
     configuration again, with ``fork`` before the turn and ``stopOnEntry``. Launched as the
