@@ -516,7 +516,7 @@ def test_game_module_serves_with_debug(tmp_path: Path) -> None:
     subprocess.run(
         [FEMS2PY, "build", str(WEREWOLF), "-o", str(module)], check=True, capture_output=True
     )
-    env = {**os.environ, "PYTHONPATH": ""}
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "runtime")}  # this checkout's runtime alone
     process = subprocess.Popen(
         [sys.executable, str(module), "--debug", *OFFLINE, "--db", ":memory:"],
         stdin=subprocess.PIPE,
