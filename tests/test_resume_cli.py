@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from fems_helpers import build_script, run_program
+import pytest
+from fems_helpers import build_script, load, run_program
 from fems_runtime.store import Store
 
 SCRIPT = """
@@ -101,6 +102,7 @@ def test_resume_continues_a_session_whose_replies_ran_out(tmp_path: Path) -> Non
     again = run_program(module, *args)
     assert again.returncode == 1
     assert "session 1 is completed; there is nothing to resume" in again.stderr
+    assert "or with --fork 1 to branch from it" in again.stderr
     assert "Traceback" not in again.stderr
 
 
@@ -114,3 +116,16 @@ def test_resume_exit_statuses(tmp_path: Path) -> None:
     assert "t.fems: error: --resume: no session of t.fems in this database" in missing.stderr
     absent = run_program(module, "--db", "d.db", "--replies", full, "--resume", "--session", "9")
     assert absent.returncode == 1 and "session 9 does not exist" in absent.stderr
+
+
+def test_an_interrupted_run_says_how_to_go_on_when_its_session_was_kept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    program = load(build_script(tmp_path, SCRIPT, {"side.py": SIDE})).PROGRAM
+    assert program.report(KeyboardInterrupt(), {"db": "games.db"}, []) == 1
+    said = capsys.readouterr().err
+    assert said.endswith(
+        "error: interrupted; the same command with --resume goes on where it stopped\n"
+    )
+    assert program.report(KeyboardInterrupt(), {"db": ":memory:"}, []) == 1
+    assert capsys.readouterr().err.endswith("error: interrupted\n")  # nothing kept to resume

@@ -469,7 +469,9 @@ class Program:
                 print(self.masked(text, options.get("db")), file=sys.stderr, end="")
             return EXIT_RUN_ERROR
         if isinstance(outcome, BaseException):
-            print(f"{self.script.file}: error: interrupted", file=sys.stderr)
+            kept = options.get("db") != ":memory:"  # a session of a database can go on (§16.4)
+            hint = "; the same command with --resume goes on where it stopped" if kept else ""
+            print(f"{self.script.file}: error: interrupted{hint}", file=sys.stderr)
             return EXIT_RUN_ERROR
         if isinstance(options.get("transcript"), Transcript):
             options["transcript"].summary(

@@ -284,8 +284,9 @@ def test_a_session_of_a_changed_script_cannot_be_resumed(
     failing.recover()
     changed = SCRIPT.replace("Say how you feel today.", "Say how you feel, briefly.")
     edited = load(build_script(tmp_path, changed, {"side.py": SIDE}))
-    with pytest.raises(RunError, match="session 1 was run from a different script"):
+    with pytest.raises(RunError, match="session 1 was run from a different script") as error:
         edited.run(**_options(tmp_path, resume=True))
+    assert str(error.value).endswith("or run with --reuse 1 to replay what is unchanged")
     with Store(f"sqlite:///{tmp_path / 'dialog.db'}") as store:
         assert store.session(1)["status"] == "failed"  # refused: nothing was touched
 

@@ -392,14 +392,16 @@ def _resume_session(store: Store, script: Any, spec: str | int | None) -> tuple[
     if row["status"] == "completed":
         raise RunError(
             f"--resume: session {number} is completed; there is nothing to resume "
-            "(run without --resume to start a new run)"
+            f"(run without --resume to start a new run, or with --fork {number} to branch "
+            "from it)"
         )
     if row["script_hash"] != script.sha256:
         raise RunError(
             f"--resume: session {number} was run from a different script "
             f"({row['script'] or 'unknown'}, sha256 {str(row['script_hash'])[:12]}…); "
             f"this is {script.file}, sha256 {script.sha256[:12]}…: resume with the module "
-            "built from the same source, or start a new session"
+            f"built from the same source, or run with --reuse {number} to replay what is "
+            "unchanged"
         )
     found = store.run_records(number)
     if found is None:
