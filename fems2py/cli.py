@@ -477,8 +477,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _list_sessions(roots: list[SessionNode], db: str) -> None:
-    """The sessions of ``db`` as a tree of forks (§16.4a), each fork indented under the
-    session it was forked from, with the turn it branched at."""
+    """The sessions of ``db`` as a tree (§16.4a), each session a fork or a reuse started
+    indented under its parent, with the turn it branched at."""
     lines: list[str] = []
 
     def add(node: SessionNode, depth: int) -> None:
@@ -487,7 +487,7 @@ def _list_sessions(roots: list[SessionNode], db: str) -> None:
         line = f"{'  ' * depth}  session {row['id']}: {name} ({row.get('status')})"
         if row.get("parent") is not None:
             at = row.get("branch_turn")
-            line += f", forked from session {row['parent']}"
+            line += f", branched from session {row['parent']}"
             line += f" after turn {at}" if at is not None else ""
         lines.append(line)
         for child in node.children:

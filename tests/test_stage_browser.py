@@ -187,18 +187,18 @@ def test_serve_shows_forks_under_their_parent_and_each_turn_s_fork_command(
         listed = "".join(line for line in stage.seen if "session" in line)
         assert "fems2py: 2 sessions in games.db:" in listed
         assert "  session 1: Werewolf at the Crossroads Inn (completed)\n" in listed
-        assert "    session 2: the fork (completed), forked from session 1 after turn 5" in listed
+        assert "    session 2: the fork (completed), branched from session 1 after turn 5" in listed
         page.goto(url)
         child = page.locator('#session-list li[data-session="1"] > ul > li[data-session="2"]')
         child.wait_for()
-        assert "forked from session 1 after turn 5" in child.text_content()
+        assert "branched from session 1 after turn 5" in child.text_content()
         assert page.locator('#session-list > li[data-session="2"]').count() == 0
         screenshot(page, "serve-tree")
 
         child.locator("a").first.click()
         page.wait_for_selector("#dialog li")
         lineage = page.locator("#lineage")
-        assert "forked from session 1 after its turn 5" in lineage.text_content()
+        assert "branched from session 1 after its turn 5" in lineage.text_content()
         forks = page.locator("#dialog details.fork")
         turns = [int(forks.nth(i).get_attribute("data-turn") or 0) for i in range(forks.count())]
         assert turns and turns == sorted(set(turns)), "one fork command per turn, in order"

@@ -71,7 +71,7 @@ function sessionHref(number) {
 
 function branchText(s) {
   const at = s.branch_turn === null || s.branch_turn === undefined ? "" : ` after turn ${s.branch_turn}`;
-  return `forked from session ${s.parent}${at}`;
+  return `branched from session ${s.parent}${at}`;
 }
 
 async function openSession(number) {
@@ -105,7 +105,7 @@ function showLineage(info) {
     ? el("a", { href: sessionHref(info.parent), text: `session ${info.parent}` })
     : `session ${info.parent}`;
   const at = info.branch_turn === null || info.branch_turn === undefined ? "" : ` after its turn ${info.branch_turn}`;
-  note.replaceChildren("This session was forked from ", parent, `${at}: its turns up to there are the parent's, replayed.`);
+  note.replaceChildren("This session branched from ", parent, `${at}: its turns up to there are the parent's, replayed.`);
 }
 
 // ------------------------------------------------------------------ dialog
