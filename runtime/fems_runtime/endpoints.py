@@ -577,6 +577,7 @@ def _connection_detail(error: BaseException) -> str:
 
 _litellm_module: ModuleType | None = None
 _LITELLM_PREFIX = re.compile(r"^litellm\.\w+:\s*(?:\w+:\s*)?(?:\w*Exception(?:\s+\w+)?\s*-\s*)?")
+_KEY_VARIABLE = re.compile(r"\b[A-Z][A-Z0-9_]*_API_KEY\b")  # the first a message names
 _MISSING_CREDENTIALS = re.compile(
     r"missing credentials|api_key client option must be set|missing \w+ api key|no key is set", re.I
 )
@@ -688,8 +689,9 @@ def _litellm_error(error: Exception, timeout: float) -> ModelCallError:
     text = str(getattr(error, "message", "") or error).partition("\nTraceback")[0].strip()
     text = text or type(error).__name__
     detail = _LITELLM_PREFIX.sub("", text).strip() or text
-    if _MISSING_CREDENTIALS.search(text):
-        return ModelCallError(Failure.KEY, detail)
+    if _MISSING_CREDENTIALS.search(text):  # litellm's explanation runs long: its variable
+        variable = _KEY_VARIABLE.search(text)
+        return ModelCallError(Failure.KEY, f"set {variable.group()}" if variable else detail)
     names = {cls.__name__ for cls in type(error).__mro__}
     if names & {"Timeout", "APITimeoutError"} or isinstance(error, TimeoutError):
         return ModelCallError(Failure.TIMEOUT, f"no answer within {timeout:g} s")
