@@ -74,6 +74,11 @@ class CodeFiles:
         path = self.files.get(alias)
         if path is None:
             raise RunError(f"'{alias}' is not a code: alias")
+        if not path.is_file():  # neither where it was built from nor beside the module
+            raise RunError(
+                f"code file {path} does not exist, nor {path.name} beside the module in "
+                f"{self.base_dir}: copy {path.name} there, or build the module with --bundle"
+            )
         return load_code(path)
 
     def function(self, alias: str, name: str) -> Callable[..., Any]:

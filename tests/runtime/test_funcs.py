@@ -62,8 +62,12 @@ def test_code_files(code_dir: Path) -> None:
     assert files.function("game", "is_over")([1, 2]) is False
     with pytest.raises(RunError, match="game.nope is not a function"):
         files.function("game", "nope")
-    with pytest.raises(RunError, match="does not exist"):
+    with pytest.raises(RunError, match="does not exist") as missing:
         files.module("gone")
+    assert str(missing.value).endswith(
+        f"nor missing.py beside the module in {code_dir}: copy missing.py there, or build the "
+        "module with --bundle"
+    )
     with pytest.raises(RunError, match="not a code: alias"):
         files.module("x")
 
