@@ -79,7 +79,7 @@ def test_resume_continues_a_session_whose_replies_ran_out(tmp_path: Path) -> Non
     args = ("--db", "d.db", "--replies", full, "--resume", "--session", "1")
     resumed = run_program(module, *args, "--result", "r2.json", "--show", "notes,said")
     assert resumed.returncode == 0, resumed.stderr
-    assert "(session 1, 4 turns replayed)" in resumed.stderr
+    assert "(session 1, 4 recorded calls replayed)" in resumed.stderr
     result = json.loads((tmp_path / "r2.json").read_text())
     assert result["status"] == "completed" and result["session"] == 1
     assert result["vars"] == {"round": 3, "said": "line 2", "notes": 3}

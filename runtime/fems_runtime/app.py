@@ -118,7 +118,10 @@ class RunResult:
     steps: int
     variables: dict[str, Any]
     model_calls: int = 0
-    replayed: int = 0  # turns a resumed run took from the session's records (§16.4)
+    #: recorded calls (a model call or tool round, a human answer, a func result) the run
+    #: replayed instead of making them: its session's own on a resume (§16.4), its parent's on
+    #: a fork or a reuse (§16.4a)
+    replayed: int = 0
     reused: int = 0  # turns a fork or a reuse took from its parent session (§16.4a)
 
 
@@ -758,7 +761,7 @@ def _replayed(outcome: RunResult, options: Mapping[str, Any]) -> str:
         parent = Branch.fork(options["fork"]).parent
         return f", {counted(outcome.reused, 'turn')} replayed from session {parent}"
     if options.get("resume"):
-        return f", {counted(outcome.replayed, 'turn')} replayed"
+        return f", {counted(outcome.replayed, 'recorded call')} replayed"
     return ""
 
 
