@@ -36,6 +36,10 @@ class ServerTool:
     name: str
     description: str
     input_schema: Mapping[str, Any]
+    read_only: bool = False
+    """Whether the server marks it read-only (the annotation ``readOnlyHint: true``); a tool
+    without the mark may change something, as the MCP specification's default says, and an
+    offline model never calls it (§15.3)."""
 
 
 class McpServers:
@@ -227,7 +231,8 @@ async def _list_tools(session: Any) -> list[ServerTool]:
             page = await session.list_tools(params=PaginatedRequestParams(cursor=cursor))
         for tool in page.tools:
             schema = tool.input_schema or {"type": "object", "properties": {}}
-            listed.append(ServerTool(tool.name, tool.description or tool.name, schema))
+            read_only = getattr(tool.annotations, "read_only_hint", None) is True
+            listed.append(ServerTool(tool.name, tool.description or tool.name, schema, read_only))
         cursor = page.next_cursor
         if not cursor:
             return listed

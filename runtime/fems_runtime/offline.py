@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from fems_runtime.out_types import MOCK_WORDS, choice_list, out_type
 from fems_runtime.records import RunError
 from fems_runtime.signals import OutSpec
-from fems_runtime.tools import ToolCall
+from fems_runtime.tools import Tool, ToolCall
 from fems_runtime.values import ACTOR_NAME, Actor
 
 if TYPE_CHECKING:
@@ -57,6 +57,9 @@ class OfflineTurn:
     candidates: tuple[str, ...] = field(default_factory=tuple)
     tools: tuple[Mapping[str, Any], ...] = ()
     """The offered tools as the model sees them (the ``function`` part of each ``tools`` entry)."""
+    safe_tools: tuple[str, ...] = ()
+    """The names (as the model sees them) of the offered tools `fems/mock` may call of itself:
+    none that may change something (:func:`safe_tool_names`)."""
 
 
 @dataclass(frozen=True)
@@ -130,19 +133,24 @@ class MockModel:
     def tool_calls(
         self, turn: OfflineTurn, messages: Sequence[Mapping[str, Any]] = ()
     ) -> tuple[ToolCall, ...]:
-        """Each offered tool once per turn, with arguments valid for its schema: the first call
-        of a turn (no tool result in ``messages`` yet) asks for them all.
-
-        **Decision:** the mock never calls ``write`` or ``edit``, so a mock run changes no
-        file (an MCP tool is called: the server decides what it changes).
-        """
+        """Each offered tool in ``turn.safe_tools`` once per turn, with arguments valid for its
+        schema: the first call of a turn (no tool result in ``messages`` yet) asks for them
+        all. A rehearsal with the mock must change nothing, so it calls no tool that may
+        write (§15.3)."""
         if any(m.get("role") == "tool" for m in messages):
             return ()
         return tuple(
             ToolCall("", tool["name"], json.dumps(example_arguments(tool.get("parameters", {}))))
             for tool in turn.tools
-            if tool["name"] not in ("write", "edit")
+            if tool["name"] in turn.safe_tools
         )
+
+
+def safe_tool_names(tools: Iterable[Tool]) -> tuple[str, ...]:
+    """The wire names of the tools `fems/mock` may call of itself (§15.3): the built-ins that
+    read, an MCP tool its server marks read-only (``readOnlyHint: true``) and a ``code:``
+    function (the script's own); never ``write``, ``edit`` or an MCP tool without the mark."""
+    return tuple(tool.wire_name for tool in tools if tool.read_only is not False)
 
 
 def mock_value(out: OfflineOut, actors: Sequence[str], rng: random.Random) -> Any:

@@ -94,6 +94,11 @@ class Tool:
     threaded: bool = True
     """Whether ``invoke`` runs in a worker thread (a Python function) or in the run's loop
     (an MCP call, which returns an awaitable)."""
+    read_only: bool | None = None
+    """Whether a call changes nothing: True for the built-ins that read and an MCP tool its
+    server marks read-only, False for ``write``, ``edit`` and any other MCP tool, None for a
+    ``code:`` function (the script's own, which the run cannot judge). An offline model calls
+    no tool that is False (§15.3)."""
 
     @property
     def wire_name(self) -> str:
@@ -117,7 +122,7 @@ class ToolSchemaError(Exception):
     """A function whose parameters pydantic cannot describe as a JSON schema object."""
 
 
-def describe(name: str, function: Callable[..., Any]) -> Tool:
+def describe(name: str, function: Callable[..., Any], read_only: bool | None = None) -> Tool:
     """The tool for ``function``: schema and validation from pydantic's ``TypeAdapter``.
 
     Raises :class:`ToolSchemaError` when the parameters cannot be described (a type without a
@@ -141,7 +146,8 @@ def describe(name: str, function: Callable[..., Any]) -> Tool:
             "(positional-only or *args parameters)"
         )
     doc = inspect.getdoc(function) or f"The function {name}."
-    return Tool(name, _cut(doc, DESCRIPTION_LIMIT), parameters, adapter.validate_python)
+    description = _cut(doc, DESCRIPTION_LIMIT)
+    return Tool(name, description, parameters, adapter.validate_python, read_only=read_only)
 
 
 def _cut(text: str, limit: int) -> str:
@@ -218,7 +224,7 @@ class Toolbox:
             return tool
         try:
             if name in BUILTIN_TOOLS:
-                tool = describe(name, self.workspace.tool(name))
+                tool = describe(name, self.workspace.tool(name), name in DEFAULT_TOOLS)
             else:
                 tool = describe(name, self._function(name))
         except ToolSchemaError as error:
@@ -262,7 +268,14 @@ class Toolbox:
                 return self.servers.call(server, listed.name, arguments)
 
             description = _cut(listed.description, DESCRIPTION_LIMIT)
-            tool = Tool(name, description, listed.input_schema, invoke, threaded=False)
+            tool = Tool(
+                name,
+                description,
+                listed.input_schema,
+                invoke,
+                threaded=False,
+                read_only=listed.read_only,
+            )
             self._tools[name] = tool
         return tool
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from fems_runtime import builtin_tools
 from fems_runtime.builtin_tools import GREP_MATCH_LIMIT, LIST_LIMIT, READ_LIMIT
-from fems_runtime.offline import MockModel, OfflineTurn
+from fems_runtime.offline import MockModel, OfflineTurn, safe_tool_names
 from fems_runtime.tools import Toolbox, ToolCall
 
 
@@ -170,11 +170,9 @@ def test_edit_never_leaves_the_root(project: Path) -> None:
     assert secret.read_text(encoding="utf-8") == "wolf password\n"
 
 
-def test_the_mock_never_writes_or_edits() -> None:
-    offered = [
-        {"name": name, "parameters": {"type": "object", "properties": {}}}
-        for name in ("read", "write", "edit", "grep")
-    ]
-    turn = OfflineTurn(action="fix", actor="@dev", tools=tuple(offered))
+def test_the_mock_never_writes_or_edits(project: Path) -> None:
+    tools = asyncio.run(Toolbox(project, None).tools(["read", "write", "edit", "grep"]))
+    offered = tuple(tool.schema()["function"] for tool in tools)
+    turn = OfflineTurn(action="fix", actor="@dev", tools=offered, safe_tools=safe_tool_names(tools))
     calls = MockModel(seed=1).tool_calls(turn)
     assert [c.name for c in calls] == ["read", "grep"]

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from fems_runtime.context import Request, model_request, retry_messages
 from fems_runtime.events import FallbackTaken, ReplyRejected
 from fems_runtime.lineage import model_options, request_digest
-from fems_runtime.offline import OfflineTurn, named_actors, offline_out
+from fems_runtime.offline import OfflineTurn, named_actors, offline_out, safe_tool_names
 from fems_runtime.records import RunError, TurnLog
 from fems_runtime.signals import aapply_signals
 from fems_runtime.specs import TurnResult
@@ -171,7 +171,8 @@ class AiTurn(CallingTurn):
         return result
 
     def offline_turn(self) -> OfflineTurn:
-        """What `fems/mock` and `fems/script` may know: outs, current values, candidate actors.
+        """What `fems/mock` and `fems/script` may know: outs, current values, candidate actors,
+        and which offered tools the mock may call (§15.3).
 
         Candidates are the actors the rendered prompt names, else the others in scope (§15.3).
         """
@@ -179,7 +180,10 @@ class AiTurn(CallingTurn):
         others = [str(a) for a in room.actors if a != room.voice]
         candidates = named_actors(self.texts.shown, frame) or others or [self.actor]
         outs = tuple(offline_out(out, frame) for out in self.spec.outs or ())
-        return OfflineTurn(self.spec.action, self.actor, self.id, 0, outs, tuple(candidates))
+        safe = safe_tool_names(self.setup.tools)
+        return OfflineTurn(
+            self.spec.action, self.actor, self.id, 0, outs, tuple(candidates), safe_tools=safe
+        )
 
     # ------------------------------------------------------------------ one attempt
 
