@@ -138,6 +138,45 @@ def test_mock_calls_the_clock_and_the_trace_shows_the_servers_answer(tmp_path: P
     assert not alive(server_pid(tmp_path, "clock"))
 
 
+def git_state(repository: Path) -> str:
+    """Its branches, commits and working tree: what a tool that writes would change."""
+    git = ["git", "-C", str(repository)]
+    commands = (["branch", "-a", "-v"], ["log", "--all", "--format=%H"], ["status", "-s"])
+    return "\n".join(
+        subprocess.run([*git, *command], capture_output=True, text=True, check=True).stdout
+        for command in commands
+    )
+
+
+def test_mock_calls_only_the_git_tools_its_server_marks_read_only(tmp_path: Path) -> None:
+    """A mock run offered `git.*` is a rehearsal that changes nothing (§15.3): git_commit,
+    git_add, git_reset, git_checkout and git_create_branch lack readOnlyHint and are not
+    called."""
+    repository = git_repository(tmp_path / "repo")
+    before = git_state(repository)
+    declare(
+        tmp_path,
+        git=["mcp_server_git", "--repository", str(repository)],
+        clock=clock_server(),
+    )
+    result, events = run_script(tmp_path, GIT_SCRIPT, model="fems/mock")
+    assert result.status == "completed"
+    called = [e["name"] for e in tool_events(events)]
+    assert called == [
+        "git.git_status",
+        "git.git_diff_unstaged",
+        "git.git_diff_staged",
+        "git.git_diff",
+        "git.git_log",
+        "git.git_show",
+        "git.git_branch",
+        "clock.get_current_time",
+    ]
+    writing = ("git_commit", "git_add", "git_reset", "git_checkout", "git_create_branch")
+    assert not [name for name in called if name.removeprefix("git.") in writing]
+    assert git_state(repository) == before
+
+
 def test_the_model_is_offered_the_servers_tools_as_it_lists_them(tmp_path: Path) -> None:
     declare(tmp_path, clock=clock_server())
 

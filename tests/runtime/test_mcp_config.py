@@ -1,16 +1,21 @@
 """MCP servers without a server (§15.5): the `[mcp.NAME]` tables of fems.toml, how a result's
-content becomes the model's text, and the compiler's view of a broken file."""
+content becomes the model's text, which listed tools the mock may call (§15.3), and the
+compiler's view of a broken file."""
 
 from __future__ import annotations
 
+import asyncio
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 
 import mcp.types as mcp_types
 import pytest
-from fems_runtime.mcp import content_text
+from fems_runtime.mcp import ServerTool, _list_tools, content_text
+from fems_runtime.offline import MockModel, OfflineTurn, safe_tool_names
 from fems_runtime.project import ConfigError, ProjectConfig, ServerConfig
 from fems_runtime.records import RunError
+from fems_runtime.tools import Toolbox
 
 from fems2py.cli import main
 
@@ -110,6 +115,53 @@ def test_a_result_is_its_text_with_a_note_for_what_is_not_text() -> None:
         "[a link to the resource file:///chart.pdf]",
     ]
     assert content_text([], {"height": 3.2}) == '{"height": 3.2}'
+
+
+class ListingSession:
+    """A session whose server lists one tool marked read-only, one marked not, one unmarked."""
+
+    async def list_tools(self, params: object = None) -> mcp_types.ListToolsResult:
+        schema = {"type": "object", "properties": {}}
+
+        def tool(name: str, read_only: bool | None) -> mcp_types.Tool:
+            marks = (
+                None if read_only is None else mcp_types.ToolAnnotations(read_only_hint=read_only)
+            )
+            return mcp_types.Tool(name=name, input_schema=schema, annotations=marks)
+
+        return mcp_types.ListToolsResult(
+            tools=[tool("look", True), tool("stamp", False), tool("shred", None)]
+        )
+
+
+def count(word: str) -> int:
+    """The letters in ``word`` (a ``code:`` function of the script)."""
+    return len(word)
+
+
+def test_the_mock_calls_only_the_tools_that_change_nothing(tmp_path: Path) -> None:
+    """An MCP tool is called only when its server marks it readOnlyHint: true (unmarked, the
+    MCP default is false); never write or edit; a code: function is the script's own (§15.3)."""
+    listed = asyncio.run(_list_tools(ListingSession()))
+    assert [(tool.name, tool.read_only) for tool in listed] == [
+        ("look", True),
+        ("stamp", False),
+        ("shred", False),
+    ]
+    box = Toolbox(
+        tmp_path, lambda alias: SimpleNamespace(count=count), {"desk": ServerConfig("desk")}
+    )
+
+    async def desk_tools(server: str) -> list[ServerTool]:
+        return listed
+
+    box.servers.tools = desk_tools  # type: ignore[method-assign]
+    names = ["desk.*", "read", "write", "edit", "grep", "notes.count"]
+    tools = asyncio.run(box.tools(names))
+    offered = tuple(tool.schema()["function"] for tool in tools)
+    turn = OfflineTurn("tidy", "@clerk", tools=offered, safe_tools=safe_tool_names(tools))
+    called = [call.name for call in MockModel(seed=1).tool_calls(turn)]
+    assert called == ["desk_look", "read", "grep", "notes_count"]
 
 
 SCRIPT = """
