@@ -441,6 +441,20 @@ def test_a_server_that_cannot_start_is_a_run_error_not_a_traceback(
         assert part in done.stderr
 
 
+def test_a_server_command_not_on_the_path_is_named(tmp_path: Path) -> None:
+    (tmp_path / "fems.toml").write_text(
+        '[mcp.clock]\ncommand = "fems-no-such-command"\nargs = ["-m", "mcp_server_time"]\n',
+        encoding="utf-8",
+    )
+    module = build_script(tmp_path, CLOCK_SCRIPT)
+    done = run_program(module, "--model", "fems/mock", "--db", ":memory:")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert (
+        "failed to start: no command 'fems-no-such-command' (give its full path, or put it on "
+        "PATH)" in done.stderr
+    )
+
+
 def test_a_tool_error_and_invalid_arguments_go_back_to_the_model(tmp_path: Path) -> None:
     declare(tmp_path, clock=clock_server())
     wrong_zone = {"name": "clock.get_current_time", "arguments": {"timezone": "Mars/Olympus"}}

@@ -272,5 +272,7 @@ def _first(error: BaseException) -> BaseException:
 
 def _reason(error: BaseException) -> str:
     error = _first(error)
+    if isinstance(error, FileNotFoundError) and error.filename:  # the command, not on PATH
+        return f"no command {error.filename!r} (give its full path, or put it on PATH)"
     text = str(error).strip()
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
