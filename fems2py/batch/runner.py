@@ -29,6 +29,7 @@ from fems_runtime.records import RunError
 
 from fems2py.batch import UsageError, results
 from fems2py.batch.plan import Plan, batch_id, make_plan, parse_sets
+from fems2py.batch.sets import initial_values
 from fems2py.batch.table import BatchTable
 from fems2py.batch.worker import (
     STOP_SIGNAL,
@@ -37,7 +38,6 @@ from fems2py.batch.worker import (
     Job,
     ModuleBundle,
     completed_row,
-    initial_values,
     load_module,
     otel_settings,
     run_job,

@@ -32,9 +32,9 @@ from fems_runtime.limits import CostLimit
 from fems_runtime.lineage import Branch, open_branch
 from fems_runtime.records import RunError
 from fems_runtime.store import Store
-from fems_runtime.values import LiteralError, parse_literal
 
 from fems2py.batch import UsageError
+from fems2py.batch.sets import initial_values
 from fems2py.batch.table import BatchTable, BatchTag
 
 
@@ -98,25 +98,6 @@ class Job:
             "status": status,
             **cells,
         }
-
-
-def initial_values(program: Program, sets: Mapping[str, str]) -> dict[str, Any]:
-    """The script variables ``--set NAME=VALUE`` replaces: each value read like a ``vars:``
-    literal (§4.2), ``@name`` being one of the script's actors; a :class:`UsageError` for a
-    ``--set`` the script cannot take (the batch checks them before any worker starts)."""
-    actors = {spec.name for spec in program.actors}
-    values: dict[str, Any] = {}
-    for name, text in sets.items():
-        if name not in program.variables:
-            from fems2py.diagnostics import suggest
-
-            hint = suggest(name, program.variables) or "--set takes a variable of vars:"
-            raise UsageError(f"--set {name}: the script has no variable {name!r}", hint)
-        try:
-            values[name] = parse_literal(text, actors)
-        except LiteralError as error:
-            raise UsageError(f"--set {name}={text}: {error}", "actors are written @name") from None
-    return values
 
 
 def load_module(bundle: ModuleBundle) -> ModuleType:
