@@ -140,6 +140,80 @@ def test_usage_errors_name_the_fix(
     assert "Traceback" not in err
 
 
+def kinds_script(folder: Path) -> Path:
+    """The coin game with a variable of each kind a ``--set`` is checked against: the
+    toss is made by the actor ``@caller`` names."""
+    script = coin_script(folder, rounds=1)
+    text = script.read_text(encoding="utf-8")
+    declared = "vars:\n    odds = 0.5\n    order = [@Ann, @Bob]\n    @caller = @Ann\n"
+    text = text.replace("vars:\n", declared).replace("toss @ai(@Ann)", "toss @ai(@caller)")
+    script.write_text(text, encoding="utf-8")
+    return script
+
+
+@pytest.mark.parametrize(
+    ("value", "message", "hint"),
+    [
+        (
+            "rounds=abc",
+            "--set rounds=abc: rounds is an integer in coin.fems (vars: rounds = 1), "
+            "and abc is a string",
+            "for example --set rounds=1",
+        ),
+        (
+            "rounds=2.5",
+            "rounds is an integer in coin.fems (vars: rounds = 1), and 2.5 is a float",
+            "for example --set rounds=1",
+        ),
+        (
+            "order=[@Ann,",
+            "order is a list in coin.fems (vars: order = [@Ann, @Bob]), "
+            "and [@Ann, is not a complete list",
+            "a list is written [a, b, …]",
+        ),
+        ("@caller=@Zed", "--set @caller=@Zed: @Zed is not a defined actor", "@Ann, @Bob"),
+        (
+            "@caller=Ann",
+            "@caller is an actor in coin.fems (vars: @caller = @Ann), and Ann is a string",
+            "actors are written @name",
+        ),
+        (
+            "call=3",
+            'call is a string in coin.fems (vars: call = ""), and 3 is an integer',
+            """--set 'call="3"'""",
+        ),
+    ],
+)
+def test_a_set_value_of_the_wrong_kind_is_a_usage_error_before_any_session(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str, message: str, hint: str
+) -> None:
+    """A ``--set`` value is checked against the kind ``vars:`` declares before the batch
+    starts: one error (exit 2), not a run error in each session."""
+    db = tmp_path / "kinds.db"
+    args = ["--runs", "3", "--set", value, "--db", str(db), "--model", "fems/mock"]
+    status, err = batch(capsys, kinds_script(tmp_path), *args)
+    assert status == 2, err
+    lines = err.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("fems2py batch: error: "), err
+    assert message in lines[0] and hint in lines[1]
+    assert not db.exists()  # no session ran, no database was opened
+
+
+def test_a_set_value_that_fits_its_variable_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An integer fits a float variable; ``@name`` of a defined actor an actor-typed one."""
+    db = str(tmp_path / "fits.db")
+    args = ["--runs", "2", "--db", db, "--model", "fems/mock", "--collect", "odds,@caller,order"]
+    sets = ["--set", "odds=1", "--set", "@caller=@Bob", "--set", "order=[@Bob, @Ann]"]
+    status, err = batch(capsys, kinds_script(tmp_path), *args, *sets)
+    assert status == 0, err
+    final = [run["result"]["vars"] for run in tagged_sessions(db)]
+    assert [(v["odds"], v["@caller"], v["order"]) for v in final] == [
+        (1, "@Bob", ["@Bob", "@Ann"])
+    ] * 2
+
+
 def test_wilson_interval_known_values() -> None:
     low, high = wilson(8, 10)
     assert round(low, 4) == 0.4902 and round(high, 4) == 0.9433
