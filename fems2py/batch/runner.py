@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from fems_runtime.llm import FALLBACK_NOTICE
 from fems_runtime.records import RunError
 
 from fems2py.batch import UsageError, results
@@ -455,6 +456,7 @@ def execute(
     done = len(earlier)
     failed = 0
     cost = sum(row.get("cost") or 0.0 for row in earlier)
+    fell_back = False
     try:
         while waiting or running:
             while waiting and len(running) < executor.slots:
@@ -474,6 +476,9 @@ def execute(
                 if isinstance(result, BaseException):
                     result = _error_row(job, result)
                 outcome.rows[job.index] = result
+                if result.get("fell_back") and not fell_back:
+                    fell_back = True  # said once, as a run says it (its worker's went to its log)
+                    print(FALLBACK_NOTICE, file=sys.stderr)
                 done += result["status"] == "completed"
                 failed += result["status"] != "completed"
                 cost += result.get("cost") or 0.0

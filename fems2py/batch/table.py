@@ -47,6 +47,21 @@ def batch_runs_table() -> Any:
     )
 
 
+def played_models(store: Store, session: int) -> list[str]:
+    """The models a session's calls were made with, in the order it first used them: what
+    its row says it played when the batch named no model."""
+    t = store.database().tables
+    messages, sa = t.messages, t.sa
+    with store.read() as db:
+        rows = db.execute(
+            sa.select(messages.c.model)
+            .where((messages.c.session_id == session) & messages.c.model.is_not(None))
+            .group_by(messages.c.model)
+            .order_by(sa.func.min(messages.c.id))
+        ).all()
+    return [row.model for row in rows]
+
+
 class BatchTable:
     """The batch runs kept in one store's database (the table is created if it is missing)."""
 

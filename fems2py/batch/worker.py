@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import copy
 import hashlib
 import json
@@ -19,23 +20,24 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import IO, Any, cast
 
 from fems_runtime import otel
 from fems_runtime.app import Program
 from fems_runtime.funcs import load_code
 from fems_runtime.limits import CostLimit
 from fems_runtime.lineage import Branch, open_branch
+from fems_runtime.llm import FALLBACK_NOTICE
 from fems_runtime.records import RunError
 from fems_runtime.store import Store
 
 from fems2py.batch import UsageError
 from fems2py.batch.sets import initial_values
-from fems2py.batch.table import BatchTable, BatchTag
+from fems2py.batch.table import BatchTable, BatchTag, played_models
 
 
 @dataclass(frozen=True)
@@ -191,12 +193,16 @@ def run_job(spec: BatchSpec, job: Job) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="fems2py-batch-") as folder:
         result_file = Path(folder) / "result.json"
         replays = resume or branch
-        status, error = asyncio.run(_run(program, spec, job, session, replays, result_file, limit))
+        with _watched_stderr() as stderr:
+            run = _run(program, spec, job, session, replays, result_file, limit)
+            status, error = asyncio.run(run)
         ended = _read_result(result_file)
     otel.flush()  # the session's spans sent before its row: a worker may end any time after
     row: dict[str, Any] = {
         "index": job.index,
         **settings,
+        "model": job.model or _played(store, session),
+        "fell_back": stderr.fell_back,
         "session": session,
         "status": status,
         "steps": ended.get("steps", 0),
@@ -241,12 +247,49 @@ def completed_row(
     return {
         "index": job.index,
         **settings,
+        "model": job.model or _played(store, session),
         "session": session,
         "status": "completed",
         **store.session_usage(session),
         "error": "final variables unknown: the worker stopped before keeping them",
         "vars": {},
     }
+
+
+def _played(store: Store, session: int) -> str | None:
+    """The model(s) a session played when the batch named none (``fems/mock`` when the
+    script names none either)."""
+    return ", ".join(played_models(store, session)) or None
+
+
+class _NoticeWatch:
+    """``sys.stderr`` while a session runs: what the run writes goes on to the stream it
+    replaced (a pool worker's is the batch's log), and whether it fell back to the offline
+    model is noted, for the batch to say on its own stderr."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+        self.fell_back = False
+
+    def write(self, text: str) -> int:
+        if FALLBACK_NOTICE in text:
+            self.fell_back = True
+        return self.stream.write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+@contextlib.contextmanager
+def _watched_stderr() -> Iterator[_NoticeWatch]:
+    """``sys.stderr`` watched for the model fallback's notice while a session runs."""
+    stream = sys.stderr
+    watch = _NoticeWatch(stream)
+    sys.stderr = cast(IO[str], watch)
+    try:
+        yield watch
+    finally:
+        sys.stderr = stream
 
 
 class BatchSpending:

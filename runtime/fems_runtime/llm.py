@@ -54,6 +54,12 @@ from fems_runtime.serverinfo import OWN_FACTS, LocalServers, ServerFacts
 from fems_runtime.tools import ToolCall
 
 DEFAULT_MODEL = "fems/mock"
+#: what a run says, once, when a turn has no model and plays DEFAULT_MODEL (a batch says it
+#: again on its own stderr: its workers' go to their log)
+FALLBACK_NOTICE = (
+    f"fems: no model configured; using the offline model {DEFAULT_MODEL} "
+    "(set --model, FEMS_MODEL, meta model or an actor source)"
+)
 DEFAULT_TIMEOUT = 60.0
 DEFAULT_RETRY_BUDGET = 120.0
 REASONING_EFFORTS = ("low", "medium", "high")
@@ -277,10 +283,7 @@ class ModelClient:
                 return self._lookup(str(name).strip(), rung)
         if not self._noticed:
             self._noticed = True
-            self._notice(
-                f"fems: no model configured; using the offline model {DEFAULT_MODEL} "
-                "(set --model, FEMS_MODEL, meta model or an actor source)"
-            )
+            self._notice(FALLBACK_NOTICE)
         return ModelChoice(DEFAULT_MODEL, {}, "default")
 
     def _lookup(self, name: str, rung: str) -> ModelChoice:
