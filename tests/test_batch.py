@@ -214,6 +214,21 @@ def test_a_set_value_that_fits_its_variable_runs(
     ] * 2
 
 
+def test_a_batch_without_a_model_says_it_plays_fems_mock(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No ``--model`` and none in the script: the batch says so once on its own stderr, as a
+    run does (its workers' notices go to their log), and each row names the model played."""
+    monkeypatch.delenv("FEMS_MODEL", raising=False)
+    out = tmp_path / "out"
+    args = ["--runs", "3", "--workers", "2", "--db", str(tmp_path / "m.db"), "--out", str(out)]
+    status, err = batch(capsys, coin_script(tmp_path, rounds=1), *args)
+    assert status == 0, err
+    assert err.count("fems: no model configured; using the offline model fems/mock") == 1
+    with (out / "results.csv").open(encoding="utf-8") as file:
+        assert [row["model"] for row in csv.DictReader(file)] == ["fems/mock"] * 3
+
+
 def test_wilson_interval_known_values() -> None:
     low, high = wilson(8, 10)
     assert round(low, 4) == 0.4902 and round(high, 4) == 0.9433
