@@ -156,9 +156,12 @@ def write_results(
     write_atomic(path, text)
 
 
-def write_summary(folder: Path, batch: str, summary: dict[str, Any]) -> None:
-    """``summary.json`` (with the batch id) and ``summary.txt`` (as printed) in ``folder``."""
+def write_summary(folder: Path, batch: str, summary: dict[str, Any]) -> list[Path]:
+    """``summary.json`` (with the batch id) and ``summary.txt`` (as printed) in ``folder``;
+    the files written, for the batch to name."""
     from fems2py.build import write_atomic
 
-    write_atomic(folder / "summary.json", json_text({"batch": batch, **summary}))
-    write_atomic(folder / "summary.txt", summary_text(summary) + "\n")
+    files = [folder / "summary.json", folder / "summary.txt"]
+    write_atomic(files[0], json_text({"batch": batch, **summary}))
+    write_atomic(files[1], summary_text(summary) + "\n")
+    return files

@@ -698,11 +698,12 @@ def _write(
     """The results files: ``--results FILE`` (.csv or .json, repeatable), else ``--out DIR``
     (default ``./BATCH``) with results.csv, results.json, summary.json and summary.txt."""
     targets = list(options.results)
+    written = []
     if not targets:
         folder = results_folder(options, batch)
         targets = [folder / "results.csv", folder / "results.json"]
-        results.write_summary(folder, batch, summary)
+        written = results.write_summary(folder, batch, summary)
     for path in targets:
         results.write_results(path, batch, table, summary)
-    shown = ", ".join(str(path) for path in targets)
+    shown = ", ".join(str(path) for path in [*targets, *written])
     print(f"wrote {shown}", file=sys.stderr)
