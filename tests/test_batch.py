@@ -227,6 +227,8 @@ def test_a_batch_without_a_model_says_it_plays_fems_mock(
     assert err.count("fems: no model configured; using the offline model fems/mock") == 1
     with (out / "results.csv").open(encoding="utf-8") as file:
         assert [row["model"] for row in csv.DictReader(file)] == ["fems/mock"] * 3
+    files = ("results.csv", "results.json", "summary.json", "summary.txt")
+    assert f"wrote {', '.join(str(out / name) for name in files)}\n" in err  # every file
 
 
 def test_wilson_interval_known_values() -> None:
