@@ -156,6 +156,21 @@ def test_bundle_replaces_its_own_copies_and_leaves_identical_ones(tmp_path: Path
     assert (out / "maths.py").read_text(encoding="utf-8") == changed
 
 
+def test_bundle_never_replaces_a_copy_edited_since(tmp_path: Path) -> None:
+    script, out = bundled(tmp_path)
+    build_file(script, out / "game.py", bundle=True)
+    copy = out / "maths.py"
+    edited = copy.read_text(encoding="utf-8").replace("a + b", "a + b + 0")
+    copy.write_text(edited, encoding="utf-8")  # a fix made in the vendored copy
+    with pytest.raises(BuildRefused, match="maths.py was edited since fems2py copied maths.py"):
+        build_file(script, out / "game.py", bundle=True)
+    assert copy.read_text(encoding="utf-8") == edited
+    first, _, code = edited.partition("\n")  # a copy from before the digest: replaced
+    copy.write_text(first.split(" (sha256")[0] + " from maths.py: edit …\n" + code, "utf-8")
+    build_file(script, out / "game.py", bundle=True)
+    assert copy.read_text(encoding="utf-8").endswith(ADD)
+
+
 @pytest.mark.parametrize("kind", ["hand-written", "symlink", "fifo"])
 def test_the_module_never_replaces_what_fems2py_did_not_write(tmp_path: Path, kind: str) -> None:
     script, out = bundled(tmp_path)
