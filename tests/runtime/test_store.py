@@ -311,7 +311,10 @@ def test_seed_from_python_yaml_and_json(store: Store, tmp_path: Path) -> None:
     assert store.user("007")["name"] == "Ann"
 
 
-@pytest.mark.parametrize("content", ["[1, 2]", '{"souls": [{"name": "no id"}]}', '{"souls": 3}'])
+@pytest.mark.parametrize(
+    "content",
+    ["[1, 2]", '{"souls": [{"name": "no id"}]}', '{"souls": 3}', '{"souls": {"x": 3}}'],
+)
 def test_bad_seed_files(store: Store, tmp_path: Path, content: str) -> None:
     path = tmp_path / "bad.json"
     path.write_text(content, encoding="utf-8")
@@ -320,7 +323,7 @@ def test_bad_seed_files(store: Store, tmp_path: Path, content: str) -> None:
 
 
 def test_missing_seed_file(store: Store, tmp_path: Path) -> None:
-    with pytest.raises(RunError, match="cannot read seed file"):
+    with pytest.raises(RunError, match="cannot read souls file"):
         store.seed_file(tmp_path / "nope.yaml")
 
 

@@ -113,7 +113,7 @@ class People:
         try:
             text = path.read_text(encoding="utf-8")
         except OSError as error:
-            raise RunError(f"cannot read seed file {path}: {error.strerror}") from None
+            raise RunError(f"cannot read souls file {path}: {error.strerror}") from None
         try:
             if path.suffix.lower() in (".yaml", ".yml"):
                 import yaml
@@ -122,11 +122,11 @@ class People:
             else:
                 data = json.loads(text)
         except ValueError as error:  # json.JSONDecodeError
-            raise RunError(f"seed file {path} is not valid JSON: {error}") from None
+            raise RunError(f"souls file {path} is not valid JSON: {error}") from None
         except Exception as error:  # yaml.YAMLError, without importing yaml up front
-            raise RunError(f"seed file {path} is not valid YAML: {error}") from None
+            raise RunError(f"souls file {path} is not valid YAML: {error}") from None
         if not isinstance(data, Mapping):
-            raise RunError(f"seed file {path} must hold a mapping with 'souls' and/or 'users'")
+            raise RunError(f"souls file {path} must hold a mapping with 'souls' and/or 'users'")
         self.seed(data)
 
     # ------------------------------------------------------------------ a session's actors
@@ -219,10 +219,15 @@ def _entries(section: Any, key: str) -> list[tuple[str, Mapping[str, Any]]]:
     if section is None:
         return []
     if isinstance(section, Mapping):
-        return [
-            (str(k), v if isinstance(v, Mapping) else {"persona": v, "profile": v})
-            for k, v in section.items()
-        ]
+        entries = []
+        for k, v in section.items():
+            if not isinstance(v, Mapping | str):
+                raise RunError(
+                    f"seed entry {k!r} must be a mapping (name and persona or profile) or a "
+                    f"text, not {type(v).__name__}"
+                )
+            entries.append((str(k), v if isinstance(v, Mapping) else {"persona": v, "profile": v}))
+        return entries
     if isinstance(section, list):
         out = []
         for item in section:
