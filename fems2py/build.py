@@ -378,6 +378,11 @@ def check_overwrite(output: Path, *headers: str) -> None:
     line starts with one of ``headers`` (fems2py wrote it)."""
     if not output.exists() and not output.is_symlink():
         return
+    if output.is_symlink():
+        raise BuildRefused(
+            f"{output} is a symbolic link; not overwriting it (build to the file it points to, "
+            "or choose another -o)"
+        )
     starts = tuple(header.encode("utf-8") for header in headers)
     start = read_regular(output, max(len(header) for header in starts))
     if start is None or not start.startswith(starts):
