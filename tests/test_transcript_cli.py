@@ -79,3 +79,38 @@ def test_a_broken_souls_file_is_a_run_error(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "is not valid JSON" in err
     assert "Traceback" not in err
+
+
+STRICT = """\
+vars:
+    target = ""
+    alive = [@ann, @ben]
+actors:
+    ai @wolf
+    ai @ann
+    ai @ben
+action pick @ai(@wolf):
+    prompt: Pick a victim among {alive}. SET VARIABLE: <<target = @...>>
+    out: target(actor)
+    max_retries: 1
+    fallback: pick_any
+action pick_any @assign:
+    out: target = @ann
+mainflow:
+    [START] -> pick -> [END]
+"""
+
+
+def test_a_strict_turn_shows_its_last_problem_and_its_fallback(tmp_path, capsys):
+    """§10.6: each problem as it happens: the retry's feedback, then the last rejection and
+    the fallback, which store no message of their own."""
+    program = load(build_script(tmp_path, STRICT, name="wolf.fems")).PROGRAM
+    replies = tmp_path / "replies.json"
+    replies.write_text('{"pick": ["SET VARIABLE: <<target = @zed>>", "<<target = @zed>> again"]}')
+    status = program.main(["--replies", str(replies), "--db", ":memory:", "--transcript"])
+    out = capsys.readouterr().out
+    assert status == 0
+    assert "(feedback to @wolf, private)" in out  # the first rejection, before the retry
+    lines = [line.strip() for line in out.splitlines() if line.strip().startswith("!")]
+    assert lines[0].startswith("! pick by @wolf: ") and lines[0].endswith("(no retry left)")
+    assert lines[1:] == ["! pick by @wolf: its fallback runs"]

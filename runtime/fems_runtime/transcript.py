@@ -16,11 +16,13 @@ from collections.abc import Callable, Collection, Mapping
 from typing import IO, Any, ClassVar
 
 from fems_runtime.events import (
+    FallbackTaken,
     MessagesStored,
     ModelCallBegan,
     ModelCallEnded,
     ProblemReported,
     ReplyChunk,
+    ReplyRejected,
     RunEvent,
 )
 from fems_runtime.replies import Piece
@@ -55,6 +57,13 @@ class Transcript:
             case ProblemReported():
                 where = event.where
                 self.problem(where.action or "", where.actor or "", event.problem)
+            case ReplyRejected(final=True):  # the retries' feedback was shown: this is the last
+                where = event.where
+                problems = "; ".join(event.problems)
+                self.problem(where.action or "", where.actor or "", f"{problems} (no retry left)")
+            case FallbackTaken():
+                where = event.where
+                self.problem(where.action or "", where.actor or "", "its fallback runs")
             case ModelCallBegan(streamed=True):
                 self._streaming[event.id] = self.live(event.where.actor or "", event.scope)
             case ReplyChunk():
@@ -151,7 +160,8 @@ class Transcript:
         self._console.print(Text(f"  {text}", style="dim"))
 
     def problem(self, action: str, actor: str, text: str) -> None:
-        """A reply problem the lenient default reports and ignores (§10.6)."""
+        """A reply problem the lenient default reports and ignores, or the last one of a
+        strict turn and its fallback (§10.6)."""
         from rich.text import Text
 
         self.last_live = None
