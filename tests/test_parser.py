@@ -1310,3 +1310,23 @@ def test_two_misspelled_blocks_are_two_errors_and_stray_lines_one() -> None:
         (3, "unknown block 'acters' at the top level"),
         (6, "this flow line is not indented under 'mainflow:'"),
     ]
+
+
+def test_a_number_written_with_leading_zeros_is_text_in_vars() -> None:
+    """§4.2: `001` stays a string, as ids are, in lists and dict keys too; `0` and `0.5` are
+    numbers."""
+    script = ok(
+        """
+        vars:
+            pin = 001
+            ids = [001, 0, 0.5, 10]
+            m = {001: a}
+            f = 01.5
+        mainflow:
+            [START] -> [END]
+        """
+    )
+    values = {var.name: var.value for var in script.variables}
+    assert (values["pin"].value, values["f"].value) == ("001", "01.5")
+    assert [item.value for item in values["ids"].items] == ["001", 0, 0.5, 10]
+    assert [key.value for key, _ in values["m"].items] == ["001"]

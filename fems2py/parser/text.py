@@ -42,6 +42,7 @@ _PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([^{}\n]*)\}")
 
 
 INTEGER = re.compile(r"^-?\d+$")
+LEADING_ZERO = re.compile(r"^-?0\d")  # 001, 01.5: written as ids are, so text (§4.2)
 CLOSERS = {"[": "]", "(": ")", "{": "}"}
 
 
@@ -350,7 +351,7 @@ class TextParser(ParserBase):
         if token.kind == TokenKind.STRING:
             return StringValue(token.value, "quoted", span)
         if token.kind == TokenKind.NUMBER:
-            if owner:
+            if owner or LEADING_ZERO.match(token.text):
                 return StringValue(token.text, "bare", span)
             if INTEGER.match(token.text):
                 if len(token.text.lstrip("-")) > MAX_INT_DIGITS:

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 ACTOR_NAME = re.compile(r"@\w+")
 _INT = re.compile(r"[+-]?(?:0|[1-9]\d*)")
 _FLOAT = re.compile(r"[+-]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?")
+_LEADING_ZERO = re.compile(r"[+-]?0\d")  # 001, 01.5: written as ids are, so text (§4.2)
 _BARE_KEY = re.compile(r"\w+")
 QUOTES = {'"': '"', "'": "'", "“": "”"}  # opener -> closer (§4.2); signals scan with it too
 _ESCAPES = {'"': '"', "'": "'", "\\": "\\", "n": "\n", "t": "\t", "”": "”"}
@@ -218,7 +219,7 @@ class _Reader:
             if len(token.lstrip("+-")) > MAX_INT_DIGITS:
                 return self.invalid(f"an integer of more than {MAX_INT_DIGITS:,} digits")
             return int(token)
-        if _FLOAT.fullmatch(token) and not re.fullmatch(r"[+-]?0\d+", token):
+        if _FLOAT.fullmatch(token) and not _LEADING_ZERO.match(token):
             number = float(token)
             if not math.isfinite(number):
                 return self.invalid(f"{excerpt(token)} is too large to be a finite number")

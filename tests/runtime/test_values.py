@@ -44,6 +44,8 @@ from fems_runtime.variables import ActorSpec, Variables
         ("测试剧本", "测试剧本"),
         ("hello world", "hello world"),
         ("001", "001"),
+        ("01.5", "01.5"),  # leading zeros: written as ids are (§4.2)
+        ("-007", "-007"),
         ("", ""),
         ("  padded  ", "padded"),
         ("[1, 2, 3]", [1, 2, 3]),
