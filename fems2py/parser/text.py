@@ -349,6 +349,8 @@ class TextParser(ParserBase):
     def scalar(self, token: Token, owner: bool = False) -> Value:
         span = self.tok_span(token)
         if token.kind == TokenKind.STRING:
+            if quote_end(token.text, 0) != len(token.text):  # it ran to the end of the line
+                self.fail("unterminated string", span, "close the quote")
             return StringValue(token.value, "quoted", span)
         if token.kind == TokenKind.NUMBER:
             if owner or LEADING_ZERO.match(token.text):
