@@ -3,9 +3,10 @@
 A name is a built-in (``read``, ``list``, ``glob``, ``grep``, ``write``, ``edit``), a ``code:``
 function ``alias.fn`` that a JSON schema can describe, or a tool of an MCP server that the
 script's ``fems.toml`` declares (``server.tool``, ``server.*``; which tools the server has is
-known only when it runs). ``deep_think`` is no tool: it asks for reasoning (§15.7). Any other
-bare name — a tool of the host the script was written for, such as ``web_search`` — is a
-warning (an error under ``--strict``): the actor runs without it.
+known only when it runs). ``deep_think`` is no tool: it asks for reasoning (§15.7). A bare name
+close to a built-in's is a misspelling of it, an error; any other bare name — a tool of the host
+the script was written for, such as ``web_search`` — is a warning (an error under
+``--strict``): the actor runs without it.
 """
 
 from __future__ import annotations
@@ -59,17 +60,20 @@ class _ToolNames:
         self.servers = servers
 
     def check(self, name: str, span: Span, who: str) -> None:
-        from fems_runtime.tools import ALL_TOOLS, BUILTIN_TOOLS, REASONING
+        from fems_runtime.tools import ALL_TOOLS, BUILTIN_TOOLS, HOST_TOOLS, REASONING
 
         if name in BUILTIN_TOOLS or name == REASONING:
             return
         alias, dot, function = name.partition(".")
         if not dot:
+            meant = suggest(name, [*BUILTIN_TOOLS, REASONING])
+            if meant is not None and name not in HOST_TOOLS:  # a misspelt built-in: no host's
+                self.report.error(f"unknown tool '{name}'", span, meant)
+                return
             self.report.warning(
                 f"tool {name} is not available: {who} runs without it",
                 span,
-                suggest(name, [*BUILTIN_TOOLS, REASONING])
-                or f"the built-ins are {', '.join(BUILTIN_TOOLS)}; a code: function is "
+                f"the built-ins are {', '.join(BUILTIN_TOOLS)}; a code: function is "
                 "alias.fn, an MCP server's tool server.tool (§15.5)",
             )
             return
