@@ -201,9 +201,11 @@ def spawn(
     if not isinstance(spawn_requests, list | tuple):
         raise RunError(f"system.spawn needs a list of {{blueprint, count}}, not {spawn_requests!r}")
     made: list[Actor] = []
+    recorded: dict[str, dict[str, Any]] = {}  # for the session, in one transaction
     taken: set[str] = set()
     if store is not None and session is not None:
         taken = {str(row["name"]) for row in store.session_actors(session)}
+    next_number: dict[str, int] = {}  # per blueprint: the numbers below are taken
     for request in spawn_requests:
         if not isinstance(request, Mapping) or "blueprint" not in request:
             raise RunError(f"system.spawn: each request needs a 'blueprint', got {request!r}")
@@ -218,11 +220,12 @@ def spawn(
             raise RunError(f"system.spawn: count must be a whole number, not {count!r}")
         for _ in range(count):
             with variables.lock:
-                number = 1
-                actor_name = f"@{blueprint.name}_1"
+                number = next_number.get(blueprint.name, 1)
+                actor_name = f"@{blueprint.name}_{number}"
                 while actor_name in variables.actors or actor_name in taken:
                     number += 1
                     actor_name = f"@{blueprint.name}_{number}"
+                next_number[blueprint.name] = number + 1
                 spec = ActorSpec(
                     actor_name,
                     type="ai",
@@ -232,15 +235,14 @@ def spawn(
                     blueprint=blueprint.name,
                 )
                 made.append(variables.add_actor(spec))
-            if store is not None and session is not None:
-                store.record_actor(
-                    session,
-                    spec.name,
-                    type=spec.type,
-                    soul=spec.soul or "",
-                    source=spec.source,
-                    blueprint=spec.blueprint,
-                )
+            recorded[spec.name] = {
+                "type": spec.type,
+                "soul_id": spec.soul or "",
+                "source": spec.source,
+                "blueprint": spec.blueprint,
+            }
+    if store is not None and session is not None and recorded:
+        store.record_actors(session, recorded)
     return made
 
 

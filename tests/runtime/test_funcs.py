@@ -179,6 +179,37 @@ def test_spawn_creates_actors_from_blueprints() -> None:
     assert spawn(variables, {"blueprint": "coder"}) == ["@coder_4"]
 
 
+def test_a_large_spawn_is_recorded_in_one_write_and_numbered_in_one_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Thousands of actors at once (§9.8): one write for the session's actors, and each name
+    found from the last one given, not by trying every number from 1 again."""
+    variables = Variables({}, [ActorSpec("@coder_2")], [BlueprintSpec("coder")])
+    writes: list[int] = []
+    probed: list[str] = []
+    with Store(":memory:") as store:
+        session = store.open_session()
+        record = store.record_actors
+        monkeypatch.setattr(
+            store,
+            "record_actors",
+            lambda s, actors: (writes.append(len(actors)), record(s, actors)),
+        )
+        taken = variables.actors
+
+        class Probed(dict):  # type: ignore[type-arg]
+            def __contains__(self, name: object) -> bool:
+                probed.append(str(name))
+                return dict.__contains__(self, name)
+
+        variables.actors = Probed(taken)
+        requests = [{"blueprint": "coder", "count": 500}, {"blueprint": "coder", "count": 500}]
+        made = spawn(variables, requests, store=store, session=session)
+    assert made[:2] == ["@coder_1", "@coder_3"] and made[-1] == "@coder_1001"
+    assert writes == [1000]
+    assert len(probed) < 2100  # the search and add_actor's check: ~2 per actor (~500,000 from 1)
+
+
 @pytest.mark.parametrize(
     ("requests", "message"),
     [
