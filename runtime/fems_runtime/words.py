@@ -40,8 +40,9 @@ how long it was, ``dialog`` under its speaker's header; the others each in a lin
 class MessageKind:
     """One kind of stored message (§13.1).
 
-    ``in_context``: whether it is in the built-in context of those its scope names (a prompt
-    and a model's private reasoning are in nobody's, not even their own actor's later turns).
+    ``in_context``: whether it is in the built-in context of those its scope names (a prompt,
+    a rejected attempt and its feedback, and a model's private reasoning are in nobody's, not
+    even their own actor's later turns).
     ``label``: how a context names its speaker, a :meth:`str.format` template with ``who`` (the
     speaker's name, else its soul, else ``unknown``) and ``name`` (the stored speaker name).
     """
@@ -59,7 +60,7 @@ MESSAGE_KINDS: dict[str, MessageKind] = {
         MessageKind("narration", True, NARRATOR, "narration"),
         MessageKind("reply", True, "{who}", "dialog"),
         MessageKind("human", True, "{who}", "dialog"),
-        MessageKind("feedback", True, "feedback", "feedback"),
+        MessageKind("feedback", False, "feedback", "feedback"),
         MessageKind("tool_call", True, "{who} → tool", "tool_call"),
         MessageKind("tool_result", True, "tool {name}", "tool_result"),
         MessageKind("reasoning", False, "{who}", "folded"),

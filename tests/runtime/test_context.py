@@ -67,7 +67,8 @@ def test_builtin_context_holds_exactly_the_messages_in_scope(
         expected = [
             (f"@a{i}", kind, text)
             for i, (kind, souls, users, text) in enumerate(messages)
-            if (soul in souls or (user is not None and user in users)) and kind != "prompt"
+            if (soul in souls or (user is not None and user in users))
+            and kind not in ("prompt", "feedback")
         ]
         seen = store.visible_messages(session, soul=soul, user=user)
         assert [(m.speaker_name, m.kind, m.content) for m in seen] == expected
@@ -113,8 +114,9 @@ def test_context_format_and_default_deny(shared_store) -> None:
     store.add_message(session, "human", "Hello", souls=["1"], users=["7"], speaker_name="@Ann")
     store.add_message(session, "prompt", "private", souls=["1"])
     store.add_message(session, "feedback", "Use @name.", souls=["1"])
+    # a prompt and a retry's feedback are in nobody's context (§13.1)
     assert builtin_context(store, session, soul="1") == (
-        "[narrator]: Night falls.\n\n[@Eve]: I am the seer.\n\n[@Ann]: Hello\n\n[feedback]: Use @name."
+        "[narrator]: Night falls.\n\n[@Eve]: I am the seer.\n\n[@Ann]: Hello"
     )
     assert builtin_context(store, session, soul="3") == ""
     assert builtin_context(store, session, soul=None, user="7") == "[@Ann]: Hello"

@@ -474,7 +474,7 @@ def test_a_turn_interrupted_between_retries_resumes_at_the_next_attempt(tmp_path
         ("prompt", "hello", 1),
         ("reply", "hello", 1),
         ("prompt", "choose", 2),
-        ("reply", "choose", 2),
+        ("feedback", "choose", 2),  # the rejected reply, stored with its feedback (§13.3)
         ("feedback", "choose", 2),
         ("reply", "choose", 2),
     ]
@@ -484,3 +484,31 @@ def test_a_turn_interrupted_between_retries_resumes_at_the_next_attempt(tmp_path
     assert call["attempt"] == 1 and sent[-2] == bad and "could not be accepted" in sent[-1]
     context = sent[0]
     assert "Hi @a." in context and bad not in context  # the context as it was before the turn
+
+
+RETRY_THEN_LATER = RETRY.replace(
+    "[START] -> hello -> choose -> [END]", "[START] -> hello -> choose -> hello -> [END]"
+)
+
+
+def test_a_resumed_retried_turn_leaves_its_rejected_attempt_out_of_later_contexts(
+    tmp_path: Path,
+) -> None:
+    """§13.3 across a resume (§16.4): the rejected attempt replayed, its feedback is not
+    stored twice, and the turns after it see only the accepted reply."""
+    game = load(build_script(tmp_path, RETRY_THEN_LATER))
+    bad, good = "I pick nothing.", "SET VARIABLE: <<pick = 3>>"
+    db = f"sqlite:///{tmp_path / 'retry.db'}"
+    with pytest.raises(RunError, match="no reply left for action choose"):
+        game.run(replies={"hello": ["Hi @a."] * 2, "choose": [bad]}, db=db)
+    trace = tmp_path / "trace.jsonl"
+    resumed = game.run(
+        replies={"hello": ["Hi @a."] * 2, "choose": [bad, good]}, db=db, resume=True, trace=trace
+    )
+    assert resumed.variables["pick"] == 3
+    with Store(db) as store:
+        kinds = [m.kind for m in store.messages(1) if m.action == "choose"]
+    assert kinds == ["prompt", "feedback", "feedback", "reply"]
+    later = llm_calls(read_trace(trace), "hello")[-1]
+    sent = later["messages"][0]["content"]
+    assert good in sent and bad not in sent and "could not be accepted" not in sent

@@ -11,6 +11,7 @@ import pytest
 from fems_helpers import build_script, llm_calls, load, read_trace, run_script
 from fems_runtime import funcs
 from fems_runtime.records import RunError
+from fems_runtime.store import Store
 from fems_runtime.transcript import Transcript
 
 from fems2py.build import build_cached, cache_root
@@ -367,6 +368,73 @@ def test_feedback_reaches_only_the_executor_and_mind_follows_the_type(tmp_path: 
     seen = user_text(llm_calls(events, "after")[0])
     assert "[@you]: I vote a" in seen and "[@a]: SET VARIABLE: <<votes.@a = @b>>" in seen
     assert "feedback" not in seen and "Your previous reply" not in seen
+
+
+REJECTED = """
+    vars:
+        n = 0
+    actors:
+        ai @a
+        ai @b
+    action pick @ai(@a):
+        prompt: Pick a number.
+        scope: all
+        out: n(int)
+        max_retries: 2
+    action next @ai(@b):
+        prompt: What did @a pick?
+        scope: all
+    action again @ai(@a):
+        prompt: Again.
+        scope: all
+    mainflow:
+        [START] -> pick -> next -> again -> [END]
+"""
+
+
+def test_later_turns_see_only_the_accepted_reply_of_a_retried_turn(tmp_path: Path) -> None:
+    """§13.3: the rejected attempt and its feedback are in nobody's later context, the
+    executor's included; the retry itself still carries them."""
+    bad, good = "I pick banana. SET VARIABLE: <<n = banana>>", "Fine. SET VARIABLE: <<n = 3>>"
+    db = f"sqlite:///{tmp_path / 'rejected.db'}"
+    result, events = run_script(
+        tmp_path, REJECTED, replies={"pick": [bad, good], "*": ["ok"]}, db=db
+    )
+    assert result.variables["n"] == 3
+    retry = llm_calls(events, "pick")[1]["messages"]
+    assert retry[-2] == {"role": "assistant", "content": bad}
+    assert retry[-1]["content"].startswith("Your previous reply could not be accepted:")
+    (after_b,) = llm_calls(events, "next")
+    assert after_b["messages"] == [
+        {"role": "user", "content": f"[@a]: {good}\n\nWhat did @a pick?"}
+    ]
+    (after_a,) = llm_calls(events, "again")
+    assert after_a["messages"] == [
+        {"role": "user", "content": f"[@a]: {good}\n\n[@b]: ok\n\nAgain."}
+    ]
+    # both stay stored, as feedback of the executor's soul
+    with Store(db) as store:
+        kept = [m for m in store.messages(1) if m.action == "pick"]
+        assert [(m.kind, m.content) for m in kept][1:] == [
+            ("feedback", bad),
+            ("feedback", retry[-1]["content"]),
+            ("reply", good),
+        ]
+        assert store.scope_of(kept[1].id) == store.scope_of(kept[2].id) == (["a"], [])
+
+
+def test_a_fallback_leaves_none_of_its_replies_in_a_later_context(tmp_path: Path) -> None:
+    """§10.6, §13.3: retries exhausted, no attempt was accepted."""
+    source = REJECTED.replace("max_retries: 2", "max_retries: 1\n        fallback: next")
+    source = source.replace("[START] -> pick -> next", "[START] -> pick")
+    _, events = run_script(
+        tmp_path, source, replies={"pick": ["no number", "still none"], "*": ["ok"]}
+    )
+    later = [call for call in llm_calls(events) if call["action"] != "pick"]
+    assert [call["action"] for call in later] == ["next", "again"]
+    seen = "".join(user_text(call) for call in later)
+    assert "no number" not in seen and "still none" not in seen
+    assert "could not be accepted" not in seen
 
 
 # ---------------------------------------------------------------------- §9.3 scope forms

@@ -167,10 +167,13 @@ def test_wrong_type_then_right_retries_with_feedback() -> None:
     assert second[len(first)] == {"role": "assistant", "content": "SET VARIABLE: <<count = lots>>"}
     feedback = second[len(first) + 1]
     assert feedback["role"] == "user" and "not an integer" in feedback["content"]
-    # the feedback turn is stored, visible to the actor only
-    assert feedback["content"] in run.visible("1")
-    run_bob = run.visible("2")
-    assert feedback["content"] not in run_bob
+    # the rejected reply and its feedback are stored as feedback of the actor's soul, and are
+    # in nobody's later context, the actor's included (§13.3)
+    store, session = run.services.store, run.services.session
+    kept = [m for m in store.messages(session) if m.kind == "feedback"]
+    assert [m.content for m in kept] == ["SET VARIABLE: <<count = lots>>", feedback["content"]]
+    assert all(store.scope_of(m.id) == (["1"], []) for m in kept)
+    assert run.visible("1") == ["SET VARIABLE: <<count = 2>>"] and run.visible("2") == []
 
 
 def test_exhausted_retries_run_the_fallback() -> None:
@@ -187,7 +190,9 @@ def test_exhausted_retries_run_the_fallback() -> None:
     )
     assert ran == ["fallback"]
     assert result.fell_back and result.calls == 3
-    assert [k for k, _ in run.messages()].count("feedback") == 2
+    # no attempt was accepted: each reply and each feedback is kept as feedback, in no context
+    assert [k for k, _ in run.messages()] == ["prompt"] + ["feedback"] * 5
+    assert run.visible("1") == []
 
 
 def test_exhausted_retries_without_fallback_is_a_run_error() -> None:

@@ -78,6 +78,18 @@ class Replay:
 
 
 @dataclass
+class Answered:
+    """A strict turn's reply whose verdict is not known yet, with what its call's record
+    holds: both are stored once the reply is accepted or rejected (§13.3), so a rejected
+    reply is never in a later context, a concurrent branch's included."""
+
+    reply: NewMessage
+    done: dict[str, Any]
+    attempt: int
+    sent: str
+
+
+@dataclass
 class AiTurn(CallingTurn):
     """An AI turn: each attempt's tool rounds and reply, the validation loop (§10.6, §15.5)
     and the records of its calls (§16.4).
@@ -85,7 +97,8 @@ class AiTurn(CallingTurn):
     ``replay`` holds the records still to replay (None: the turn is live); the ``request`` of
     its first call is built when the turn first goes live, and ``added`` is what later calls
     carry after it. ``unsaved`` are messages stored with the next record, ``outputs`` what
-    memory/context methods wrote (kept in the turn's first record).
+    memory/context methods wrote (kept in the turn's first record); ``answered`` the live
+    reply of a strict turn, stored with its record once its verdict is known.
     """
 
     replay: Replay | None = field(default=None, kw_only=True)
@@ -93,6 +106,7 @@ class AiTurn(CallingTurn):
     added: list[dict[str, Any]] = field(default_factory=list, kw_only=True)
     unsaved: list[NewMessage] = field(default_factory=list, kw_only=True)
     outputs: list[tuple[str, Any]] = field(default_factory=list, kw_only=True)
+    answered: Answered | None = field(default=None, kw_only=True)
 
     async def begin(self) -> None:
         """Take the turn's id and the values its methods wrote from its first record when it
@@ -135,6 +149,7 @@ class AiTurn(CallingTurn):
             outcome = await aapply_signals(reply, frame, spec.outs)
             verdict = await self.check(reply, outcome)
             if not verdict.problems:
+                await self.keep_answer()
                 return finish(result, outcome)
             if not spec.strict:
                 self.report(verdict.problems)
@@ -144,18 +159,37 @@ class AiTurn(CallingTurn):
             if attempt >= (spec.max_retries or 0):
                 return await self.give_up(reply, verdict, result)
             attempt += 1
-            self.retry_with(reply, verdict)
+            await self.retry_with(reply, verdict)
 
-    def retry_with(self, reply: str, verdict: Verdict) -> None:
-        """The next attempt carries the rejected reply and the feedback; the feedback is stored
-        with the next reply, visible to the executor only (§13.1)."""
+    async def retry_with(self, reply: str, verdict: Verdict) -> None:
+        """The next attempt carries the rejected reply and the feedback; both are stored with
+        the rejected call's record, as feedback in nobody's context (§13.1, §13.3)."""
         note = _feedback_text(verdict.shown)
-        self.unsaved.append(self.message("feedback", note, scope="executor", speaker=False))
+        await self.keep_answer(rejected=True, feedback=note)
         self.added = retry_messages(self.added, reply, note)
+
+    async def keep_answer(self, *, rejected: bool = False, feedback: str | None = None) -> None:
+        """Store the reply that awaited its verdict with its call's record: an accepted one for
+        the room; a rejected one, then ``feedback`` on it, as ``feedback`` messages of the
+        executor's soul, in nobody's later context (§13.3). A replayed or lenient reply is
+        stored already."""
+        answered, self.answered = self.answered, None
+        if answered is None:
+            return
+        message = answered.reply
+        if rejected:
+            kept = replace(message, kind="feedback", souls=(self.room.voice_soul,), users=())
+            self.printed = [(kept if m is message else m, call) for m, call in self.printed]
+            message = kept
+        self.unsaved.append(message)
+        if feedback is not None:
+            self.unsaved.append(self.message("feedback", feedback, scope="executor", speaker=False))
+        await self.save_call(answered.done, self.key, answered.attempt, answered.sent)
 
     async def give_up(self, reply: str, verdict: Verdict, result: TurnResult) -> TurnResult:
         """Retries exhausted: run the fallback, or stop the run naming action, reply and problem."""
         services, spec, problems = self.services, self.spec, verdict.problems
+        await self.keep_answer(rejected=True)
         if services.events.active:
             emit_point(self, ReplyRejected, problems=tuple(problems), final=True)
         if spec.fallback is None:
@@ -213,10 +247,13 @@ class AiTurn(CallingTurn):
             sent = self.digest(plan, offline)
             self.keep_reasoning(answer)
             if call is None or not call.tool_calls:
-                reply = self.message("reply", answer.text, call=call)
-                self.unsaved.append(self.shown(reply, answer))
+                reply = self.shown(self.message("reply", answer.text, call=call), answer)
                 done = {"reply": answer.text, "interrupted": call is None}
-                await self.save_call(done, self.key, attempt, sent)
+                if self.spec.strict and call is not None:  # stored once it is judged
+                    self.answered = Answered(reply, done, attempt, sent)
+                else:
+                    self.unsaved.append(reply)
+                    await self.save_call(done, self.key, attempt, sent)
                 return answer.text, call is None
             if rounds >= limit:
                 raise RunError(
