@@ -201,7 +201,6 @@ def spawn(
     if not isinstance(spawn_requests, list | tuple):
         raise RunError(f"system.spawn needs a list of {{blueprint, count}}, not {spawn_requests!r}")
     made: list[Actor] = []
-    recorded: dict[str, dict[str, Any]] = {}  # for the session, in one transaction
     taken: set[str] = set()
     if store is not None and session is not None:
         taken = {str(row["name"]) for row in store.session_actors(session)}
@@ -220,12 +219,11 @@ def spawn(
             raise RunError(f"system.spawn: count must be a whole number, not {count!r}")
         for _ in range(count):
             with variables.lock:
-                number = next_number.get(blueprint.name, 1)
-                actor_name = f"@{blueprint.name}_{number}"
-                while actor_name in variables.actors or actor_name in taken:
-                    number += 1
-                    actor_name = f"@{blueprint.name}_{number}"
+                number = _free_number(
+                    blueprint.name, next_number.get(blueprint.name, 1), variables, taken
+                )
                 next_number[blueprint.name] = number + 1
+                actor_name = f"@{blueprint.name}_{number}"
                 spec = ActorSpec(
                     actor_name,
                     type="ai",
@@ -235,15 +233,27 @@ def spawn(
                     blueprint=blueprint.name,
                 )
                 made.append(variables.add_actor(spec))
-            recorded[spec.name] = {
-                "type": spec.type,
-                "soul_id": spec.soul or "",
-                "source": spec.source,
-                "blueprint": spec.blueprint,
-            }
-    if store is not None and session is not None and recorded:
-        store.record_actors(session, recorded)
+    if store is not None and session is not None and made:  # one write for them all
+        store.record_actors(session, {str(a): _session_row(variables.actors[str(a)]) for a in made})
     return made
+
+
+def _session_row(spec: ActorSpec) -> dict[str, Any]:
+    """A spawned actor as the session's actors table records it."""
+    return {
+        "type": spec.type,
+        "soul_id": spec.soul or "",
+        "source": spec.source,
+        "blueprint": spec.blueprint,
+    }
+
+
+def _free_number(blueprint: str, first: int, variables: Variables, taken: set[str]) -> int:
+    """The first number from ``first`` on that names no actor of the run or the session."""
+    number = first
+    while f"@{blueprint}_{number}" in variables.actors or f"@{blueprint}_{number}" in taken:
+        number += 1
+    return number
 
 
 def respawn(variables: Variables, names: Sequence[str], store: Store, session: int) -> list[Actor]:
