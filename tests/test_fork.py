@@ -150,6 +150,64 @@ def test_a_fork_past_the_end_or_inside_a_par_region_moves_and_says_so(
     assert [m for m in messages(db, 3) if m[3] <= 18] == [m for m in messages(db, 1) if m[3] <= 18]
 
 
+VOTE = """\
+vars:
+    alive = [@ann, @ben, @cat]
+    votes = {}
+    count = 0
+    @voter = ""
+    @VOTE = ""
+actors:
+    ai @ann
+    ai @ben
+    ai @cat
+action vote @ai(@voter):
+    prompt: Vote for one of {alive}. SET VARIABLE: <<@VOTE = @...>>
+    out: @VOTE
+action record @assign:
+    out: |
+        votes.@voter = @VOTE
+        count += 1
+mainflow:
+    [START] -> par @voter in alive:
+        -> vote -> record ->
+    -> [END]
+"""
+
+
+def test_a_fork_at_the_end_takes_a_par_region_recorded_whole(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """§12.5a's vote: all three turns run at once, in one region that ends the session."""
+    script = tmp_path / "vote.fems"
+    script.write_text(VOTE, encoding="utf-8")
+    db = str(tmp_path / "fk.db")
+
+    def run(*args: str) -> str:
+        status = fems2py_main(["run", str(script), "--db", db, "--model", "fems/mock", *args])
+        err = capsys.readouterr().err
+        assert status == 0, err
+        return err
+
+    run()
+    err = run("--fork", "1")  # no TURN: all of session 1, its region whole
+    assert "0 model calls (session 2, 3 turns replayed from session 1)" in err
+    assert "notice" not in err  # no `:3` the user never wrote, no move
+    err = run("--fork", "1:300")
+    assert "notice: --fork 1:300: session 1 has turns up to 3: forking at its end" in err
+    assert "concurrent region" not in err
+    assert "(session 3, 3 turns replayed from session 1)" in err
+    err = run("--fork", "1:3")  # the region's last turn: nothing of it comes after
+    assert "notice" not in err and "(session 4, 3 turns replayed from session 1)" in err
+    err = run("--fork", "1:2")  # strictly inside: the fork point moves before the region
+    assert (
+        "notice: --fork 1:2: turn 2 runs in a concurrent region (par_voter @voter#0, "
+        "turns 1–3): forking at turn 0, the last before it"
+    ) in err
+    assert "(session 5, 0 turns replayed from session 1)" in err
+    assert [session_row(Path(db), n)["branch_turn"] for n in (2, 3, 4, 5)] == [3, 3, 3, 0]
+
+
 def test_run_takes_fork_from_python_and_refuses_what_makes_no_sense(
     parent: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

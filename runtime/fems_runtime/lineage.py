@@ -151,18 +151,22 @@ def parent_run(store: Store, parent: int, option: str) -> ParentRun:
 
 def fork_turn(run: ParentRun, branch: Branch, warn: Callable[[str], None]) -> int:
     """The turn a fork branches at: ``branch.turn``, else the parent's last; a turn past the
-    parent's end is its end, a turn inside a concurrent region moves to the last turn before
-    the region, and a turn from an earlier run of the parent to its last run's start (each
-    with a notice)."""
-    option, parent, last = f"--fork {branch.parent}", branch.parent, run.last_turn
+    parent's end is its end, a turn strictly inside a concurrent region (one with turns
+    recorded after it) moves to the last turn before the region, and a turn from an earlier
+    run of the parent to its last run's start (each with a notice). A fork at the end takes
+    every recorded turn: a region none of whose recorded turns comes after the fork point is
+    whole, and splitting it is what the region rule prevents."""
+    parent, last = branch.parent, run.last_turn
+    written = f"--fork {parent}" if branch.turn is None else f"--fork {parent}:{branch.turn}"
     start = int(run.mark.get("turn") or 0)
     turn = last if branch.turn is None else branch.turn
-    if turn > last:
-        warn(f"{option}:{turn}: session {parent} has turns up to {last}: forking at its end")
-        turn = last
+    if turn >= last:
+        if turn > last:
+            warn(f"{written}: session {parent} has turns up to {last}: forking at its end")
+        return last
     if turn < start:
         warn(
-            f"{option}:{turn}: turn {turn} is from an earlier run of session {parent}, whose "
+            f"{written}: turn {turn} is from an earlier run of session {parent}, whose "
             f"records are not kept: forking at the start of its last run (turn {start})"
         )
         return start
@@ -176,11 +180,13 @@ def fork_turn(run: ParentRun, branch: Branch, warn: Callable[[str], None]) -> in
         for r in run.records
         if r.turn is not None and str(r.state["key"][0]).startswith(branches)
     ]
+    if turn >= max(inside):  # the region's last recorded turn: it is taken whole
+        return turn
     before = max(
         (r.turn for r in run.records if r.turn is not None and r.turn < min(inside)), default=start
     )
     warn(
-        f"{option}:{turn}: turn {turn} runs in a concurrent region ({region[0].lstrip('/')}, "
+        f"{written}: turn {turn} runs in a concurrent region ({region[0].lstrip('/')}, "
         f"turns {min(inside)}–{max(inside)}): forking at turn {before}, the last before it"
     )
     return before
