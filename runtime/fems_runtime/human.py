@@ -16,7 +16,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
-from fems_runtime.offline import mock_value, named_actors, offline_out
+from fems_runtime.offline import (
+    entry_list,
+    json_kind,
+    mock_value,
+    named_actors,
+    offline_out,
+    quoted,
+    unknown_fields,
+    used_up,
+)
 from fems_runtime.out_types import SignalError, choice_list, convert_value, out_type
 from fems_runtime.records import RunError
 from fems_runtime.values import format_value, parse_literal
@@ -185,7 +194,15 @@ class AnswersFileHuman:
                 raise RunError(f"answers file {source} is not valid JSON: {error}") from None
             if not isinstance(data, dict):
                 raise RunError(f"answers file {source} must hold a JSON object")
-        self._lists = {k: list(v) if isinstance(v, list) else [v] for k, v in data.items()}
+        self._lists = {
+            str(key): [
+                _answer(item, f"{self.origin}: {quoted(key)}, answer {number}")
+                for number, item in enumerate(
+                    entry_list(value, f"{self.origin}: {quoted(key)}", "answers", ANSWER_SHAPE), 1
+                )
+            ]
+            for key, value in data.items()
+        }
         self._used = {k: 0 for k in self._lists}
         self._lock = threading.Lock()
 
@@ -202,10 +219,14 @@ class AnswersFileHuman:
                 used = self._used[key]
                 if used < len(answers):
                     self._used[key] = used + 1
-                    return _answer(answers[used], key, self.origin)
+                    return _copy(answers[used])
                 if key == "*":
-                    return _answer(answers[-1], key, self.origin)
-        raise RunError(f"{self.origin} has no answer left for {action} by {actor}")
+                    return _copy(answers[-1])
+        keys = (f"{action}{actor}", action, "*")
+        raise RunError(
+            f"{self.origin} has no answer left for {action} by {actor}"
+            f"{used_up(keys, self._lists, ('answer', 'answers'))}"
+        )
 
 
 _MOCK_LINES = (
@@ -246,12 +267,29 @@ class MockHuman:
         return HumanAnswer(text, values)
 
 
-def _answer(item: Any, key: str, origin: str) -> HumanAnswer:
+ANSWER_SHAPE = 'a string or {"text": "…", "vars": {"name": value}}'
+"""What one answer of an answers file is (§15.3), as the messages about a wrong one say it."""
+
+
+def _answer(item: Any, where: str) -> HumanAnswer:
+    """One answer of an answers file, checked when the file is loaded: a misspelt field or a
+    value of the wrong kind is named before the run starts."""
     if isinstance(item, str):
         return HumanAnswer(item)
-    if isinstance(item, Mapping):
-        values = item.get("vars") or {}
-        if not isinstance(values, Mapping):
-            raise RunError(f"{origin}: 'vars' of an answer under {key!r} must be an object")
-        return HumanAnswer(str(item.get("text", "")), dict(values))
-    raise RunError(f"{origin}: an answer under {key!r} must be a string or an object")
+    if not isinstance(item, Mapping):
+        raise RunError(f"{where}: an answer is {ANSWER_SHAPE}, not {json_kind(item)}")
+    if unknown := [str(name) for name in item if name not in ("text", "vars")]:
+        raise RunError(f"{where}: {unknown_fields(unknown)}; an answer is {ANSWER_SHAPE}")
+    text, values = item.get("text", ""), item.get("vars") or {}
+    if not isinstance(text, str):
+        raise RunError(f'{where}: "text" must be a string, not {json_kind(text)}')
+    if not isinstance(values, Mapping):
+        raise RunError(
+            f'{where}: "vars" must be an object of out values by name, not {json_kind(values)}'
+        )
+    return HumanAnswer(text, dict(values))
+
+
+def _copy(answer: HumanAnswer) -> HumanAnswer:
+    """An answer of its own for each turn: the repeated last answer of ``*`` shares no dict."""
+    return HumanAnswer(answer.text, dict(answer.vars))

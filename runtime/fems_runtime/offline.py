@@ -226,18 +226,27 @@ def _example(schema: Mapping[str, Any], defs: Mapping[str, Any]) -> Any:
     return examples.get(kind, "example") if isinstance(kind, str) else "example"
 
 
+REPLY_SHAPE = 'a string or {"tool_calls": [{"name": "read", "arguments": {"path": "x"}}]}'
+"""What one reply of a replies file is (§15.3), as the messages about a wrong one say it."""
+
+_REPLY_FIELDS = frozenset({"tool_calls", "text", "content"})
+
+
 class ScriptModel:
     """`fems/script`: replies from a JSON file or dict, per `ACTION@ACTOR`, `ACTION`, then `*`."""
 
     def __init__(self, replies: str | Path | Mapping[str, Any]) -> None:
+        self.origin = "the replies" if isinstance(replies, Mapping) else str(replies)
         self.replies = self._load(replies)
         self._used: dict[str, int] = {}
 
     @staticmethod
     def _load(replies: str | Path | Mapping[str, Any]) -> dict[str, list[str | ScriptedCalls]]:
+        """Every entry checked here, before the run starts: a wrong one is named, not found
+        out turns later as a reply that is missing."""
         if isinstance(replies, Mapping):
             data: Any = replies
-            where = "replies"
+            where = "the replies"
         else:
             where = str(replies)
             try:
@@ -247,13 +256,14 @@ class ScriptModel:
             except json.JSONDecodeError as exc:
                 raise RunError(f"replies file {where}: invalid JSON: {exc}") from None
         if not isinstance(data, Mapping):
-            raise RunError(f"{where}: expected an object of reply lists")
+            raise RunError(f"{where}: expected an object of reply lists, not {json_kind(data)}")
         loaded: dict[str, list[str | ScriptedCalls]] = {}
         for key, value in data.items():
-            items = [value] if isinstance(value, str | Mapping) else value
-            if not isinstance(items, list):
-                raise RunError(f"{where}: {key!r} must be a list of replies")
-            loaded[str(key)] = [_scripted(item, f"{where}: {key!r}") for item in items]
+            items = entry_list(value, f"{where}: {quoted(key)}", "replies", REPLY_SHAPE)
+            loaded[str(key)] = [
+                _scripted(item, f"{where}: {quoted(key)}, reply {number}")
+                for number, item in enumerate(items, 1)
+            ]
         return loaded
 
     def reply(self, turn: OfflineTurn) -> str | ScriptedCalls:
@@ -270,7 +280,8 @@ class ScriptModel:
             if key == "*":
                 return items[-1]
         raise RunError(
-            f"fems/script has no reply left for action {turn.action} by {turn.actor} "
+            f"fems/script has no reply left for action {turn.action} by {turn.actor}"
+            f"{used_up(keys, self.replies, ('reply', 'replies'), self.origin)} "
             f"(looked for {', '.join(repr(k) for k in keys)})"
         )
 
@@ -279,15 +290,82 @@ def _scripted(item: Any, where: str) -> str | ScriptedCalls:
     """A reply string, or a ``{"tool_calls": [...]}`` entry checked here, when it is loaded."""
     if isinstance(item, str):
         return item
-    usage = 'a reply is a string or {"tool_calls": [{"name": "read", "arguments": {"path": "x"}}]}'
-    if not isinstance(item, Mapping) or not isinstance(item.get("tool_calls"), list):
-        raise RunError(f"{where}: {usage}")
+    if not isinstance(item, Mapping):
+        raise RunError(f"{where}: a reply is {REPLY_SHAPE}, not {json_kind(item)}")
+    if unknown := [str(name) for name in item if name not in _REPLY_FIELDS]:
+        raise RunError(f"{where}: {unknown_fields(unknown)}; a reply is {REPLY_SHAPE}")
+    if not isinstance(item.get("tool_calls"), list):
+        raise RunError(f"{where}: a reply is {REPLY_SHAPE}")
     calls = []
     for call in item["tool_calls"]:
         if not isinstance(call, Mapping) or not isinstance(call.get("name"), str):
-            raise RunError(f'{where}: each tool call needs a "name"; {usage}')
+            raise RunError(f'{where}: each tool call needs a "name"; a reply is {REPLY_SHAPE}')
         arguments = call.get("arguments", {})
         text = arguments if isinstance(arguments, str) else json.dumps(arguments)
         calls.append(ToolCall("", call["name"], text))
     content = item.get("text", item.get("content", ""))
     return ScriptedCalls(tuple(calls), content if isinstance(content, str) else "")
+
+
+# ------------------------------------------- what replies and answers files share (§15.3)
+
+
+def quoted(key: Any) -> str:
+    """A file's key as JSON writes it (``"suggest"``), so the message shows what to look for."""
+    return json.dumps(str(key), ensure_ascii=False)
+
+
+def json_kind(value: Any) -> str:
+    """What a JSON value is, for a message about an entry of the wrong shape."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool | int | float):
+        return f"{'a boolean' if isinstance(value, bool) else 'a number'} ({json.dumps(value)})"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, Mapping):
+        return "an object"
+    if isinstance(value, list | tuple):
+        return "a list"
+    return f"a {type(value).__name__}"
+
+
+def unknown_fields(names: Sequence[str]) -> str:
+    """``unknown field "txt"``: a misspelt field would otherwise be ignored without a word."""
+    return f"unknown field{'s' if len(names) > 1 else ''} {', '.join(map(quoted, names))}"
+
+
+def entry_list(value: Any, where: str, plural: str, shape: str) -> list[Any]:
+    """One key's replies or answers: a list, or a single one (a string or an object) that
+    stands for a list of one (§15.3); anything else is named as the mistake it is."""
+    if isinstance(value, list | tuple):
+        return list(value)
+    if isinstance(value, str | Mapping):
+        return [value]
+    raise RunError(
+        f"{where} must be a list of {plural} (each {shape}) or a single one, not {json_kind(value)}"
+    )
+
+
+def used_up(
+    keys: Sequence[str],
+    lists: Mapping[str, Sequence[Any]],
+    nouns: tuple[str, str],
+    origin: str | None = None,
+) -> str:
+    """Why a turn found nothing when keys it looked for are there: they are used up (a single
+    reply is a list of one, not one that repeats; only the last of ``*`` repeats)."""
+    one, plural = nouns
+    spent = [
+        f"{quoted(key)} ({len(lists[key])} {one if len(lists[key]) == 1 else plural})"
+        for key in keys
+        if lists.get(key)
+    ]
+    if not spent:
+        return ""
+    place = f"in {origin}, " if origin else ""
+    verb = "is" if len(spent) == 1 else "are"
+    return (
+        f": {place}{' and '.join(spent)} {verb} used up by earlier turns; "
+        f'only the last {one} of "*" repeats'
+    )

@@ -116,25 +116,47 @@ def test_answers_file_order_and_fallbacks(tmp_path: Path) -> None:
 
 
 def test_answers_exhausted_without_star() -> None:
-    human = AnswersFileHuman({"talk": "only once"})
+    human = AnswersFileHuman({"talk": "only once"})  # a single answer is a list of one
     assert human.next_answer("talk", "@p").text == "only once"
-    with pytest.raises(RunError, match="no answer left for talk by @p"):
+    with pytest.raises(RunError) as error:
         human.next_answer("talk", "@p")
+    assert str(error.value) == (
+        'the answers has no answer left for talk by @p: "talk" (1 answer) is used up by '
+        'earlier turns; only the last answer of "*" repeats'
+    )
+    with pytest.raises(RunError, match="no answer left for vote by @p$"):
+        human.next_answer("vote", "@p")  # no key of it at all: nothing used up to name
+
+
+SHAPE = 'an answer is a string or {"text": "…", "vars": {"name": value}}'
 
 
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        ("{nope", "not valid JSON"),
-        ("[1]", "must hold a JSON object"),
-        ('{"*": [3]}', "string or an object"),
+        ("{nope", "answers file a.json is not valid JSON"),
+        ("[1]", "answers file a.json must hold a JSON object"),
+        ('{"*": [3]}', f'a.json: "*", answer 1: {SHAPE}, not a number (3)'),
+        ('{"ask": [{"txt": "x"}]}', f'a.json: "ask", answer 1: unknown field "txt"; {SHAPE}'),
+        (
+            '{"ask": ["a", {"text": "b", "var": {}}]}',
+            'a.json: "ask", answer 2: unknown field "var"',
+        ),
+        ('{"ask": 5}', 'a.json: "ask" must be a list of answers (each a string or {"text"'),
+        ('{"ask": null}', "or a single one, not null"),
+        ('{"ask": {"text": 1}}', 'a.json: "ask", answer 1: "text" must be a string, not a number'),
+        ('{"ask": {"vars": [1]}}', '"vars" must be an object of out values by name, not a list'),
     ],
 )
-def test_bad_answers_files(tmp_path: Path, content: str, message: str) -> None:
+def test_bad_answers_files_are_named_when_loaded(
+    tmp_path: Path, content: str, message: str
+) -> None:
+    """A wrong entry stops the run before it starts, named: not "no answer left" turns later."""
     path = tmp_path / "a.json"
     path.write_text(content, encoding="utf-8")
-    with pytest.raises(RunError, match=message):
-        AnswersFileHuman(path).next_answer("x", "@p")
+    with pytest.raises(RunError) as error:
+        AnswersFileHuman(path)
+    assert message in str(error.value).replace(str(tmp_path / "a.json"), "a.json")
 
 
 def test_missing_answers_file(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from fems_runtime.offline import (
     MockModel,
     OfflineOut,
     OfflineTurn,
+    ScriptedCalls,
     ScriptModel,
     mock_value,
     offline_out,
@@ -92,13 +93,38 @@ def test_script_without_reply_names_action_and_actor(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("content", "message"),
-    [("{", "invalid JSON"), ("[1]", "expected an object"), ('{"a": [1]}', "a reply is a string")],
+    [
+        ("{", "replies file r.json: invalid JSON"),
+        ("[1]", "r.json: expected an object of reply lists, not a list"),
+        ('{"a": [1]}', 'r.json: "a", reply 1: a reply is a string or {"tool_calls": [{'),
+        ('{"a": ["x", 1]}', '"a", reply 2: a reply is a string or {"tool_calls"'),
+        ('{"a": 3}', 'r.json: "a" must be a list of replies (each a string or {"tool_calls"'),
+        ('{"a": 3}', "or a single one, not a number (3)"),
+        ('{"a": [{"txt": "x"}]}', 'r.json: "a", reply 1: unknown field "txt"; a reply is'),
+        ('{"a": [{"text": "x"}]}', 'r.json: "a", reply 1: a reply is a string or {"tool_calls"'),
+    ],
 )
 def test_script_bad_replies_file(tmp_path: Path, content: str, message: str) -> None:
-    path = tmp_path / "replies.json"
+    """A wrong entry is named when the file is loaded, before any turn asks for a reply."""
+    path = tmp_path / "r.json"
     path.write_text(content, encoding="utf-8")
-    with pytest.raises(RunError, match=message):
+    with pytest.raises(RunError) as error:
         ScriptModel(path)
+    assert message in str(error.value).replace(str(path), "r.json")
+
+
+def test_a_single_reply_is_a_list_of_one_and_its_end_is_said() -> None:
+    model = ScriptModel({"night": "only", "night@eve": {"tool_calls": [{"name": "look"}]}})
+    first = model.reply(_turn())
+    assert isinstance(first, ScriptedCalls) and first.calls[0].name == "look"
+    assert model.reply(_turn()) == "only"
+    with pytest.raises(RunError) as error:
+        model.reply(_turn())
+    assert str(error.value) == (
+        "fems/script has no reply left for action night by @eve: in the replies, "
+        '"night@eve" (1 reply) and "night" (1 reply) are used up by earlier turns; only the '
+        "last reply of \"*\" repeats (looked for 'night@eve', 'night', '*')"
+    )
 
 
 def _frame() -> Frame:
