@@ -165,6 +165,17 @@ def _env_alias_key(alias: str) -> str:
     return "FEMS_MODEL_" + re.sub(r"\W", "_", alias, flags=re.ASCII).upper()
 
 
+def no_answer(limit: float, silence: float) -> str:
+    """Why an attempt that heard nothing for ``limit`` seconds failed: the model's silence
+    limit (``--timeout``, what the user set), and when what was left of the retry budget cut
+    the attempt shorter, that too, rounded: a budget's remainder is no figure anyone chose."""
+    said = f"no answer within {silence:g} s"
+    if round(limit, 1) >= silence:  # cut by a few hundredths at most: not worth a word
+        return said
+    share = f"{round(limit, 1):g} s" if limit >= 0.05 else "less than 0.1 s"
+    return f"{said} (the last attempt: {share}, what was left of the retry budget)"
+
+
 class SilenceWatch:
     """Ends a stream once it has been silent for ``silence`` seconds (§15.4), on the
     ``asyncio.timeout`` that first waited for its first chunk. A chunk only notes when it came;
@@ -523,7 +534,7 @@ class ModelClient:
                 raise ModelCallError(
                     Failure.TIMEOUT, f"the reply stopped for {silence:g} s"
                 ) from None
-            raise ModelCallError(Failure.TIMEOUT, f"no answer within {timeout:g} s") from None
+            raise ModelCallError(Failure.TIMEOUT, no_answer(timeout, silence)) from None
         except MalformedReply as error:
             raise ModelCallError(Failure.MALFORMED, str(error)) from None
         return builder.reply()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -25,7 +26,7 @@ from fems_runtime.endpoints import (
     parse_retry_after,
     speaks_deepseek,
 )
-from fems_runtime.llm import CallResult, ModelClient, RetryPolicy
+from fems_runtime.llm import CallResult, ModelClient, RetryPolicy, no_answer
 from fems_runtime.offline import OfflineTurn
 from fems_runtime.prices import PriceTable, Usage, litellm_price_file
 from fems_runtime.records import RunError
@@ -177,12 +178,44 @@ def test_an_error_storm_ends_when_the_retry_budget_is_spent(path: str) -> None:
 def test_an_endpoint_that_never_answers_fails_within_the_budget(path: str) -> None:
     budget = RetryPolicy(budget=0.5, base=0.01, cap=0.02)
     with fake_openai(Behaviour(pause=30)) as server:
-        with pytest.raises(RunError, match=r"gave up .*: no answer within 0\.\d+ s"):
+        with pytest.raises(RunError, match=r"gave up .*: no answer within 0\.2 s"):
             call(make_client(server, path, timeout=0.2, retry=budget))
         # attempts of 0.2 s fit the 0.5 s budget at most three times; on a loaded machine a
         # request may not even reach the server in time (litellm's first call sets up a lot),
         # so fewer is no failure of the retry logic
         assert len(server.requests) <= 3
+
+
+@both_paths
+def test_giving_up_names_the_timeout_set_and_the_budget_that_cut_the_last_attempt(
+    path: str,
+) -> None:
+    """--timeout 1 --retry-budget 1.5: the second attempt has only what is left of the budget
+    (about 0.5 s); the message says the 1 s the user set, and that, rounded."""
+    with fake_openai() as server:
+        client = make_client(
+            server, path, timeout=1.0, retry=RetryPolicy(budget=1.5, base=0.01, cap=0.02)
+        )
+        call(client)  # the first call sets the path up (litellm's takes long): not under test
+        server.default = Behaviour(pause=5)
+        with pytest.raises(RunError) as error:
+            call(client)
+    model = PATHS[path]("", "test")["model"]
+    assert re.fullmatch(
+        rf"model {model}: gave up after 2 attempts \(1\.5 s retry budget\): no answer within "
+        r"1 s \(the last attempt: (0\.\d s|less than 0\.1 s), what was left of the retry budget\)",
+        str(error.value),
+    ), error.value
+
+
+def test_an_attempt_without_an_answer_says_the_limit_it_had() -> None:
+    assert no_answer(1.0, 1.0) == "no answer within 1 s"
+    assert no_answer(2.5, 2.5) == "no answer within 2.5 s"
+    cut = "(the last attempt: {}, what was left of the retry budget)"
+    assert no_answer(0.415015, 1.0) == f"no answer within 1 s {cut.format('0.4 s')}"
+    assert no_answer(0.96, 1.0) == "no answer within 1 s"  # cut by too little to say
+    assert no_answer(0.94, 1.0) == f"no answer within 1 s {cut.format('0.9 s')}"
+    assert no_answer(0.0123, 30.0) == f"no answer within 30 s {cut.format('less than 0.1 s')}"
 
 
 @both_paths
