@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 import functools
-from collections.abc import Iterable, Mapping, Set
+from collections.abc import Iterable, Mapping, Sequence, Set
 
 from fems_runtime.words import FIXED_ACTOR_ATTRIBUTES
 
@@ -293,7 +293,22 @@ class References:
                 f"module '&{module.name}' takes {wanted} argument{plural}{params} "
                 f"but {len(call.args)} {'was' if len(call.args) == 1 else 'were'} given",
                 call.span,
+                arity_hint(module.name, module.params, len(call.args)),
             )
+
+
+def arity_hint(module: str, params: Sequence[str], given: int) -> str:
+    """The call to write, with the module's own parameter names: arguments are never bound
+    automatically from variables of the same name (§11.2), so a bare ``&M`` needs them spelled."""
+    if not params:
+        return f"'&{module}' has no parameters: call it as &{module}"
+    call = f"&{module}({', '.join(params)})"
+    if given == 0:
+        return f"pass them: {call} (arguments are not bound automatically, §11.2)"
+    if given < len(params):
+        return f"pass every argument, in order: {call} (none is bound automatically, §11.2)"
+    extra = given - len(params)
+    return f"remove the {extra} extra argument{'' if extra == 1 else 's'}: {call}"
 
 
 def code_calls(python: str) -> list[tuple[str, str]]:
