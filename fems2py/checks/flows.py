@@ -53,6 +53,14 @@ class Flow:
     namespace: Namespace
 
 
+#: Why nothing follows a terminal node, for the error on an edge out of it.
+TERMINAL_ENDS = {
+    "END": "[END] ends its branch of the main flow (§12.9)",
+    "OUT": "[OUT] returns from the module; the caller follows the call's out-edges (§11.5)",
+    "BREAK": "[BREAK] leaves the module and the caller's branch stops there (§11.5)",
+}
+
+
 def flows_of(
     script: Script, root: Namespace, namespaces: Mapping[int, Namespace]
 ) -> tuple[Flow, ...]:
@@ -185,6 +193,7 @@ class FlowChecker:
             self.mark_reachable(top, entry)
             self.report_unreachable(parts, in_module)
         for part in parts:
+            self.report_terminal_out_edges(part, in_module)
             self.report_dead_ends(part)
             self.compute_merges(key, part)
         for part in parts:
@@ -334,6 +343,25 @@ class FlowChecker:
                 top.graph.span,
                 "a branch that should finish the run goes to [END]",
             )
+
+    def report_terminal_out_edges(self, part: Part, in_module: bool) -> None:
+        """§12.9, §11.5: a terminal ends its branch, so an edge out of it would never run; the
+        flow runs without it, and the nodes only it leads to are reported as never reached."""
+        if part.loop is not None:
+            return  # terminals may not appear in a body at all (check_reserved)
+        for name in sorted(TERMINAL_NODES):
+            if in_module == (name in MAIN_ONLY_NODES):
+                continue  # misplaced terminal: check_reserved reported it
+            for edge in part.out_edges.get(name, ()):
+                target = describe(edge.target, part.nodes.get(edge.target))
+                hint = f"nothing runs after [{name}]: "
+                if edge.target not in TERMINAL_NODES:
+                    hint += f"lead the branch through {target} before it reaches [{name}], or "
+                self.report.error(
+                    f"an edge out of [{name}] never runs: {TERMINAL_ENDS[name]}",
+                    edge.span,
+                    hint + "remove the edge",
+                )
 
     @staticmethod
     def only_feeds_joins(part: Part, name: str) -> bool:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fems_runtime.words import TERMINAL_NODES
+
 from fems2py.checks.scope import Effects
 from fems2py.nodes import Edge, FlowNode, Graph, Join, Loop, ModuleCall
 from fems2py.visitor import BindingVisitor
@@ -55,8 +57,10 @@ def split_parts(
     order = [node.name for node in graph.nodes]
     for edge in graph.edges:
         order += [edge.source, edge.target]
-        part.successors.setdefault(edge.source, []).append(edge.target)
         part.out_edges.setdefault(edge.source, []).append(edge)
+        if edge.source in TERMINAL_NODES:
+            continue  # never followed: a terminal ends its branch (§12.9), an error of its own
+        part.successors.setdefault(edge.source, []).append(edge.target)
     if loop is not None:
         order.insert(0, loop.head)
     part.names = list(dict.fromkeys(order))
