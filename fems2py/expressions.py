@@ -73,6 +73,9 @@ _FORBIDDEN_NODES = {
 }
 _ACTOR = re.compile(r"@\w+")
 _BAD_LOGIC = re.compile(r"&&|\|\|")
+_BANG = re.compile(r"!(?!=)")
+"""C's negation, which FEM writes ``not`` (``!=`` stays an operator)."""
+_NEGATED_NAME = re.compile(r"[ \t]*(@?\w+(?:\.\w+)*)")
 _BARE_TEXT_FORBIDDEN = set("()[]{}=<>+-*/%&|\"'.,:")
 _NUMBER = re.compile(r"\d+(?:\.\d*)?(?:[eE][-+]?\d+)?")
 
@@ -219,6 +222,13 @@ class _Compiler:
                 self.at(pos[0], pos[1], pos[0], pos[1] + 2),
                 "use 'and' / 'or'",
             )
+        for match in _BANG.finditer(masked):
+            pos = self._offset_pos(match.start())
+            self.error(
+                "'!' is not an operator in FEM expressions",
+                self.at(pos[0], pos[1], pos[0], pos[1] + 1),
+                f"write 'not {self._negated(match.end())}'",
+            )
         chars = list(self.text)
         for match in _ACTOR.finditer(masked):
             start = match.start()
@@ -227,6 +237,23 @@ class _Compiler:
             chars[start] = "_"
             self.actor_starts.add(self._offset_pos(start))
         return "".join(chars) if self.ok else None
+
+    def _negated(self, offset: int) -> str:
+        """What a ``!`` at ``offset - 1`` negates, for the hint: a name or a bracketed group;
+        ``…`` when it is neither."""
+        name = _NEGATED_NAME.match(self.masked, offset)
+        if name is not None:
+            return name.group(1)
+        start = len(self.masked) - len(self.masked[offset:].lstrip(" \t"))
+        if self.masked[start : start + 1] != "(":
+            return "…"
+        depth = 0
+        for end in range(start, len(self.masked)):
+            depth += {"(": 1, ")": -1}.get(self.masked[end], 0)
+            if depth == 0:
+                group = self.text[start : end + 1]
+                return group if "\n" not in group else "(…)"
+        return "(…)"
 
     def _offset_pos(self, offset: int) -> tuple[int, int]:
         before = self.text[:offset]
