@@ -173,3 +173,17 @@ def test_a_check_of_a_script_that_names_no_model_says_it_checked_nothing(
         assert "first chunk" not in out  # no model was sent a request
         status, out = run_models(script, capsys, "--model", "local", "--check")
     assert status == 0 and "first chunk after" in out
+
+
+def test_a_name_that_is_no_alias_and_no_model_string_is_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """§15.2: the listing stops on what a run would stop on, naming the close alias."""
+    script = project(tmp_path, '[models]\nlocl = "openai/gpt-4o-mini"\n')
+    status, out = run_models(script, capsys)
+    assert status == 1
+    assert (
+        "local: error: model local is neither an alias of the model map (fems.toml [models]) "
+        "nor a provider/model string litellm knows (openai/gpt-4o-mini, anthropic/…); "
+        "did you mean 'locl'?\n"
+    ) in out

@@ -28,6 +28,7 @@ from types import ModuleType
 from typing import Any
 
 from fems_runtime.imports import import_large, large_imports
+from fems_runtime.prices import PriceTable
 from fems_runtime.replies import WholeAnswer
 
 TRANSIENT_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
@@ -269,6 +270,35 @@ def openai_route(
         organization=options.get("organization"),
         provider=provider,
     )
+
+
+def litellm_knows(model: str, options: Mapping[str, Any], table: PriceTable) -> bool | None:
+    """Whether litellm can route ``model``, a string on its path that no alias matched (§15.2).
+
+    Decided at once for a provider fems2py knows, an entry that names its provider or address,
+    and a bare name of the model table (`gpt-4o-mini`); otherwise litellm's `get_llm_provider`
+    decides, which imports litellm, as the call is about to anyway. Without litellm a bare name
+    outside the table is unknown; None: a provider's string that only litellm could judge, and
+    litellm's absence is reported where it is needed.
+    """
+    if options.get("custom_llm_provider") or options.get("api_base") or options.get("base_url"):
+        return True
+    provider, _ = provider_of(model, options)
+    if provider is not None and (
+        provider == "openai" or provider in OPENAI_COMPATIBLE or provider in NATIVE_PROTOCOL
+    ):
+        return True
+    if provider is None and table.entry(model) is not None:
+        return True
+    try:
+        litellm = import_litellm()
+    except ModelCallError:
+        return False if provider is None else None
+    try:
+        litellm.get_llm_provider(model)
+    except Exception:  # litellm raises its BadRequestError, or a ValueError on odd strings
+        return False
+    return True
 
 
 def speaks_deepseek(model: str, options: Mapping[str, Any]) -> bool:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import difflib
 import json
 import os
 import random
@@ -32,6 +33,7 @@ from fems_runtime.endpoints import (
     OpenAIRoute,
     close_litellm_clients,
     import_litellm,
+    litellm_knows,
     litellm_stream,
     missing_key,
     openai_route,
@@ -481,6 +483,8 @@ class ModelClient:
         if known is not None:
             return known[1]
         route = openai_route(choice.model, choice.options, self.environ)
+        if route is None:
+            self.ensure_known(choice)
         if route is not None and (variable := missing_key(route)):
             raise RunError(
                 f"model {choice.model} has no API key: set {variable} (a .env file next to the "
@@ -488,6 +492,21 @@ class ModelClient:
             )
         self._routes[id(choice)] = (choice, route)
         return route
+
+    def ensure_known(self, choice: ModelChoice) -> None:
+        """A model litellm cannot route is a run error before any request: litellm's own says
+        only "LLM Provider NOT provided", after the request was built (§15.2). A misspelt
+        alias is the likely cause, so the close aliases are named."""
+        if choice.offline or litellm_knows(choice.model, choice.options, self.prices) is not False:
+            return
+        message = (
+            f"model {choice.model} is neither an alias of the model map (fems.toml [models]) "
+            "nor a provider/model string litellm knows (openai/gpt-4o-mini, anthropic/…)"
+        )
+        close = difflib.get_close_matches(choice.model, list(self.model_map), n=3, cutoff=0.6)
+        if close:
+            message += f"; did you mean {' or '.join(repr(alias) for alias in close)}?"
+        raise RunError(message)
 
     async def _send(
         self,

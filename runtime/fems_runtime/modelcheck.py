@@ -64,6 +64,8 @@ def describe(
     choice = client.resolve(None, name)
     options = choice.options
     route = openai_route(choice.model, options, client.environ)
+    if route is None:
+        client.ensure_known(choice)  # a misspelt alias is listed as the error a run would stop on
     path = f"openai SDK, {route.base_url}" if route is not None else "litellm"
     if choice.offline:
         path = "built in, offline (§15.3)"

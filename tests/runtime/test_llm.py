@@ -205,7 +205,7 @@ def test_a_module_delay_larger_than_the_scripts_spaces_the_calls(
 
     client = ModelClient(environ={}, delay=1)
     monkeypatch.setattr(client, "_send", answer)
-    choice = client.resolve("remote/model")
+    choice = client.resolve("anthropic/remote-model")  # litellm's path, not sent
 
     async def calls() -> None:
         monkeypatch.setattr(asyncio, "sleep", record)
@@ -242,3 +242,50 @@ def test_the_backoff_stays_at_its_cap_however_many_failures() -> None:
     for failures in (1, 6, 64, 1_100, 10_000):
         assert 0.25 <= policy.pause(failures, None, rng) <= 20.0
     assert policy.pause(10_000, None, rng) >= 10.0
+
+
+@pytest.mark.parametrize(
+    ("name", "model_map", "suggestion"),
+    [
+        ("small", {}, None),  # no fems.toml: an alias that nothing defines
+        ("smal", {"small": "openai/gpt-4o-mini"}, "did you mean 'small'?"),
+        ("nosuchprovider/x", {}, None),
+    ],
+)
+def test_a_model_litellm_cannot_route_fails_before_any_request(
+    name: str, model_map: dict[str, str], suggestion: str | None
+) -> None:
+    """§15.2: a name that is neither an alias nor a string litellm knows is a clear run error
+    (litellm's own is an HTTP 400 "LLM Provider NOT provided"), naming a close alias."""
+    client = ModelClient(model_map=model_map, environ={}, retry=RetryPolicy(base=10.0, cap=10.0))
+    with pytest.raises(RunError) as error:
+        asyncio.run(client.complete(client.resolve(None, name), MESSAGES, TURN))
+    message = str(error.value)
+    assert message.startswith(
+        f"model {name} is neither an alias of the model map (fems.toml [models]) nor a "
+        "provider/model string litellm knows (openai/gpt-4o-mini, anthropic/…)"
+    )
+    assert (suggestion in message) if suggestion else "did you mean" not in message
+    assert "HTTP" not in message and "attempts" not in message
+
+
+KNOWN_MODELS = [
+    ("gpt-4o-mini", {}),  # a bare OpenAI name litellm accepts: known from the model table
+    ("openai/qwen2.5", {"api_base": "http://127.0.0.1:9/v1"}),  # a local entry
+    ("openai/anything", {}),
+    ("anthropic/claude-3-5-haiku-latest", {}),
+    ("groq/llama3", {}),
+    ("my-model", {"custom_llm_provider": "openai"}),
+]
+
+
+def test_models_litellm_can_route_are_known_without_importing_it() -> None:
+    """The cheap answers: litellm is imported only for a string they cannot place."""
+    code = (
+        "import sys\n"
+        "from fems_runtime.endpoints import litellm_knows\n"
+        "from fems_runtime.prices import PRICES\n"
+        f"print(*(litellm_knows(m, o, PRICES) for m, o in {KNOWN_MODELS!r}))\n"
+        "print('litellm' in sys.modules)\n"
+    )
+    assert python_output(code).split() == ["True"] * len(KNOWN_MODELS) + ["False"]
