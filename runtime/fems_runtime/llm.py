@@ -21,7 +21,7 @@ import os
 import random
 import re
 import sys
-from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -165,6 +165,22 @@ def load_dotenv(path: str | Path, environ: MutableMapping[str, str] | None = Non
 
 def _env_alias_key(alias: str) -> str:
     return "FEMS_MODEL_" + re.sub(r"\W", "_", alias, flags=re.ASCII).upper()
+
+
+def ensure_known(choice: ModelChoice, aliases: Iterable[str], prices: PriceTable) -> None:
+    """A model litellm cannot route is a run error before any request: litellm's own says only
+    "LLM Provider NOT provided", after the request was built (§15.2). A misspelt alias is the
+    likely cause, so the close ``aliases`` are named."""
+    if choice.offline or litellm_knows(choice.model, choice.options, prices) is not False:
+        return
+    message = (
+        f"model {choice.model} is neither an alias of the model map (fems.toml [models]) "
+        "nor a provider/model string litellm knows (openai/gpt-4o-mini, anthropic/…)"
+    )
+    close = difflib.get_close_matches(choice.model, list(aliases), n=3, cutoff=0.6)
+    if close:
+        message += f"; did you mean {' or '.join(repr(alias) for alias in close)}?"
+    raise RunError(message)
 
 
 def no_answer(limit: float, silence: float) -> str:
@@ -484,7 +500,7 @@ class ModelClient:
             return known[1]
         route = openai_route(choice.model, choice.options, self.environ)
         if route is None:
-            self.ensure_known(choice)
+            ensure_known(choice, self.model_map, self.prices)
         if route is not None and (variable := missing_key(route)):
             raise RunError(
                 f"model {choice.model} has no API key: set {variable} (a .env file next to the "
@@ -492,21 +508,6 @@ class ModelClient:
             )
         self._routes[id(choice)] = (choice, route)
         return route
-
-    def ensure_known(self, choice: ModelChoice) -> None:
-        """A model litellm cannot route is a run error before any request: litellm's own says
-        only "LLM Provider NOT provided", after the request was built (§15.2). A misspelt
-        alias is the likely cause, so the close aliases are named."""
-        if choice.offline or litellm_knows(choice.model, choice.options, self.prices) is not False:
-            return
-        message = (
-            f"model {choice.model} is neither an alias of the model map (fems.toml [models]) "
-            "nor a provider/model string litellm knows (openai/gpt-4o-mini, anthropic/…)"
-        )
-        close = difflib.get_close_matches(choice.model, list(self.model_map), n=3, cutoff=0.6)
-        if close:
-            message += f"; did you mean {' or '.join(repr(alias) for alias in close)}?"
-        raise RunError(message)
 
     async def _send(
         self,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from fems_runtime.context import estimate_tokens
 from fems_runtime.endpoints import Failure, ModelCallError, openai_route
-from fems_runtime.llm import ModelChoice, ModelClient
+from fems_runtime.llm import ModelChoice, ModelClient, ensure_known
 from fems_runtime.records import RunError
 from fems_runtime.replies import ReplyStream
 
@@ -65,7 +65,7 @@ def describe(
     options = choice.options
     route = openai_route(choice.model, options, client.environ)
     if route is None:
-        client.ensure_known(choice)  # a misspelt alias is listed as the error a run would stop on
+        ensure_known(choice, client.model_map, client.prices)  # as a run would stop on it
     path = f"openai SDK, {route.base_url}" if route is not None else "litellm"
     if choice.offline:
         path = "built in, offline (§15.3)"
