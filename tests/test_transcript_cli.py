@@ -110,7 +110,8 @@ def test_a_strict_turn_shows_its_last_problem_and_its_fallback(tmp_path, capsys)
     status = program.main(["--replies", str(replies), "--db", ":memory:", "--transcript"])
     out = capsys.readouterr().out
     assert status == 0
-    assert "(feedback to @wolf, private)" in out  # the first rejection, before the retry
+    assert "(rejected reply of @wolf, private) SET VARIABLE: <<target = @zed>>" in out
+    assert "(feedback to @wolf, private) Your previous reply" in out  # the retry's feedback
     lines = [line.strip() for line in out.splitlines() if line.strip().startswith("!")]
     assert lines[0].startswith("! pick by @wolf: ") and lines[0].endswith("(no retry left)")
     assert lines[1:] == ["! pick by @wolf: its fallback runs"]

@@ -343,6 +343,8 @@ class StoredMessage:
     content: str = _content("")
     #: the model call whose streamed reply it is (:class:`ModelCallBegan` id), None otherwise
     call: int | None = None
+    #: a strict turn's reply its checks rejected, kept as feedback, not the feedback on it (§13.3)
+    rejected: bool = False
 
     @property
     def private(self) -> bool:

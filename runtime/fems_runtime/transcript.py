@@ -51,7 +51,9 @@ class Transcript:
         match event:
             case MessagesStored():
                 for message in event.messages:
-                    if message.call is None or message.call not in self._shown_calls:
+                    if message.rejected and message.call not in self._shown_calls:
+                        self.rejected(message.speaker, message.content)
+                    elif message.call is None or message.call not in self._shown_calls:
                         self.message(message.kind, message.speaker, message.room, message.content)
                 self._shown_calls.difference_update(m.call for m in event.messages)
             case ProblemReported():
@@ -107,6 +109,13 @@ class Transcript:
         from rich.text import Text
 
         self._console.print(Text(f"  (feedback to {speaker}, private) {text}", style="dim"))
+
+    def rejected(self, speaker: str, text: str) -> None:
+        """A strict turn's reply its checks rejected: kept for the record, private (§13.3)."""
+        from rich.text import Text
+
+        self.last_live = None
+        self._console.print(Text(f"  (rejected reply of {speaker}, private) {text}", style="dim"))
 
     def _tool_call(self, speaker: str, room: Collection[str], text: str) -> None:
         from rich.text import Text

@@ -270,6 +270,8 @@ class Turn:
                 room,
                 message.content,
                 next((call for shown, call in self.printed if shown is message), None),
+                # the executor said it: a rejected reply, where the feedback note says nobody
+                rejected=message.kind == "feedback" and message.speaker_soul is not None,
             )
             for message in messages
         )
