@@ -46,7 +46,7 @@ def initial_values(program: Program, sets: Mapping[str, str]) -> dict[str, Any]:
     return values
 
 
-def kind_of(value: Any) -> str | None:
+def _kind_of(value: Any) -> str | None:
     """The kind of a value as a message names it; None for ``null``, whose variable may hold
     any kind."""
     if value is None:
@@ -72,8 +72,8 @@ def _check_kind(
     """A :class:`UsageError` unless ``value`` is of the kind ``vars:`` declares for ``name``
     (an actor-typed ``@name`` takes an actor, or ``""``: not bound yet, §4.3)."""
     declared = program.variables[name]
-    wanted = ACTOR if name.startswith("@") else kind_of(declared)
-    given = kind_of(value)
+    wanted = ACTOR if name.startswith("@") else _kind_of(declared)
+    given = _kind_of(value)
     if wanted is None or given == wanted or given in ALSO_FITS.get(wanted, ()):
         return
     if wanted == ACTOR and value == "":

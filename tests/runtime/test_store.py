@@ -337,9 +337,10 @@ def test_checkpoints_and_actors(store: Store) -> None:
     last = store.last_checkpoint(session)
     assert last is not None and (last["seq"], last["step"], last["node"]) == (2, 9, "B")
     assert last["state"] == {"vars": {"x": 2}}
-    store.record_actor(session, "@coder_1", type="ai", soul="spawned:coder_1", blueprint="coder")
+    coder = {"type": "ai", "soul_id": "spawned:coder_1", "source": None}
+    store.record_actors(session, {"@coder_1": {**coder, "blueprint": "coder"}})
     assert store.session_actors(session)[0]["blueprint"] == "coder"
-    store.record_actor(session, "@coder_1", type="ai", soul="spawned:coder_1", source="fast")
+    store.record_actors(session, {"@coder_1": {**coder, "source": "fast", "blueprint": None}})
     rows = store.session_actors(session)
     assert len(rows) == 1 and rows[0]["source"] == "fast" and rows[0]["blueprint"] is None
 

@@ -290,21 +290,6 @@ class Store:
         """:meth:`People.seed_file`."""
         self.database().people.seed_file(path)
 
-    def record_actor(
-        self,
-        session: int,
-        name: str,
-        *,
-        type: str,
-        soul: str,
-        source: str | None = None,
-        blueprint: str | None = None,
-    ) -> None:
-        """:meth:`People.record_actor`."""
-        self.database().people.record_actor(
-            session, name, type=type, soul=soul, source=source, blueprint=blueprint
-        )
-
     def record_actors(self, session: int, actors: Mapping[str, Mapping[str, Any]]) -> None:
         """:meth:`People.record_actors`."""
         self.database().people.record_actors(session, actors)

@@ -131,24 +131,10 @@ class People:
 
     # ------------------------------------------------------------------ a session's actors
 
-    def record_actor(
-        self,
-        session: int,
-        name: str,
-        *,
-        type: str,
-        soul: str,
-        source: str | None = None,
-        blueprint: str | None = None,
-    ) -> None:
-        """Record an actor of the session (spawned actors, §9.8); recording it again (a
-        continued session) updates the row."""
-        actor = {"type": type, "soul_id": soul, "source": source, "blueprint": blueprint}
-        self.record_actors(session, {name: actor})
-
     def record_actors(self, session: int, actors: Mapping[str, Mapping[str, Any]]) -> None:
-        """:meth:`record_actor` for many actors (name → type, soul_id, source, blueprint), in
-        one transaction: a script may declare thousands."""
+        """Record actors of the session (name → type, soul_id, source, blueprint; spawned
+        actors, §9.8) in one transaction, a script may declare thousands; recording one again
+        (a continued session) updates its row."""
         sa, table = self._t.sa, self._t.session_actors
         with self._db.write() as db:
             known = set(
