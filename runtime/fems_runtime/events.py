@@ -633,13 +633,6 @@ def content_fields(event: type[RunEvent] | type[StoredMessage]) -> dict[str, str
     return {f.name: f.metadata["privacy"] for f in fields(event) if "privacy" in f.metadata}
 
 
-def provider_of(model: str) -> str:
-    """The provider a model string names (``openai/gpt-4o`` → ``openai``; a bare name is
-    OpenAI's, as litellm reads it)."""
-    provider, slash, _ = model.partition("/")
-    return provider if slash else "openai"
-
-
 __all__ = [
     "CONTENT",
     "REASONING",
@@ -677,5 +670,4 @@ __all__ = [
     "TurnReplayed",
     "Where",
     "content_fields",
-    "provider_of",
 ]

@@ -38,6 +38,7 @@ from fems_runtime.endpoints import (
     missing_key,
     openai_route,
     openai_stream,
+    provider_of,
     speaks_deepseek,
 )
 from fems_runtime.offline import OFFLINE_MODELS, MockModel, OfflineTurn, ScriptModel
@@ -82,9 +83,14 @@ class ModelChoice:
     asks_server: bool = field(init=False, repr=False, compare=False)
     """Whether its server is asked what it is (§15.4, `fems_runtime.serverinfo`): an entry with
     an address of its own that leaves its window or its concurrency unsaid."""
+    provider: str = field(init=False, repr=False, compare=False)
+    """Who provides it, as its events and traces name it: the entry's `custom_llm_provider`,
+    else the model string's prefix (`fems` for the offline models), else `openai`, as litellm
+    reads a bare name."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "offline", self.model in OFFLINE_MODELS)
+        object.__setattr__(self, "provider", provider_of(self.model, self.options)[0] or "openai")
         base = self.options.get("api_base") or self.options.get("base_url")
         server = str(base).rstrip("/") if isinstance(base, str) and base.strip() else None
         object.__setattr__(self, "server", server)

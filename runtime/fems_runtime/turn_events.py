@@ -19,7 +19,6 @@ from fems_runtime.events import (
     ToolCallEnded,
     ToolKind,
     Where,
-    provider_of,
 )
 from fems_runtime.replies import Piece
 from fems_runtime.tools import BUILTIN_TOOLS, Toolbox
@@ -146,7 +145,7 @@ def model_call_began(
         where=turn_where(turn),
         turn=turn.id,
         attempt=attempt,
-        provider=provider_of(choice.model),
+        provider=choice.provider,
         request_model=choice.model,
         streamed=not choice.offline,
         max_tokens=turn.setup.cap,

@@ -127,6 +127,25 @@ def test_fems_toml_table_entry_and_env_key(tmp_path: Path) -> None:
     assert client.resolve(None, "fast").model == "openai/gpt-4o-mini"
 
 
+@pytest.mark.parametrize(
+    ("entry", "provider"),
+    [
+        ("gpt-4o-mini", "openai"),
+        ("anthropic/claude-3-5-haiku", "anthropic"),
+        ("fems/mock", "fems"),
+        ({"model": "my-finetune", "custom_llm_provider": "together_ai"}, "together_ai"),
+        ({"model": "groq/llama3", "custom_llm_provider": "openai"}, "openai"),
+    ],
+)
+def test_a_resolved_model_names_its_provider_once_as_its_route_does(
+    entry: str | dict[str, str], provider: str
+) -> None:
+    """The provider its call events and traces name is the one its route is decided by: an
+    entry's `custom_llm_provider` wins over the model string's prefix."""
+    client = ModelClient(model_map={"m": entry}, environ={})
+    assert client.resolve(None, "m").provider == provider
+
+
 def test_each_call_site_is_resolved_once_and_keeps_failing_without_a_key() -> None:
     """Resolution and routing are done once per (action model, source) of a run, not per
     call: the environment is asked once; a route without its key still fails every call."""
