@@ -55,6 +55,7 @@ from fems_runtime.replies import (
 )
 from fems_runtime.serverinfo import OWN_FACTS, LocalServers, ServerFacts
 from fems_runtime.tools import ToolCall
+from fems_runtime.values import counted
 
 DEFAULT_MODEL = "fems/mock"
 #: what a run says, once, when a turn has no model and plays DEFAULT_MODEL (a batch says it
@@ -474,7 +475,7 @@ class ModelClient:
                 wait = self.retry.pause(attempts, error.retry_after, self._rng)
                 if deadline is None or loop.time() + wait >= deadline:
                     raise RunError(
-                        f"model {choice.model}: gave up after {attempts} attempts "
+                        f"model {choice.model}: gave up after {counted(attempts, 'attempt')} "
                         f"({self.retry.budget:g} s retry budget): {error}"
                     ) from None
                 await asyncio.sleep(wait)
