@@ -5,6 +5,7 @@ the executor's type (§9.1)."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from fems_runtime.context import context_view
@@ -63,7 +64,7 @@ class HumanTurn(Turn):
 
     record_kind: ClassVar[str] = "human"
 
-    def replay(self, record: Any) -> HumanAnswer:
+    def replay(self, record: Mapping[str, Any]) -> HumanAnswer:
         """The recorded answer; an answers file gives up this answer as the first run did."""
         self.id = int(record["turn"])
         values = record["result"].get("vars") or {}

@@ -377,7 +377,9 @@ def _record_actors(store: Store, number: int, variables: Variables) -> None:
     store.load_personas(str(spec.soul) for spec in variables.actors.values())
 
 
-def _resume_session(store: Store, script: Any, spec: str | int | None) -> tuple[int, TurnLog]:
+def _resume_session(
+    store: Store, script: ScriptFacts, spec: str | int | None
+) -> tuple[int, TurnLog]:
     """Check that session ``spec`` (or the newest of this script) can be resumed, then make
     it ready: status running, turn counter back at its last run's start; a session that a
     fork or a reuse started inherits its parent's records (§16.4a)."""
