@@ -276,6 +276,7 @@ class ModelClient:
         self._choices: dict[tuple[str | None, str | None], ModelChoice] = {}
         self._routes: dict[int, tuple[ModelChoice, OpenAIRoute | None]] = {}
         self._no_reasoning: set[str] = set()  # models that refused a request to reason
+        self._unreachable: set[str] = set()  # addresses that refused a connection (said once)
         self.servers = LocalServers(self._notice, self.environ)  # what local servers say
 
     @classmethod
@@ -443,7 +444,7 @@ class ModelClient:
         timeout = float(choice.options.get("timeout") or self.timeout)
         loop = asyncio.get_running_loop()
         deadline: float | None = None  # set when the first attempt starts, not while queued
-        attempts = 0
+        attempts, refused = 0, False  # refused: an attempt could not connect
         while True:
             attempts += 1
             try:
@@ -463,21 +464,25 @@ class ModelClient:
                 if fields and self._refused_reasoning(choice, fields, error):
                     attempts -= 1  # the same attempt again, without the fields it refused
                     continue
-                if error.kind is Failure.CONTEXT:
-                    raise ContextTooLong(choice.model, error.detail) from None
-                if error.kind is Failure.KEY:
-                    raise RunError(
-                        f"model {choice.model} has no API key: {error.detail} (a .env file next "
-                        "to the script or in the working directory is read too)"
-                    ) from None
-                if not error.transient:
-                    raise RunError(f"model {choice.model}: {error}") from None
+                stop = _final_error(choice, error)
+                if stop is not None:
+                    raise stop from None
+                where = route.base_url if route is not None else choice.server or choice.model
+                refused = refused or error.kind is Failure.CONNECTION
                 wait = self.retry.pause(attempts, error.retry_after, self._rng)
                 if deadline is None or loop.time() + wait >= deadline:
                     raise RunError(
                         f"model {choice.model}: gave up after {counted(attempts, 'attempt')} "
                         f"({self.retry.budget:g} s retry budget): {error}"
+                        + (f" (is the server at {where} running?)" if refused else "")
                     ) from None
+                if refused and where not in self._unreachable:
+                    self._unreachable.add(where)  # said at once, not after the whole budget
+                    self._notice(
+                        f"fems: model {choice.model}: cannot connect to {where} ({error}); is "
+                        f"the server running? Retrying for up to {self.retry.budget:g} s "
+                        "(--retry-budget)"
+                    )
                 await asyncio.sleep(wait)
 
     def _server_slot(
@@ -631,6 +636,20 @@ class ModelClient:
             finish_reason=reply.finish_reason,
             cached_tokens=reply.usage.cached_tokens or None,
         )
+
+
+def _final_error(choice: ModelChoice, error: ModelCallError) -> Exception | None:
+    """The run error that ends a call at once (no other attempt can succeed), or None."""
+    if error.kind is Failure.CONTEXT:
+        return ContextTooLong(choice.model, error.detail)
+    if error.kind is Failure.KEY:
+        return RunError(
+            f"model {choice.model} has no API key: {error.detail} (a .env file next "
+            "to the script or in the working directory is read too)"
+        )
+    if not error.transient:
+        return RunError(f"model {choice.model}: {error}")
+    return None
 
 
 def _check_own_options(alias: str, options: Mapping[str, Any]) -> None:

@@ -10,6 +10,7 @@ import asyncio
 import json
 import random
 import re
+import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -172,6 +173,30 @@ def test_an_error_storm_ends_when_the_retry_budget_is_spent(path: str) -> None:
         with pytest.raises(RunError, match=r"gave up after \d+ attempts \(3 s retry budget\)"):
             call(client)
         assert len(server.requests) >= 3  # the call and at least two attempts
+
+
+@both_paths
+def test_a_server_not_listening_is_said_at_once_and_named_when_the_budget_ends(path: str) -> None:
+    """A refused connection (a local server not started, a wrong port) is retried within the
+    budget, as a dropped one is, but said at once, once, with the address; so is the error."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))  # bound, not listening: every connection is refused
+        entry = PATHS[path](f"http://127.0.0.1:{taken.getsockname()[1]}/v1", "test")
+        notices: list[str] = []
+        retry = RetryPolicy(budget=0.5, base=0.01, cap=0.02)
+        client = ModelClient(
+            model_map={"test": entry}, environ={}, retry=retry, notice=notices.append
+        )
+        with pytest.raises(RunError) as error:
+            call(client)
+    where = entry["api_base"]
+    attempts = re.search(r"gave up after (\d+) attempts?", str(error.value))
+    assert attempts is not None, error.value
+    assert str(error.value).endswith(f"(is the server at {where} running?)")
+    assert len(notices) == (int(attempts[1]) > 1)  # a call that retries says it at once
+    for notice in notices:
+        assert notice.startswith(f"fems: model {entry['model']}: cannot connect to {where} (")
+        assert notice.endswith("is the server running? Retrying for up to 0.5 s (--retry-budget)")
 
 
 @both_paths
