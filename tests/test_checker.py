@@ -539,3 +539,30 @@ def test_broken_names_count_as_defined(tmp_path: Path) -> None:
     )
     script = Script("t.fems", "", flow=graph, broken_names=frozenset({"talk"}))
     assert check(script, tmp_path).diagnostics == ()
+
+
+@pytest.mark.parametrize(
+    ("declarations", "message", "at"),
+    [
+        (["@p = @q", "@q = @p"], "actor variable @p is an alias of itself: @p → @q → @p", 3),
+        (["@p = @p"], "actor variable @p is an alias of itself: @p → @p", 3),
+        (
+            ["@p = @a", "@q = @r", "@r = @s", "@s = @q"],
+            "actor variable @q is an alias of itself: @q → @r → @s → @q",
+            4,
+        ),
+    ],
+)
+def test_a_cycle_of_actor_variable_aliases_is_an_error(
+    tmp_path: Path, declarations: list[str], message: str, at: int
+) -> None:
+    """§4.3: a chain of aliases that comes back to itself never reaches an actor; one error
+    per cycle, at the first of its declarations."""
+    source = "vars:\n    x = 0\n" + "".join(f"    {d}\n" for d in declarations)
+    source += "actors:\n    ai @a\naction one @ai(@a):\n    prompt: One.\n"
+    source += "mainflow:\n    [START] -> one -> [END]\n"
+    checked = analyze(source, tmp_path)
+    cycles = [d for d in checked.diagnostics if "alias of itself" in d.message]
+    assert [d.message for d in cycles] == [message]
+    assert cycles[0].severity == "error" and (cycles[0].span.line, cycles[0].span.col) == (at, 10)
+    assert "bind one of them to an actor" in (cycles[0].hint or "")

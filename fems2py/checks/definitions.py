@@ -193,6 +193,40 @@ def check_variable_values(namespace: Namespace, references: References) -> None:
                 f'write {decl.name} = @name or {decl.name} = ""; a plain variable '
                 f"({decl.name[1:]} = …) holds anything else (§4.3)",
             )
+    check_alias_cycles(namespace, references.actors, references.report)
+
+
+def check_alias_cycles(namespace: Namespace, actors: frozenset[str], report: Report) -> None:
+    """§4.3: actor variables bound to each other in a cycle (``@a = @b``, ``@b = @a``) never
+    reach an actor. Each cycle is reported once, at the first of its declarations here."""
+    for decl in namespace.variables.values():
+        cycle = _alias_cycle(decl, namespace, actors) if decl is not None else None
+        if cycle is None:
+            continue
+        ours = [d for d in cycle if namespace.variables.get(d.name) is d]
+        if min(ours, key=lambda d: (d.span.line, d.span.col)) is decl:
+            path = " → ".join([*(d.name for d in cycle), decl.name])
+            report.error(
+                f"actor variable {decl.name} is an alias of itself: {path}",
+                decl.value.span,
+                f'bind one of them to an actor or to "" (unbound), e.g. {cycle[-1].name} = ""; '
+                "an alias chain must end at an actor (§7.2)",
+            )
+
+
+def _alias_cycle(
+    decl: VarDecl, namespace: Namespace, actors: frozenset[str]
+) -> list[VarDecl] | None:
+    """The declarations of the alias chain from ``decl`` when it comes back to ``decl``."""
+    chain = [decl]
+    while isinstance(chain[-1].value, ActorValue) and chain[-1].value.name not in actors:
+        following = namespace.declaration(chain[-1].value.name)
+        if following is decl:
+            return chain
+        if following is None or following in chain:
+            return None
+        chain.append(following)
+    return None
 
 
 class _ActorRefs(NodeVisitor[None]):
