@@ -566,3 +566,35 @@ def test_a_cycle_of_actor_variable_aliases_is_an_error(
     assert [d.message for d in cycles] == [message]
     assert cycles[0].severity == "error" and (cycles[0].span.line, cycles[0].span.col) == (at, 10)
     assert "bind one of them to an actor" in (cycles[0].hint or "")
+
+
+@pytest.mark.parametrize(
+    ("written", "hint"),
+    [
+        ("helper.stop", "did you mean 'helpers'?"),
+        ("h.stop", 'declare it in code: (h = file:"h.py")'),
+    ],
+)
+def test_interrupt_with_an_unknown_code_alias_says_so(
+    tmp_path: Path, written: str, hint: str
+) -> None:
+    """§10.7: ``interrupt: alias.fn`` with an alias code: does not declare is an unknown alias,
+    not a Python attribute the expression grammar forbids."""
+    source = f"""\
+        code:
+            helpers = file:"helpers.py"
+        actors:
+            ai @a
+        action one @ai(@a):
+            prompt: One.
+            interrupt: {written}
+        mainflow:
+            [START] -> one -> [END]
+        """
+    checked = analyze(source, tmp_path, {"helpers.py": "def stop():\n    return False\n"})
+    alias = written.split(".")[0]
+    assert [(d.message, d.hint) for d in checked.diagnostics] == [
+        (f"unknown code alias '{alias}'", hint)
+    ]
+    span = checked.diagnostics[0].span
+    assert (span.line, span.col, span.end_col) == (7, 16, 16 + len(written))

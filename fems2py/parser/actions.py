@@ -334,12 +334,11 @@ class ActionsParser(FlowsParser):
                         self.fail("HUMAN_EXCEPT lists actors such as @eve", self.tok_span(at))
                     actors.append(piece[0].text)
             return {"interrupt": Interrupt("human_except", actors=tuple(actors), span=span)}
-        if (
+        if (  # name.name is no condition (§12.2): an unknown alias is reported as one
             len(tokens) == 3
             and tokens[0].kind == TokenKind.NAME
             and tokens[1].text == "."
             and tokens[2].kind == TokenKind.NAME
-            and tokens[0].text in self.code_aliases
         ):
             func, _ = self.parse_func_ref(tokens, 0)
             return {"interrupt": Interrupt("func", func=func, span=span)}
