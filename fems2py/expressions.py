@@ -726,6 +726,13 @@ def compile_value(
         and not _is_simple_python(stripped)
         and not _is_python(stripped)
     ):
+        negated = stripped[1:].strip()
+        if stripped[0] == "!" and (_is_simple_python(negated) or _is_python(negated)):
+            diagnostics.warning(  # C's negation: bare text by §9.6, which the author hardly meant
+                f"'{stripped}' is bare text, the string \"{stripped}\", not a negation",
+                span,
+                f"write 'not {negated}' to negate it, or \"{stripped}\" in quotes (§9.6)",
+            )
         return Expr(text, repr(stripped), (), span)
     return compile_expression(text, span, diagnostics, code_aliases)
 

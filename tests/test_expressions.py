@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from fems2py.diagnostics import Diagnostics
 from fems2py.expressions import compile_expression, compile_value
 from fems2py.nodes import Span
+from fems2py.parser import parse
 
 ALIASES = {"game"}
 
@@ -330,3 +333,37 @@ def test_the_power_operator_after_a_name_compiles(
     if not fast:
         monkeypatch.setattr("fems2py.expressions._Compiler._emit_with_ast", lambda *_: None)
     assert compile_ok("hp ** 2 > 10") == ("ctx['hp'] ** 2 > 10", [("hp", None, 11, 13)])
+
+
+@pytest.mark.parametrize(
+    ("text", "negated"),
+    [("!tired", "tired"), ("! tired", "tired"), ("!@ann", "@ann")],
+)
+def test_a_bang_value_is_bare_text_with_a_warning(text: str, negated: str) -> None:
+    """§9.6: ``done = !tired`` stores the string "!tired"; it says so and how to negate."""
+    diagnostics = Diagnostics()
+    expr = compile_value(text, at(text), diagnostics)
+    assert expr is not None and expr.python == repr(text)
+    (warning,) = list(diagnostics)
+    assert warning.severity == "warning"
+    assert warning.message == f"'{text}' is bare text, the string \"{text}\", not a negation"
+    assert warning.hint == f"write 'not {negated}' to negate it, or \"{text}\" in quotes (§9.6)"
+    assert warning.span == at(text)
+
+
+@pytest.mark.parametrize("text", ["!important notice", "hello!", "wow"])
+def test_other_bare_text_has_no_bang_warning(text: str) -> None:
+    diagnostics = Diagnostics()
+    assert compile_value(text, at(text), diagnostics) is not None
+    assert list(diagnostics) == []
+
+
+def test_an_assign_of_a_bang_value_warns_at_check(tmp_path: Path) -> None:
+    source = (
+        "vars:\n    done = false\n    tired = true\nactors:\n    ai @a\n"
+        "action rest @assign:\n    out: done = !tired\nmainflow:\n    [START] -> rest -> [END]\n"
+    )
+    _, diagnostics = parse(source, "t.fems", tmp_path)
+    assert [(d.severity, d.span.line, d.span.col, d.message) for d in diagnostics] == [
+        ("warning", 7, 17, "'!tired' is bare text, the string \"!tired\", not a negation")
+    ]
