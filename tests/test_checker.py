@@ -598,3 +598,24 @@ def test_interrupt_with_an_unknown_code_alias_says_so(
     ]
     span = checked.diagnostics[0].span
     assert (span.line, span.col, span.end_col) == (7, 16, 16 + len(written))
+
+
+def test_a_misspelt_in_name_of_a_func_action_is_one_error(tmp_path: Path) -> None:
+    """``in: sesion`` (for ``session``) is one mistake: the undeclared variable, not also a
+    parameter the function lacks and an argument in: does not pass."""
+    source = """\
+        vars:
+            session = 1
+            r = 0
+        code:
+            helpers = file:"helpers.py"
+        action go @func(helpers.f):
+            in: sesion
+            out: r
+        mainflow:
+            [START] -> go -> [END]
+        """
+    checked = analyze(source, tmp_path, {"helpers.py": "def f(session):\n    return 1\n"})
+    assert [(d.span.line, d.span.col, d.message, d.hint) for d in checked.diagnostics] == [
+        (7, 9, "undeclared variable 'sesion'", "did you mean 'session'?")
+    ]

@@ -86,17 +86,27 @@ class ActionChecks:
             if action.func is not None:  # a @func action (§9.7)
                 self.check_implicit_inputs(action, names)
             return set()
+        undeclared: set[str] = set()  # a misspelt bare name is one mistake, not also a bad argument
         for item in action.inputs:
             if item.expr is None:
-                self.references.check_name(item.name, item.span, names)
+                if not self.references.check_name(item.name, item.span, names):
+                    undeclared.add(item.name)
             else:
                 self.references.check_expr(item.expr, names, string_hint=True)
         if action.func is not None:  # a @func action (§9.7)
             signature = self.references.check_func(action.func, builtin_ok=True)
             if signature is not None:
-                keywords = [(item.name.lstrip("@"), item.span) for item in action.inputs]
+                keywords = [
+                    (item.name.lstrip("@"), item.span)
+                    for item in action.inputs
+                    if item.name not in undeclared
+                ]
                 self.references.check_arguments(
-                    signature, action.func, keywords, complete=True, span=action.func.span
+                    signature,
+                    action.func,
+                    keywords,
+                    complete=not undeclared,
+                    span=action.func.span,
                 )
         return {item.name for item in action.inputs}
 
