@@ -305,6 +305,8 @@ class _Compiler:
                 hint = (
                     f"'{leaf.value}' is a Python keyword: a variable used here needs another name"
                 )
+            elif leaf.value == "=":
+                hint = "to compare, write '=='; an expression assigns nothing"
             self.error(
                 f"invalid expression: {found}", self.at(*leaf.start_pos, *leaf.end_pos), hint
             )
