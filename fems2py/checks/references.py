@@ -283,6 +283,9 @@ class References:
             return
         if module is None:
             hint = suggest(call.module, namespace.visible("modules"))
+            if hint is None and namespace.find_action(call.module) is not None:
+                hint = f"'{call.module}' is an action: run it without '&' (… -> {call.module} -> …)"
+                hint += "; actions take no arguments" if call.args else ""
             self.report.undefined(f"undefined module '&{call.module}'", call.span, hint)
             return
         if len(call.args) != len(module.params):
