@@ -50,6 +50,8 @@ class Definitions:
     actions: list[Action] = field(default_factory=list)
     modules: list[Module] = field(default_factory=list)
     flow: Graph | None = None
+    #: ``flow`` only stands for a flow block whose header was broken (a readable one replaces it)
+    flow_unread: bool = False
     sketch: list[tuple[str, str]] = field(default_factory=list)
     seen_blocks: dict[str, int] = field(default_factory=dict)
     seen_names: dict[tuple[str, str], int] = field(default_factory=dict)

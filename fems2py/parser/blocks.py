@@ -14,7 +14,7 @@ from pathlib import Path
 from fems2py.diagnostics import Diagnostic, suggest
 from fems2py.kinds import FIELD_NAMES
 from fems2py.lexer import Token, TokenKind
-from fems2py.nodes import ActionBlock, Module, Script, Span
+from fems2py.nodes import ActionBlock, Graph, Module, Script, Span
 from fems2py.parser.actions import ActionsParser
 from fems2py.parser.base import Abort, Definitions
 from fems2py.parser.flows import is_flow_line
@@ -36,6 +36,7 @@ TOP_LEVEL_BLOCKS = (
 MODULE_BLOCKS = ("meta", "vars", "memory", "context", "action", "module", "flow", "sketch")
 
 
+FLOW_BLOCKS = frozenset({"mainflow", "flow"})
 DEFINITIONS = frozenset({"action", "module", "memory", "context", "blueprint"})
 
 
@@ -113,7 +114,12 @@ class Parser(ActionsParser):
         elif word == "blueprint":
             self.parse_blueprint(index, end, tokens, defs)
         else:
-            self.expect_header(tokens, 1)
+            try:
+                self.expect_header(tokens, 1)
+            except Abort:
+                if word in FLOW_BLOCKS:
+                    self.flow_unread(defs, head)
+                raise
             if word != "sketch":  # §2.1: any number of sketch: blocks
                 self.once(word if word != "mainflow" else "flow", tokens[0], defs)
             BLOCK_PARSERS[word](self, index, end, defs)
@@ -165,11 +171,21 @@ class Parser(ActionsParser):
         meant = difflib.get_close_matches(word, allowed, n=1, cutoff=0.6)
         if meant and meant[0] in DEFINITIONS and len(tokens) > 1:
             self.note_broken(tokens[1])  # 'actoin talk …': talk is still defined
+        if meant and meant[0] in FLOW_BLOCKS:
+            self.flow_unread(defs, head)  # 'main_flow:'
         self.fail(
             f"unknown block '{head.text}' {where}",
             self.tok_span(head),
             suggest(word, allowed) or "blocks are: " + ", ".join(allowed),
         )
+
+    def flow_unread(self, defs: Definitions, head: Token) -> None:
+        """A flow block whose header is broken ('main_flow:', 'flow' without ':'): the flow is
+        there but unread, so "the script has no mainflow:" (or a module's "has no flow:") would
+        only echo that error; an incomplete graph stands for it (nothing runs, §12.11)."""
+        if defs.flow is None:
+            defs.flow = Graph((), (), self.tok_span(head), complete=False)
+            defs.flow_unread = True
 
     def parse_module(self, index: int, end: int, tokens: list[Token], defs: Definitions) -> None:
         if len(tokens) < 2 or tokens[1].kind != TokenKind.NAME:

@@ -101,7 +101,9 @@ class FlowsParser(FlowNodesParser):
             self.drop_pending(pending, None)
             last = max(index, end - 1)
             span = Span(self.path, index + 1, 1, last + 1, len(self.lines[last].raw) + 1)
-            if defs.flow is None:  # a second flow was reported by once(); the first one counts
+            # a second flow was reported by once(); the first one counts
+            if defs.flow is None or defs.flow_unread:
+                defs.flow_unread = False
                 # A module's empty flow is a stub (§12.11): complete, no nodes; the checker
                 # warns about it and a call runs nothing.
                 complete = (has_lines or defs.module) and self.diagnostics.error_count == errors
