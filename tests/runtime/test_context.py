@@ -215,6 +215,8 @@ def test_method_outputs_errors(value, outs) -> None:
         ("abc", "abc"),
         (["@a", 1], "[@a, 1]"),
         ({"a": "x", "b": ""}, "x"),
+        ({"a": "x", "b": 7}, "x\n\n7"),  # a dict's values, separated by blank lines (§8.2)
+        (False, "false"),  # as FEM writes it, not Python's str()
     ],
 )
 def test_method_text(value, text) -> None:
