@@ -975,6 +975,48 @@ def test_join_n_counts_arrivals_through_a_nested_fork_and_cancels_the_rest(
     assert steps_of(events, "N") == 1
 
 
+JOIN_AFTER_END = """
+vars:
+    go = false
+    c_said = ""
+    b_done = false
+    d_done = false
+    after = 0
+action b @assign:
+    out: b_done = true
+action c @assign:
+    out: c_said = "C finished"
+action d @assign:
+    out: d_done = true
+action next @assign:
+    out: after += 1
+mainflow:
+    [START] -> fork:
+        -> [B]: b
+        -> [C]: c -> fork:
+            -> if (go) -> [C2]
+            -> if (not go) -> [END]
+        -> [D]: d
+    [C2] -> [J]
+    join(2):
+        [B] ->
+        [C2] ->
+        [D] ->
+    to [Next]
+    [Next]: next -> [END]
+"""
+
+
+def test_join_n_keeps_a_branch_that_already_ended(tmp_path: Path) -> None:
+    """[C] reaches [END] before B and D make join(2) complete: it has finished, so it is not
+    cancelled and its '=' write is kept (§12.6)."""
+    result, events = run_script(tmp_path, JOIN_AFTER_END)
+    assert result.variables["c_said"] == "C finished"
+    assert result.variables["after"] == 1
+    join = next(e for e in events if e["event"] == "join" and e["node"] == "join")
+    assert join["cancelled"] == []
+
+
 PAR_RULE = """
 vars:
     last = 0
