@@ -151,3 +151,15 @@ def test_graph_writes_mmd_and_refuses_other_formats(script, tmp_path, capsys):
     assert (tmp_path / "flow.mmd").read_text().splitlines()[1] == "flowchart TD"
     assert main(["graph", str(script), "-o", str(tmp_path / "flow.svg")]) == 2
     assert "only Mermaid (.mmd)" in capsys.readouterr().err
+
+
+def test_replies_with_the_mock_model_is_a_usage_error(script, tmp_path, capsys):
+    """--replies implies fems/script (§15.3): beside --model fems/mock it contradicts."""
+    replies = tmp_path / "replies.json"
+    replies.write_text('{"*": ["Hello."]}')
+    argv = ["run", str(script), "--model", "fems/mock", "--replies", str(replies)]
+    assert main([*argv, "--db", ":memory:"]) == 2
+    err = capsys.readouterr().err
+    assert "error: --replies plays the fems/script model and --model fems/mock the mock" in err
+    assert "drop --model (--replies implies fems/script) or drop --replies" in err
+    assert "completed" not in err

@@ -183,6 +183,24 @@ def test_cli_exit_codes(tmp_path: Path, args: list[str], code: int) -> None:
     assert run_program(module, *args).returncode == code
 
 
+def test_replies_beside_the_mock_model_is_a_usage_error(tmp_path: Path) -> None:
+    """--replies implies fems/script (§15.3): with --model fems/mock the two contradict, on
+    the module's command line (exit 2, one error line) and from Python (a run error)."""
+    module = build_script(tmp_path, "mainflow:\n    [START] -> [END]\n")
+    (tmp_path / "r.json").write_text('{"*": ["Hi."]}', encoding="utf-8")
+    both = ("--model", "fems/mock", "--replies", "r.json")
+    completed = run_program(module, *both, "--db", ":memory:")
+    assert completed.returncode == 2
+    errors = [line for line in completed.stderr.splitlines() if "error:" in line]
+    assert errors == [
+        "t_gen.py: error: --replies plays the fems/script model and --model fems/mock the "
+        "mock: they contradict; drop --model (--replies implies fems/script) or drop --replies"
+    ]
+    with pytest.raises(fr.RunError, match="--replies plays the fems/script model"):
+        load(module).run(model="fems/mock", replies={"*": ["Hi."]}, db=":memory:")
+    assert load(module).run(model="fems/script", replies={"*": ["Hi."]}, db=":memory:")
+
+
 TYPE_ERROR = """
 vars:
     x = "text"

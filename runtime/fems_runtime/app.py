@@ -49,7 +49,7 @@ from fems_runtime.limits import CostLimit, cost_limit
 from fems_runtime.lineage import Branch, request_digest
 from fems_runtime.linetable import LineTable
 from fems_runtime.names import DeclaredNames
-from fems_runtime.options import run_option_parser
+from fems_runtime.options import replies_conflict, run_option_parser
 from fems_runtime.otel import export_run
 from fems_runtime.records import RunError, StepCounter, TraceWriter, TurnLog, write_result
 from fems_runtime.store import Checkpoint, hide_password
@@ -786,4 +786,4 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
         return "--port chooses the stage's port: use it with --serve"
     if args.db is not None and not args.db.strip():
         return "--db is empty: give a database path or SQLAlchemy URL"
-    return None
+    return replies_conflict(args.model, args.replies)

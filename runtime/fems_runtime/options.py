@@ -183,6 +183,17 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
 )
 
 
+def replies_conflict(model: str | None, replies: object) -> str | None:
+    """What is wrong with ``--model`` beside ``--replies`` (§15.3), if anything: ``--replies``
+    plays the ``fems/script`` model, so ``--model fems/mock`` contradicts it."""
+    if replies is None or model is None or model.strip() != "fems/mock":
+        return None
+    return (
+        "--replies plays the fems/script model and --model fems/mock the mock: they contradict; "
+        "drop --model (--replies implies fems/script) or drop --replies"
+    )
+
+
 def run_option_parser(description: str) -> argparse.ArgumentParser:
     """The module's command line: every option of :data:`RUN_OPTIONS`."""
     parser = argparse.ArgumentParser(

@@ -15,6 +15,7 @@ from fems_runtime.events import RunEvents, TurnBegan, TurnEnded, TurnEventKind
 from fems_runtime.human import AnswersFileHuman, HumanProvider, MockHuman, TerminalHuman
 from fems_runtime.lineage import Branch, Inheritance, open_branch
 from fems_runtime.llm import DEFAULT_RETRY_BUDGET, DEFAULT_TIMEOUT, ModelClient, RetryPolicy
+from fems_runtime.options import replies_conflict
 from fems_runtime.project import ProjectConfig
 from fems_runtime.records import RunError, TraceWriter, TurnLog
 from fems_runtime.store import Store, parse_session_spec
@@ -221,7 +222,11 @@ def _model_client(
     replies: str | Path | Mapping[str, Any] | None,
     options: Mapping[str, Any],
 ) -> ModelClient:
-    """The run's model client (§15.2): ``--replies`` implies ``fems/script``."""
+    """The run's model client (§15.2): ``--replies`` implies ``fems/script`` (and contradicts
+    ``fems/mock``)."""
+    conflict = replies_conflict(model, replies)
+    if conflict is not None:
+        raise RunError(conflict)
     return ModelClient.for_project(
         project,
         meta_model=_text(meta.get("model")) or None,
