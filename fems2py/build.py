@@ -192,12 +192,14 @@ def run_module(
     args: Sequence[str],
     project_dir: str | Path | None = None,
     source: str | Path | None = None,
+    prog: str | None = None,
 ) -> int:
     """Import a generated module from its path and run its command line; the exit status.
     ``project_dir`` is where the run looks for ``fems.toml`` and ``.env`` (``fems2py run``:
     the script's directory, since the build lives in the cache); ``source`` is the ``.fems``
-    file it was built from (the stage draws its flow, §17)."""
-    return int(load_program(module_path, project_dir, source).main(list(args)))
+    file it was built from (the stage draws its flow, §17); ``prog`` is the command its usage
+    and errors name (``fems2py run game.fems``)."""
+    return int(load_program(module_path, project_dir, source).main(list(args), prog))
 
 
 def load_program(

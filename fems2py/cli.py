@@ -368,8 +368,9 @@ def _run(args: argparse.Namespace) -> int:
     module_args = list(args.module_args)
     if args.root is not None:  # the same folder bounds the run's tools (§15.5)
         module_args += ["--root", str(args.root)]
+    prog = f"fems2py {args.command} {args.file}"  # what the user typed, for usage errors
     return run_module(
-        built.output, module_args, project_dir=Path(args.file).parent, source=args.file
+        built.output, module_args, project_dir=Path(args.file).parent, source=args.file, prog=prog
     )
 
 

@@ -163,3 +163,13 @@ def test_replies_with_the_mock_model_is_a_usage_error(script, tmp_path, capsys):
     assert "error: --replies plays the fems/script model and --model fems/mock the mock" in err
     assert "drop --model (--replies implies fems/script) or drop --replies" in err
     assert "completed" not in err
+
+
+def test_run_usage_errors_name_the_command_typed(script, capsys):
+    """A module option fems2py run does not know is reported as 'fems2py run FILE', the
+    command the user typed, not as the interpreter's '__main__.py'."""
+    assert main(["run", str(script), "--nosuch"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: fems2py run {script}")
+    assert f"fems2py run {script}: error: unrecognized arguments: --nosuch" in err
+    assert "__main__" not in err

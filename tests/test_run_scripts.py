@@ -183,6 +183,14 @@ def test_cli_exit_codes(tmp_path: Path, args: list[str], code: int) -> None:
     assert run_program(module, *args).returncode == code
 
 
+def test_a_module_usage_error_names_the_module_file(tmp_path: Path) -> None:
+    module = build_script(tmp_path, "mainflow:\n    [START] -> [END]\n")
+    completed = run_program(module, "--nosuch")
+    assert completed.returncode == 2
+    assert completed.stderr.startswith("usage: t_gen.py [-h]")
+    assert completed.stderr.splitlines()[-1] == "t_gen.py: error: unrecognized arguments: --nosuch"
+
+
 def test_replies_beside_the_mock_model_is_a_usage_error(tmp_path: Path) -> None:
     """--replies implies fems/script (§15.3): with --model fems/mock the two contradict, on
     the module's command line (exit 2, one error line) and from Python (a run error)."""

@@ -429,9 +429,10 @@ class Program:
         """``text`` with the passwords of the run's database URLs replaced by ``***``."""
         return hide_password(hide_password(text, db), self.script.meta.get("database"))
 
-    def main(self, argv: Sequence[str] | None = None) -> int:
-        """The generated module's command line (§16.3); returns the exit status."""
-        parser = _argument_parser(self.script)
+    def main(self, argv: Sequence[str] | None = None, prog: str | None = None) -> int:
+        """The generated module's command line (§16.3); returns the exit status. ``prog``: the
+        command its usage and errors name (``fems2py run game.fems``; default: the file's)."""
+        parser = _argument_parser(self.script, prog)
         try:
             args = parser.parse_args(argv)
             problem = _usage_problem(args)
@@ -748,9 +749,10 @@ def _branch(fork: str | int | Sequence[int] | None, reuse: int | None) -> Branch
     return Branch.fork(fork) if fork is not None else None
 
 
-def _argument_parser(script: ScriptInfo) -> argparse.ArgumentParser:
+def _argument_parser(script: ScriptInfo, prog: str | None = None) -> argparse.ArgumentParser:
     """The module's command line (§16.3): the options of :data:`RUN_OPTIONS`."""
-    return run_option_parser(f"Run {script.file} (compiled by fems2py {script.compiler}).")
+    description = f"Run {script.file} (compiled by fems2py {script.compiler})."
+    return run_option_parser(description, prog)
 
 
 def _replayed(outcome: RunResult, options: Mapping[str, Any]) -> str:

@@ -194,9 +194,11 @@ def replies_conflict(model: str | None, replies: object) -> str | None:
     )
 
 
-def run_option_parser(description: str) -> argparse.ArgumentParser:
-    """The module's command line: every option of :data:`RUN_OPTIONS`."""
+def run_option_parser(description: str, prog: str | None = None) -> argparse.ArgumentParser:
+    """The module's command line: every option of :data:`RUN_OPTIONS`. ``prog`` is the command
+    its usage and errors name (default: the program's file name, ``game.py``)."""
     parser = argparse.ArgumentParser(
+        prog=prog,
         description=description,
         epilog="Exit status: 0 completed, 1 run error, 2 usage error. Set FEMS_TRACEBACK=1 to "
         "see the Python traceback behind a run error, mapped to .fems lines.",
