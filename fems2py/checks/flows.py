@@ -22,6 +22,7 @@ from fems_runtime.words import (
 
 from fems2py.checks.effects import EffectFinder
 from fems2py.checks.graphs import EXIT, dominators, immediate_post_dominators, reachable
+from fems2py.checks.iterables import check_iterable, whole_writes
 from fems2py.checks.parts import Part, describe, split_parts
 from fems2py.checks.references import References
 from fems2py.checks.scope import Namespace, Use, all_modules
@@ -503,6 +504,7 @@ class _CheckBinding(BindingVisitor[None]):
     def __init__(self, flows: FlowChecker) -> None:
         self.flows = flows
         self.references = flows.inputs.references
+        self._written: frozenset[str] | None = None  # whole_writes, found at the first loop
 
     def visit_ActionName(
         self, name: str, node: FlowNode, part: Part, namespace: Namespace, names: Set[str]
@@ -527,6 +529,14 @@ class _CheckBinding(BindingVisitor[None]):
         self, loop: Loop, node: FlowNode, part: Part, namespace: Namespace, names: Set[str]
     ) -> None:
         self.references.check_expr(loop.iterable, names, string_hint=True)
+        if self._written is None:
+            inputs = self.flows.inputs
+            scopes = {id(f.namespace): f.namespace for f in inputs.flows} | {
+                id(n): n for n in inputs.namespaces.values()
+            }
+            self._written = whole_writes(scopes.values())
+        bound = part.loop_vars | self.flows.inputs.caller_loop_vars.get(id(namespace), frozenset())
+        check_iterable(loop, namespace, bound, self._written, self.references.report)
 
     def visit_Join(
         self, join: Join, node: FlowNode, part: Part, namespace: Namespace, names: Set[str]
