@@ -1018,6 +1018,37 @@ def test_join_n_keeps_a_branch_that_already_ended(tmp_path: Path) -> None:
     assert join["cancelled"] == []
 
 
+OWN_THEN_INCREMENT = """
+vars:
+    x = 0
+    seen_a = 0
+    seen_b = 0
+action set10 @assign:
+    out: x = 10
+action inc @assign:
+    out: x += 1
+action inc5 @assign:
+    out: x += 5
+action read_a @assign:
+    out: seen_a = x
+action read_b @assign:
+    out: seen_b = x
+mainflow:
+    [START] -> fork:
+        -> set10 -> inc -> read_a -> [M]
+        -> inc5 -> read_b -> [M]
+    [M] -> [END]
+"""
+
+
+def test_an_increment_after_a_branch_own_value_acts_on_that_value(tmp_path: Path) -> None:
+    """§12.5a Decision: after 'x = 10' the branch's 'x += 1' acts on its own value; the merge
+    writes 11 over the shared value, replacing the other branch's 'x += 5'."""
+    result, _ = run_script(tmp_path, OWN_THEN_INCREMENT)
+    values = result.variables
+    assert (values["seen_a"], values["seen_b"], values["x"]) == (11, 5, 11)
+
+
 PAR_RULE = """
 vars:
     last = 0
