@@ -1018,6 +1018,45 @@ def test_join_n_keeps_a_branch_that_already_ended(tmp_path: Path) -> None:
     assert join["cancelled"] == []
 
 
+JOIN_AFTER_OUT = """
+vars:
+    go = false
+    c_said = ""
+    after = 0
+action b @assign:
+    out: after += 0
+action c @assign:
+    out: c_said = "C finished"
+action next @assign:
+    out: after += 1
+module M:
+    flow:
+        [IN] -> fork:
+            -> [B]: b
+            -> [C]: c -> fork:
+                -> if (go) -> [C2]
+                -> if (not go) -> [OUT]
+            -> [D]: b
+        [C2] -> [J]
+        join(2):
+            [B] ->
+            [C2] ->
+            [D] ->
+        to [Next]
+        [Next]: next -> [OUT]
+mainflow:
+    [START] -> &M -> [END]
+"""
+
+
+def test_join_n_in_a_module_keeps_a_branch_that_already_reached_out(tmp_path: Path) -> None:
+    """The same in a module, where a branch ends at [OUT] (§12.6)."""
+    result, events = run_script(tmp_path, JOIN_AFTER_OUT)
+    assert (result.variables["c_said"], result.variables["after"]) == ("C finished", 1)
+    join = next(e for e in events if e["event"] == "join" and e["node"] == "join")
+    assert join["cancelled"] == []
+
+
 OWN_THEN_INCREMENT = """
 vars:
     x = 0

@@ -222,7 +222,8 @@ class _CallState:
 class _Race:
     """One ``join(n)`` (§12.6): arrivals at ``merge`` counted across the fork that owns it and
     the forks nested in its branches that merge at the same node. The ``n``-th arrival cancels
-    every branch task that has no arrival in it and has not ended at ``[END]``."""
+    every branch task that has no arrival in it and has not ended (``[END]``, ``[OUT]``,
+    ``[BREAK]``)."""
 
     merge: str
     needed: int
@@ -230,7 +231,7 @@ class _Race:
     groups: list[list[asyncio.Task[None]]] = field(default_factory=list)
     # tasks with an arrival in them: an arriving branch and the branches it runs inside
     holding: set[asyncio.Task[None]] = field(default_factory=set)
-    # branch tasks that stepped on [END]: finished, so never cancelled (their values are kept)
+    # branch tasks that stepped on a terminal node: finished, never cancelled (values kept)
     ended: set[asyncio.Task[None]] = field(default_factory=set)
 
     def arrive(self, lineage: tuple[asyncio.Task[None], ...]) -> None:
@@ -431,7 +432,7 @@ class Context:
         line = services.lines.at(caller)
         self.node, self.line = node, line
         steps.step(node, services.file, line)
-        if node == "END" and self._race is not None:
+        if node in TERMINAL_NODES and self._race is not None:
             self._race.ended.add(self._lineage[-1])  # finished: a join(n) must not cancel it
         began = None
         events = services.events
@@ -495,9 +496,9 @@ class Context:
         reaches ``merge`` (without running it) or ends; then continue at ``merge`` once if any
         branch reached it, else this path ends (None). With ``join=n`` the first ``n`` arrivals
         win (arrivals through a nested fork that merges at the same join count one by one) and
-        the other branches are cancelled, but not one that already stepped on ``[END]``: it has
-        finished and its values are kept. A cancelled branch's own values are never written
-        back. When the other branches end without arriving, fewer than ``n`` arrivals are
+        the other branches are cancelled, but not one that already stepped on a terminal node
+        (``[END]``, ``[OUT]``, ``[BREAK]``): it has finished and its values are kept. A
+        cancelled branch's own values are never written back. When the other branches end without arriving, fewer than ``n`` arrivals are
         enough, as for ``join(all)`` ("every live branch").
         """
         if len(targets) == 1:
