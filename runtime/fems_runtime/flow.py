@@ -498,8 +498,9 @@ class Context:
         win (arrivals through a nested fork that merges at the same join count one by one) and
         the other branches are cancelled, but not one that already stepped on a terminal node
         (``[END]``, ``[OUT]``, ``[BREAK]``): it has finished and its values are kept. A
-        cancelled branch's own values are never written back. When the other branches end without arriving, fewer than ``n`` arrivals are
-        enough, as for ``join(all)`` ("every live branch").
+        cancelled branch's own values are never written back. When the other branches end
+        without arriving, fewer than ``n`` arrivals are enough, as for ``join(all)`` ("every
+        live branch").
         """
         if len(targets) == 1:
             return targets[0]
