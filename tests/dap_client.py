@@ -140,6 +140,13 @@ class DapClient:
 
         return self._wait_for(found, f"{event} event", timeout)
 
+    def wait_closed(self, timeout: float = TIMEOUT) -> list[dict[str, Any]]:
+        """Every message the adapter wrote, once it closed its end (it exited)."""
+        with self._changed:
+            if not self._changed.wait_for(lambda: self._closed, timeout):
+                raise DapError(f"the adapter still writes after {timeout}s")
+            return list(self._messages)
+
     def wait_request(self, command: str, timeout: float = TIMEOUT) -> dict[str, Any]:
         """The adapter's next reverse request ``command`` (``startDebugging``), whole."""
 

@@ -10,9 +10,9 @@ import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 
@@ -95,7 +95,8 @@ def launched(
         yield client
     finally:
         if process.poll() is None:
-            client.send("disconnect")
+            with suppress(BrokenPipeError):  # it was exiting already
+                client.send("disconnect")
         assert process.wait(TIMEOUT) in (0, 1)
         close(process)
         assert b"Traceback" not in err_file.read_bytes()
@@ -104,7 +105,8 @@ def launched(
 def close(process: subprocess.Popen[bytes]) -> None:
     for stream in (process.stdin, process.stdout, process.stderr):
         if stream is not None:
-            stream.close()
+            with suppress(BrokenPipeError):  # what was left to send: the process is gone
+                stream.close()
 
 
 def start(client: DapClient, *points: dict[str, Any]) -> dict[str, Any]:
@@ -350,6 +352,20 @@ def test_code_file_breakpoints_have_python_conditions_hit_counts_and_logpoints(
         assert frame["line"] == rounds and evaluate(client, frame["id"], "len(wolves_alive)") == "1"
         set_code_points(client)
         run_to_end(client)
+
+
+def test_nothing_is_written_after_the_run_ended(tmp_path: Path) -> None:
+    """Disconnected while stopped in a ``code:`` function: its worker thread finishes the
+    function after the run ended, and a logpoint it passes writes nothing after
+    ``terminated``."""
+    picks, rounds = consensus_line("picks ="), consensus_line("rounds =")
+    with adapter(tmp_path) as client:
+        set_code_points(client, {"line": picks}, {"line": rounds, "logMessage": "too late"})
+        start(client)
+        client.send("disconnect")
+        events = [m["event"] for m in client.wait_closed() if m["type"] == "event"]
+    after = events[events.index("terminated") + 1 :]
+    assert "output" not in after, events
 
 
 def test_set_variable_in_a_code_frame_sets_the_python_local(tmp_path: Path) -> None:
@@ -628,6 +644,46 @@ def test_a_session_recorded_in_a_file_is_read_from_stdin(tmp_path: Path, how: st
         ("disconnect", True),
     ]
     assert responses[2]["body"]["breakpoints"][0]["line"] == TALLY
+
+
+def read_framed(stream: IO[bytes]) -> dict[str, Any]:
+    """The next message an adapter wrote on ``stream``."""
+    length = 0
+    while line := stream.readline().strip():
+        name, _, value = line.decode().partition(":")
+        if name.lower() == "content-length":
+            length = int(value)
+    return dict(json.loads(stream.read(length)))
+
+
+def test_an_editor_that_goes_away_ends_the_run_as_a_disconnect_does(tmp_path: Path) -> None:
+    """The editor dies while the run is stopped: both pipes close under the adapter. The run
+    ends as a disconnect ends it (status 1, nothing on stderr), without a broken pipe's
+    traceback for each message it can no longer send."""
+    err_file = tmp_path / "adapter.err"
+    with open(err_file, "wb") as err:
+        process = subprocess.Popen(
+            debug_command(tmp_path, "fems2py"),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+        )
+    assert process.stdin is not None and process.stdout is not None
+    points = {"source": {"path": str(WEREWOLF)}, "breakpoints": [{"line": TALLY}]}
+    process.stdin.write(
+        framed(
+            ("initialize", {"adapterID": "fems"}),
+            ("launch", {"program": str(WEREWOLF)}),
+            ("setBreakpoints", points),
+            ("configurationDone", {}),
+        )
+    )
+    process.stdin.flush()
+    while read_framed(process.stdout).get("event") != "stopped":
+        pass
+    close(process)
+    assert process.wait(TIMEOUT) == 1
+    assert err_file.read_text() == ""
 
 
 @pytest.mark.parametrize("how", ["fems2py", "module"])

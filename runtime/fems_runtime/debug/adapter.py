@@ -129,6 +129,7 @@ class Adapter:
         except ProtocolClosed:
             pass
         await self.stop_run()
+        self.channel.close()
         return self.exit_code
 
     def answer(self, request: dict[str, Any]) -> None:

@@ -51,17 +51,29 @@ def frame(message: dict[str, Any]) -> bytes:
 
 
 class Channel:
-    """Where the adapter writes: numbered messages to one client."""
+    """Where the adapter writes: numbered messages to one client, until the client goes away
+    (a write fails: a broken pipe, a reset connection) or the session is over (:meth:`close`);
+    from then on nothing is written, and nothing raises."""
 
     def __init__(self, write: Any) -> None:
         self._write = write  # bytes -> None
         self._seq = 0
+        self.closed = False
 
     def send(self, message: dict[str, Any]) -> int:
         """Send ``message``; its number (a reverse request's response names it)."""
         self._seq += 1
-        self._write(frame({"seq": self._seq, **message}))
+        if not self.closed:
+            try:
+                self._write(frame({"seq": self._seq, **message}))
+            except OSError:  # the client is gone: the run ends as its disconnect ends it
+                self.closed = True
         return self._seq
+
+    def close(self) -> None:
+        """The session is over: what comes later (a ``code:`` function's worker thread that
+        goes on after the run ended) is not written."""
+        self.closed = True
 
     def event(self, event: str, body: dict[str, Any] | None = None) -> None:
         self.send({"type": "event", "event": event, "body": body or {}})
