@@ -368,6 +368,21 @@ def test_nothing_is_written_after_the_run_ended(tmp_path: Path) -> None:
     assert "output" not in after, events
 
 
+def test_a_code_breakpoint_passed_after_the_run_ended_does_not_stop(tmp_path: Path) -> None:
+    """Disconnected while stopped in a ``code:`` function, whose worker thread goes on after
+    the run ended: a breakpoint further on does not stop it. (A stop there held the thread
+    for ever, and the process exiting, which waits for it, when the thread got there after
+    the event loop began to close: here its condition takes a second to say yes.)"""
+    picks, valid = consensus_line("picks ="), consensus_line("valid =")
+    late = "__import__('time').sleep(1) is None"
+    with adapter(tmp_path) as client:
+        set_code_points(client, {"line": picks}, {"line": valid, "condition": late})
+        start(client)
+        client.send("disconnect")
+        events = [m["event"] for m in client.wait_closed(TIMEOUT / 2) if m["type"] == "event"]
+    assert "stopped" not in events[events.index("terminated") + 1 :], events
+
+
 def test_set_variable_in_a_code_frame_sets_the_python_local(tmp_path: Path) -> None:
     """``prey`` emptied at the line that reads it: the function goes on with the new value."""
     valid = consensus_line("valid =")

@@ -234,9 +234,9 @@ class Adapter:
 
     async def stop_run(self) -> None:
         task = self.run_task
+        self.debugger.end()
         if task is not None and not task.done():
             task.cancel()
-            self.debugger.running.set()
             await asyncio.gather(task, return_exceptions=True)
 
     def on_disconnect(self, args: dict[str, Any]) -> None:
@@ -246,7 +246,7 @@ class Adapter:
         task = self.run_task
         if task is not None and not task.done():
             task.cancel()  # the run ends as interrupted, and says so
-            self.debugger.running.set()
+            self.debugger.end()
         else:
             self.channel.event("terminated")
 

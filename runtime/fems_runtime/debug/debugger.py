@@ -114,6 +114,7 @@ class Debugger:
         self.map: StopMap | None = None
         self.branches: Branches | None = None
         self.stopped_at: Callable[[Stop], None] = lambda stop: None
+        self.over = False  # the run ends: nothing stops any more (:meth:`end`)
 
     @property
     def services(self) -> DebuggedRun:
@@ -216,6 +217,8 @@ class Debugger:
 
     async def _stop(self, stop: Stop, reason: str, ids: list[int]) -> None:
         """Stop every branch here, tell the client, and wait for it to go on."""
+        if self.over:
+            return
         self.running.clear()
         self.stepping, self.pause_requested = None, None
         self.held[stop.branch.id] = stop
@@ -319,6 +322,14 @@ class Debugger:
             self.stepping = Stepping(step, stop.branch, depth)
         else:
             self.stepping = None
+        self.running.set()
+
+    def end(self) -> None:
+        """The run is ending (the client disconnected or asked to terminate): every held branch
+        goes on, and nothing stops again. A ``code:`` function's worker thread, which the end
+        of the run does not stop, runs to its end past its breakpoints instead of holding a
+        run that is gone (and the process, which waits for the thread before it exits)."""
+        self.over = True
         self.running.set()
 
     def pause(self) -> None:
