@@ -648,7 +648,7 @@ def test_a_session_recorded_in_a_file_is_read_from_stdin(tmp_path: Path, how: st
         done = subprocess.run(
             debug_command(tmp_path, how), stdin=stdin, capture_output=True, timeout=TIMEOUT
         )
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 1, done.stderr  # the run it started ends as interrupted
     assert b"Traceback" not in done.stderr and b"no Debug Adapter" not in done.stderr
     responses = [m for m in unframed(done.stdout) if m["type"] == "response"]
     assert [(r["command"], r["success"]) for r in responses] == [
@@ -659,6 +659,30 @@ def test_a_session_recorded_in_a_file_is_read_from_stdin(tmp_path: Path, how: st
         ("disconnect", True),
     ]
     assert responses[2]["body"]["breakpoints"][0]["line"] == TALLY
+
+
+@pytest.mark.parametrize("end", ["", "disconnect", "terminate"])
+def test_a_recorded_session_that_ends_there_ends_its_run_as_interrupted(
+    tmp_path: Path, end: str
+) -> None:
+    """A recording that launches and configures the run, then ends (the file, or a disconnect
+    or terminate request with it): the run, cancelled as it starts, maybe before it began,
+    ends as interrupted (status 1, ``error: interrupted``, exited and terminated), not with
+    status 0 and no word."""
+    session = tmp_path / "session.dap"
+    requests = [("initialize", {"adapterID": "fems"}), ("launch", {}), ("configurationDone", {})]
+    session.write_bytes(framed(*requests, *([(end, {})] if end else [])))
+    with open(session, "rb") as stdin:
+        done = subprocess.run(
+            debug_command(tmp_path, "fems2py"), stdin=stdin, capture_output=True, timeout=TIMEOUT
+        )
+    assert done.returncode == 1 and b"Traceback" not in done.stderr, done.stderr
+    events = [m for m in unframed(done.stdout) if m["type"] == "event"]
+    names = [m["event"] for m in events]
+    assert names.index("exited") < names.index("terminated"), names
+    assert events[names.index("exited")]["body"] == {"exitCode": 1}
+    said = [m["body"] for m in events if m["event"] == "output"]
+    assert {"category": "stderr", "output": "werewolf.fems: error: interrupted\n"} in said
 
 
 def read_framed(stream: IO[bytes]) -> dict[str, Any]:

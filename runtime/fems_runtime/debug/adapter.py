@@ -202,7 +202,23 @@ class Adapter:
 
     def maybe_start(self) -> None:
         if self.configured and self.launched and self.run_task is None:
-            self.run_task = asyncio.create_task(self.run(self.options))
+            self.start_run(self.options)
+
+    def start_run(self, options: dict[str, Any]) -> None:
+        """Start a run. Cancelled before it began (a disconnect or terminate that came with
+        configurationDone, as at the end of a recorded session), it never reaches its own
+        ``except``: it ends as interrupted all the same."""
+        self.run_task = asyncio.create_task(self.run(options))
+
+        def unstarted(task: asyncio.Task[None]) -> None:
+            if task.cancelled() and not self.replaced() and self.program is not None:
+                self.ended(1, f"{self.program.script.file}: error: interrupted\n", "stderr")
+
+        self.run_task.add_done_callback(unstarted)
+
+    def replaced(self) -> bool:
+        """Whether a restart from here cancels the run, for a new one in its place."""
+        return self.restarting is not None and not self.restarting.done()
 
     async def run(self, options: dict[str, Any]) -> None:
         """One run under the debugger; its end ends the session (a restart starts another)."""
@@ -211,25 +227,21 @@ class Adapter:
         try:
             result = await program.run_async(**options, debugger=self.debugger)
         except asyncio.CancelledError:
-            if self.restarting is not None and not self.restarting.done():
+            if self.replaced():
                 raise  # the restarted run goes on in its place
-            self.exit_code = 1
-            self.debugger.output(f"{program.script.file}: error: interrupted\n", "stderr")
+            self.ended(1, f"{program.script.file}: error: interrupted\n", "stderr")
         except RunError as error:
-            self.exit_code = 1
-            self.debugger.output(f"{error}\n", "stderr")
+            self.ended(1, f"{error}\n", "stderr")
         except Exception as error:  # reported as the command line reports it: one line
-            self.exit_code = 1
-            self.debugger.output(f"{program.locate(error, options.get('db'))}\n", "stderr")
+            self.ended(1, f"{program.locate(error, options.get('db'))}\n", "stderr")
         else:
-            self.exit_code = 0
-            lines = [
-                f"{program.script.file}: completed in {result.steps} steps, "
-                f"{result.model_calls} model calls (session {result.session})"
-            ]
-            lines += [f"{name} = {result.variables.get(name)}" for name in self.shown]
-            self.debugger.output("\n".join(lines) + "\n")
-        self.channel.event("exited", {"exitCode": self.exit_code})
+            self.ended(0, completed(program, result, self.shown))
+
+    def ended(self, status: int, text: str, category: str = "console") -> None:
+        """The run ended with ``status``, and says so: ``text``, then exited and terminated."""
+        self.exit_code = status
+        self.debugger.output(text, category)
+        self.channel.event("exited", {"exitCode": status})
         self.channel.event("terminated")
 
     async def stop_run(self) -> None:
@@ -331,41 +343,7 @@ class Adapter:
 
     def on_stackTrace(self, args: dict[str, Any]) -> dict[str, Any]:
         thread = int(args.get("threadId", 0))
-        stop = self.held(thread)
-        frames = []
-        places = stop.places
-        for index in range(len(stop.code_frames) - 1, -1, -1):
-            code = stop.code_frames[index]
-            path = canonic(code.f_code.co_filename)
-            frames.append(
-                {
-                    "id": thread * FRAMES_PER_THREAD + len(places) + index,
-                    "name": code.f_code.co_name,
-                    "source": {"name": Path(path).name, "path": path},
-                    "line": code.f_lineno,
-                    "column": 1,
-                }
-            )
-        for index in range(len(places) - 1, -1, -1):
-            place = places[index]
-            name = place.name
-            top = index == len(places) - 1
-            if top and stop.turn is not None:
-                turn = stop.turn
-                replayed = ", replayed" if turn.recorded is not None else ""
-                name = f"{turn.spec.action} (turn {turn.turn}, {turn.actor}{replayed})"
-            elif top and not stop.code_frames:
-                name = f"{place.name}: {stop.ctx.node}"
-            frames.append(
-                {
-                    "id": thread * FRAMES_PER_THREAD + index,
-                    "name": name,
-                    "source": self.source(),
-                    "line": place.line or 0,
-                    "column": 1,
-                    "canRestart": top and stop.turn is not None,
-                }
-            )
+        frames = stack_frames(thread, self.held(thread), self.source())
         return {"stackFrames": frames, "totalFrames": len(frames)}
 
     def frame_stop(self, frame_id: Any) -> Stop:
@@ -488,7 +466,57 @@ class Adapter:
             await asyncio.gather(old, return_exceptions=True)
         self.debugger.output(f"restart from here: a new session forked from {fork}\n")
         self.options = options
-        self.run_task = asyncio.create_task(self.run(options))
+        self.start_run(options)
+
+
+def stack_frames(thread: int, stop: Stop, source: dict[str, Any]) -> list[dict[str, Any]]:
+    """The stack of a stopped branch, innermost first: the frames of a ``code:`` file it is
+    stopped in, then its flow path at lines of the script (``source``)."""
+    frames = []
+    places = stop.places
+    for index in range(len(stop.code_frames) - 1, -1, -1):
+        code = stop.code_frames[index]
+        path = canonic(code.f_code.co_filename)
+        frames.append(
+            {
+                "id": thread * FRAMES_PER_THREAD + len(places) + index,
+                "name": code.f_code.co_name,
+                "source": {"name": Path(path).name, "path": path},
+                "line": code.f_lineno,
+                "column": 1,
+            }
+        )
+    for index in range(len(places) - 1, -1, -1):
+        place = places[index]
+        name = place.name
+        top = index == len(places) - 1
+        if top and stop.turn is not None:
+            turn = stop.turn
+            replayed = ", replayed" if turn.recorded is not None else ""
+            name = f"{turn.spec.action} (turn {turn.turn}, {turn.actor}{replayed})"
+        elif top and not stop.code_frames:
+            name = f"{place.name}: {stop.ctx.node}"
+        frames.append(
+            {
+                "id": thread * FRAMES_PER_THREAD + index,
+                "name": name,
+                "source": source,
+                "line": place.line or 0,
+                "column": 1,
+                "canRestart": top and stop.turn is not None,
+            }
+        )
+    return frames
+
+
+def completed(program: DebuggedProgram, result: DebuggedResult, shown: list[str]) -> str:
+    """What a run that completed says: as the command line's summary, and ``--show``."""
+    lines = [
+        f"{program.script.file}: completed in {result.steps} steps, "
+        f"{result.model_calls} model calls (session {result.session})"
+    ]
+    lines += [f"{name} = {result.variables.get(name)}" for name in shown]
+    return "\n".join(lines) + "\n"
 
 
 def child_configuration(launched: dict[str, Any], fork: str) -> dict[str, Any]:
