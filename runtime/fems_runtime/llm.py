@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import difflib
+import functools
 import json
 import os
 import random
@@ -84,19 +85,21 @@ class ModelChoice:
     asks_server: bool = field(init=False, repr=False, compare=False)
     """Whether its server is asked what it is (§15.4, `fems_runtime.serverinfo`): an entry with
     an address of its own that leaves its window or its concurrency unsaid."""
-    provider: str = field(init=False, repr=False, compare=False)
-    """Who provides it, as its events and traces name it: the entry's `custom_llm_provider`,
-    else the model string's prefix (`fems` for the offline models), else `openai`, as litellm
-    reads a bare name."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "offline", self.model in OFFLINE_MODELS)
-        object.__setattr__(self, "provider", provider_of(self.model, self.options)[0] or "openai")
         base = self.options.get("api_base") or self.options.get("base_url")
         server = str(base).rstrip("/") if isinstance(base, str) and base.strip() else None
         object.__setattr__(self, "server", server)
         asks = server is not None and any(self.options.get(fact) is None for fact in OWN_FACTS)
         object.__setattr__(self, "asks_server", asks)
+
+    @functools.cached_property
+    def provider(self) -> str:
+        """Who provides it, as its events and traces name it: the entry's `custom_llm_provider`,
+        else the model string's prefix (`fems` for the offline models), else `openai`, as
+        litellm reads a bare name. Worked out when first asked: only a run's events name it."""
+        return provider_of(self.model, self.options)[0] or "openai"
 
 
 @dataclass(frozen=True)
