@@ -496,11 +496,10 @@ class Context:
         reaches ``merge`` (without running it) or ends; then continue at ``merge`` once if any
         branch reached it, else this path ends (None). With ``join=n`` the first ``n`` arrivals
         win (arrivals through a nested fork that merges at the same join count one by one) and
-        the other branches are cancelled, but not one that already stepped on a terminal node
-        (``[END]``, ``[OUT]``, ``[BREAK]``): it has finished and its values are kept. A
-        cancelled branch's own values are never written back. When the other branches end
-        without arriving, fewer than ``n`` arrivals are enough, as for ``join(all)`` ("every
-        live branch").
+        the other branches are cancelled (their own values never written back), but not one
+        that stepped on a terminal node already: it has finished, and its values are kept.
+        When the other branches end without arriving, fewer than ``n`` arrivals are enough, as
+        for ``join(all)`` ("every live branch").
         """
         if len(targets) == 1:
             return targets[0]
