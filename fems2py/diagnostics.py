@@ -84,6 +84,13 @@ def suggest(name: str, candidates: Iterable[str]) -> str | None:
     return f"did you mean '{close[0]}'?" if close else None
 
 
+def closest_node(name: str, candidates: Iterable[str]) -> str | None:
+    """The node name a misspelled ``[name]`` most likely meant, ignoring case, or None."""
+    by_lower = {c.lower(): c for c in sorted(set(candidates)) if c != name}
+    close = difflib.get_close_matches(name.lower(), sorted(by_lower), n=1, cutoff=0.6)
+    return by_lower[close[0]] if close else None
+
+
 class Diagnostics:
     """Collects the diagnostics of one file, in the order they were found."""
 

@@ -27,7 +27,7 @@ from fems2py.checks.parts import Part, describe, split_parts
 from fems2py.checks.references import References
 from fems2py.checks.scope import Namespace, Use, all_modules
 from fems2py.checks.shared_state import SharedState
-from fems2py.diagnostics import suggest
+from fems2py.diagnostics import closest_node, suggest
 from fems2py.kinds import ACTION_KINDS
 from fems2py.nodes import (
     Action,
@@ -195,7 +195,7 @@ class FlowChecker:
             self.report_unreachable(parts, in_module)
         for part in parts:
             self.report_terminal_out_edges(part, in_module)
-            self.report_dead_ends(part)
+            self.report_dead_ends(part, in_module)
             self.compute_merges(key, part)
         for part in parts:
             self.check_joins(key, part)
@@ -334,6 +334,8 @@ class FlowChecker:
                     if part.loop is not None:
                         origin = f"the start of the '{part.loop.kind} {part.loop.var}' body"
                         hint = "lead a body line to it, or start its line with '->'"
+                    dead_ends = [n for n in part.reach if not part.successors.get(n)]
+                    hint = self.typo_hint(part, name, dead_ends) or hint
                     self.report.warning(
                         f"{describe(name, node)} is never reached from {origin}", span, hint
                     )
@@ -371,7 +373,7 @@ class FlowChecker:
             node is not None and isinstance(node.binding, Join) for node in targets
         )
 
-    def report_dead_ends(self, part: Part) -> None:
+    def report_dead_ends(self, part: Part, in_module: bool) -> None:
         """§12.3: a node with no out-edges ends its branch; warn unless it is an end marker."""
         ends = set(part.loop.ends) if part.loop is not None else set()
         for name in part.names:
@@ -392,9 +394,30 @@ class FlowChecker:
                 hint = "end the line with '->' to mark the end of an iteration"
             else:
                 hint = "lead it to [END] (or [OUT]/[BREAK] in a module) to end the branch"
+            hint = self.typo_hint(part, name, self.dead_end_meanings(part, in_module)) or hint
             self.report.warning(
                 f"{describe(name, node)} has no out-edges: its branch ends there", span, hint
             )
+
+    @staticmethod
+    def dead_end_meanings(part: Part, in_module: bool) -> list[str]:
+        """What a dead-end ``[name]`` may have misspelled: a node with out-edges, or a terminal
+        of this flow (none in a loop body)."""
+        names = [n for n in part.names if part.successors.get(n)]
+        if part.loop is None:
+            names += sorted(TERMINAL_NODES - MAIN_ONLY_NODES if in_module else {"END"})
+        return names
+
+    @staticmethod
+    def typo_hint(part: Part, name: str, candidates: list[str]) -> str | None:
+        """``did you mean [Next]?`` when a plain ``[name]`` looks like a typo of a candidate."""
+        node = part.nodes.get(name)
+        if node is not None and (node.anonymous or node.binding is not None):
+            return None
+        meant = closest_node(name, candidates)
+        if meant is None:
+            return None
+        return f"did you mean [{meant}]? [{name}] is a different node"
 
     # ------------------------------------------------------------------ merge nodes (§12.5)
 
