@@ -412,7 +412,11 @@ class FieldsParser(ActorsParser):
         target, pos = self.parse_target(tokens, 0)
         if pos >= len(tokens) or tokens[pos].text not in ("=", "+=", "-="):
             at = tokens[pos] if pos < len(tokens) else tokens[-1]
-            self.fail("expected '=', '+=' or '-=' after the target", self.tok_span(at))
+            self.fail(
+                "expected '=', '+=' or '-=' after the target",
+                self.tok_span(at),
+                list_verb_hint(tokens, pos),
+            )
         op = tokens[pos].text
         value = tokens[pos + 1 :]
         if not value:
@@ -451,3 +455,18 @@ class FieldsParser(ActorsParser):
         if len(tokens) != 1 or tokens[0].kind != TokenKind.NAME:
             self.fail(f"{what}: expects one method name", self.tok_span(tokens[0]))
         return tokens[0].text
+
+
+#: Words an author may write for §9.6's ``add(…)`` / ``remove(…)`` between target and value.
+LIST_VERBS = {"add": "add", "append": "add", "push": "add", "remove": "remove", "del": "remove"}
+
+
+def list_verb_hint(tokens: list[Token], pos: int) -> str | None:
+    """``log add "x"``: show the §9.6 form, ``log = add("x")``."""
+    if pos >= len(tokens) or tokens[pos].text not in LIST_VERBS:
+        return None
+    verb = LIST_VERBS[tokens[pos].text]
+    target = "".join(token.text for token in tokens[:pos])
+    item = " ".join(token.text for token in tokens[pos + 1 :]) or "…"
+    where = "to" if verb == "add" else "from"
+    return f"to {verb} an item {where} a list, write '{target} = {verb}({item})' (§9.6)"
