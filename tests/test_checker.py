@@ -619,3 +619,21 @@ def test_a_misspelt_in_name_of_a_func_action_is_one_error(tmp_path: Path) -> Non
     assert [(d.span.line, d.span.col, d.message, d.hint) for d in checked.diagnostics] == [
         (7, 9, "undeclared variable 'sesion'", "did you mean 'session'?")
     ]
+
+
+def test_unknown_code_function_lists_at_most_five_of_the_file(tmp_path: Path) -> None:
+    functions = "".join(f"def f{n}(x):\n    return x\n" for n in range(7))
+    source = HEADER + textwrap.dedent(
+        """\
+        code:
+            game = file:"game.py"
+        action tally @func(game.totals):
+            in: x
+            out: x
+        mainflow:
+            [START] -> tally -> [END]
+        """
+    )
+    checked = analyze(source, tmp_path, {"game.py": functions})
+    [hint] = [d.hint for d in checked.diagnostics if d.severity == "error"]
+    assert hint == "game.py defines: f0, f1, f2, f3, f4, … (2 more)"

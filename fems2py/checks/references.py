@@ -239,7 +239,7 @@ class References:
             self.report.error(
                 f"'{ref.alias}.{ref.func}' is not defined in {path}",
                 ref.span,
-                suggest(ref.func, functions),
+                suggest(ref.func, functions) or defined_functions(path, list(functions)),
             )
         return signature
 
@@ -333,3 +333,11 @@ def code_calls(python: str) -> list[tuple[str, str]]:
         ):
             found.append((node.value.args[0].value, node.attr))
     return found
+
+
+def defined_functions(path: str, names: list[str], shown: int = 5) -> str:
+    """What a code file does define, when nothing is close to the name asked for."""
+    if not names:
+        return f"{path} defines no functions"
+    more = f", … ({len(names) - shown} more)" if len(names) > shown else ""
+    return f"{path} defines: {', '.join(names[:shown])}{more}"
