@@ -24,6 +24,7 @@ from fems2py.checks.effects import EffectFinder
 from fems2py.checks.graphs import EXIT, dominators, immediate_post_dominators, reachable
 from fems2py.checks.iterables import check_iterable, whole_writes
 from fems2py.checks.parts import Part, describe, split_parts
+from fems2py.checks.recursion import warn_endless_self_call
 from fems2py.checks.references import References
 from fems2py.checks.scope import Namespace, Use, all_modules
 from fems2py.checks.shared_state import SharedState
@@ -193,6 +194,8 @@ class FlowChecker:
         else:
             self.mark_reachable(top, entry)
             self.report_unreachable(parts, in_module)
+            if namespace.module is not None:
+                warn_endless_self_call(self.report, top, namespace.module)
         for part in parts:
             self.report_terminal_out_edges(part, in_module)
             self.report_dead_ends(part, in_module)
