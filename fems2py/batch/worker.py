@@ -32,6 +32,7 @@ from fems_runtime.funcs import load_code
 from fems_runtime.limits import CostLimit
 from fems_runtime.lineage import Branch, open_branch
 from fems_runtime.llm import FALLBACK_NOTICE
+from fems_runtime.options import replies_conflict
 from fems_runtime.records import RunError
 from fems_runtime.store import Store
 
@@ -331,8 +332,8 @@ async def _run(
     task = asyncio.ensure_future(
         program.run_async(
             model=job.model,
-            # in a sweep of models, the replies are fems/script's: a fems/mock session has none
-            replies=None if job.model == "fems/mock" else spec.replies,
+            # in a sweep of models, a session whose model the replies contradict gets none
+            replies=None if replies_conflict(job.model, spec.replies) else spec.replies,
             db=spec.db,
             session=session,
             resume=resume,

@@ -40,9 +40,8 @@ def check_iterable(
         return
     decl = namespace.declaration(name)
     kind = _not_a_list(decl.value) if decl is not None else None
-    if kind is None:
+    if decl is None or kind is None:
         return
-    assert decl is not None
     hint = f"a loop goes over a list: declare {name} as one ({name} = [a, b, …])"
     if isinstance(decl.value, NumberValue) and isinstance(decl.value.value, int):
         hint = f"loop over range({name}) for 0 … {name} - 1, or declare {name} as a list"
@@ -60,8 +59,7 @@ def _not_a_list(value: Value) -> str | None:
         return f"true/false ({'true' if value.value else 'false'})"
     if isinstance(value, NumberValue):
         return f"a number ({value.value})"
-    if isinstance(value, StringValue) and value.style in ("quoted", "bare"):
-        return f'a text ("{value.value}")' if len(value.value) <= 20 else "a text"
     if isinstance(value, StringValue):
-        return "a text"
+        shown = value.style in ("quoted", "bare") and len(value.value) <= 20
+        return f'a text ("{value.value}")' if shown else "a text"
     return None
