@@ -236,8 +236,8 @@ class ActionCode:
         :class:`~fems2py.nodes.Target`): ``@x`` and variables are read in the current frame,
         ``dict.key`` and string-word keys are strings, literals are their value."""
         assert target.key is not None
-        if target.key_kind == "actor":
-            return read_code(target.key)
+        if target.key_kind == "actor":  # resolved: an unbound actor variable is no key
+            return f"ctx.actor({py(target.key)})"
         if target.key_kind == "name" or target.key_expr is None:
             return py(target.key)
         word = target.key_word

@@ -34,7 +34,7 @@ async def vote(ctx: fr.Context) -> None:
 
 
 async def record(ctx: fr.Context) -> None:
-    ctx.assign("votes", "=", ctx["@VOTE"], key=ctx["@voter"])
+    ctx.assign("votes", "=", ctx["@VOTE"], key=ctx.actor("@voter"))
     ctx.assign("count", "+=", 1)
 
 

@@ -33,7 +33,7 @@ from fems_runtime.names import DeclaredNames, call_node, loop_node
 from fems_runtime.records import RunError, StepCounter
 from fems_runtime.signals import OutSpec
 from fems_runtime.specs import ScopeItem, TurnResult, TurnSpec
-from fems_runtime.values import format_value
+from fems_runtime.values import Actor, format_value
 from fems_runtime.variables import Frame
 from fems_runtime.words import TERMINAL_NODES
 
@@ -340,6 +340,11 @@ class Context:
     def attr(self, actor: str, attr: str) -> Any:
         """``@x.attr`` / ``attr.@x`` (§7.3)."""
         return self.frame.attr(actor, attr)
+
+    def actor(self, name: str) -> Actor:
+        """``@x`` as the key of an entry an assignment writes (``hp.@x``, ``@x.hp``): an
+        unbound actor variable there is a run error naming it (§7.2), not the key ``""``."""
+        return self.frame.resolve_actor(name, "an actor as an entry's key")
 
     def code(self, alias: str) -> Any:
         """The author's Python module loaded for ``code:`` alias ``alias`` (§5)."""

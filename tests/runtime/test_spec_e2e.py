@@ -492,6 +492,27 @@ def test_unbound_actor_variables_are_run_errors_naming_them(
     assert caught.value.file == "t.fems" and caught.value.line == 12
 
 
+@pytest.mark.parametrize("write", ["hp.@u -= 3", "@u.hp = 5"])
+def test_an_entry_keyed_by_an_unbound_actor_variable_is_a_run_error(
+    tmp_path: Path, write: str
+) -> None:
+    """§7.2: the write names the variable instead of filling the entry at the key ``""``."""
+    source = f"""
+    vars:
+        hp = {{@a: 10}}
+        @u = ""
+    actors:
+        ai @a
+    action hit @assign:
+        out: |
+            {write}
+    mainflow:
+        [START] -> hit -> [END]
+    """
+    with pytest.raises(RunError, match="actor variable @u is unbound but an actor as an entry"):
+        run_script(tmp_path, source, model="fems/mock")
+
+
 # ---------------------------------------------------------------------- §9.4 rendering
 
 
