@@ -241,8 +241,13 @@ class Method:
     name: str
     func: FuncRef
     inputs: tuple[Input, ...]
-    outputs: tuple[str, ...]
+    targets: tuple[Target, ...]  # ``out:`` as written, so a mistake is shown where it is
     span: Span
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """The names of the variables ``out:`` writes."""
+        return tuple(target.name for target in self.targets)
 
 
 # --------------------------------------------------------------------------- actions (§9)

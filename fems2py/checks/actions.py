@@ -213,10 +213,8 @@ class ActionChecks:
             self.references.check_arguments(
                 signature, method.func, keywords, complete=True, span=method.span
             )
-        for output in method.outputs:
-            if output not in names and output not in self.references.broken:
-                hint = self.references.module_local_hint(output) or suggest(output, names)
-                self.report.error(f"undeclared variable '{output}'", method.span, hint)
+        for target in method.targets:
+            self.references.check_target(target, names, out=True)
 
 
 class _CheckFallback(BindingVisitor[None]):

@@ -11,7 +11,7 @@ from typing import Any
 from fems2py.diagnostics import suggest
 from fems2py.kinds import ACTION_KINDS, FIELD_NAMES, TEXT_FIELDS, kinds_with
 from fems2py.lexer import Token, TokenKind
-from fems2py.nodes import Action, FuncRef, Input, Interrupt, Method, Resolve, Span
+from fems2py.nodes import Action, FuncRef, Input, Interrupt, Method, Resolve, Span, Target
 from fems2py.parser.base import Abort, Definitions
 from fems2py.parser.flows import FlowsParser
 from fems2py.parser.text import INTEGER, closing_bracket, split_commas
@@ -47,7 +47,7 @@ class ActionsParser(FlowsParser):
             self.fail("expected ')'", self.tok_span(tokens[min(pos, len(tokens) - 1)]))
         self.expect_header(tokens, pos + 1)
         inputs: tuple[Input, ...] = ()
-        outputs: tuple[str, ...] = ()
+        targets: tuple[Target, ...] = ()
         seen: set[str] = set()
         for item, item_end in self.items(index + 1, end):
             try:
@@ -61,16 +61,14 @@ class ActionsParser(FlowsParser):
                 if key.text == "in":
                     inputs = self.parse_inputs(item, field_tokens[1].end, item_end)
                 else:
-                    outputs = tuple(
-                        out.target.name
-                        for out in self.parse_outs(item, field_tokens[1].end, item_end)
-                    )
+                    outs = self.parse_outs(item, field_tokens[1].end, item_end)
+                    targets = tuple(out.target for out in outs)
             except Abort:
                 continue
         span = self.tok_span(tokens[0], name)
         self.unique(kind, name.text, span, defs)
         defs.methods.append(
-            Method(kind, name.text, func, inputs, outputs, span)  # type: ignore[arg-type]
+            Method(kind, name.text, func, inputs, targets, span)  # type: ignore[arg-type]
         )
 
     def parse_action(self, index: int, end: int, tokens: list[Token], defs: Definitions) -> None:
