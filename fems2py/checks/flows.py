@@ -24,7 +24,7 @@ from fems2py.checks.effects import EffectFinder
 from fems2py.checks.graphs import EXIT, dominators, immediate_post_dominators, reachable
 from fems2py.checks.iterables import check_iterable, whole_writes
 from fems2py.checks.parts import Part, describe, split_parts
-from fems2py.checks.recursion import warn_endless_self_call
+from fems2py.checks.recursion import ModuleFlow, warn_endless_calls
 from fems2py.checks.references import References
 from fems2py.checks.scope import Namespace, Use, all_modules
 from fems2py.checks.shared_state import SharedState
@@ -128,6 +128,7 @@ class FlowChecker:
         self.inputs = inputs
         self.report = inputs.references.report
         self.merge_nodes: dict[tuple[str, str], str | None] = {}
+        self.module_flows: list[ModuleFlow] = []  # whose shape is known, for warn_endless_calls
         self.shared_state = SharedState(
             EffectFinder(inputs.namespaces), self.merge_nodes, self.report
         )
@@ -159,6 +160,7 @@ class FlowChecker:
                 )
                 continue
             self.check_flow(key, graph, namespace)
+        warn_endless_calls(self.report, self.module_flows)
         return self.merge_nodes
 
     def check_flow(self, key: str, graph: Graph, namespace: Namespace) -> None:
@@ -195,7 +197,7 @@ class FlowChecker:
             self.mark_reachable(top, entry)
             self.report_unreachable(parts, in_module)
             if namespace.module is not None:
-                warn_endless_self_call(self.report, top, namespace.module)
+                self.module_flows.append(ModuleFlow(namespace.module, top, namespace))
         for part in parts:
             self.report_terminal_out_edges(part, in_module)
             self.report_dead_ends(part, in_module)
