@@ -653,6 +653,7 @@ class _Run:
         turns, variables = self.turns, self.variables
         assert turns is not None and variables is not None
         self._ended()
+        turns.models.say_unused_replies()
         await turns.models.aclose()
         await turns.toolbox.aclose()
         turns.finish("completed")
@@ -724,6 +725,8 @@ class _Run:
         step tried even when another one fails."""
         with contextlib.suppress(Exception):
             self._ended(located)
+        with contextlib.suppress(Exception):
+            turns.models.say_unused_replies()
         with contextlib.suppress(Exception):
             await turns.models.aclose()
         with contextlib.suppress(Exception):

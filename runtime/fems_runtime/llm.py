@@ -606,6 +606,12 @@ class ModelClient:
             self._notice(f"fems: model {choice.model} has no reasoning mode; it answers without")
         return True
 
+    def say_unused_replies(self) -> None:
+        """At a run's end: replies that no turn took were given for nothing, since another
+        model answered every turn (``--model``, §15.3); a user testing offline learns why."""
+        if self.script is not None and not self.script.used:
+            self._notice(f"fems: no turn's model was fems/script: {self.script.origin} went unused")
+
     async def aclose(self) -> None:
         """Release the pooled connections (the end of a run): the SDK clients' and those litellm
         cached for the run's event loop."""

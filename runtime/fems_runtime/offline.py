@@ -266,6 +266,11 @@ class ScriptModel:
             ]
         return loaded
 
+    @property
+    def used(self) -> bool:
+        """Whether any turn took a reply: the run's models may all be others (§15.3)."""
+        return bool(self._used)
+
     def reply(self, turn: OfflineTurn) -> str | ScriptedCalls:
         """The next reply for this turn; a turn with no reply left is a run error."""
         keys = (f"{turn.action}{turn.actor}", turn.action, "*")

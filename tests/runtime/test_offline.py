@@ -8,6 +8,7 @@ import random
 from pathlib import Path
 
 import pytest
+from fems_helpers import run_script
 from fems_runtime.human import HumanAnswer, HumanRequest, MockHuman
 from fems_runtime.offline import (
     MockModel,
@@ -234,3 +235,25 @@ def test_human_mock_answers_every_out_validly_and_the_same_for_a_seed() -> None:
         assert answer.vars["alive"][0] == "@bob" and set(answer.vars["alive"]) <= {"@bob", "@carol"}
         outcome = apply_values(answer.vars, _frame(), specs)
         assert outcome.rejected == []
+
+
+UNUSED_REPLIES = """
+actors:
+    ai @a = soul:a
+action greet @ai(@a):
+    prompt: Say hello.
+mainflow:
+    [START] -> greet -> [END]
+"""
+
+
+@pytest.mark.parametrize(("model", "unused"), [("quick", True), ("fems/script", False)])
+def test_replies_no_turn_took_are_said_at_the_run_end(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], model: str, unused: bool
+) -> None:
+    """§15.3: ``--model`` names an alias of another model, which answers every turn; the user
+    learns why the replies did nothing."""
+    files = {"fems.toml": '[models]\nquick = "fems/mock"\n'}
+    run_script(tmp_path, UNUSED_REPLIES, files, model=model, replies={"*": ["Hello."]})
+    said = "no turn's model was fems/script: the replies went unused"
+    assert (said in capsys.readouterr().err) is unused
