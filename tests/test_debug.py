@@ -423,6 +423,25 @@ def test_restart_from_here_forks_the_session(tmp_path: Path) -> None:
     assert rows == [(1, None), (2, 1)]
 
 
+def test_a_disconnect_during_a_restart_from_here_ends_the_run(tmp_path: Path) -> None:
+    """The editor leaves right after asking to restart from here: the restart is cancelled
+    with the run, which ends as interrupted. (The restart used to go on: the forked run
+    started after the client had gone, and stopped at its turn with no one to see it.)"""
+    db = tmp_path / "games.db"
+    with adapter(tmp_path, db=str(db)) as client:
+        stopped = start(client, {"line": VOTE_HEADER})
+        client.send("restartFrame", frameId=top(client, stopped["threadId"])["id"])
+        client.send("disconnect")
+        events = [m for m in client.wait_closed() if m["type"] == "event"]
+    names = [event["event"] for event in events]
+    assert names.count("stopped") == 1, names
+    exited = next(event for event in events if event["event"] == "exited")
+    assert exited["body"]["exitCode"] == 1 and "terminated" in names
+    assert "error: interrupted" in "".join(
+        event["body"]["output"] for event in events if event["event"] == "output"
+    )
+
+
 def test_a_restarted_turn_with_a_breakpoint_stops_at_the_breakpoint(tmp_path: Path) -> None:
     """The reason of the restarted turn's stop is ``restart`` only with no breakpoint there:
     a breakpoint on its action makes it a breakpoint's stop (one stop, not two)."""

@@ -245,11 +245,14 @@ class Adapter:
         self.channel.event("terminated")
 
     async def stop_run(self) -> None:
-        task = self.run_task
+        """End the run, and a restart from here under way: it would start a new run after the
+        client has gone. The run then ends as interrupted (status 1), not as replaced."""
         self.debugger.end()
-        if task is not None and not task.done():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        restarting, self.restarting = self.restarting, None
+        for task in (restarting, self.run_task):
+            if task is not None and not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
 
     def on_disconnect(self, args: dict[str, Any]) -> None:
         self.done.set()
