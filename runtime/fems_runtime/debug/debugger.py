@@ -297,7 +297,13 @@ class Debugger:
             return await self._hold_code(Stop(branch, ctx, places, code_frames=frames), hit)
 
         points, files = self.code_points, self.code_files
-        return traced(function, points, files, hold, self.output, step_in)
+        return traced(function, points, files, hold, self._code_output, step_in)
+
+    def _code_output(self, text: str, category: str) -> None:
+        """What a ``code:`` function's logpoint says: nothing once the run is over, since its
+        worker thread may go on after the run ended, and after ``terminated``."""
+        if not self.over:
+            self.output(text, category)
 
     async def _hold_code(self, stop: Stop, hit: list[int]) -> str:
         """A line of a code file stops the branch (``hit``: at these breakpoints, else a
