@@ -442,6 +442,20 @@ def test_a_disconnect_during_a_restart_from_here_ends_the_run(tmp_path: Path) ->
     )
 
 
+@pytest.mark.parametrize("end", ["run", "disconnect"])
+def test_terminated_is_the_last_event_of_a_run(tmp_path: Path, end: str) -> None:
+    """Whether the run ends or the editor leaves, nothing of the run follows ``terminated``:
+    the main branch's ``thread`` exited event used to come after it."""
+    with adapter(tmp_path) as client:
+        start(client, {"line": TALLY})
+        if end == "run":
+            run_to_end(client)
+            client.wait_event("terminated")
+        client.send("disconnect")
+        events = [m["event"] for m in client.wait_closed() if m["type"] == "event"]
+    assert events[-1] == "terminated", events[events.index("exited") :]
+
+
 def test_a_restarted_turn_with_a_breakpoint_stops_at_the_breakpoint(tmp_path: Path) -> None:
     """The reason of the restarted turn's stop is ``restart`` only with no breakpoint there:
     a breakpoint on its action makes it a breakpoint's stop (one stop, not two)."""

@@ -240,6 +240,7 @@ class Adapter:
     def ended(self, status: int, text: str, category: str = "console") -> None:
         """The run ended with ``status``, and says so: ``text``, then exited and terminated."""
         self.exit_code = status
+        self.debugger.end()  # its branches end with it: terminated says so for them all
         self.debugger.output(text, category)
         self.channel.event("exited", {"exitCode": status})
         self.channel.event("terminated")

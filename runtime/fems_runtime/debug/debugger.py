@@ -139,7 +139,8 @@ class Debugger:
 
     def _ended(self, branch: Branch) -> None:
         self.held.pop(branch.id, None)
-        self.channel.event("thread", {"reason": "exited", "threadId": branch.id})
+        if not self.over:  # a branch that ends with the run: after terminated, no event
+            self.channel.event("thread", {"reason": "exited", "threadId": branch.id})
 
     # ------------------------------------------------------------------ hooks
 
@@ -331,10 +332,11 @@ class Debugger:
         self.running.set()
 
     def end(self) -> None:
-        """The run is ending (the client disconnected or asked to terminate): every held branch
-        goes on, and nothing stops again. A ``code:`` function's worker thread, which the end
-        of the run does not stop, runs to its end past its breakpoints instead of holding a
-        run that is gone (and the process, which waits for the thread before it exits)."""
+        """The run is ending (it ended, or the client disconnected or asked to terminate): every
+        held branch goes on, nothing stops again, and no branch's end is sent. A ``code:``
+        function's worker thread, which the end of the run does not stop, runs to its end past
+        its breakpoints instead of holding a run that is gone (and the process, which waits for
+        the thread before it exits)."""
         self.over = True
         self.running.set()
 
