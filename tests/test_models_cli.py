@@ -59,13 +59,14 @@ def test_the_list_says_what_each_model_is_and_where_each_setting_came_from(
         )
         status, out = run_models(script, capsys)
     assert status == 0
+    said = f"said by llama.cpp's server at {server.api_base.removesuffix('/v1')}/props"
     assert out.splitlines()[:6] == [
         "local → openai/smollm2  (used by the script)",
         f"    path         openai SDK, {server.api_base}",
-        f"    window       4096 tokens (said by its server at {server.api_base})",
+        f"    window       4096 tokens ({said})",
         "    reply cap    max_tokens 120 (the script's meta:, actions may differ)",
         "    price        unknown (counts as free)",
-        f"    concurrency  2 at once (said by its server at {server.api_base})",
+        f"    concurrency  2 at once ({said})",
     ]
     assert "fast → openai/gpt-4o-mini\n" in out
     assert "window       128000 tokens (litellm's model table)" in out

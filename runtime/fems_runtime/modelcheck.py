@@ -16,6 +16,7 @@ from fems_runtime.endpoints import Failure, ModelCallError, openai_route
 from fems_runtime.llm import ModelChoice, ModelClient, ensure_known
 from fems_runtime.records import RunError
 from fems_runtime.replies import ReplyStream
+from fems_runtime.serverinfo import ServerFacts
 
 CHECK_MESSAGES = [{"role": "user", "content": "Say hello in one short sentence."}]
 CHECK_TOKENS = 32  # the check's reply cap: enough to time, short on any model
@@ -81,15 +82,16 @@ def describe(
     )
 
 
-def _server(choice: ModelChoice) -> str:
-    return f"said by its server at {choice.server}"
+def _server(told: ServerFacts) -> str:
+    """Where a fact came from, named as the run's notice names it."""
+    return f"said by {told.kind}'s server at {told.url}"
 
 
 def _window(client: ModelClient, choice: ModelChoice) -> Said:
     if choice.options.get("context_window") is not None:
         return Said(f"{choice.options['context_window']} tokens", "model map")
     if (told := client.servers.told(choice)) is not None and told.context_window is not None:
-        return Said(f"{told.context_window} tokens", _server(choice))
+        return Said(f"{told.context_window} tokens", _server(told))
     if (known := client.window(choice)) is not None:
         return Said(f"{known} tokens", "litellm's model table")
     return Said("unknown", "nothing is cut to fit: set context_window")
@@ -119,7 +121,7 @@ def _concurrency(client: ModelClient, choice: ModelChoice, meta: Mapping[str, ob
     if choice.options.get("max_concurrency") is not None:
         return Said(f"{choice.options['max_concurrency']} at once", "model map")
     if (told := client.servers.told(choice)) is not None and told.max_concurrency is not None:
-        return Said(f"{told.max_concurrency} at once", _server(choice))
+        return Said(f"{told.max_concurrency} at once", _server(told))
     run_cap = meta.get("max_concurrency", 8)
     return Said(f"{run_cap} at once", "the run's max_concurrency")
 
