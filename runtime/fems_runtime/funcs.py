@@ -75,9 +75,14 @@ class CodeFiles:
         if path is None:
             raise RunError(f"'{alias}' is not a code: alias")
         if not path.is_file():  # neither where it was built from nor beside the module
+            where = f"in {self.base_dir}, beside the module"
+            if path.parent.resolve() == self.base_dir.resolve():
+                where = f"not {where}"
+            else:
+                where = f"neither in {path.parent} (where it was built from) nor {where}"
             raise RunError(
-                f"code file {path} does not exist, nor {path.name} beside the module in "
-                f"{self.base_dir}: copy {path.name} there, or build the module with --bundle"
+                f"code file {path.name} is {where}: copy {path.name} there, or build the "
+                "module with --bundle"
             )
         return load_code(path)
 

@@ -62,11 +62,19 @@ def test_code_files(code_dir: Path) -> None:
     assert files.function("game", "is_over")([1, 2]) is False
     with pytest.raises(RunError, match="game.nope is not a function"):
         files.function("game", "nope")
-    with pytest.raises(RunError, match="does not exist") as missing:
+    with pytest.raises(RunError) as missing:
         files.module("gone")
-    assert str(missing.value).endswith(
-        f"nor missing.py beside the module in {code_dir}: copy missing.py there, or build the "
-        "module with --bundle"
+    assert str(missing.value) == (
+        f"code file missing.py is not in {code_dir}, beside the module: copy missing.py there, "
+        "or build the module with --bundle"
+    )
+    elsewhere = CodeFiles({"gone": "lib/missing.py"}, code_dir)
+    with pytest.raises(RunError) as missing:
+        elsewhere.module("gone")
+    assert str(missing.value) == (
+        f"code file missing.py is neither in {code_dir / 'lib'} (where it was built from) nor "
+        f"in {code_dir}, beside the module: copy missing.py there, or build the module with "
+        "--bundle"
     )
     with pytest.raises(RunError, match="not a code: alias"):
         files.module("x")
