@@ -463,23 +463,11 @@ class Context:
         parts = []
         for text, reads in conditions:
             paths = reads.split() if isinstance(reads, str) else reads
-            values = ", ".join(f"{path} = {self._show(path)}" for path in paths)
+            values = ", ".join(f"{path} = {_read_and_show(self, path)}" for path in paths)
             shown = text if text.startswith("(") and text.endswith(")") else f"({text})"
             parts.append(f"  if {shown}" + (f"  where {values}" if values else ""))
         message = f"flow stuck after [{node}]: no out-edge condition holds\n" + "\n".join(parts)
         return RunError(message, self.services.file, self.services.lines.at(caller))
-
-    def _show(self, path: str) -> str:
-        try:
-            if "." in path:
-                first, second = path.split(".", 1)
-                actor, attr = (first, second) if first.startswith("@") else (second, first)
-                value = self.attr(actor, attr)
-            else:
-                value = self[path]
-        except RunError as error:
-            return f"<{error.message}>"
-        return _show_value(value)
 
     def unknown_node(self, node: object) -> RunError:
         """Only reachable if generated code was edited by hand: a node the flow lacks."""
@@ -702,6 +690,21 @@ def _snapshot(items: Any) -> list[Any] | None:
         return list(items)
     except TypeError:
         return None
+
+
+def _read_and_show(ctx: Context, path: str) -> str:
+    """What a condition read (``x``, ``@x.attr`` or ``attr.@x``) as a flow-stuck error shows
+    it; a read that fails shows its error in angle brackets."""
+    try:
+        if "." in path:
+            first, second = path.split(".", 1)
+            actor, attr = (first, second) if first.startswith("@") else (second, first)
+            value = ctx.attr(actor, attr)
+        else:
+            value = ctx[path]
+    except RunError as error:
+        return f"<{error.message}>"
+    return _show_value(value)
 
 
 def _show_value(value: Any) -> str:

@@ -272,7 +272,7 @@ class ModelClient:
         self._noticed = False
         self._slots = asyncio.Semaphore(max(1, int(max_concurrency)))
         self._server_slots: dict[str, asyncio.Semaphore] = {}
-        self._pacing: dict[str, tuple[asyncio.Lock, list[float]]] = {}
+        self._pacer = _Pacer()
         self._rng = random.Random(seed)
         self._openai = OpenAIClients(width=max(1, int(max_concurrency)))
         self.prices: PriceTable = PRICES
@@ -452,7 +452,7 @@ class ModelClient:
             attempts += 1
             try:
                 async with self._server_slot(choice, told), self._slots:
-                    await self._pace(choice.model, max(self.delay, delay))
+                    await self._pacer.wait(choice.model, max(self.delay, delay))
                     if deadline is None:
                         deadline = loop.time() + self.retry.budget
                     limit = min(timeout, deadline - loop.time())
@@ -618,19 +618,6 @@ class ModelClient:
         await self._openai.aclose()
         await close_litellm_clients()
 
-    async def _pace(self, model: str, delay: float) -> None:
-        """Hold the start of a call until `delay` seconds after the previous start of a call to
-        the same model (meta.delay, §3)."""
-        if delay <= 0:
-            return
-        lock, last = self._pacing.setdefault(model, (asyncio.Lock(), [float("-inf")]))
-        loop = asyncio.get_running_loop()
-        async with lock:
-            wait = last[0] + delay - loop.time()
-            if wait > 0:
-                await asyncio.sleep(wait)
-            last[0] = loop.time()
-
     def _result(self, choice: ModelChoice, reply: Reply, attempts: int) -> CallResult:
         return CallResult(
             text=reply.text,
@@ -645,6 +632,27 @@ class ModelClient:
             finish_reason=reply.finish_reason,
             cached_tokens=reply.usage.cached_tokens or None,
         )
+
+
+class _Pacer:
+    """Spaces the starts of calls to one model (meta.delay, §3); each model has its own lock
+    and time of the last start."""
+
+    def __init__(self) -> None:
+        self._last_start: dict[str, tuple[asyncio.Lock, list[float]]] = {}
+
+    async def wait(self, model: str, delay: float) -> None:
+        """Hold the start of a call until ``delay`` seconds after the previous start of a call
+        to the same model."""
+        if delay <= 0:
+            return
+        lock, last = self._last_start.setdefault(model, (asyncio.Lock(), [float("-inf")]))
+        loop = asyncio.get_running_loop()
+        async with lock:
+            wait = last[0] + delay - loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            last[0] = loop.time()
 
 
 def _final_error(choice: ModelChoice, error: ModelCallError) -> Exception | None:

@@ -202,7 +202,7 @@ def test_delay_spaces_starts_per_model(monkeypatch: pytest.MonkeyPatch) -> None:
     async def starts() -> None:
         monkeypatch.setattr(asyncio, "sleep", record)
         for model in ("a", "a", "b", "a"):
-            await client._pace(model, client.delay)
+            await client._pacer.wait(model, client.delay)
 
     asyncio.run(starts())
     assert len(waits) == 2 and all(5 < w <= 10 for w in waits)
