@@ -204,6 +204,17 @@ def test_loop_head_with_several_start_lines_merges_inside_the_body(tmp_path: Pat
     assert checked.merge_nodes[("main", "S")] == "M"
 
 
+def test_a_chain_of_modules_deeper_than_a_run_may_go_is_checked(tmp_path: Path) -> None:
+    """400 modules, each calling the next: the effects of a call are looked for only as deep
+    as a run may nest calls (§11.6), so the check ends without Python's recursion limit."""
+    calls = [f"&M{i + 1}" for i in range(399)] + ["one"]
+    modules = [
+        f"module M{i}:\n    flow:\n        [IN] -> {call} -> [OUT]" for i, call in enumerate(calls)
+    ]
+    source = "\n".join([HEADER.rstrip(), *modules, "mainflow:", "    [START] -> &M0 -> [END]"])
+    assert errors(analyze(source, tmp_path)) == []
+
+
 def test_module_flow_keys_nest(tmp_path: Path) -> None:
     source = HEADER + textwrap.dedent(
         """\

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from fems_runtime.words import MAX_MODULE_DEPTH
+
 from fems2py.checks.parts import Part, split_parts
 from fems2py.checks.scope import Effects, Namespace
 from fems2py.nodes import Action, Binding, Loop, Module, ModuleCall, PathRef, Text
@@ -54,6 +56,8 @@ class EffectFinder:
             return self.module_cache[id(module)]
         if id(module) in self.module_in_progress or module.flow is None:
             return Effects()
+        if len(self.module_in_progress) >= MAX_MODULE_DEPTH:
+            return Effects()  # a call this deep never runs: the run stops at the limit (§11.6)
         self.module_in_progress.add(id(module))
         namespace = self.namespaces[id(module)]
         effects = Effects()

@@ -34,7 +34,7 @@ from fems_runtime.values import (
     parse_literal,
     to_json,
 )
-from fems_runtime.words import ACTOR_TYPES, FIXED_ACTOR_ATTRIBUTES
+from fems_runtime.words import ACTOR_TYPES, FIXED_ACTOR_ATTRIBUTES, MAX_MODULE_DEPTH
 
 MAX_ALIAS_HOPS = 10
 OPS: tuple[str, ...] = ("=", "+=", "-=", "add", "remove")
@@ -222,8 +222,8 @@ class Frame:
         local: Mapping[str, Any] | None = None,
     ) -> Frame:
         """A fresh frame for one module call: parameters and ``vars:`` locals (§11.2)."""
-        if self.depth >= 64:
-            raise RunError(f"module recursion deeper than 64 calls ({label})")
+        if self.depth >= MAX_MODULE_DEPTH:
+            raise RunError(f"module recursion deeper than {MAX_MODULE_DEPTH} calls ({label})")
         names = {k: self.variables.adopt(v) for k, v in (local or {}).items()}
         names.update({k: self.variables.adopt(v) for k, v in (params or {}).items()})
         return Frame(self.variables, self, "module", names, label)

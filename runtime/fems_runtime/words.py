@@ -18,6 +18,9 @@ MODULE_ONLY_NODES = frozenset({"IN", "OUT", "BREAK"})
 #: §12.1: names an author cannot give a node of their own.
 RESERVED_NODE_NAMES = MAIN_ONLY_NODES | MODULE_ONLY_NODES
 
+#: §11.6: how deep module calls may nest in one another, a module calling itself or not.
+MAX_MODULE_DEPTH = 64
+
 #: §10.4: the types of a typed out, in the order messages list them.
 OUT_TYPES = ("int", "float", "bool", "string", "actor", "enum", "dropdown")
 
