@@ -670,15 +670,22 @@ def _final_error(choice: ModelChoice, error: ModelCallError) -> Exception | None
 
 
 def _check_own_options(alias: str, options: Mapping[str, Any]) -> None:
-    """fems2py's own model-map options (§13.2a, §15.7) are checked when the alias is used."""
+    """fems2py's own model-map options (§13.2a, §15.7), and the litellm options it reads
+    itself (`max_tokens`, `timeout`: §15.4), are checked when the alias is used."""
     window = options.get("context_window")
     if window is not None and (
         isinstance(window, bool) or not isinstance(window, int) or window <= 0
     ):
         raise RunError(f"model alias {alias!r}: context_window must be a positive number of tokens")
-    cap = options.get("max_concurrency")
-    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap <= 0):
-        raise RunError(f"model alias {alias!r}: max_concurrency must be a positive whole number")
+    for name in ("max_concurrency", "max_tokens"):
+        cap = options.get(name)
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap <= 0):
+            raise RunError(f"model alias {alias!r}: {name} must be a positive whole number")
+    silence = options.get("timeout")
+    if silence is not None and (
+        isinstance(silence, bool) or not isinstance(silence, int | float) or silence <= 0
+    ):
+        raise RunError(f"model alias {alias!r}: timeout must be a number of seconds > 0")
     effort = options.get("reasoning")
     if effort is not None and effort not in REASONING_EFFORTS:
         raise RunError(

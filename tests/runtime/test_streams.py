@@ -290,6 +290,10 @@ def test_the_window_comes_from_the_model_map_then_the_table() -> None:
         ({"context_window": "big"}, "context_window must be a positive number of tokens"),
         ({"context_window": 0}, "context_window must be a positive number of tokens"),
         ({"reasoning": "max"}, "reasoning must be one of low, medium, high"),
+        ({"max_tokens": "abc"}, "max_tokens must be a positive whole number"),
+        ({"max_tokens": -5}, "max_tokens must be a positive whole number"),
+        ({"timeout": "x"}, "timeout must be a number of seconds > 0"),
+        ({"timeout": 0}, "timeout must be a number of seconds > 0"),
     ],
 )
 def test_fems2pys_own_options_are_checked(option: dict[str, Any], message: str) -> None:
