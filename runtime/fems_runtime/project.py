@@ -104,6 +104,14 @@ class ProjectConfig:
         models = data.get("models", {})
         if not isinstance(models, dict):
             raise file.error("[models] must be a table of aliases", "models")
+        for alias, entry in models.items():
+            if not isinstance(entry, str | dict):
+                raise file.error(
+                    f'[models] {alias}: expected a model string ("openai/gpt-4o-mini") or a '
+                    f'table with model = "…", not {type(entry).__name__} {entry!r}',
+                    "models",
+                    alias,
+                )
         tables = data.get("mcp", {})
         if not isinstance(tables, dict):
             raise file.error("'mcp' must be a table of servers, e.g. [mcp.clock]", "mcp")

@@ -91,6 +91,16 @@ def test_the_working_directorys_file_wins_and_a_broken_one_is_a_run_error(tmp_pa
         ProjectConfig.of_folders([script_dir, work_dir])
 
 
+@pytest.mark.parametrize("value", ["3", "[1]", "true"])
+def test_a_model_alias_that_is_neither_string_nor_table_is_located(
+    tmp_path: Path, value: str
+) -> None:
+    path = toml(tmp_path, f'[models]\nfast = "openai/x"\nsmall = {value}\n')
+    with pytest.raises(ConfigError, match=r"\[models\] small: expected a model string") as raised:
+        ProjectConfig.read(path)
+    assert str(raised.value).startswith(f"{path}:3: error:")
+
+
 def test_a_result_is_its_text_with_a_note_for_what_is_not_text() -> None:
     blocks = [
         mcp_types.TextContent(type="text", text="the tide is high"),
