@@ -406,8 +406,8 @@ def _models(args: argparse.Namespace) -> int:
     except CompileError as error:
         _print_compile_error(error, args.file)
         return EXIT_ERRORS
-    except RunError as error:  # a fems.toml that cannot be read
-        print(f"error: {error.message}", file=sys.stderr)
+    except RunError as error:  # a fems.toml that cannot be read: its path and line, as a run says
+        print(error if error.location else f"error: {error.message}", file=sys.stderr)
         return EXIT_ERRORS
     return EXIT_OK if fine else EXIT_ERRORS
 

@@ -141,6 +141,7 @@ def test_a_broken_entry_or_file_is_an_error_not_a_traceback(
     status = main(["models", str(script)])
     captured = capsys.readouterr()
     assert status == 1 and "not valid TOML" in captured.err and "Traceback" not in captured.err
+    assert captured.err.startswith(f"{tmp_path / 'fems.toml'}:1: error: not valid TOML")
 
 
 def test_a_script_that_names_no_model_says_what_a_run_plays(
