@@ -478,6 +478,7 @@ class ModelClient:
                         f"model {choice.model}: gave up after {counted(attempts, 'attempt')} "
                         f"({self.retry.budget:g} s retry budget): {error}"
                         + (f" (is the server at {where} running?)" if refused else "")
+                        + _asked_to_wait(error.retry_after)
                     ) from None
                 if refused and where not in self._unreachable:
                     self._unreachable.add(where)  # said at once, not after the whole budget
@@ -667,6 +668,17 @@ def _final_error(choice: ModelChoice, error: ModelCallError) -> Exception | None
     if not error.transient:
         return RunError(f"model {choice.model}: {error}")
     return None
+
+
+def _asked_to_wait(retry_after: float | None) -> str:
+    """Why a call gave up before its budget ran out: the server's `Retry-After` was longer
+    than what was left of it (§15.4); said, or the quick give-up looks like a bug."""
+    if retry_after is None:
+        return ""
+    return (
+        f"; the server asked to wait {retry_after:g} s (Retry-After), longer than what was "
+        "left of the retry budget (--retry-budget)"
+    )
 
 
 def _check_own_options(alias: str, options: Mapping[str, Any]) -> None:

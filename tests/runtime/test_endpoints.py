@@ -246,8 +246,9 @@ def test_an_attempt_without_an_answer_says_the_limit_it_had() -> None:
 @both_paths
 def test_a_retry_after_beyond_the_budget_gives_up_without_waiting(path: str) -> None:
     with fake_openai(Behaviour(429, retry_after=30)) as server:
-        with pytest.raises(RunError, match=r"gave up after 1 attempt \(.*HTTP 429"):
+        with pytest.raises(RunError, match=r"gave up after 1 attempt \(.*HTTP 429") as raised:
             call(make_client(server, path))
+        assert "the server asked to wait 30 s (Retry-After), longer than what" in str(raised.value)
         assert len(server.requests) == 1
 
 
