@@ -436,7 +436,10 @@ async def openai_stream(
         async for chunk in chunks:
             yield chunk
     except (openai.OpenAIError, json.JSONDecodeError) as error:
-        raise _sdk_error(openai, error, timeout) from None
+        failure = _sdk_error(openai, error, timeout)
+        if chunks is not None and failure.kind is Failure.CONNECTION:  # the answer had begun
+            failure = ModelCallError(Failure.CUT, f"the reply stream broke off ({failure.detail})")
+        raise failure from None
     finally:
         if chunks is not None:
             await chunks.close()
@@ -553,7 +556,7 @@ async def _read_whole(response: Any) -> bytes:
     except http.TimeoutException:
         raise ModelCallError(Failure.TIMEOUT, "the answer stopped coming") from None
     except http.TransportError as error:
-        raise ModelCallError(Failure.CONNECTION, f"connection failed: {error}") from None
+        raise ModelCallError(Failure.CUT, f"the answer broke off ({error})") from None
 
 
 def _event_chunk(data: str) -> Any:

@@ -48,7 +48,8 @@ class Behaviour:
     ``finish_reason`` ends the choice (default ``stop``, or ``tool_calls``);
     ``reasoning_tokens`` and ``cached_tokens`` go in the usage. ``fault="cut"`` drops the connection after
     ``cut_after`` chunks, ``fault="no_done"`` ends the body there without `[DONE]`;
-    ``whole`` answers JSON even to a request for a stream (some local servers do);
+    ``whole`` answers JSON even to a request for a stream (some local servers do; with
+    ``fault="cut"``, half of it);
     ``error`` answers with this error object (and ``status``); ``hold`` (an event the test
     sets) keeps the stream waiting before its last piece of content, so a test can look at a
     reply half-written. ``reading`` is how long the server reads the prompt before it writes
@@ -229,6 +230,10 @@ class FakeOpenAI:
                 if behaviour.retry_after is not None:
                     self.send_header("Retry-After", f"{behaviour.retry_after:g}")
                 self.end_headers()
+                if behaviour.fault == "cut":  # half the body, then the connection drops
+                    self.wfile.write(data[: len(data) // 2])
+                    self._reset()
+                    return
                 self.wfile.write(data)
 
             def _stream(self, behaviour: Behaviour, body: dict[str, Any]) -> None:

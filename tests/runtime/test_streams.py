@@ -92,6 +92,25 @@ def test_a_stream_cut_mid_way_is_retried_and_its_partial_text_discarded(
 
 
 @both_paths
+@pytest.mark.parametrize("whole", [False, True])
+def test_a_stream_cut_mid_way_is_not_taken_for_a_server_that_is_not_running(
+    path: str, whole: bool
+) -> None:
+    """The server answered, then dropped the connection: no 'cannot connect … is the server
+    running?' notice (§15.4 says that of a refused connection only), and a give-up says the
+    stream broke off."""
+    notices: list[str] = []
+    cut = Behaviour(text="the first words of a reply", fault="cut", cut_after=3, whole=whole)
+    with fake_openai(cut) as server:
+        client = make_client(server, path, notice=notices.append)
+        client.retry = RetryPolicy(budget=3.0, base=0.2, cap=0.5)
+        with pytest.raises(RunError) as error:
+            run_call(client)
+    assert notices == []
+    assert "broke off" in str(error.value) and "running?" not in str(error.value)
+
+
+@both_paths
 def test_a_cancelled_call_closes_its_stream(path: str) -> None:
     """Cancelling the task awaiting the call (an interrupt, join(n), Ctrl-C) closes the
     connection: the server sees it close and stops writing."""
