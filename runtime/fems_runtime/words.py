@@ -77,6 +77,7 @@ __all__ = [
     "FIXED_ACTOR_ATTRIBUTES",
     "MAIN_ONLY_NODES",
     "MESSAGE_KINDS",
+    "MAX_MODULE_DEPTH",
     "MODULE_ONLY_NODES",
     "NARRATOR",
     "OUT_TYPES",
