@@ -648,3 +648,22 @@ def test_unknown_code_function_lists_at_most_five_of_the_file(tmp_path: Path) ->
     checked = analyze(source, tmp_path, {"game.py": functions})
     [hint] = [d.hint for d in checked.diagnostics if d.severity == "error"]
     assert hint == "game.py defines: f0, f1, f2, f3, f4, … (2 more)"
+
+
+def test_a_resolve_argument_written_with_at_is_the_parameter_without_it(tmp_path: Path) -> None:
+    """§10.5: ``resolve: checks.f(@v)`` passes ``@v``'s value as the parameter ``v``, as the
+    runtime does, so the checker matches it against ``v``."""
+    source = HEADER + textwrap.dedent(
+        """\
+        code:
+            checks = file:"checks.py"
+        action judge @ai(@a):
+            prompt: Judge.
+            out: x(int)
+            resolve: checks.fair(@v, @a, llm_output)
+        mainflow:
+            [START] -> judge -> [END]
+        """
+    )
+    helpers = {"checks.py": "def fair(v, a, llm_output):\n    return [(True, False, '')]\n"}
+    assert errors(analyze(source, tmp_path, helpers)) == []

@@ -171,8 +171,8 @@ class ActionChecks:
         for arg in resolve.args:
             if arg not in allowed:
                 self.references.check_name(arg, resolve.span, allowed)
-        if signature is not None:
-            keywords = [(arg, resolve.span) for arg in resolve.args]
+        if signature is not None:  # an ``@x`` argument is passed as ``x`` (§10.5)
+            keywords = [(arg.lstrip("@"), resolve.span) for arg in resolve.args]
             self.references.check_arguments(
                 signature, resolve.func, keywords, complete=False, span=resolve.span
             )
