@@ -646,8 +646,8 @@ async def run_resolve(
 
     With ``args`` each name is passed by keyword: ``SET_VARIABLE``, ``prompt``, ``llm_output``,
     an ``in:`` name, or a variable (``@x`` names pass as ``x``). Without ``args`` it gets
-    ``prompt``, ``llm_output``, ``SET_VARIABLE`` (if non-empty) and the ``in:`` values, limited to
-    the parameters it accepts.
+    ``prompt``, ``llm_output``, ``SET_VARIABLE`` (if non-empty, or if the function names it) and
+    the ``in:`` values, limited to the parameters it accepts.
     """
     inputs = dict(inputs or {})
     special = {"prompt": prompt, "llm_output": llm_output, "SET_VARIABLE": list(set_variable)}
@@ -662,7 +662,7 @@ async def run_resolve(
                 kwargs[arg.lstrip("@")] = frame.get(arg)
     else:
         kwargs = {"prompt": prompt, "llm_output": llm_output}
-        if set_variable:
+        if set_variable or _names_parameter(func, "SET_VARIABLE"):
             kwargs["SET_VARIABLE"] = list(set_variable)
         kwargs.update({k.lstrip("@"): v for k, v in inputs.items()})
         kwargs = accepted_kwargs(func, kwargs)
@@ -671,6 +671,15 @@ async def run_resolve(
     except Exception as error:  # the author's code failed: report it as a run error
         raise RunError(f"{name} raised {type(error).__name__}: {error}") from error
     return read_triples(result, name)
+
+
+def _names_parameter(func: Callable[..., Any], name: str) -> bool:
+    """Whether ``func`` has a parameter called ``name`` (not just ``**kwargs``): one that has
+    no default would fail when an empty ``SET_VARIABLE`` were left out (§10.5)."""
+    try:
+        return name in inspect.signature(func).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def accepted_kwargs(func: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
