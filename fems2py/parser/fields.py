@@ -205,7 +205,7 @@ class FieldsParser(ActorsParser):
 
     def parse_inputs(self, index: int, col: int, end: int) -> tuple[Input, ...]:
         """``in: a, b = expr`` on the line and/or one or more per deeper line."""
-        return self.field_items(
+        inputs = self.field_items(
             index,
             col,
             end,
@@ -213,6 +213,18 @@ class FieldsParser(ActorsParser):
             self.parse_input,
             "expected at least one name after 'in:'",
         )
+        self.report_repeats("in:", [(item.name, item.span) for item in inputs])
+        return inputs
+
+    def report_repeats(self, field: str, names: list[tuple[str, Span]]) -> None:
+        """A name an ``in:`` or ``out:`` lists twice: one value would silently replace the
+        other (the last ``in:`` value, the last signal), so it is an error."""
+        first: dict[str, int] = {}
+        for name, span in names:
+            if name in first:
+                where = "" if first[name] == span.line else f" (first at line {first[name]})"
+                self.error(f"{field} lists '{name}' twice", span, f"list each name once{where}")
+            first.setdefault(name, span.line)
 
     def parse_input(self, piece: list[Token]) -> Input:
         name = piece[0]
@@ -252,7 +264,7 @@ class FieldsParser(ActorsParser):
 
     def parse_outs(self, index: int, col: int, end: int) -> tuple[Out, ...]:
         """``out: a, b?, c: int, d(enum([x, y]), "label"), e: dropdown, choices={…}``."""
-        return self.field_items(
+        outs = self.field_items(
             index,
             col,
             end,
@@ -260,6 +272,8 @@ class FieldsParser(ActorsParser):
             self.parse_out,
             "expected at least one output after 'out:'",
         )
+        self.report_repeats("out:", [(out.target.written, out.target.span) for out in outs])
+        return outs
 
     def parse_out(self, piece: list[Token]) -> Out:
         pos = 0
