@@ -33,7 +33,7 @@ from fems_runtime.names import DeclaredNames, call_node, loop_node
 from fems_runtime.records import RunError, StepCounter
 from fems_runtime.signals import OutSpec
 from fems_runtime.specs import ScopeItem, TurnResult, TurnSpec
-from fems_runtime.values import Actor, format_value
+from fems_runtime.values import Actor, format_value, show_value
 from fems_runtime.variables import Frame
 from fems_runtime.words import TERMINAL_NODES
 
@@ -704,14 +704,7 @@ def _read_and_show(ctx: Context, path: str) -> str:
             value = ctx[path]
     except RunError as error:
         return f"<{error.message}>"
-    return _show_value(value)
-
-
-def _show_value(value: Any) -> str:
-    """A value in a "flow stuck" message: strings quoted (so ``'3'`` differs from ``3``)."""
-    if isinstance(value, str) and not value.startswith("@"):
-        return repr(value)
-    return "None" if value is None else format_value(value)
+    return show_value(value)
 
 
 def _first_error(group: BaseExceptionGroup[Any]) -> BaseException:

@@ -383,6 +383,14 @@ def format_value(value: Any, *, inside: bool = False) -> str:
     return str(value)
 
 
+def show_value(value: Any) -> str:
+    """A value in a run message (a "flow stuck" error, a failed ``+=``): strings quoted (so
+    ``'3'`` differs from ``3``), the rest as :func:`format_value` writes it for people."""
+    if isinstance(value, str) and not value.startswith("@"):
+        return repr(value)
+    return "None" if value is None else format_value(value)
+
+
 def to_json(value: Any) -> Any:
     """A JSON-ready copy of ``value``: actors as ``"@name"``, tuples and sets as lists. It can
     always be written: lone surrogates become U+FFFD, an int too long for ``str()`` (only the

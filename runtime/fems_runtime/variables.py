@@ -32,6 +32,7 @@ from fems_runtime.values import (
     check_value,
     format_value,
     parse_literal,
+    show_value,
     to_json,
 )
 from fems_runtime.words import ACTOR_TYPES, FIXED_ACTOR_ATTRIBUTES, MAX_MODULE_DEPTH
@@ -464,15 +465,19 @@ def _combine(name: Any, current: Any, op: str, value: Any) -> tuple[Any, str | N
         if isinstance(current, int | float) and isinstance(value, int | float):
             return _number(name, current, op, value), _OPPOSITE[op], value  # their subclasses
         if op == "-=":
-            raise RunError(f"cannot subtract {value!r} from '{name}' ({current!r})")
+            raise RunError(
+                f"cannot subtract {show_value(value)} from '{name}' ({show_value(current)})"
+            )
         if isinstance(current, str) and isinstance(value, str):
             return current + value, "=", current
         if isinstance(current, list):
             extra = value if isinstance(value, list) else [value]
             return current + extra, "=", current
-        raise RunError(f"cannot add {value!r} to '{name}' ({current!r})")
+        raise RunError(f"cannot add {show_value(value)} to '{name}' ({show_value(current)})")
     if not isinstance(current, list):
-        raise RunError(f"'{name}' is not a list, so {op}() cannot change it ({current!r})")
+        raise RunError(
+            f"'{name}' is not a list, so {op}() cannot change it ({show_value(current)})"
+        )
     if op == "add":
         return current, (None if value in current else "remove"), value
     return current, ("add" if value in current else None), value

@@ -42,6 +42,24 @@ def test_values_are_adopted() -> None:
     assert root["@Eve"] == "@Eve" and isinstance(root["@Eve"], Actor)
 
 
+@pytest.mark.parametrize(
+    ("name", "op", "value", "message"),
+    [
+        ("alive", "-=", 1, "cannot subtract 1 from 'alive' ([@Eve, @Bob])"),
+        ("day", "+=", ["@Eve"], "cannot add [@Eve] to 'day' (0)"),
+        ("hp", "add", "@Eve", "'hp' is not a list, so add() cannot change it ({@Eve: 100})"),
+        ("name", "-=", "x", "cannot subtract 'x' from 'name' ('global')"),
+    ],
+)
+def test_an_operation_that_does_not_fit_shows_the_values_as_written(
+    name: str, op: str, value: object, message: str
+) -> None:
+    """§9.6: the run error writes actors as ``@name`` (§9.4), never Python's ``Actor('@Eve')``."""
+    with pytest.raises(RunError) as caught:
+        make().root.assign(name, op, value)
+    assert caught.value.message == message
+
+
 def test_undeclared_name_is_a_run_error() -> None:
     with pytest.raises(RunError, match="undeclared variable 'nope'"):
         make().root.get("nope")
