@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Set
 
+from fems_runtime.words import ACTOR_TYPES
+
 from fems2py.checks.references import References
 from fems2py.checks.scope import Namespace
 from fems2py.diagnostics import suggest
 from fems2py.kinds import ACTION_KINDS
-from fems2py.nodes import Action, Method, ModuleCall, Span, Text
+from fems2py.nodes import Action, Interrupt, Method, ModuleCall, Span, Text
 from fems2py.visitor import BindingVisitor
 
 #: §8.1: ``in:`` names of memory/context methods that are not variables.
@@ -56,29 +58,41 @@ class ActionChecks:
         self.check_methods_used(action, namespace)
         if action.fallback is not None:
             self.check_fallback(action, namespace, names)
-        interrupt = action.interrupt
-        if interrupt is not None:
-            condition = interrupt.condition
-            lone = condition.reads[0] if condition and len(condition.reads) == 1 else None
-            if lone is not None and condition is not None and condition.text.strip() == lone.name:
-                if not (
-                    lone.name in names
-                    or lone.name in self.references.actors
-                    or lone.name in self.references.broken
-                ):
-                    self.report.error(
-                        f"interrupt: '{lone.name}' is not a declared variable",
-                        lone.span,
-                        self.references.module_local_hint(lone.name)
-                        or "interrupt: takes HUMAN, HUMAN_EXCEPT(@a, …), a condition such as "
-                        "night == true, or alias.function (§10.7)",
-                    )
-            else:
-                self.references.check_expr(condition, names, string_hint=True)
-            if interrupt.func is not None:
-                self.references.check_func(interrupt.func, builtin_ok=False)
-            for actor in interrupt.actors:
-                self.references.check_name(actor, interrupt.span or action.span, names)
+        if action.interrupt is not None:
+            self.check_interrupt(action, action.interrupt, names)
+
+    def check_interrupt(self, action: Action, interrupt: Interrupt, names: Set[str]) -> None:
+        """``interrupt:`` (§10.7): its condition, function or actors exist; a lone bare
+        ``human`` or ``ai`` is the string (§12.2), always true, so every turn would be cut
+        short at once: an error that points at ``HUMAN``."""
+        forms = "HUMAN, HUMAN_EXCEPT(@a, …), a condition such as night == true, or alias.function"
+        condition = interrupt.condition
+        lone = condition.reads[0] if condition and len(condition.reads) == 1 else None
+        if condition is not None and not condition.reads and condition.text.strip() in ACTOR_TYPES:
+            word = condition.text.strip()
+            self.report.error(
+                f"interrupt: '{word}' is the string \"{word}\", a condition that is always true",
+                condition.span,
+                "write HUMAN, in capitals, for 'any human input interrupts' (§10.7)",
+            )
+        elif lone is not None and condition is not None and condition.text.strip() == lone.name:
+            if not (
+                lone.name in names
+                or lone.name in self.references.actors
+                or lone.name in self.references.broken
+            ):
+                self.report.error(
+                    f"interrupt: '{lone.name}' is not a declared variable",
+                    lone.span,
+                    self.references.module_local_hint(lone.name)
+                    or f"interrupt: takes {forms} (§10.7)",
+                )
+        else:
+            self.references.check_expr(condition, names, string_hint=True)
+        if interrupt.func is not None:
+            self.references.check_func(interrupt.func, builtin_ok=False)
+        for actor in interrupt.actors:
+            self.references.check_name(actor, interrupt.span or action.span, names)
 
     def check_inputs(self, action: Action, names: Set[str]) -> set[str]:
         """``in:`` items (§9.4, §9.7); returns the names the prompt may use."""
