@@ -16,7 +16,7 @@ from fems2py.checks.references import References
 from fems2py.checks.scope import Namespace
 from fems2py.diagnostics import suggest
 from fems2py.kinds import ACTION_KINDS
-from fems2py.nodes import Action, Interrupt, Method, ModuleCall, Span, Text
+from fems2py.nodes import Action, Interrupt, Method, ModuleCall, Placeholder, Span, Text
 from fems2py.visitor import BindingVisitor
 
 #: §8.1: ``in:`` names of memory/context methods that are not variables.
@@ -165,14 +165,27 @@ class ActionChecks:
                 )
             elif not in_names:
                 self.references.check_path(ref, names)
-            elif ref.name not in in_names and (
-                ref.name in names or ref.name in self.references.actors
-            ):
-                self.report.warning(
-                    f"'{{{placeholder.path}}}' stays literal text: '{ref.name}' is not listed in in:",
-                    placeholder.span,
-                    "with in:, only the names it lists are substituted (§9.4)",
-                )
+            elif ref.name not in in_names:
+                self.check_literal_brace(placeholder, names, in_names)
+
+    def check_literal_brace(
+        self, placeholder: Placeholder, names: Set[str], in_names: Set[str]
+    ) -> None:
+        """With ``in:``, a brace the list does not name stays literal (§9.4): say so when it
+        names a variable or an actor, or looks like a misspelt ``in:`` name (``{my_tsak}``);
+        other braces are text, like the ``{name}`` of a JSON template."""
+        name = placeholder.ref.name
+        if name in names or name in self.references.actors:
+            hint = "with in:, only the names it lists are substituted (§9.4)"
+        elif (close := suggest(name, in_names)) is not None:
+            hint = close
+        else:
+            return
+        self.report.warning(
+            f"'{{{placeholder.path}}}' stays literal text: '{name}' is not listed in in:",
+            placeholder.span,
+            hint,
+        )
 
     def check_resolve(self, action: Action, names: Set[str], in_names: Set[str]) -> None:
         resolve = action.resolve
