@@ -646,7 +646,7 @@ async def run_resolve(
 
     With ``args`` each name is passed by keyword: ``SET_VARIABLE``, ``prompt``, ``llm_output``,
     an ``in:`` name, or a variable (``@x`` names pass as ``x``). Without ``args`` it gets
-    ``prompt``, ``llm_output``, ``SET_VARIABLE`` (if non-empty, or if the function names it) and
+    ``prompt``, ``llm_output``, ``SET_VARIABLE`` (if non-empty, or if the function requires it) and
     the ``in:`` values, limited to the parameters it accepts.
     """
     inputs = dict(inputs or {})
@@ -662,7 +662,7 @@ async def run_resolve(
                 kwargs[arg.lstrip("@")] = frame.get(arg)
     else:
         kwargs = {"prompt": prompt, "llm_output": llm_output}
-        if set_variable or _names_parameter(func, "SET_VARIABLE"):
+        if set_variable or _requires(func, "SET_VARIABLE"):
             kwargs["SET_VARIABLE"] = list(set_variable)
         kwargs.update({k.lstrip("@"): v for k, v in inputs.items()})
         kwargs = accepted_kwargs(func, kwargs)
@@ -673,13 +673,14 @@ async def run_resolve(
     return read_triples(result, name)
 
 
-def _names_parameter(func: Callable[..., Any], name: str) -> bool:
-    """Whether ``func`` has a parameter called ``name`` (not just ``**kwargs``): one that has
-    no default would fail when an empty ``SET_VARIABLE`` were left out (§10.5)."""
+def _requires(func: Callable[..., Any], name: str) -> bool:
+    """Whether ``func`` has a parameter ``name`` without a default: leaving an empty
+    ``SET_VARIABLE`` out would fail with a TypeError (§10.5)."""
     try:
-        return name in inspect.signature(func).parameters
+        parameter = inspect.signature(func).parameters.get(name)
     except (TypeError, ValueError):
         return False
+    return parameter is not None and parameter.default is inspect.Parameter.empty
 
 
 def accepted_kwargs(func: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -435,9 +435,9 @@ def test_run_resolve_without_arguments_passes_what_it_accepts() -> None:
 
 
 def test_run_resolve_without_arguments_passes_an_empty_set_variable_it_names() -> None:
-    """§10.5: a function that names ``SET_VARIABLE`` gets it even when no signal was rejected
-    (left out, it failed with a TypeError exactly when the reply was good); ``**kwargs`` alone
-    still gets it only when it is not empty."""
+    """§10.5: a function that requires ``SET_VARIABLE`` gets it even when no signal was
+    rejected (left out, it failed with a TypeError exactly when the reply was good); one with a
+    default, or ``**kwargs`` alone, still gets it only when it is not empty."""
     seen: dict[str, object] = {}
 
     def check(prompt, llm_output, SET_VARIABLE):  # noqa: N803 - the name §10.5 gives it
@@ -448,12 +448,16 @@ def test_run_resolve_without_arguments_passes_an_empty_set_variable_it_names() -
         seen["loose"] = sorted(kwargs)
         return [(True, False, "")]
 
-    for func in (check, loose):
+    def defaulted(prompt, llm_output, SET_VARIABLE=None):  # noqa: N803
+        seen["defaulted"] = SET_VARIABLE
+        return [(True, False, "")]
+
+    for func in (check, loose, defaulted):
         result = asyncio.run(
             run_resolve(func, None, fresh().root, prompt="p", llm_output="ok", set_variable=[])
         )
         assert result.ok
-    assert seen == {"named": [], "loose": ["llm_output", "prompt"]}
+    assert seen == {"named": [], "loose": ["llm_output", "prompt"], "defaulted": None}
 
 
 def test_run_resolve_errors_become_run_errors() -> None:
