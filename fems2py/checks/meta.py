@@ -13,7 +13,15 @@ from dataclasses import dataclass
 
 from fems2py.checks.report import Report
 from fems2py.diagnostics import suggest
-from fems2py.nodes import MetaEntry, Module, NumberValue, StringValue, Value
+from fems2py.nodes import (
+    ListValue,
+    MetaEntry,
+    Module,
+    NullValue,
+    NumberValue,
+    StringValue,
+    Value,
+)
 
 #: §3: the keys of a script's ``meta:``, and the few a module's ``meta:`` accepts.
 META_KEYS = (
@@ -87,7 +95,29 @@ def _session(value: Value) -> bool:
     )
 
 
+def _model(value: Value) -> bool:
+    """A model name is text (null or "": none, as if the key were left out)."""
+    return isinstance(value, StringValue | NullValue)
+
+
+def _owners(value: Value) -> bool:
+    """One user id or a list of them: ids are text (numbers are read as text here, §3)."""
+    ids = value.items if isinstance(value, ListValue) else (value,)
+    return all(isinstance(item, StringValue | NullValue) for item in ids)
+
+
 _VALUE_RULES = {
+    "model": _Rule(
+        _model,
+        "meta 'model' must be a model name",
+        "e.g. model = openai/gpt-4o-mini (a litellm model string or an alias of the model map, "
+        "§15.2)",
+    ),
+    "owner": _Rule(
+        _owners,
+        "meta 'owner' must be a user id or a list of user ids",
+        "e.g. owner = 001 or owner = [1, 2] (ids of the users table, §3)",
+    ),
     "max_steps": _Rule(
         _whole_number(1), "meta 'max_steps' must be a whole number ≥ 1", "e.g. max_steps = 100"
     ),
