@@ -176,6 +176,10 @@ def test_cli_reports_a_stuck_flow_at_the_fems_line_and_exits_1(tmp_path: Path) -
         (["--no-such-option"], 2),
         (["--seed", "not-a-number"], 2),
         (["--db", ":memory:", "--resume"], 1),
+        (["--db", ":memory:", "--session", "abc"], 2),
+        (["--db", ":memory:", "--session", "-1 / new"], 2),  # sessions are numbered from 1
+        (["--db", ":memory:", "--session", "0"], 2),
+        (["--db", ":memory:", "--session", "2 / new"], 0),
     ],
 )
 def test_cli_exit_codes(tmp_path: Path, args: list[str], code: int) -> None:

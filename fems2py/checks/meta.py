@@ -30,7 +30,7 @@ META_KEYS = (
     *("timeout", "retry_budget", "max_tool_rounds", "max_tokens", "max_cost"),
 )
 MODULE_META_KEYS = ("max_steps", "delay")
-_SESSION = re.compile(r"\s*(?:new|\d+(?:\s*/\s*new)?)\s*", re.IGNORECASE)
+_SESSION = re.compile(r"\s*(?:new|0*[1-9]\d*(?:\s*/\s*new)?)\s*", re.IGNORECASE)
 
 
 def check_meta(entries: Iterable[MetaEntry], module: Module | None, report: Report) -> None:
@@ -90,7 +90,7 @@ def _number(minimum: float, *, above: bool = False) -> Callable[[Value], bool]:
 
 
 def _session(value: Value) -> bool:
-    return _whole_number(0)(value) or (
+    return _whole_number(1)(value) or (
         isinstance(value, StringValue) and _SESSION.fullmatch(value.value) is not None
     )
 
@@ -155,6 +155,7 @@ _VALUE_RULES = {
     "session": _Rule(
         _session,
         "meta 'session' must be new, a session number, or 'N / new'",
-        "session = new starts a new session; session = 3 / new continues 3 or creates it",
+        "session = new starts a new session; session = 3 / new continues 3 or creates it "
+        "(sessions are numbered from 1)",
     ),
 }

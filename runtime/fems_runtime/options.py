@@ -52,6 +52,18 @@ def address(text: str) -> str:
     return text
 
 
+SESSION_SPEC = re.compile(r"\s*(?:new|0*[1-9]\d*(?:\s*/\s*new)?)\s*", re.IGNORECASE)
+
+
+def session_spec(text: str) -> str:
+    """``new``, a session number ``N`` ≥ 1 or ``N / new`` (``--session``, §3), kept as written."""
+    if SESSION_SPEC.fullmatch(text) is None:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give new, a session number N (from 1) or 'N / new' (for example 3)"
+        )
+    return text
+
+
 def session_number(text: str) -> int:
     """A session number ≥ 1 (``--reuse``)."""
     if not text.strip().isdigit() or int(text) < 1:
@@ -84,7 +96,12 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
     RunOption("--model", "default model (litellm string, fems/mock, fems/script)"),
     RunOption("--replies", "JSON replies file for the fems/script model (implies it)"),
     RunOption("--db", "database path or SQLAlchemy URL (default: meta.database)"),
-    RunOption("--session", "new, N or 'N / new' (default: meta.session)"),
+    RunOption(
+        "--session",
+        "new, N or 'N / new' (default: meta.session)",
+        type=session_spec,
+        metavar="SESSION",
+    ),
     RunOption(
         "--human",
         "'terminal', 'fems/mock' (deterministic answers, for unattended runs) or a JSON "

@@ -43,7 +43,7 @@ def test_parse_session_spec(spec, parsed) -> None:
     assert parse_session_spec(spec) == parsed
 
 
-@pytest.mark.parametrize("spec", ["x", "3 / old", True, "1.5"])
+@pytest.mark.parametrize("spec", ["x", "3 / old", True, "1.5", 0, -1, "0", "-1 / new", "0 / new"])
 def test_bad_session_spec(spec) -> None:
     with pytest.raises(RunError, match="session must be"):
         parse_session_spec(spec)

@@ -28,12 +28,16 @@ class SessionNode:
 
 
 def parse_session_spec(spec: str | int | None) -> tuple[int | None, bool]:
-    """``new``/None → (None, True); ``N`` → (N, False); ``N / new`` → (N, True) (§3)."""
+    """``new``/None → (None, True); ``N`` → (N, False); ``N / new`` → (N, True) (§3).
+    Sessions are numbered from 1, as ``--reuse`` and ``--fork`` name them."""
     if spec is None:
         return None, True
+    wrong = f"session must be 'new', N or 'N / new' (N ≥ 1), not {spec!r}"
     if isinstance(spec, bool):
-        raise RunError(f"session must be 'new', N or 'N / new', not {spec!r}")
+        raise RunError(wrong)
     if isinstance(spec, int):
+        if spec < 1:
+            raise RunError(wrong)
         return spec, False
     text = str(spec).strip()
     if text.lower() in ("", "new"):
@@ -42,9 +46,9 @@ def parse_session_spec(spec: str | int | None) -> tuple[int | None, bool]:
     try:
         value = int(number.strip())
     except ValueError:
-        raise RunError(f"session must be 'new', N or 'N / new', not {text!r}") from None
-    if slash and rest.strip().lower() != "new":
-        raise RunError(f"session must be 'new', N or 'N / new', not {text!r}")
+        raise RunError(wrong) from None
+    if value < 1 or (slash and rest.strip().lower() != "new"):
+        raise RunError(wrong)
     return value, bool(slash)
 
 
