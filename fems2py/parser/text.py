@@ -161,11 +161,13 @@ class TextParser(ParserBase):
             return self.parse_file_text(text, file_match.end(), start, line.number, read_file)
         if file_match and file_match.end() < len(text) and " " not in text:
             path = text[file_match.end() :]
-            self.warning(
-                f"'{text}' is read as text, not as the file's content",
-                span,
-                f'write file:"{path}" to read the file',
-            )
+            if read_file:
+                message = f"'{text}' is read as text, not as the file's content"
+                hint = f'write file:"{path}" to read the file'
+            else:  # meta database: a path, never read
+                message = f"'{text}' is taken as a path named '{text}'"
+                hint = f'write file:"{path}" (or {path}) for the database file {path}'
+            self.warning(message, span, hint)
         if text[0] in "\"'“":
             closed_at = quote_end(text, 0)
             if closed_at == len(text):
