@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -232,6 +233,16 @@ def test_run_takes_fork_from_python_and_refuses_what_makes_no_sense(
     ):
         status, err = main(module, capsys, "--db", str(db), *args)
         assert status == 2 and problem in err
+    for options, problem in (  # from Python too: a run error, no session made or changed
+        ({"fork": 1, "resume": True}, "--fork starts a new session; --resume continues one"),
+        ({"reuse": 1, "session": 2}, "--reuse starts a new session: leave out --session"),
+        ({"fork": "1:2", "session": "3 / new"}, "--fork starts a new session: leave out"),
+        ({"resume": True, "session": "new"}, "--resume continues a session: give --session N"),
+    ):
+        with pytest.raises(RunError, match=re.escape(problem)):
+            game.run(model="fems/mock", human="fems/mock", db=str(db), **options)
+    with Store(str(db)) as store:
+        assert sorted(row["id"] for row in store.sessions()) == [1, 2, 3, 4]
 
 
 SCRIPT = """\
@@ -396,6 +407,7 @@ def test_a_session_run_twice_is_forked_with_its_first_run_as_history(
 
 WAITING = """\
 import os
+import re
 import time
 from pathlib import Path
 

@@ -49,7 +49,7 @@ from fems_runtime.limits import CostLimit, cost_limit
 from fems_runtime.lineage import Branch, request_digest
 from fems_runtime.linetable import LineTable
 from fems_runtime.names import DeclaredNames
-from fems_runtime.options import replies_conflict, run_option_parser
+from fems_runtime.options import replies_conflict, run_option_parser, session_conflict
 from fems_runtime.otel import export_run
 from fems_runtime.records import RunError, StepCounter, TraceWriter, TurnLog, write_result
 from fems_runtime.store import Checkpoint, hide_password
@@ -573,7 +573,7 @@ class _Run:
             retry_budget=options.retry_budget,
             code=code.module,
             resume=bool(options.resume),
-            branch=_branch(options.fork, options.reuse),
+            branch=_branch(options),
         )
         events.session = turns.session
         self._listen(turns)
@@ -741,10 +741,14 @@ def _created(store: Store, session: int) -> float | None:
     return float(row["created"]) if row is not None and row.get("created") else None
 
 
-def _branch(fork: str | int | Sequence[int] | None, reuse: int | None) -> Branch | None:
-    """Where ``fork=`` or ``reuse=`` starts the run's session (§16.4a)."""
-    if fork is not None and reuse is not None:
-        raise RunError("--fork and --reuse both start a new session from another: give one")
+def _branch(options: RunOptions) -> Branch | None:
+    """Where ``fork=`` or ``reuse=`` starts the run's session (§16.4a); options that contradict
+    them, or ``resume`` with a new session, are refused as on the command line."""
+    fork, reuse = options.fork, options.reuse
+    if options.resume or fork is not None or reuse is not None:
+        problem = session_conflict(options.session, options.resume, fork, reuse)
+        if problem is not None:
+            raise RunError(problem)
     if reuse is not None:
         if isinstance(reuse, bool) or not isinstance(reuse, int) or reuse < 1:
             raise RunError(f"--reuse {reuse!r}: give a session number")
@@ -772,17 +776,9 @@ def _replayed(outcome: RunResult, options: Mapping[str, Any]) -> str:
 
 def _usage_problem(args: argparse.Namespace) -> str | None:
     """What is wrong with a combination of options, if anything."""
-    new_session = str(args.session or "").strip().lower() == "new"
-    if args.resume and new_session:
-        return "--resume continues a session: give --session N (or leave it out)"
-    branch = "--fork" if args.fork is not None else "--reuse" if args.reuse is not None else None
-    if branch is not None:
-        if args.fork is not None and args.reuse is not None:
-            return "--fork and --reuse both start a new session from another: give one"
-        if args.resume:
-            return f"{branch} starts a new session; --resume continues one: give one of them"
-        if args.session is not None and not new_session:
-            return f"{branch} starts a new session: leave out --session"
+    problem = session_conflict(args.session, args.resume, args.fork, args.reuse)
+    if problem is not None:
+        return problem
     if args.listen is not None and not args.debug:
         return "--listen serves a debugger: use it with --debug"
     if args.debug and args.serve:

@@ -200,6 +200,24 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
 )
 
 
+def session_conflict(session: object, resume: object, fork: object, reuse: object) -> str | None:
+    """What contradicts in the options that choose the run's session, if anything: ``--resume``
+    continues one (§16.4), ``--fork`` and ``--reuse`` start a new one from another (§16.4a)."""
+    new_session = str(session or "").strip().lower() == "new"
+    if resume and new_session:
+        return "--resume continues a session: give --session N (or leave it out)"
+    branch = "--fork" if fork is not None else "--reuse" if reuse is not None else None
+    if branch is None:
+        return None
+    if fork is not None and reuse is not None:
+        return "--fork and --reuse both start a new session from another: give one"
+    if resume:
+        return f"{branch} starts a new session; --resume continues one: give one of them"
+    if session is not None and not new_session:
+        return f"{branch} starts a new session: leave out --session"
+    return None
+
+
 def replies_conflict(model: str | None, replies: object) -> str | None:
     """What is wrong with ``--model`` beside ``--replies`` (§15.3), if anything: ``--replies``
     plays the ``fems/script`` model, so ``--model fems/mock`` contradicts it."""
