@@ -3,11 +3,12 @@ ran out continues, with a longer replies file, from its last checkpoint; exit st
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 import pytest
-from fems_helpers import build_script, load, run_program
+from fems_helpers import build_script, load, read_trace, run_program
 from fems_runtime.store import Store
 
 SCRIPT = """
@@ -129,3 +130,34 @@ def test_an_interrupted_run_says_how_to_go_on_when_its_session_was_kept(
     )
     assert program.report(KeyboardInterrupt(), {"db": ":memory:"}, []) == 1
     assert capsys.readouterr().err.endswith("error: interrupted\n")  # nothing kept to resume
+
+
+def test_an_interrupted_run_says_so_in_its_result_and_trace(tmp_path: Path) -> None:
+    """A run cancelled (as Ctrl-C cancels it) is failed with "error: interrupted" in its
+    --result file and its trace's error event (§16.3), not with an empty error."""
+    source = """
+    code:
+        slow = file:"slow.py"
+    vars:
+        done = false
+    action wait @func(slow.wait):
+        out: done
+    mainflow:
+        [START] -> wait -> [END]
+    """
+    slow = "import time\n\ndef wait():\n    time.sleep(1)\n    return True\n"
+    game = load(build_script(tmp_path, source, {"slow.py": slow}))
+    result, trace = tmp_path / "result.json", tmp_path / "trace.jsonl"
+
+    async def cancelled() -> None:
+        run = asyncio.ensure_future(game.run_async(db=":memory:", result=result, trace=trace))
+        await asyncio.sleep(0.3)
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run
+
+    asyncio.run(cancelled())
+    written = json.loads(result.read_text(encoding="utf-8"))
+    assert (written["status"], written["error"]) == ("failed", "t.fems: error: interrupted")
+    errors = [event for event in read_trace(trace) if event["event"] == "error"]
+    assert [event["message"] for event in errors] == ["t.fems: error: interrupted"]

@@ -682,10 +682,12 @@ class _Run:
         to raise: located in the ``.fems`` file."""
         program, turns, db = self.program, self.turns, self.options.db
         located = program.locate(error, db)
+        # an interrupt (Ctrl-C, a cancelled task) is not located and has no text of its own
+        message = str(located) or f"{program.script.file}: error: interrupted"
         node = failed_node(error) or (self.ctx.node if self.ctx is not None else None)
         # each report is tried even when another one fails: the result file matters most
         with contextlib.suppress(Exception):
-            self._failed(located, node)
+            self._failed(located, node, message)
         result = self.options.result
         if result is not None:
             try:
@@ -695,7 +697,7 @@ class _Run:
                     status="failed",
                     steps=self.steps.count,
                     variables=self.variables.snapshot() if self.variables is not None else {},
-                    error=str(located),
+                    error=message,
                 )
             except Exception as unwritten:  # reported with the run's own error
                 if isinstance(located, RunError):
@@ -704,7 +706,7 @@ class _Run:
             await self._close_failed(turns, located)
         return located
 
-    def _failed(self, located: BaseException, node: str | None) -> None:
+    def _failed(self, located: BaseException, node: str | None, message: str) -> None:
         """The run error, as an event located at its node and line."""
         events = self.events
         if events.active:
@@ -715,7 +717,7 @@ class _Run:
                 id=events.new_id(),
                 parent=parent,
                 where=where,
-                message=str(located),
+                message=message,
                 error_type=type(located).__name__,
             )
             events.emit(failed)
