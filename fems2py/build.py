@@ -385,6 +385,8 @@ def check_overwrite(output: Path, *headers: str) -> None:
             f"{output} is a symbolic link; not overwriting it (build to the file it points to, "
             "or choose another -o)"
         )
+    if output.is_dir():
+        raise BuildRefused(f"{output} is a directory; not writing over it (give -o a file path)")
     starts = tuple(header.encode("utf-8") for header in headers)
     start = read_regular(output, max(len(header) for header in starts))
     if start is None or not start.startswith(starts):

@@ -86,9 +86,10 @@ def read_regular(path: Path, limit: int) -> bytes | None:
         handle = os.open(path, _OPEN_FLAGS)
     except OSError:
         return None
+    if not stat.S_ISREG(os.fstat(handle).st_mode):  # a directory: fdopen would raise
+        os.close(handle)
+        return None
     with os.fdopen(handle, "rb") as stream:
-        if not stat.S_ISREG(os.fstat(handle).st_mode):
-            return None
         return stream.read(limit)
 
 

@@ -189,6 +189,20 @@ def test_the_module_never_replaces_what_fems2py_did_not_write(tmp_path: Path, ki
     assert target.is_symlink() == (kind == "symlink")
 
 
+def test_a_directory_in_the_way_is_refused_without_a_traceback(tmp_path: Path) -> None:
+    """-o naming a directory (the module, a chart) or a directory where a bundle's copy goes
+    is a build error, not an IsADirectoryError traceback."""
+    script, out = bundled(tmp_path)
+    for command in (("build", script, "-o", out), ("graph", script, "-o", out / "flow.mmd")):
+        (out / "flow.mmd").mkdir(exist_ok=True)
+        done = fems2py(*command, cwd=tmp_path)
+        assert done.returncode == 1 and "Traceback" not in done.stderr
+        assert "is a directory; not writing over it (give -o a file path)" in done.stderr
+    (out / "maths.py").mkdir()
+    with pytest.raises(BuildRefused, match="maths.py is a directory"):
+        build_file(script, out / "game.py", bundle=True)
+
+
 def test_graph_never_replaces_a_hand_written_chart(tmp_path: Path, capsys) -> None:
     script = write_script(tmp_path, TEXT, "rules.md")
     (tmp_path / "rules.md").write_text("Rules.", encoding="utf-8")
