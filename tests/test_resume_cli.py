@@ -130,6 +130,13 @@ def test_an_interrupted_run_says_how_to_go_on_when_its_session_was_kept(
     )
     assert program.report(KeyboardInterrupt(), {"db": ":memory:"}, []) == 1
     assert capsys.readouterr().err.endswith("error: interrupted\n")  # nothing kept to resume
+    for started in ({"fork": "1:3"}, {"reuse": 1}, {"session": "new"}):  # --resume refuses them
+        assert program.report(KeyboardInterrupt(), {"db": "games.db", **started}, []) == 1
+        flag = " ".join(f"--{key} {value}" for key, value in started.items())
+        assert capsys.readouterr().err.endswith(
+            f"error: interrupted; the same command with --resume in place of {flag} goes on "
+            "where it stopped\n"
+        )
 
 
 def test_an_interrupted_run_says_so_in_its_result_and_trace(tmp_path: Path) -> None:

@@ -49,7 +49,12 @@ from fems_runtime.limits import CostLimit, cost_limit
 from fems_runtime.lineage import Branch, request_digest
 from fems_runtime.linetable import LineTable
 from fems_runtime.names import DeclaredNames
-from fems_runtime.options import replies_conflict, run_option_parser, session_conflict
+from fems_runtime.options import (
+    replies_conflict,
+    resuming,
+    run_option_parser,
+    session_conflict,
+)
 from fems_runtime.otel import export_run
 from fems_runtime.records import RunError, StepCounter, TraceWriter, TurnLog, write_result
 from fems_runtime.store import Checkpoint, hide_password
@@ -474,8 +479,8 @@ class Program:
             return EXIT_RUN_ERROR
         if isinstance(outcome, BaseException):
             kept = options.get("db") != ":memory:"  # a session of a database can go on (§16.4)
-            hint = "; the same command with --resume goes on where it stopped" if kept else ""
-            print(f"{self.script.file}: error: interrupted{hint}", file=sys.stderr)
+            hint = f"; the same command with {resuming(options)} goes on where it stopped"
+            print(f"{self.script.file}: error: interrupted{hint if kept else ''}", file=sys.stderr)
             return EXIT_RUN_ERROR
         if isinstance(options.get("transcript"), Transcript):
             options["transcript"].summary(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -216,6 +216,21 @@ def session_conflict(session: object, resume: object, fork: object, reuse: objec
     if session is not None and not new_session:
         return f"{branch} starts a new session: leave out --session"
     return None
+
+
+def resuming(options: Mapping[str, Any]) -> str:
+    """What continues an interrupted run of the command line (§16.4): ``--resume``, in place of
+    the option that started a new session (it is this script's newest, which --resume takes)."""
+    started = (
+        f"--fork {options['fork']}"
+        if options.get("fork") is not None
+        else f"--reuse {options['reuse']}"
+        if options.get("reuse") is not None
+        else f"--session {options['session']}"
+        if str(options.get("session") or "").strip().lower() == "new"
+        else None
+    )
+    return "--resume" if started is None else f"--resume in place of {started}"
 
 
 def replies_conflict(model: str | None, replies: object) -> str | None:
