@@ -231,6 +231,28 @@ def test_a_failing_assignment_points_at_its_own_line(tmp_path: Path) -> None:
     assert "Traceback" not in completed.stderr
 
 
+def test_a_missing_dict_entry_compared_says_it_reads_as_null(tmp_path: Path) -> None:
+    """§4.4: an entry nobody wrote reads as null; comparing it with a number is a run error at
+    the condition's line that says where the null comes from, not only Python's words."""
+    source = """
+    vars:
+        hp = {@ann: 100}
+    actors:
+        ai @ann
+        ai @ben
+    mainflow:
+        [START] -> fork:
+            -> if (hp.@ben > 0) -> [END]
+            -> if (hp.@ben == None) -> [END]
+    """
+    completed = run_program(build_script(tmp_path, source), "--db", ":memory:")
+    assert completed.returncode == 1 and "Traceback" not in completed.stderr
+    assert completed.stderr.startswith(
+        "t.fems:8: error: TypeError: '>' not supported between instances of 'NoneType' and "
+        "'int' (a value here is null: a dict entry not written yet reads so, §4.4)"
+    )
+
+
 def test_fems_traceback_maps_generated_frames_to_fems_lines(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

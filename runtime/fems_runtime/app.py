@@ -426,7 +426,10 @@ class Program:
         if isinstance(error, RunError):
             located = error.located(self.script.file, line)
         else:
-            located = RunError(f"{type(error).__name__}: {error}", self.script.file, line)
+            text = f"{type(error).__name__}: {error}"
+            if isinstance(error, TypeError) and "'NoneType'" in text:  # often a missing key
+                text += " (a value here is null: a dict entry not written yet reads so, §4.4)"
+            located = RunError(text, self.script.file, line)
         located.message = self.masked(located.message, db)
         return located
 
