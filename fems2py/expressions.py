@@ -691,6 +691,20 @@ def _op_text(node: NodeOrLeaf) -> str:
     return " ".join(leaf.get_code(include_prefix=False) for leaf in node.children)
 
 
+def not_a_variable_here(name: str) -> str | None:
+    """What an expression reads a bare ``name`` as when it is never the variable of that name
+    (§12.2), or None: a declaration of such a variable could never be read in a condition."""
+    if name.lower() in _BOOLEANS:  # any case (§12.2)
+        return f"the literal {name.lower()}"
+    if name in ("null", "None"):
+        return "the literal null"
+    if name in _TYPE_WORDS:
+        return f"the string {name!r} (an actor's type)"
+    if keyword.iskeyword(name):
+        return f"the Python keyword {name!r}"
+    return None
+
+
 def compile_expression(
     text: str,
     span: Span,

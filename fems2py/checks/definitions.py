@@ -14,6 +14,7 @@ from fems2py.checks.meta import check_meta
 from fems2py.checks.references import References
 from fems2py.checks.report import Report
 from fems2py.checks.scope import Namespace
+from fems2py.expressions import not_a_variable_here
 from fems2py.nodes import (
     Action,
     ActorDef,
@@ -168,6 +169,13 @@ def _fill(
                 f"'{decl.name}' is both an actor and a variable",
                 decl.span,
                 "rename the variable; an actor variable may hold the actor instead",
+            )
+        read_as = not_a_variable_here(decl.name)
+        if read_as is not None:
+            report.error(
+                f"'{decl.name}' cannot name a variable: a condition reads it as {read_as}",
+                decl.span,
+                f"choose another name, e.g. my_{decl.name} (§12.2)",
             )
         declared[decl.name] = decl
         namespace.variables[decl.name] = decl
