@@ -195,6 +195,20 @@ def test_a_module_usage_error_names_the_module_file(tmp_path: Path) -> None:
     assert completed.stderr.splitlines()[-1] == "t_gen.py: error: unrecognized arguments: --nosuch"
 
 
+def test_show_of_an_undeclared_variable_is_a_usage_error_before_the_run(tmp_path: Path) -> None:
+    """--show names variables to print at the end (§16.3): a misspelt one is said at once
+    (exit 2, with the close name), not as '(not a variable)' after a run that was paid for."""
+    module = build_script(tmp_path, "vars:\n    winner = 0\nmainflow:\n    [START] -> [END]\n")
+    completed = run_program(module, "--db", "runs.db", "--show", "winner,winer")
+    assert completed.returncode == 2 and not (tmp_path / "runs.db").exists()
+    assert completed.stderr.splitlines()[-1] == (
+        "t_gen.py: error: --show winer: the script declares no variable winer "
+        "(did you mean winner?)"
+    )
+    shown = run_program(module, "--db", ":memory:", "--show", "winner")
+    assert shown.returncode == 0 and shown.stderr.endswith("winner = 0\n")
+
+
 def test_replies_beside_the_mock_model_is_a_usage_error(tmp_path: Path) -> None:
     """--replies implies fems/script (§15.3): with --model fems/mock the two contradict, on
     the module's command line (exit 2, one error line) and from Python (a run error)."""

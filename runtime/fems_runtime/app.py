@@ -54,6 +54,7 @@ from fems_runtime.options import (
     resuming,
     run_option_parser,
     session_conflict,
+    unknown_shown,
 )
 from fems_runtime.otel import export_run
 from fems_runtime.records import RunError, StepCounter, TraceWriter, TurnLog, write_result
@@ -443,7 +444,7 @@ class Program:
         parser = _argument_parser(self.script, prog)
         try:
             args = parser.parse_args(argv)
-            problem = _usage_problem(args)
+            problem = _usage_problem(args) or unknown_shown(args.show, self.variables)
             if problem is not None:
                 parser.error(problem)
         except SystemExit as exit_:

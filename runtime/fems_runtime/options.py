@@ -4,8 +4,9 @@ from :data:`RUN_OPTIONS`, and ``fems2py run`` names them in its help from the sa
 from __future__ import annotations
 
 import argparse
+import difflib
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -231,6 +232,19 @@ def resuming(options: Mapping[str, Any]) -> str:
         else None
     )
     return "--resume" if started is None else f"--resume in place of {started}"
+
+
+def unknown_shown(show: str | None, variables: Collection[str]) -> str | None:
+    """What is wrong with ``--show``, if anything: a name that is no variable of the script,
+    said before the run rather than as ``(not a variable)`` after it."""
+    names = [name.strip() for name in (show or "").split(",") if name.strip()]
+    unknown = next((name for name in names if name not in variables), None)
+    if unknown is None:
+        return None
+    close = difflib.get_close_matches(unknown, list(variables), n=1)
+    known = ", ".join(list(variables)[:8]) or "none"
+    hint = f"did you mean {close[0]}?" if close else f"the script's variables: {known}"
+    return f"--show {unknown}: the script declares no variable {unknown} ({hint})"
 
 
 def replies_conflict(model: str | None, replies: object) -> str | None:
