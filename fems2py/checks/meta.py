@@ -7,9 +7,10 @@ an error: :data:`_VALUE_RULES` says, per key, what fits and what to write instea
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+
+from fems_runtime.options import SESSION_SPEC
 
 from fems2py.checks.report import Report
 from fems2py.diagnostics import suggest
@@ -30,7 +31,6 @@ META_KEYS = (
     *("timeout", "retry_budget", "max_tool_rounds", "max_tokens", "max_cost"),
 )
 MODULE_META_KEYS = ("max_steps", "delay")
-_SESSION = re.compile(r"\s*(?:new|0*[1-9]\d*(?:\s*/\s*new)?)\s*", re.IGNORECASE)
 
 
 def check_meta(entries: Iterable[MetaEntry], module: Module | None, report: Report) -> None:
@@ -91,7 +91,7 @@ def _number(minimum: float, *, above: bool = False) -> Callable[[Value], bool]:
 
 def _session(value: Value) -> bool:
     return _whole_number(1)(value) or (
-        isinstance(value, StringValue) and _SESSION.fullmatch(value.value) is not None
+        isinstance(value, StringValue) and SESSION_SPEC.fullmatch(value.value) is not None
     )
 
 

@@ -53,6 +53,7 @@ def address(text: str) -> str:
     return text
 
 
+#: ``new``, ``N`` or ``N / new`` with N ≥ 1: ``--session`` and meta ``session`` (§3).
 SESSION_SPEC = re.compile(r"\s*(?:new|0*[1-9]\d*(?:\s*/\s*new)?)\s*", re.IGNORECASE)
 
 
