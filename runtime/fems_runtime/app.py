@@ -50,11 +50,10 @@ from fems_runtime.lineage import Branch, request_digest
 from fems_runtime.linetable import LineTable
 from fems_runtime.names import DeclaredNames
 from fems_runtime.options import (
-    replies_conflict,
     resuming,
     run_option_parser,
     session_conflict,
-    unknown_shown,
+    usage_problem,
 )
 from fems_runtime.otel import export_run
 from fems_runtime.records import RunError, StepCounter, TraceWriter, TurnLog, write_result
@@ -444,7 +443,7 @@ class Program:
         parser = _argument_parser(self.script, prog)
         try:
             args = parser.parse_args(argv)
-            problem = _usage_problem(args) or unknown_shown(args.show, self.variables)
+            problem = usage_problem(args, self.variables)
             if problem is not None:
                 parser.error(problem)
         except SystemExit as exit_:
@@ -783,19 +782,3 @@ def _replayed(outcome: RunResult, options: Mapping[str, Any]) -> str:
     if options.get("resume"):
         return f", {counted(outcome.replayed, 'recorded call')} replayed"
     return ""
-
-
-def _usage_problem(args: argparse.Namespace) -> str | None:
-    """What is wrong with a combination of options, if anything."""
-    problem = session_conflict(args.session, args.resume, args.fork, args.reuse)
-    if problem is not None:
-        return problem
-    if args.listen is not None and not args.debug:
-        return "--listen serves a debugger: use it with --debug"
-    if args.debug and args.serve:
-        return "--debug and --serve both drive the run: give one"
-    if args.port is not None and not args.serve:
-        return "--port chooses the stage's port: use it with --serve"
-    if args.db is not None and not args.db.strip():
-        return "--db is empty: give a database path or SQLAlchemy URL"
-    return replies_conflict(args.model, args.replies)

@@ -202,6 +202,23 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
 )
 
 
+def usage_problem(args: argparse.Namespace, variables: Collection[str]) -> str | None:
+    """What is wrong with a combination of a run's command-line options, if anything
+    (``variables``: the script's, which ``--show`` names)."""
+    problem = session_conflict(args.session, args.resume, args.fork, args.reuse)
+    if problem is not None:
+        return problem
+    if args.listen is not None and not args.debug:
+        return "--listen serves a debugger: use it with --debug"
+    if args.debug and args.serve:
+        return "--debug and --serve both drive the run: give one"
+    if args.port is not None and not args.serve:
+        return "--port chooses the stage's port: use it with --serve"
+    if args.db is not None and not args.db.strip():
+        return "--db is empty: give a database path or SQLAlchemy URL"
+    return replies_conflict(args.model, args.replies) or unknown_shown(args.show, variables)
+
+
 def session_conflict(session: object, resume: object, fork: object, reuse: object) -> str | None:
     """What contradicts in the options that choose the run's session, if anything: ``--resume``
     continues one (§16.4), ``--fork`` and ``--reuse`` start a new one from another (§16.4a)."""
