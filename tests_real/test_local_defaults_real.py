@@ -123,6 +123,7 @@ def test_models_check_times_a_call_to_the_server(folder: Path) -> None:
     )  # fmt: skip
     assert check.returncode == 0, check.stdout + check.stderr
     assert f"local → openai/{MODEL_ALIAS}  (used by the script)" in check.stdout
-    assert f"window       {CONTEXT_TOKENS} tokens (said by its server at " in check.stdout
-    assert "concurrency  1 at once (said by its server at " in check.stdout
+    said = f"(said by llama.cpp's server at {_base(folder)}/props)"
+    assert f"window       {CONTEXT_TOKENS} tokens {said}" in check.stdout
+    assert f"concurrency  1 at once {said}" in check.stdout
     assert "check        first chunk after " in check.stdout and " tokens/s" in check.stdout
