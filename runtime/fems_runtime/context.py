@@ -7,7 +7,6 @@ tags include its soul (or its user, for humans with a source), oldest first.
 
 from __future__ import annotations
 
-import asyncio
 import bisect
 import functools
 import json
@@ -17,6 +16,7 @@ from dataclasses import dataclass, field
 from itertools import accumulate, islice
 from typing import TYPE_CHECKING, Any, Protocol
 
+from fems_runtime.authored import off_loop
 from fems_runtime.records import RunError
 from fems_runtime.values import format_value
 from fems_runtime.words import MESSAGE_KINDS
@@ -220,9 +220,9 @@ def method_kwargs(
 async def call_method(
     func: Callable[..., Any], kwargs: Mapping[str, Any], *, name: str = "method"
 ) -> Any:
-    """Run an author's memory/context function in a worker thread (§8.4)."""
+    """Run an author's memory/context function off the event loop (§8.4)."""
     try:
-        return await asyncio.to_thread(func, **kwargs)
+        return await off_loop(func, kwargs)
     except Exception as error:  # the author's code failed: report it as a run error
         raise RunError(f"{name} raised {type(error).__name__}: {error}") from error
 

@@ -7,7 +7,6 @@ action's outs with the spec's errors.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import importlib.util
 import inspect
@@ -18,6 +17,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from fems_runtime.authored import off_loop
 from fems_runtime.records import RunError
 from fems_runtime.signals import OutSpec
 from fems_runtime.variables import ActorSpec
@@ -112,10 +112,10 @@ def auto_inputs(
 async def call_function(
     func: Callable[..., Any], kwargs: Mapping[str, Any], *, name: str = "function"
 ) -> Any:
-    """Call the author's function by keyword in a worker thread; its exceptions become
-    :class:`RunError` (chained, so the traceback is still there)."""
+    """Call the author's function (:func:`off_loop`); its exceptions become :class:`RunError`
+    (chained, so the traceback is still there)."""
     try:
-        return await asyncio.to_thread(func, **kwargs)
+        return await off_loop(func, kwargs)
     except TypeError as error:
         raise RunError(f"calling {name} failed: {error}") from error
     except Exception as error:

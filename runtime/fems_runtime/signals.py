@@ -18,6 +18,7 @@ from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from fems_runtime.authored import off_loop
 from fems_runtime.out_types import (
     OUT_TYPE_ROWS,
     SignalError,
@@ -642,7 +643,7 @@ async def run_resolve(
     inputs: Mapping[str, Any] | None = None,
     name: str = "resolve",
 ) -> ResolveResult:
-    """Call a ``resolve:`` function in a worker thread and read its triples (§10.5).
+    """Call a ``resolve:`` function off the event loop and read its triples (§10.5).
 
     With ``args`` each name is passed by keyword: ``SET_VARIABLE``, ``prompt``, ``llm_output``,
     an ``in:`` name, or a variable (``@x`` names pass as ``x``). Without ``args`` it gets
@@ -667,7 +668,7 @@ async def run_resolve(
         kwargs.update({k.lstrip("@"): v for k, v in inputs.items()})
         kwargs = accepted_kwargs(func, kwargs)
     try:
-        result = await asyncio.to_thread(func, **kwargs)
+        result = await off_loop(func, kwargs)
     except Exception as error:  # the author's code failed: report it as a run error
         raise RunError(f"{name} raised {type(error).__name__}: {error}") from error
     return read_triples(result, name)

@@ -179,6 +179,15 @@ def test_methods_run_off_the_event_loop() -> None:
     assert asyncio.run(call_method(retrieve, {"prompt": "x"})) == "memory for x"
 
 
+def test_an_async_method_is_awaited() -> None:
+    """§8.4: an ``async def`` memory method put ``<coroutine object …>`` into the prompt."""
+
+    async def retrieve(prompt: str) -> str:
+        return f"memory for {prompt}"
+
+    assert asyncio.run(call_method(retrieve, {"prompt": "x"})) == "memory for x"
+
+
 def test_method_errors_are_run_errors() -> None:
     def broken() -> None:
         raise KeyError("k")

@@ -36,6 +36,12 @@ def thread_name():
 
 def boom():
     raise ValueError("bad input")
+
+async def fetch(key):
+    return {"key": key}
+
+async def fails():
+    raise ValueError("async bad")
 """
 
 
@@ -101,6 +107,15 @@ def test_calls_run_in_a_worker_thread_with_actor_values(code_dir: Path) -> None:
         asyncio.run(call_function(files.function("game", "boom"), {}, name="game.boom"))
     with pytest.raises(RunError, match="calling game.is_over failed"):
         asyncio.run(call_function(files.function("game", "is_over"), {"x": 1}, name="game.is_over"))
+
+
+def test_an_async_function_is_awaited(code_dir: Path) -> None:
+    """§5: an ``async def`` gave its out the coroutine object (shown as ``<coroutine object
+    fetch at 0x…>``) and was never run; its value is awaited, its exception a run error."""
+    files = CodeFiles({"game": "utils/game.py"}, code_dir)
+    assert asyncio.run(call_function(files.function("game", "fetch"), {"key": 3})) == {"key": 3}
+    with pytest.raises(RunError, match="game.fails raised ValueError: async bad"):
+        asyncio.run(call_function(files.function("game", "fails"), {}, name="game.fails"))
 
 
 def test_auto_inputs() -> None:

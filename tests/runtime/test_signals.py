@@ -414,6 +414,18 @@ def test_run_resolve_named_arguments() -> None:
     assert seen["SET_VARIABLE"] == ["SET VARIABLE: <<x>>"]
 
 
+def test_an_async_resolve_is_awaited() -> None:
+    """§10.5: an ``async def`` resolve returned a coroutine, read as malformed triples."""
+
+    async def check(llm_output):
+        return [(llm_output == "ok", False, "")]
+
+    result = asyncio.run(
+        run_resolve(check, None, fresh().root, prompt="p", llm_output="ok", set_variable=[])
+    )
+    assert result.ok
+
+
 def test_run_resolve_without_arguments_passes_what_it_accepts() -> None:
     variables = fresh()
 
