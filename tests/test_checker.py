@@ -444,6 +444,7 @@ def test_spawn_is_built_in(tmp_path: Path) -> None:
                 False,
                 1,
                 "it has positional-only parameters (a model passes arguments by name)",
+                is_async=True,
             ),
         ),
         (

@@ -37,6 +37,8 @@ class FuncSignature:
     line: int
     tool_problem: str | None = None
     """Why the function cannot be offered as a tool (§15.5), or None when it can."""
+    is_async: bool = False
+    """An ``async def``: its call makes a coroutine, which only an awaiting caller runs (§5)."""
 
     def accepts(self, keyword: str) -> bool:
         """Whether calling with ``keyword=…`` cannot fail for want of that parameter."""
@@ -93,7 +95,9 @@ def _bindings(statement: ast.stmt, described: frozenset[str]) -> list[tuple[str,
     if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef):
         signature = _from_arguments(statement.name, statement.args, line, 0)
         problem = _tool_problem(statement.args, described)
-        return [(statement.name, dataclasses.replace(signature, tool_problem=problem))]
+        is_async = isinstance(statement, ast.AsyncFunctionDef)
+        signature = dataclasses.replace(signature, tool_problem=problem, is_async=is_async)
+        return [(statement.name, signature)]
     if isinstance(statement, ast.ClassDef):
         return [(statement.name, _class_signature(statement))]
     names: list[str] = []

@@ -137,7 +137,14 @@ class References:
         for ref in expr.reads:
             self.check_path(ref, names, string_hint=string_hint)
         for alias, func in code_calls(expr.python):
-            self.check_func(FuncRef(alias, func, expr.span), builtin_ok=False)
+            signature = self.check_func(FuncRef(alias, func, expr.span), builtin_ok=False)
+            if signature is not None and signature.is_async:
+                self.report.error(
+                    f"'{alias}.{func}' is an async def, which an expression cannot await",
+                    expr.span,
+                    "call it from an @func action, which awaits it, and read its out; "
+                    "or make it a plain def (§5)",
+                )
 
     def check_target(self, target: Target, names: Set[str], *, out: bool = False) -> None:
         """An assignment or out target (§9.6, §10.4): the variable must be declared, and so

@@ -11,3 +11,7 @@ def judge(answer, **kwargs):
 
 def recall(prompt, actor_info):
     return ""
+
+
+async def fetch(player):
+    return player
