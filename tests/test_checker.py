@@ -460,6 +460,8 @@ def test_spawn_is_built_in(tmp_path: Path) -> None:
         ),
         ("from os.path import join as j", "j", FuncSignature("j", None, False, 1)),
         ("helper = print", "helper", FuncSignature("helper", None, False, 1)),
+        ("LIMIT: int = 3", "LIMIT", FuncSignature("LIMIT", None, False, 1, value="3")),
+        ("def f(): ...\nf = [1]", "f", FuncSignature("f", None, False, 2, value="[1]")),
         (
             "try:\n    def h(a): ...\nexcept ImportError:\n    h = None",
             "h",

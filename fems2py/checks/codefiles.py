@@ -39,6 +39,9 @@ class FuncSignature:
     """Why the function cannot be offered as a tool (§15.5), or None when it can."""
     is_async: bool = False
     """An ``async def``: its call makes a coroutine, which only an awaiting caller runs (§5)."""
+    value: str | None = None
+    """The literal a top-level assignment binds the name to (``LIMIT = 3`` gives ``"3"``): such
+    a name is not a function, and calling it could only fail at run time."""
 
     def accepts(self, keyword: str) -> bool:
         """Whether calling with ``keyword=…`` cannot fail for want of that parameter."""
@@ -87,7 +90,33 @@ def signatures_of(tree: ast.Module) -> dict[str, FuncSignature]:
     for statement in tree.body:
         for name, signature in _bindings(statement, described):
             found[name] = signature
+        literal = _literal_assigned(statement)
+        if literal is not None:
+            for name in literal[0]:
+                found[name] = dataclasses.replace(found[name], value=literal[1])
     return found
+
+
+_LITERALS = (
+    *(ast.Constant, ast.JoinedStr, ast.List, ast.Tuple, ast.Set, ast.Dict),
+    *(ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp),
+)
+
+
+def _literal_assigned(statement: ast.stmt) -> tuple[list[str], str] | None:
+    """The names a top-level ``NAME = <literal>`` binds and the literal as written (shortened),
+    else None. A binding under ``if``/``try`` is left out: the branch that runs may differ."""
+    if isinstance(statement, ast.Assign):
+        targets, value = statement.targets, statement.value
+    elif isinstance(statement, ast.AnnAssign) and statement.value is not None:
+        targets, value = [statement.target], statement.value
+    else:
+        return None
+    if not isinstance(value, _LITERALS):
+        return None
+    names = [name for target in targets if isinstance(target, ast.Name) for name in [target.id]]
+    text = ast.unparse(value)
+    return (names, text if len(text) <= 30 else text[:27] + "...") if names else None
 
 
 def _bindings(statement: ast.stmt, described: frozenset[str]) -> list[tuple[str, FuncSignature]]:

@@ -136,9 +136,10 @@ class References:
             return
         for ref in expr.reads:
             self.check_path(ref, names, string_hint=string_hint)
-        for alias, func in code_calls(expr.python):
-            signature = self.check_func(FuncRef(alias, func, expr.span), builtin_ok=False)
-            if signature is not None and signature.is_async:
+        for alias, func, called in code_calls(expr.python):
+            call = FuncRef(alias, func, expr.span)
+            signature = self.check_func(call, builtin_ok=False, called=called)
+            if called and signature is not None and signature.is_async:
                 self.report.error(
                     f"'{alias}.{func}' is an async def, which an expression cannot await",
                     expr.span,
@@ -215,8 +216,11 @@ class References:
             return
         self.check_expr(expr, names, string_hint=True)
 
-    def check_func(self, ref: FuncRef, *, builtin_ok: bool) -> FuncSignature | None:
-        """``alias.fn`` must name a function of a ``code:`` file (§5) or the built-in spawn."""
+    def check_func(
+        self, ref: FuncRef, *, builtin_ok: bool, called: bool = True
+    ) -> FuncSignature | None:
+        """``alias.fn`` must name a function of a ``code:`` file (§5) or the built-in spawn;
+        a name an expression reads without calling it may be any value (``game.ROUNDS``)."""
         if ref.alias == "system" and "system" not in self.signatures:
             if ref.func == "spawn" and builtin_ok:
                 return SPAWN
@@ -241,13 +245,22 @@ class References:
             )
             return None
         signature = functions.get(ref.func)
+        path = next(c.path for c in self.script.code if c.alias == ref.alias)
         if signature is None:
-            path = next(c.path for c in self.script.code if c.alias == ref.alias)
             self.report.error(
                 f"'{ref.alias}.{ref.func}' is not defined in {path}",
                 ref.span,
                 suggest(ref.func, functions) or defined_functions(path, list(functions)),
             )
+        elif called and signature.value is not None:
+            callables = [name for name, found in functions.items() if found.value is None]
+            self.report.error(
+                f"'{ref.alias}.{ref.func}' is not a function: {path} sets it to "
+                f"{signature.value} at line {signature.line}",
+                ref.span,
+                suggest(ref.func, callables) or defined_functions(path, callables),
+            )
+            return None
         return signature
 
     def check_arguments(
@@ -321,13 +334,15 @@ def arity_hint(module: str, params: Sequence[str], given: int) -> str:
     return f"remove the {extra} extra argument{'' if extra == 1 else 's'}: {call}"
 
 
-def code_calls(python: str) -> list[tuple[str, str]]:
-    """The ``ctx.code("alias").fn`` references of a rewritten expression (ARCHITECTURE.md)."""
+def code_calls(python: str) -> list[tuple[str, str, bool]]:
+    """The ``ctx.code("alias").fn`` references of a rewritten expression (ARCHITECTURE.md), each
+    with whether the expression calls it."""
     try:
         tree = ast.parse(python, mode="eval")
     except SyntaxError:
         return []
-    found: list[tuple[str, str]] = []
+    called = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
+    found: list[tuple[str, str, bool]] = []
     for node in ast.walk(tree):
         if (
             isinstance(node, ast.Attribute)
@@ -338,7 +353,7 @@ def code_calls(python: str) -> list[tuple[str, str]]:
             and isinstance(node.value.args[0], ast.Constant)
             and isinstance(node.value.args[0].value, str)
         ):
-            found.append((node.value.args[0].value, node.attr))
+            found.append((node.value.args[0].value, node.attr, id(node) in called))
     return found
 
 

@@ -15,3 +15,6 @@ def recall(prompt, actor_info):
 
 async def fetch(player):
     return player
+
+
+ROUNDS = 3
