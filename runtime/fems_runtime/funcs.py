@@ -89,7 +89,8 @@ class CodeFiles:
     def function(self, alias: str, name: str) -> Callable[..., Any]:
         func = getattr(self.module(alias), name, None)
         if not callable(func):
-            raise RunError(f"{alias}.{name} is not a function in {self.files[alias]}")
+            where = self.files[alias].resolve()  # not the cache's …/../../ way to it
+            raise RunError(f"{alias}.{name} is not a function in {where}")
         return func
 
 

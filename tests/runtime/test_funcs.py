@@ -68,6 +68,12 @@ def test_code_files(code_dir: Path) -> None:
     assert files.function("game", "is_over")([1, 2]) is False
     with pytest.raises(RunError, match="game.nope is not a function"):
         files.function("game", "nope")
+    roundabout = CodeFiles({"game": "../utils/game.py"}, code_dir / "other")
+    with pytest.raises(RunError) as not_there:
+        roundabout.function("game", "nope")
+    assert (
+        str(not_there.value) == f"game.nope is not a function in {code_dir / 'utils' / 'game.py'}"
+    )
     with pytest.raises(RunError) as missing:
         files.module("gone")
     assert str(missing.value) == (
