@@ -152,7 +152,9 @@ class ActionChecks:
                 or ref.name in self.references.broken
             )
             if not in_names and not known and not ref.name.startswith("@"):
-                hint = suggest(ref.name, {n for n in names if not n.startswith("@")})
+                hint = self.references.actor_hint(ref.name, names) or suggest(
+                    ref.name, {n for n in names if not n.startswith("@")}
+                )
                 if self.references.module_local_hint(ref.name) is not None:
                     hint = None  # where it is declared says more than a look-alike name
                 literal = f"write {{{{{placeholder.path}}}}} for literal braces"

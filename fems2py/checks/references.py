@@ -104,15 +104,21 @@ class References:
             return False
         if name in names:
             return True
-        found = self.module_local_hint(name) or suggest(
-            name, {n for n in names if not n.startswith("@")}
-        )
+        found = self.module_local_hint(name) or self.actor_hint(name, names)
+        found = found or suggest(name, {n for n in names if not n.startswith("@")})
         if found is None and string_hint and name.isidentifier():
             found = f"did you mean the string '{name}'? Otherwise declare it in vars:"
         self.report.undefined(
             f"undeclared variable '{name}'", span, found or self.declare_hint(name)
         )
         return False
+
+    def actor_hint(self, name: str, names: Set[str]) -> str | None:
+        """A bare name that is an actor's, or an actor variable's, without its '@' (§6.1)."""
+        actor = f"@{name}"
+        if actor not in self.actors and actor not in names:
+            return None
+        return f"actor references carry '@' (§6.1): did you mean {actor}?"
 
     def check_path(self, ref: PathRef, names: Set[str], *, string_hint: bool = False) -> None:
         if ref.name in self.signatures or ref.name in self.broken_aliases:
