@@ -18,7 +18,7 @@ from fems2py.checks.codefiles import FuncSignature, Param
 from fems2py.checks.report import Report
 from fems2py.checks.scope import Namespace, all_modules
 from fems2py.diagnostics import suggest
-from fems2py.nodes import Expr, FuncRef, ModuleCall, PathRef, Script, Span, Target
+from fems2py.nodes import DictValue, Expr, FuncRef, ModuleCall, PathRef, Script, Span, Target
 
 #: §9.8: the built-in ``system.spawn``.
 SPAWN = FuncSignature("spawn", (Param("spawn_requests", False),), False, 0)
@@ -81,6 +81,19 @@ class References:
                 found.setdefault(decl.name, (module.name, decl.span.line))
         return found
 
+    @functools.cached_property
+    def attribute_dicts(self) -> frozenset[str]:
+        """Dicts declared under a static attribute's name (``name = {@a: "Ann"}``): a path
+        ``@a.name`` reads the static attribute, never them (§7.3)."""
+        declared = [*self.script.variables]
+        for module in all_modules(self.script.modules):
+            declared += module.variables
+        return frozenset(
+            decl.name
+            for decl in declared
+            if decl.name in FIXED_ACTOR_ATTRIBUTES and isinstance(decl.value, DictValue)
+        )
+
     def check_name(
         self, name: str, span: Span, names: Set[str], *, string_hint: bool = False
     ) -> bool:
@@ -125,6 +138,13 @@ class References:
             return
         if not self.check_name(ref.name, ref.span, names, string_hint=string_hint):
             return
+        if ref.attr in FIXED_ACTOR_ATTRIBUTES and ref.attr in self.attribute_dicts:
+            self.report.warning(
+                f"{ref.name}.{ref.attr} is the actor's own {ref.attr}, not an entry of the dict "
+                f"'{ref.attr}' (§7.3)",
+                ref.span,
+                f"read the entry as {ref.attr}[{ref.name}], or rename the dict (my_{ref.attr})",
+            )
         if ref.attr is None or ref.attr in FIXED_ACTOR_ATTRIBUTES or ref.attr in names:
             return
         hint = self.module_local_hint(ref.attr) or suggest(
