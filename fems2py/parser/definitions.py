@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import keyword
 import re
 
 from fems_runtime.words import RESERVED_NODE_NAMES
@@ -129,6 +130,13 @@ class DefinitionsParser(TextParser):
                 if key.kind != TokenKind.NAME:
                     self.fail("a code alias is an identifier", self.tok_span(key))
                 self.check_name(key, "code alias")
+                if keyword.iskeyword(key.text):  # True, None, class: Python's own, never a name
+                    self.error(
+                        f"'{key.text}' cannot name a code alias: an expression reads it as the "
+                        f"Python keyword '{key.text}'",
+                        self.tok_span(key),
+                        f"choose another name, e.g. my_{key.text.lower()} (§12.2)",
+                    )
                 value = self.parse_text_value(item, col, item_end, key.text, read_file=False)
                 if value.style != "file" or value.path is None:
                     self.fail(
