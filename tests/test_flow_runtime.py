@@ -1182,3 +1182,33 @@ def test_a_function_stands_for_its_name_without_the_longest_module_prefix() -> N
     assert declared_name("Outer_note", modules) == "note"
     assert declared_name("Outer", modules) == "Outer"
     assert declared_name("Others_note", modules) == "Others_note"
+
+
+UNBOUND_READS = """
+vars:
+    hp = {@knight: 100}
+    @target = ""
+    x = 0
+actors:
+    ai @knight
+action talk @ai(@knight):
+    prompt: Target {@target}: {@target.hp} and {hp.@target}.
+action heal @assign:
+    out: x = 1
+mainflow:
+    [START] -> talk -> if (hp.@target == None) -> heal -> [END]
+"""
+
+
+def test_an_unbound_actor_variables_attribute_is_empty_in_a_prompt_and_an_error_elsewhere(
+    tmp_path: Path,
+) -> None:
+    """§7.2 decision: a prompt renders ``@v.hp`` of an unbound ``@v`` as ``""`` (like a missing
+    key, §4.4); a condition or an assignment reading it stops the run naming ``@v``, rather
+    than testing a key ``""`` no dict has."""
+    with pytest.raises(RunError, match="actor variable @target is unbound") as caught:
+        run_script(tmp_path, UNBOUND_READS, model="fems/mock")
+    assert str(caught.value).startswith("t.fems:12: error:")
+    events = [json.loads(line) for line in (tmp_path / "trace.jsonl").read_text().splitlines()]
+    sent = next(e["messages"] for e in events if e["event"] == "llm_call")
+    assert sent[-1]["content"] == "Target :  and ."
