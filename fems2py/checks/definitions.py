@@ -58,11 +58,20 @@ def unique(items: Iterable[_Named], what: str | None, report: Report) -> dict[st
 
 
 def check_actors(script: Script, report: Report) -> None:
-    """Actors defined twice, and actors sharing a soul (§6.2)."""
+    """Actors defined twice, actors sharing a soul (§6.2), and an ai actor whose source is a
+    user id (§6.3): the run would fail at its first turn, naming model 0."""
     unique_actors = unique(script.actors, "actor", report)
     souls: dict[str, list[ActorDef]] = {}
     for actor in unique_actors.values():
         souls.setdefault(actor.soul, []).append(actor)
+        if actor.kind == "ai" and actor.source is not None and actor.source.isdigit():
+            report.error(
+                f"source:{actor.source} is a person's user id (§6.3), not a model for the "
+                f"ai actor {actor.name}",
+                actor.span,
+                "leave source: out for the default model, or name a model; "
+                f"a player is human {actor.name} = source:{actor.source}",
+            )
     for soul, actors in souls.items():
         if len(actors) < 2:
             continue
