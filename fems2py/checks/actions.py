@@ -218,9 +218,11 @@ class ActionChecks:
                 candidates = {
                     n for lv in namespace.chain() for n, m in lv.methods.items() if m.kind == kind
                 }
-                self.report.error(
-                    f"unknown {kind} method '{name}'", span, suggest(name, candidates)
+                listed = f"the {kind} methods are: {', '.join(sorted(candidates))}"
+                hint = suggest(name, candidates) or (
+                    listed if candidates else f"define it: {kind} {name}(alias.fn): (§8)"
                 )
+                self.report.error(f"unknown {kind} method '{name}'", span, hint)
             elif method.kind != kind:
                 self.report.error(f"'{name}' is a {method.kind} method, not a {kind} method", span)
 
