@@ -79,7 +79,8 @@ class CodeFiles:
             if path.parent.resolve() == self.base_dir.resolve():
                 where = f"not {where}"
             else:
-                where = f"neither in {path.parent} (where it was built from) nor {where}"
+                built = path.parent.resolve()  # not the module's …/../src way to it
+                where = f"neither in {built} (where it was built from) nor {where}"
             raise RunError(
                 f"code file {path.name} is {where}: copy {path.name} there, or build the "
                 "module with --bundle"
@@ -89,7 +90,7 @@ class CodeFiles:
     def function(self, alias: str, name: str) -> Callable[..., Any]:
         func = getattr(self.module(alias), name, None)
         if not callable(func):
-            where = self.files[alias].resolve()  # not the cache's …/../../ way to it
+            where = self.files[alias].resolve()  # its real path, not the …/../ way to it
             raise RunError(f"{alias}.{name} is not a function in {where}")
         return func
 

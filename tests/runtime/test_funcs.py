@@ -88,6 +88,9 @@ def test_code_files(code_dir: Path) -> None:
         f"in {code_dir}, beside the module: copy missing.py there, or build the module with "
         "--bundle"
     )
+    roundabout = CodeFiles({"gone": "../src/missing.py"}, code_dir / "other")
+    with pytest.raises(RunError, match=f"neither in {code_dir / 'src'} \\(where it was built"):
+        roundabout.module("gone")
     with pytest.raises(RunError, match="not a code: alias"):
         files.module("x")
 
