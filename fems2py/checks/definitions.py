@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from fems_runtime.words import MAX_ALIAS_HOPS
+
 from fems2py.checks.codefiles import CodeFileError, FuncSignature, read_signatures
 from fems2py.checks.meta import check_meta
 from fems2py.checks.references import References
@@ -211,6 +213,7 @@ def check_variable_values(namespace: Namespace, references: References) -> None:
                 f"({decl.name[1:]} = …) holds anything else (§4.3)",
             )
     check_alias_cycles(namespace, references.actors, references.report)
+    check_alias_lengths(namespace, references.actors, references.report)
 
 
 def check_alias_cycles(namespace: Namespace, actors: frozenset[str], report: Report) -> None:
@@ -231,19 +234,46 @@ def check_alias_cycles(namespace: Namespace, actors: frozenset[str], report: Rep
             )
 
 
+def check_alias_lengths(namespace: Namespace, actors: frozenset[str], report: Report) -> None:
+    """§7.2: the run follows an alias chain through at most ``MAX_ALIAS_HOPS`` variables; a
+    longer chain declared here is reported once, at its first variable (the one no other
+    actor variable is bound to)."""
+    declared = [d for d in namespace.variables.values() if d is not None]
+    bound_to = {d.value.name for d in declared if isinstance(d.value, ActorValue)}
+    for decl in declared:
+        chain = _alias_chain(decl, namespace, actors)
+        end = chain[-1].value
+        if decl.name in bound_to or not isinstance(end, ActorValue) or end.name not in actors:
+            continue
+        if len(chain) - 1 > MAX_ALIAS_HOPS:
+            report.error(
+                f"actor variable {decl.name} passes through {len(chain) - 1} actor variables to "
+                f"reach {end.name}; the run follows at most {MAX_ALIAS_HOPS}",
+                decl.value.span,
+                f"bind it nearer the actor, e.g. {decl.name} = {end.name} (§7.2)",
+            )
+
+
+def _alias_chain(decl: VarDecl, namespace: Namespace, actors: frozenset[str]) -> list[VarDecl]:
+    """``decl`` and the declarations its alias chain passes through, up to the one bound to an
+    actor, to an undeclared name, or to a declaration already in the chain (a cycle)."""
+    chain = [decl]
+    while isinstance(chain[-1].value, ActorValue) and chain[-1].value.name not in actors:
+        following = namespace.declaration(chain[-1].value.name)
+        if following is None or following in chain:
+            break
+        chain.append(following)
+    return chain
+
+
 def _alias_cycle(
     decl: VarDecl, namespace: Namespace, actors: frozenset[str]
 ) -> list[VarDecl] | None:
     """The declarations of the alias chain from ``decl`` when it comes back to ``decl``."""
-    chain = [decl]
-    while isinstance(chain[-1].value, ActorValue) and chain[-1].value.name not in actors:
-        following = namespace.declaration(chain[-1].value.name)
-        if following is decl:
-            return chain
-        if following is None or following in chain:
-            return None
-        chain.append(following)
-    return None
+    chain = _alias_chain(decl, namespace, actors)
+    end = chain[-1].value
+    closes = isinstance(end, ActorValue) and namespace.declaration(end.name) is decl
+    return chain if closes else None
 
 
 class _ActorRefs(NodeVisitor[None]):

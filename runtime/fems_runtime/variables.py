@@ -35,9 +35,13 @@ from fems_runtime.values import (
     show_value,
     to_json,
 )
-from fems_runtime.words import ACTOR_TYPES, FIXED_ACTOR_ATTRIBUTES, MAX_MODULE_DEPTH
+from fems_runtime.words import (
+    ACTOR_TYPES,
+    FIXED_ACTOR_ATTRIBUTES,
+    MAX_ALIAS_HOPS,
+    MAX_MODULE_DEPTH,
+)
 
-MAX_ALIAS_HOPS = 10
 OPS: tuple[str, ...] = ("=", "+=", "-=", "add", "remove")
 
 Undo = Callable[[], None]

@@ -21,6 +21,9 @@ RESERVED_NODE_NAMES = MAIN_ONLY_NODES | MODULE_ONLY_NODES
 #: §11.6: how deep module calls may nest in one another, a module calling itself or not.
 MAX_MODULE_DEPTH = 64
 
+#: §7.2: how many actor variables an alias chain may pass through to reach an actor.
+MAX_ALIAS_HOPS = 10
+
 #: §10.4: the types of a typed out, in the order messages list them.
 OUT_TYPES = ("int", "float", "bool", "string", "actor", "enum", "dropdown")
 
@@ -77,6 +80,7 @@ __all__ = [
     "FIXED_ACTOR_ATTRIBUTES",
     "MAIN_ONLY_NODES",
     "MESSAGE_KINDS",
+    "MAX_ALIAS_HOPS",
     "MAX_MODULE_DEPTH",
     "MODULE_ONLY_NODES",
     "NARRATOR",
