@@ -20,6 +20,12 @@ from fems2py.checks.scope import Namespace, all_modules
 from fems2py.diagnostics import suggest
 from fems2py.nodes import DictValue, Expr, FuncRef, ModuleCall, PathRef, Script, Span, Target
 
+#: §8.1: ``@actor`` is the speaking actor, known only to memory and context methods.
+METHOD_ACTOR_HINT = (
+    "@actor (the speaking actor, passed as actor_info) is an input of memory and context "
+    "methods only (§8.1)"
+)
+
 #: §9.8: the built-in ``system.spawn``.
 SPAWN = FuncSignature("spawn", (Param("spawn_requests", False),), False, 0)
 
@@ -106,6 +112,7 @@ class References:
             candidates = self.actors | {n for n in names if n.startswith("@")}
             hint = (
                 self.module_local_hint(name)
+                or (METHOD_ACTOR_HINT if name == "@actor" else None)
                 or suggest(name, candidates)
                 or (
                     self.declare_hint(name)
