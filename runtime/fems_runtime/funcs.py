@@ -32,26 +32,28 @@ _load_lock = threading.Lock()
 
 
 def load_code(path: str | Path) -> ModuleType:
-    """Import the Python file at ``path`` (cached per resolved path)."""
+    """Import the Python file at ``path`` (cached per resolved path, which errors name: not the
+    generated module's ``…/../../`` way to it)."""
     resolved = Path(path).resolve()
     with _load_lock:
         module = _modules.get(resolved)
         if module is not None:
             return module
         if not resolved.is_file():
-            raise RunError(f"code file {path} does not exist")
+            raise RunError(f"code file {resolved} does not exist")
         digest = hashlib.sha256(str(resolved).encode()).hexdigest()[:12]
         name = f"fems_code_{resolved.stem}_{digest}"
         spec = importlib.util.spec_from_file_location(name, resolved)
         if spec is None or spec.loader is None:
-            raise RunError(f"code file {path} cannot be imported")
+            raise RunError(f"code file {resolved} cannot be imported")
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         try:
             spec.loader.exec_module(module)
         except Exception as error:
             del sys.modules[name]
-            raise RunError(f"importing {path} failed: {type(error).__name__}: {error}") from error
+            message = f"importing {resolved} failed: {type(error).__name__}: {error}"
+            raise RunError(message) from error
         _modules[resolved] = module
         return module
 

@@ -100,6 +100,10 @@ def test_import_errors_are_run_errors(tmp_path: Path) -> None:
     bad.write_text("raise ImportError('nope')\n", encoding="utf-8")
     with pytest.raises(RunError, match="importing .*bad.py failed: ImportError: nope"):
         load_code(bad)
+    (tmp_path / "sub").mkdir()
+    with pytest.raises(RunError) as caught:
+        load_code(tmp_path / "sub" / ".." / "bad.py")
+    assert str(caught.value) == f"importing {bad} failed: ImportError: nope"
 
 
 def test_calls_run_in_a_worker_thread_with_actor_values(code_dir: Path) -> None:
