@@ -278,14 +278,15 @@ class References:
             )
             return None
         signature = functions.get(ref.func)
-        path = next(c.path for c in self.script.code if c.alias == ref.alias)
         if signature is None:
+            path = self.code_path(ref.alias)
             self.report.error(
                 f"'{ref.alias}.{ref.func}' is not defined in {path}",
                 ref.span,
                 suggest(ref.func, functions) or defined_functions(path, list(functions)),
             )
         elif called and signature.value is not None:
+            path = self.code_path(ref.alias)
             callables = [name for name, found in functions.items() if found.value is None]
             self.report.error(
                 f"'{ref.alias}.{ref.func}' is not a function: {path} sets it to "
@@ -295,6 +296,10 @@ class References:
             )
             return None
         return signature
+
+    def code_path(self, alias: str) -> str:
+        """The file of a ``code:`` alias, as the script writes it."""
+        return next(c.path for c in self.script.code if c.alias == alias)
 
     def check_arguments(
         self,
