@@ -120,9 +120,10 @@ def check(script: Script, base_dir: Path, root: Path | None = None) -> CheckedSc
 @dataclass(frozen=True)
 class _Seen:
     """What each namespace and action sees through the places it is used (§11.3): the
-    variables visible in each namespace (its own, the enclosing ones', its callers'), the
-    names an action sees besides its namespace's, and the loop variables bound around the
-    calls of each namespace's module, by ``id`` of the namespace or action."""
+    variables visible in each namespace (its own, the enclosing ones', those every call of it
+    binds), the names an action sees besides its namespace's (those every place it runs binds),
+    and the loop variables bound around some call of each namespace's module, by ``id`` of the
+    namespace or action."""
 
     names: dict[int, frozenset[str]]
     actions: dict[int, frozenset[str]]
@@ -131,8 +132,9 @@ class _Seen:
     @staticmethod
     def of(namespaces: Iterable[Namespace], uses: Uses, modules: Mapping[int, Namespace]) -> _Seen:
         every = list(namespaces)
-        names, actions = _spread({id(ns): ns.lexical_names() for ns in every}, uses, modules)
-        loop_vars, _ = _spread({id(ns): set() for ns in every}, uses, modules)
+        lexical = {id(ns): ns.lexical_names() for ns in every}
+        names, actions = _spread(lexical, uses, modules, everywhere=True)
+        loop_vars, _ = _spread({id(ns): set() for ns in every}, uses, modules, everywhere=False)
         return _Seen(_frozen(names), _frozen(actions), _frozen(loop_vars))
 
 
@@ -141,36 +143,41 @@ def _frozen(sets: Mapping[int, set[str]]) -> dict[int, frozenset[str]]:
 
 
 def _spread(
-    base: dict[int, set[str]], found: Uses, modules: Mapping[int, Namespace]
+    base: dict[int, set[str]], found: Uses, modules: Mapping[int, Namespace], *, everywhere: bool
 ) -> tuple[dict[int, set[str]], dict[int, set[str]]]:
-    """A fixpoint over uses: each namespace (by id) and each action (by id) gets the names
-    of every place it is used, loop variables there included, on top of ``base``."""
-    seen = {key: set(names) for key, names in base.items()}
-    action_seen: dict[int, set[str]] = {key: set() for key in found.actions}
+    """A fixpoint over uses: each namespace (by id) and each action (by id) gets, on top of
+    ``base``, the names of the places it is used, loop variables there included. With
+    ``everywhere``, only the names bound at every place (what a read can rely on: a module
+    called both inside and outside a loop cannot read the loop variable, §11.3), else the
+    names bound at any place."""
+    every_use = [use for uses in (*found.modules.values(), *found.actions.values()) for use in uses]
+    universe = set().union(*base.values(), *(use.loop_vars for use in every_use))
+    start = universe if everywhere else set()
+    extra = {id(modules[key]): set(start) for key, uses in found.modules.items() if uses}
+    action_extra = {key: set(start) for key, uses in found.actions.items() if uses}
 
     def seen_at(use: Use) -> set[str]:
-        names = seen[id(use.namespace)] | use.loop_vars
+        names = base[id(use.namespace)] | extra.get(id(use.namespace), set()) | use.loop_vars
         if use.via_action is not None:
-            names |= action_seen.get(use.via_action, set())
+            names |= action_extra.get(use.via_action, set())
         return names
+
+    def gathered(uses: list[Use]) -> set[str]:
+        sets = [seen_at(use) for use in uses]
+        return set.intersection(*sets) if everywhere else set.union(*sets)
 
     changed = True
     while changed:
         changed = False
         for module_id, uses in found.modules.items():
-            target = seen[id(modules[module_id])]
-            for use in uses:
-                new = seen_at(use) - target
-                if new:
-                    target |= new
-                    changed = True
+            key = id(modules[module_id])
+            if uses and (new := gathered(uses)) != extra[key]:
+                extra[key], changed = new, True
         for action_id, uses in found.actions.items():
-            for use in uses:
-                new = seen_at(use) - action_seen[action_id]
-                if new:
-                    action_seen[action_id] |= new
-                    changed = True
-    return seen, action_seen
+            if uses and (new := gathered(uses)) != action_extra[action_id]:
+                action_extra[action_id], changed = new, True
+    seen = {key: names | extra.get(key, set()) for key, names in base.items()}
+    return seen, action_extra
 
 
 def _loop_variables(graph: Graph | None) -> set[str]:
