@@ -199,6 +199,13 @@ class FlowNodesParser(FieldsParser):
                 f"e.g. {token.text} @speaker in alive:",
             )
         if token.kind == TokenKind.NAME and pos + 1 < len(tokens) and tokens[pos + 1].text == "(":
+            if token.text == "join":  # a join is a block of its own, never a node of a chain
+                self.fail(
+                    "join(…) cannot stand in a chain",
+                    self.tok_span(token),
+                    "write it on a line of its own: 'join(all):', the nodes that arrive "
+                    "indented under it ('[B] ->'), then 'to [Next]' (§12.6)",
+                )
             self.fail(
                 f"unexpected '(' after '{token.text}'",
                 self.tok_span(tokens[pos + 1]),
