@@ -186,6 +186,21 @@ class FlowNodesParser(FieldsParser):
                     binding, pos = self.parse_binding(tokens, pos + 1)
                 span = self.tok_span(token, tokens[pos - 1])  # what it runs is part of it
             return graph.add(name, span, binding), pos
+        self.reject_misplaced(tokens, pos)
+        if token.text == "&" or token.kind == TokenKind.NAME:
+            binding, after = self.parse_binding(tokens, pos)
+            label = f"&{binding.module}" if isinstance(binding, ModuleCall) else binding
+            name = f"{label}@{token.line}:{token.col + 1}"
+            return graph.add(name, self.tok_span(token, tokens[after - 1]), binding, True), after
+        self.fail(
+            f"expected a node, an action or &Module, found '{token.text}'",
+            self.tok_span(token),
+        )
+
+    def reject_misplaced(self, tokens: list[Token], pos: int) -> None:
+        """Where a node belongs: a construct missing its ':' or written inline, and a call
+        without '&', each with how to write it."""
+        token = tokens[pos]
         if token.text == "fork":  # a construct whose ':' (or VAR in EXPR:) is missing
             self.fail(
                 "expected ':' after 'fork'",
@@ -211,15 +226,6 @@ class FlowNodesParser(FieldsParser):
                 self.tok_span(tokens[pos + 1]),
                 f"actions take no arguments; a module call starts with '&': &{token.text}(…)",
             )
-        if token.text == "&" or token.kind == TokenKind.NAME:
-            binding, after = self.parse_binding(tokens, pos)
-            label = f"&{binding.module}" if isinstance(binding, ModuleCall) else binding
-            name = f"{label}@{token.line}:{token.col + 1}"
-            return graph.add(name, self.tok_span(token, tokens[after - 1]), binding, True), after
-        self.fail(
-            f"expected a node, an action or &Module, found '{token.text}'",
-            self.tok_span(token),
-        )
 
     def parse_binding(self, tokens: list[Token], pos: int) -> tuple[str | ModuleCall, int]:
         token = tokens[pos]
