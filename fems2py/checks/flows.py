@@ -544,6 +544,7 @@ class _CheckBinding(BindingVisitor[None]):
             hint = suggest(name, namespace.visible("actions"))
             if hint is None and namespace.find_module(name) is not None:
                 hint = f"'{name}' is a module: call it as &{name}"
+            hint = hint or self.references.inner_definition_hint("action", name)
             self.references.report.undefined(f"undefined action '{name}'", node.span, hint)
         else:
             self.flows.check_loop_executor(node, action, part, namespace)

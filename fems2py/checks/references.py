@@ -77,6 +77,21 @@ class References:
             "declare it in the top-level vars: to share it between modules"
         )
 
+    def inner_definition_hint(self, kind: str, name: str) -> str | None:
+        """§11.4: an action or module defined inside a module is that module's; say where, so
+        that "undefined" does not read as "not written anywhere"."""
+        for module in all_modules(self.script.modules):
+            found = module.actions if kind == "action" else module.modules
+            inner = next((item for item in found if item.name == name), None)
+            if inner is not None:
+                verb = "run" if kind == "action" else "call"
+                return (
+                    f"'{name}' is defined inside module {module.name} (line {inner.span.line}): "
+                    f"only {module.name}'s flow and the modules inside it can {verb} it; "
+                    "define it at the top level to share it"
+                )
+        return None
+
     @functools.cached_property
     def module_locals(self) -> dict[str, tuple[str, int]]:
         """Each name declared in some module's vars: → (that module, the line); the first
@@ -344,6 +359,7 @@ class References:
             if hint is None and namespace.find_action(call.module) is not None:
                 hint = f"'{call.module}' is an action: run it without '&' (… -> {call.module} -> …)"
                 hint += "; actions take no arguments" if call.args else ""
+            hint = hint or self.inner_definition_hint("module", call.module)
             self.report.undefined(f"undefined module '&{call.module}'", call.span, hint)
             return
         if len(call.args) != len(module.params):
