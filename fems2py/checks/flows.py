@@ -541,9 +541,10 @@ class _CheckBinding(BindingVisitor[None]):
         if action is None and name in self.references.broken:
             return
         if action is None:
-            hint = suggest(name, namespace.visible("actions"))
-            if hint is None and namespace.find_module(name) is not None:
+            hint = None
+            if namespace.find_module(name) is not None:  # before a merely close action
                 hint = f"'{name}' is a module: call it as &{name}"
+            hint = hint or suggest(name, namespace.visible("actions"))
             hint = hint or self.references.inner_definition_hint("action", name)
             self.references.report.undefined(f"undefined action '{name}'", node.span, hint)
         else:

@@ -355,10 +355,11 @@ class References:
         if module is None and call.module in self.broken:
             return
         if module is None:
-            hint = suggest(call.module, namespace.visible("modules"))
-            if hint is None and namespace.find_action(call.module) is not None:
+            hint = None
+            if namespace.find_action(call.module) is not None:  # before a merely close module
                 hint = f"'{call.module}' is an action: run it without '&' (… -> {call.module} -> …)"
                 hint += "; actions take no arguments" if call.args else ""
+            hint = hint or suggest(call.module, namespace.visible("modules"))
             hint = hint or self.inner_definition_hint("module", call.module)
             self.report.undefined(f"undefined module '&{call.module}'", call.span, hint)
             return
