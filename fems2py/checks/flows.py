@@ -170,7 +170,7 @@ class FlowChecker:
         self.check_ownership(parts)
         for part in parts:
             self.check_reserved(part, in_module)
-            self.check_reserved_case(part)
+            self.check_reserved_case(part, in_module)
         # A flow with a syntax error, or with nodes where they may not be, has no meaningful
         # shape: reachability and dead-end reports would only echo that first error.
         shape_known = graph.complete and len(self.report) == errors
@@ -257,10 +257,13 @@ class FlowChecker:
                     "the main flow starts at [START] and ends at [END]",
                 )
 
-    def check_reserved_case(self, part: Part) -> None:
-        """``[start]``/``[End]`` are ordinary nodes; the reserved ones are upper case (§12.1)."""
+    def check_reserved_case(self, part: Part, in_module: bool) -> None:
+        """``[start]``/``[End]`` look like misspelled reserved nodes of the main flow, ``[In]``,
+        ``[Out]`` and ``[Break]`` of a module; elsewhere such a name, whose upper case form is
+        not allowed there anyway, is an ordinary node (§12.1)."""
+        reserved = MODULE_ONLY_NODES if in_module else MAIN_ONLY_NODES
         for name in part.names:
-            if name.upper() in RESERVED_NODE_NAMES and name not in RESERVED_NODE_NAMES:
+            if name.upper() in reserved and name not in reserved:
                 node = part.nodes.get(name)
                 self.report.error(
                     f"[{name}] is not the reserved node [{name.upper()}]",
