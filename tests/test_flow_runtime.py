@@ -169,6 +169,33 @@ def test_module_updates_globals_gets_fresh_locals_and_break_stops_the_caller(
     assert "seen" not in result.variables
 
 
+BY_VALUE = """
+vars:
+    items = [1, 2]
+    table = {"a": 1}
+module Change(p, q):
+    action change @assign:
+        out: |
+            p = add(3)
+            q.b = 2
+            items = add(4)
+    flow:
+        [IN] -> change -> [OUT]
+mainflow:
+    [START] -> &Change(items, table) -> [END]
+"""
+
+
+def test_module_arguments_are_copies_and_the_callers_names_are_written_by_name(
+    tmp_path: Path,
+) -> None:
+    """§11.2: a parameter is the call's own copy; only a write by the variable's name reaches
+    the caller (§11.3)."""
+    result, _ = run_script(tmp_path, BY_VALUE)
+    assert result.variables["items"] == [1, 2, 4]
+    assert result.variables["table"] == {"a": 1}
+
+
 LOOPS = """
 vars:
     total = 0
