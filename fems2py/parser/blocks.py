@@ -201,6 +201,7 @@ class Parser(ActionsParser):
                     at = piece[0] if piece else tokens[pos]
                     self.fail("module parameters are names", self.tok_span(at))
                 self.check_name(piece[0], "parameter")
+                self.check_readable(piece[0], "parameter")
                 if piece[0].text in params:
                     self.error(
                         f"parameter '{piece[0].text}' is listed twice", self.tok_span(piece[0])

@@ -7,6 +7,7 @@ import re
 
 from fems_runtime.words import RESERVED_NODE_NAMES
 
+from fems2py.expressions import not_a_variable_here
 from fems2py.lexer import Token, TokenKind
 from fems2py.nodes import CodeAlias, FuncRef, MetaEntry, Value, VarDecl
 from fems2py.parser.base import Abort, Definitions
@@ -121,6 +122,17 @@ class DefinitionsParser(TextParser):
             self.error(
                 f"'{token.text}' is reserved and cannot name {article} {what}",
                 self.tok_span(token),
+            )
+
+    def check_readable(self, token: Token, what: str) -> None:
+        """§4.1: a parameter or loop variable named like a literal, a type word or a Python
+        keyword (``true``, ``None``, ``human``, ``class``) could never be read by a condition."""
+        read_as = not_a_variable_here(token.text)
+        if read_as is not None and token.text not in RESERVED:  # check_name reports those
+            self.error(
+                f"'{token.text}' cannot name a {what}: a condition reads it as {read_as}",
+                self.tok_span(token),
+                f"choose another name, e.g. my_{token.text} (§12.2)",
             )
 
     def parse_code_block(self, index: int, end: int, defs: Definitions) -> None:

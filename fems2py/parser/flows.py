@@ -393,6 +393,8 @@ class FlowsParser(FlowNodesParser):
             )
         if len(tokens) - 1 == pos + 3:
             self.fail("expected what to loop over after 'in'", self.tok_span(tokens[pos + 2]))
+        self.check_name(var, "loop variable", allow_all=True)
+        self.check_readable(var, "loop variable")
         iterable = self.expression(tokens[pos + 3 : -1])
         if iterable is None:
             raise Abort
