@@ -196,6 +196,33 @@ def test_module_arguments_are_copies_and_the_callers_names_are_written_by_name(
     assert result.variables["table"] == {"a": 1}
 
 
+BREAK_IN_A_LOOP = """
+vars:
+    n = 0
+    after = 0
+action inc @assign:
+    out: n += 1
+action done @assign:
+    out: after += 1
+module Stop(i):
+    flow:
+        [IN] -> fork:
+            -> if (i == 1) -> [BREAK]
+            -> if (i != 1) -> [OUT]
+mainflow:
+    [START] -> for i in range(3):
+        -> &Stop(i) -> inc ->
+    -> done -> [END]
+"""
+
+
+def test_a_break_in_a_loop_body_ends_its_iteration_not_the_loop(tmp_path: Path) -> None:
+    """§11.5: [BREAK] stops the caller's branch, which in a loop body is one iteration."""
+    result, _ = run_script(tmp_path, BREAK_IN_A_LOOP)
+    assert result.variables["n"] == 2
+    assert result.variables["after"] == 1
+
+
 LOOPS = """
 vars:
     total = 0
