@@ -149,35 +149,54 @@ def _spread(
     ``base``, the names of the places it is used, loop variables there included. With
     ``everywhere``, only the names bound at every place (what a read can rely on: a module
     called both inside and outside a loop cannot read the loop variable, §11.3), else the
-    names bound at any place."""
-    every_use = [use for uses in (*found.modules.values(), *found.actions.values()) for use in uses]
+    names bound at any place. Modules and actions that no chain of calls from the main flow
+    reaches never run; they get the names of any place, so that calls among themselves
+    (``&R`` in R) cannot vouch for names no caller binds."""
+    module_keys = {module_id: id(modules[module_id]) for module_id in found.modules}
+    uses_of: dict[tuple[str, int], list[Use]] = {
+        **{("module", module_keys[key]): uses for key, uses in found.modules.items() if uses},
+        **{("action", key): uses for key, uses in found.actions.items() if uses},
+    }
+    grounded = _grounded(uses_of)
+    every_use = [use for uses in uses_of.values() for use in uses]
     universe = set().union(*base.values(), *(use.loop_vars for use in every_use))
-    start = universe if everywhere else set()
-    extra = {id(modules[key]): set(start) for key, uses in found.modules.items() if uses}
-    action_extra = {key: set(start) for key, uses in found.actions.items() if uses}
+    extra = {key: set(universe) if everywhere and key in grounded else set() for key in uses_of}
 
     def seen_at(use: Use) -> set[str]:
-        names = base[id(use.namespace)] | extra.get(id(use.namespace), set()) | use.loop_vars
+        names = base[id(use.namespace)] | extra.get(("module", id(use.namespace)), set())
         if use.via_action is not None:
-            names |= action_extra.get(use.via_action, set())
-        return names
+            names |= extra.get(("action", use.via_action), set())
+        return names | use.loop_vars
 
-    def gathered(uses: list[Use]) -> set[str]:
-        sets = [seen_at(use) for use in uses]
-        return set.intersection(*sets) if everywhere else set.union(*sets)
+    # the ones that never run first: what they see does not depend on the others
+    for keys, meet in ((uses_of.keys() - grounded, False), (grounded, everywhere)):
+        changed = True
+        while changed:
+            changed = False
+            for key in keys:
+                sets = [seen_at(use) for use in uses_of[key]]
+                new = set.intersection(*sets) if meet else set.union(*sets)
+                if new != extra[key]:
+                    extra[key], changed = new, True
+    seen = {key: names | extra.get(("module", key), set()) for key, names in base.items()}
+    actions = {key: names for (kind, key), names in extra.items() if kind == "action"}
+    return seen, actions
 
+
+def _grounded(uses_of: Mapping[tuple[str, int], list[Use]]) -> set[tuple[str, int]]:
+    """The modules and actions some chain of uses from the main flow reaches."""
+    grounded: set[tuple[str, int]] = set()
     changed = True
     while changed:
         changed = False
-        for module_id, uses in found.modules.items():
-            key = id(modules[module_id])
-            if uses and (new := gathered(uses)) != extra[key]:
-                extra[key], changed = new, True
-        for action_id, uses in found.actions.items():
-            if uses and (new := gathered(uses)) != action_extra[action_id]:
-                action_extra[action_id], changed = new, True
-    seen = {key: names | extra.get(key, set()) for key, names in base.items()}
-    return seen, action_extra
+        for key, uses in uses_of.items():
+            if key not in grounded and any(
+                use.namespace.module is None or ("module", id(use.namespace)) in grounded
+                for use in uses
+            ):
+                grounded.add(key)
+                changed = True
+    return grounded
 
 
 def _loop_variables(graph: Graph | None) -> set[str]:
