@@ -209,6 +209,30 @@ def test_show_of_an_undeclared_variable_is_a_usage_error_before_the_run(tmp_path
     assert shown.returncode == 0 and shown.stderr.endswith("winner = 0\n")
 
 
+def test_result_and_trace_in_a_new_folder_are_written_and_a_folder_is_refused_first(
+    tmp_path: Path,
+) -> None:
+    """--result and --trace in a folder that does not exist yet create it, as build -o does;
+    they failed with 'FileNotFoundError: [Errno 2] …', --result after the whole run. A
+    --result that is a folder is a usage error before the run; a --trace that cannot be
+    opened fails the run before its first step, in words rather than an exception's name."""
+    module = build_script(tmp_path, "mainflow:\n    [START] -> [END]\n")
+    made = run_program(module, "--db", ":memory:", "--result", "out/r.json", "--trace", "t/t.jsonl")
+    assert made.returncode == 0, made.stderr
+    assert json.loads((tmp_path / "out" / "r.json").read_text())["status"] == "completed"
+    assert (tmp_path / "t" / "t.jsonl").read_text().startswith("{")
+    for path, said in [
+        ("out", "--result out is a folder: give a file path"),
+        ("t_gen.py/r.json", "--result t_gen.py/r.json: t_gen.py is a file, not a folder"),
+    ]:
+        refused = run_program(module, "--db", "runs.db", "--result", path)
+        assert refused.returncode == 2 and not (tmp_path / "runs.db").exists()
+        assert refused.stderr.splitlines()[-1] == f"t_gen.py: error: {said}"
+    failed = run_program(module, "--db", ":memory:", "--trace", "t")
+    assert failed.returncode == 1
+    assert failed.stderr == "t.fems: error: cannot write the trace file t: Is a directory\n"
+
+
 def test_replies_beside_the_mock_model_is_a_usage_error(tmp_path: Path) -> None:
     """--replies implies fems/script (§15.3): with --model fems/mock the two contradict, on
     the module's command line (exit 2, one error line) and from Python (a run error)."""

@@ -8,6 +8,7 @@ import difflib
 import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 
@@ -216,7 +217,26 @@ def usage_problem(args: argparse.Namespace, variables: Collection[str]) -> str |
         return "--port chooses the stage's port: use it with --serve"
     if args.db is not None and not args.db.strip():
         return "--db is empty: give a database path or SQLAlchemy URL"
-    return replies_conflict(args.model, args.replies) or unknown_shown(args.show, variables)
+    return (
+        unwritable("--result", args.result)
+        or replies_conflict(args.model, args.replies)
+        or unknown_shown(args.show, variables)
+    )
+
+
+def unwritable(option: str, path: str | None) -> str | None:
+    """Why the file ``path`` of ``option`` (``--result``, written when the run ends) cannot be
+    written, if it cannot: said before the run, not after it (a missing folder is created, as
+    build -o does)."""
+    if path is None:
+        return None
+    target = Path(path)
+    if target.is_dir():
+        return f"{option} {path} is a folder: give a file path"
+    folder = next((parent for parent in target.parents if parent.exists()), None)
+    if folder is not None and not folder.is_dir():
+        return f"{option} {path}: {folder} is a file, not a folder"
+    return None
 
 
 def session_conflict(session: object, resume: object, fork: object, reuse: object) -> str | None:

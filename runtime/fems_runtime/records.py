@@ -110,7 +110,11 @@ class TraceWriter:
         if target is None:
             self._stream = None
         elif isinstance(target, str | Path):
-            self._stream = open(target, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
+            try:  # a missing folder is created, as build -o does
+                Path(target).parent.mkdir(parents=True, exist_ok=True)
+                self._stream = open(target, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
+            except OSError as error:
+                raise RunError(f"cannot write the trace file {target}: {error.strerror}") from error
             self._owned = True
         else:
             self._stream = target
@@ -323,6 +327,7 @@ def write_result(
         "vars": to_json(dict(variables)),
         "error": error,
     }
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
 
 
