@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fems_runtime.options import fork_point, run_flags
+from fems_runtime.options import folder, fork_point, run_flags
 from fems_runtime.values import counted
 
 from fems2py import __version__
@@ -68,6 +68,11 @@ def _argument_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _root(text: str) -> Path:
+    """``--root DIR``: an existing folder."""
+    return Path(folder(text))
+
+
 def _add_compile_parsers(commands: Commands[argparse.ArgumentParser]) -> None:
     """``check`` and ``build``."""
     check = commands.add_parser(
@@ -75,7 +80,7 @@ def _add_compile_parsers(commands: Commands[argparse.ArgumentParser]) -> None:
     )
     check.add_argument("files", nargs="+", type=Path, metavar="FILE")
     check.add_argument("--strict", action="store_true", help=STRICT_HELP)
-    check.add_argument("--root", type=Path, metavar="DIR", help=ROOT_HELP)
+    check.add_argument("--root", type=_root, metavar="DIR", help=ROOT_HELP)
     check.set_defaults(handler=_check)
 
     build = commands.add_parser("build", help="compile a .fems file to one Python module")
@@ -89,7 +94,7 @@ def _add_compile_parsers(commands: Commands[argparse.ArgumentParser]) -> None:
         help="copy the script's code: files next to the output, so the module is self-contained",
     )
     build.add_argument("--strict", action="store_true", help=STRICT_HELP)
-    build.add_argument("--root", type=Path, metavar="DIR", help=ROOT_HELP)
+    build.add_argument("--root", type=_root, metavar="DIR", help=ROOT_HELP)
     build.set_defaults(handler=_build)
 
 
@@ -102,7 +107,7 @@ def _add_run_parser(commands: Commands[argparse.ArgumentParser]) -> None:
         f"is passed to the generated module: {run_flags()}.",
     )
     run.add_argument("file", type=Path, metavar="FILE")
-    run.add_argument("--root", type=Path, metavar="DIR", help=ROOT_HELP)
+    run.add_argument("--root", type=_root, metavar="DIR", help=ROOT_HELP)
     run.set_defaults(handler=_run)
 
     debug = commands.add_parser(
@@ -114,7 +119,7 @@ def _add_run_parser(commands: Commands[argparse.ArgumentParser]) -> None:
         f"passed to the generated module: {run_flags()}.",
     )
     debug.add_argument("file", type=Path, nargs="?", metavar="FILE")
-    debug.add_argument("--root", type=Path, metavar="DIR", help=ROOT_HELP)
+    debug.add_argument("--root", type=_root, metavar="DIR", help=ROOT_HELP)
     debug.set_defaults(handler=_debug)
 
 
@@ -139,7 +144,7 @@ def _add_models_parser(commands: Commands[argparse.ArgumentParser]) -> None:
     models.add_argument(
         "--model", metavar="NAME", help="the run's --model, counted as used (default: FEMS_MODEL)"
     )
-    models.add_argument("--root", type=Path, metavar="DIR", help=ROOT_HELP)
+    models.add_argument("--root", type=_root, metavar="DIR", help=ROOT_HELP)
     models.set_defaults(handler=_models)
 
 
@@ -150,7 +155,7 @@ def _add_view_parsers(commands: Commands[argparse.ArgumentParser]) -> None:
     graph.add_argument(
         "-o", "--output", type=Path, help="write the chart to this .mmd file (default: stdout)"
     )
-    graph.add_argument("--root", type=Path, metavar="DIR", help=ROOT_HELP)
+    graph.add_argument("--root", type=_root, metavar="DIR", help=ROOT_HELP)
     graph.set_defaults(handler=_graph)
 
     serve = commands.add_parser(
@@ -260,7 +265,7 @@ def _add_batch_session_options(batch: argparse.ArgumentParser) -> None:
         help="every session continues session SESSION from its turn TURN: its first TURN "
         "turns replayed, the rest live with the session's seed (§16.4a)",
     )
-    batch.add_argument("--root", type=Path, metavar="DIR", help=ROOT_HELP)
+    batch.add_argument("--root", type=_root, metavar="DIR", help=ROOT_HELP)
     batch.add_argument(
         "--otel",
         action="store_true",

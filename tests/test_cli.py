@@ -173,3 +173,17 @@ def test_run_usage_errors_name_the_command_typed(script, capsys):
     assert err.startswith(f"usage: fems2py run {script}")
     assert f"fems2py run {script}: error: unrecognized arguments: --nosuch" in err
     assert "__main__" not in err
+
+
+@pytest.mark.parametrize("command", ["check", "build", "run", "graph", "models"])
+def test_a_root_that_is_not_a_folder_is_a_usage_error(command, script, tmp_path, capsys):
+    """--root bounds the files a script may name (§1.5): a mistyped one said every file:
+    text was 'outside --root (/nonexistent)', hinting to give a wider folder."""
+    for root, said in [
+        (tmp_path / "nosuch", f"'{tmp_path / 'nosuch'}': no such folder"),
+        (script, f"'{script}' is a file, not a folder"),
+    ]:
+        with pytest.raises(SystemExit) as exit_:
+            main([command, str(script), "--root", str(root)])
+        assert exit_.value.code == 2
+        assert f"error: argument --root: {said}" in capsys.readouterr().err

@@ -233,6 +233,16 @@ def test_result_and_trace_in_a_new_folder_are_written_and_a_folder_is_refused_fi
     assert failed.stderr == "t.fems: error: cannot write the trace file t: Is a directory\n"
 
 
+def test_a_module_root_that_is_not_a_folder_is_a_usage_error(tmp_path: Path) -> None:
+    """--root is the folder the file tools may reach: a mistyped one is said before the run."""
+    module = build_script(tmp_path, "mainflow:\n    [START] -> [END]\n")
+    refused = run_program(module, "--db", ":memory:", "--root", "nosuch")
+    assert refused.returncode == 2
+    assert refused.stderr.splitlines()[-1] == (
+        "t_gen.py: error: argument --root: 'nosuch': no such folder"
+    )
+
+
 def test_replies_beside_the_mock_model_is_a_usage_error(tmp_path: Path) -> None:
     """--replies implies fems/script (§15.3): with --model fems/mock the two contradict, on
     the module's command line (exit 2, one error line) and from Python (a run error)."""

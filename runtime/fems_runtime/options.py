@@ -34,6 +34,17 @@ def dollars(text: str) -> float:
     return value
 
 
+def folder(text: str) -> str:
+    """An existing folder (``--root``): a mistyped one is said at once, not as files 'outside
+    --root' or tools that find nothing."""
+    path = Path(text)
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is a file, not a folder" if path.exists() else f"{text!r}: no such folder"
+        )
+    return text
+
+
 FORK_POINT = re.compile(r"\s*(\d+)\s*(?::\s*(\d+)\s*)?")
 
 
@@ -137,6 +148,7 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
     RunOption(
         "--root",
         "the folder the read/list/write tools may reach (default: the script's folder)",
+        type=folder,
         metavar="DIR",
     ),
     RunOption(
