@@ -289,3 +289,23 @@ def fill_shown_outputs() -> None:
 
 if __name__ == "__main__":  # python tests/test_docs.py
     fill_shown_outputs()
+
+
+def test_the_commands_page_lists_every_command_and_module_option():
+    """docs/guide/commands.md is where a newcomer looks an option up: it lacked fems2py debug
+    and the module's --debug and --listen."""
+    from fems_runtime.options import RUN_OPTIONS
+
+    from fems2py.cli import _argument_parser
+
+    page = (ROOT / "docs" / "guide" / "commands.md").read_text(encoding="utf-8")
+    commands = next(
+        action.choices for action in _argument_parser()._actions if isinstance(action.choices, dict)
+    )
+    missing = [f"fems2py {name}" for name in commands if f"`fems2py {name}" not in page]
+    missing += [
+        option.flag
+        for option in RUN_OPTIONS
+        if not re.search(rf"`[^`\n]*{option.flag}(?![\w-])", page)
+    ]
+    assert missing == []
