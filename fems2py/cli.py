@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fems_runtime.options import folder, fork_point, run_flags
+from fems_runtime.options import folder, fork_point, port, run_flags
 from fems_runtime.values import counted
 
 from fems2py import __version__
@@ -167,7 +167,7 @@ def _add_view_parsers(commands: Commands[argparse.ArgumentParser]) -> None:
     )
     serve.add_argument("--db", required=True, help="database path or SQLAlchemy URL")
     serve.add_argument("--session", type=int, help="open this session (default: list the sessions)")
-    serve.add_argument("--port", type=int, default=0, help="the port (default: a free one)")
+    serve.add_argument("--port", type=port, default=0, help="the port (default: a free one)")
     serve.set_defaults(handler=_serve)
 
     lsp = commands.add_parser(

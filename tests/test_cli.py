@@ -187,3 +187,16 @@ def test_a_root_that_is_not_a_folder_is_a_usage_error(command, script, tmp_path,
             main([command, str(script), "--root", str(root)])
         assert exit_.value.code == 2
         assert f"error: argument --root: {said}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("port", ["99999", "-1", "http"])
+def test_a_port_out_of_range_is_a_usage_error(port, script, tmp_path, capsys):
+    """--port 99999 (of serve, and of a run with --serve) ended in a Python traceback
+    ('OverflowError: bind(): port must be 0-65535')."""
+    said = f"error: argument --port: '{port}': give a port from 0 to 65535 (0: a free one)"
+    with pytest.raises(SystemExit) as exit_:
+        main(["serve", "--db", str(tmp_path / "d.db"), "--port", port])
+    assert exit_.value.code == 2 and said in capsys.readouterr().err
+    assert main(["run", str(script), "--db", ":memory:", "--serve", "--port", port]) == 2
+    err = capsys.readouterr().err
+    assert said in err and "Traceback" not in err

@@ -45,6 +45,13 @@ def folder(text: str) -> str:
     return text
 
 
+def port(text: str) -> int:
+    """A TCP port, 0 to 65535 (``--port``; 0: a free one)."""
+    if not text.strip().isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a port from 0 to 65535 (0: a free one)")
+    return int(text)
+
+
 FORK_POINT = re.compile(r"\s*(\d+)\s*(?::\s*(\d+)\s*)?")
 
 
@@ -59,8 +66,8 @@ def fork_point(text: str) -> str:
 
 def address(text: str) -> str:
     """``HOST:PORT`` (``--listen``): checked and kept as written."""
-    host, _, port = text.rpartition(":")
-    if not host or not port.isdigit() or int(port) > 65535:
+    host, _, number = text.rpartition(":")
+    if not host or not number.isdigit() or int(number) > 65535:
         raise argparse.ArgumentTypeError(f"{text!r}: give HOST:PORT (for example 127.0.0.1:4711)")
     return text
 
@@ -190,7 +197,7 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
         "fems-runtime[web]); human turns are answered in the page",
         switch=True,
     ),
-    RunOption("--port", "the stage's port (with --serve; default: a free one)", type=int),
+    RunOption("--port", "the stage's port (with --serve; default: a free one)", type=port),
     RunOption(
         "--otel",
         "export the run's OpenTelemetry GenAI spans and metrics over OTLP/HTTP to "
