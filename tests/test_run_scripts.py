@@ -243,6 +243,28 @@ def test_a_module_root_that_is_not_a_folder_is_a_usage_error(tmp_path: Path) -> 
     )
 
 
+@pytest.mark.parametrize(
+    ("option", "what"),
+    [("--replies", "replies file"), ("--human", "answers file"), ("--souls", "souls file")],
+)
+def test_an_input_file_that_cannot_be_read_says_so_in_words(
+    tmp_path: Path, option: str, what: str
+) -> None:
+    """A replies, answers or souls file saved as UTF-16 (a Windows editor) or a folder named
+    by mistake printed 'UnicodeDecodeError: 'utf-8' codec can't decode byte 0xff …' and
+    'IsADirectoryError: [Errno 21] …'."""
+    module = build_script(tmp_path, "mainflow:\n    [START] -> [END]\n")
+    (tmp_path / "f.json").write_bytes('{"*": ["Hi."]}'.encode("utf-16"))
+    (tmp_path / "folder").mkdir()
+    for path, said in [
+        ("f.json", f"{what} f.json is not UTF-8 text (byte 0xff at offset 0): save it with UTF-8"),
+        ("folder", f"cannot read {what} folder: Is a directory"),
+    ]:
+        done = run_program(module, "--db", ":memory:", option, path)
+        assert done.returncode == 1
+        assert done.stderr.startswith(f"t.fems: error: {said}")
+
+
 def test_replies_beside_the_mock_model_is_a_usage_error(tmp_path: Path) -> None:
     """--replies implies fems/script (§15.3): with --model fems/mock the two contradict, on
     the module's command line (exit 2, one error line) and from Python (a run error)."""

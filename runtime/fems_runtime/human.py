@@ -27,7 +27,7 @@ from fems_runtime.offline import (
     used_up,
 )
 from fems_runtime.out_types import SignalError, choice_list, convert_value, out_type
-from fems_runtime.records import RunError
+from fems_runtime.records import RunError, read_input
 from fems_runtime.values import format_value, parse_literal
 
 if TYPE_CHECKING:
@@ -186,10 +186,9 @@ class AnswersFileHuman:
             data, self.origin = dict(source), "the answers"
         else:
             self.origin = str(source)
+            text = read_input(source, "answers file")
             try:
-                data = json.loads(Path(source).read_text(encoding="utf-8"))
-            except OSError as error:
-                raise RunError(f"cannot read answers file {source}: {error.strerror}") from None
+                data = json.loads(text)
             except json.JSONDecodeError as error:
                 raise RunError(f"answers file {source} is not valid JSON: {error}") from None
             if not isinstance(data, dict):

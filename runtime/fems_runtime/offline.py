@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fems_runtime.out_types import MOCK_WORDS, choice_list, out_type
-from fems_runtime.records import RunError
+from fems_runtime.records import RunError, read_input
 from fems_runtime.signals import OutSpec
 from fems_runtime.tools import Tool, ToolCall
 from fems_runtime.values import ACTOR_NAME, Actor
@@ -249,10 +249,9 @@ class ScriptModel:
             where = "the replies"
         else:
             where = str(replies)
+            text = read_input(replies, "replies file")
             try:
-                data = json.loads(Path(replies).read_text(encoding="utf-8"))
-            except FileNotFoundError:
-                raise RunError(f"replies file {where} not found") from None
+                data = json.loads(text)
             except json.JSONDecodeError as exc:
                 raise RunError(f"replies file {where}: invalid JSON: {exc}") from None
         if not isinstance(data, Mapping):

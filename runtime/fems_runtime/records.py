@@ -308,6 +308,22 @@ def _llm_call(event: events.ModelCallEnded) -> dict[str, Any]:
     }
 
 
+def read_input(path: str | Path, what: str) -> str:
+    """The text of a file the run is given (``what``: ``replies file``, ``answers file``,
+    ``souls file``): one that cannot be read is a run error in words, never an exception's
+    name, and one saved in another encoding says to save it as UTF-8."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as error:
+        raise RunError(f"cannot read {what} {path}: {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        byte = error.object[error.start]
+        raise RunError(
+            f"{what} {path} is not UTF-8 text (byte 0x{byte:02x} at offset {error.start}): "
+            "save it with UTF-8 encoding"
+        ) from None
+
+
 def write_result(
     path: str | Path,
     *,

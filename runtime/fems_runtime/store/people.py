@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from fems_runtime.records import RunError
+from fems_runtime.records import RunError, read_input
 from fems_runtime.store.database import Database
 from fems_runtime.store.schema import tables
 
@@ -110,10 +110,7 @@ class People:
     def seed_file(self, path: str | Path) -> None:
         """Load souls and users from a YAML (``.yaml``/``.yml``) or JSON file (see :meth:`seed`)."""
         path = Path(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as error:
-            raise RunError(f"cannot read souls file {path}: {error.strerror}") from None
+        text = read_input(path, "souls file")
         try:
             if path.suffix.lower() in (".yaml", ".yml"):
                 import yaml
