@@ -45,7 +45,7 @@ from fems_runtime.endpoints import (
 from fems_runtime.offline import OFFLINE_MODELS, MockModel, OfflineTurn, ScriptModel
 from fems_runtime.prices import PRICES, PriceTable
 from fems_runtime.project import ProjectConfig
-from fems_runtime.records import RunError
+from fems_runtime.records import RunError, read_input
 from fems_runtime.replies import (
     MalformedReply,
     Piece,
@@ -155,10 +155,9 @@ class RetryPolicy:
 def load_dotenv(path: str | Path, environ: MutableMapping[str, str] | None = None) -> None:
     """Read `KEY=VALUE` lines from a `.env` file without overriding variables already set."""
     environ = os.environ if environ is None else environ
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
+    if not Path(path).exists():
         return
+    text = read_input(path, ".env file")
     for raw in text.splitlines():
         line = raw.strip()
         if not line or line.startswith("#") or "=" not in line:

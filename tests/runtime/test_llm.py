@@ -127,6 +127,15 @@ def test_fems_toml_table_entry_and_env_key(tmp_path: Path) -> None:
     assert client.resolve(None, "fast").model == "openai/gpt-4o-mini"
 
 
+def test_a_dotenv_file_in_another_encoding_is_a_run_error_in_words(tmp_path: Path) -> None:
+    """A .env saved as UTF-16 (a Windows editor) failed every run with
+    'UnicodeDecodeError: 'utf-8' codec can't decode byte 0xff …'; a missing one is no error."""
+    load_dotenv(tmp_path / ".env", {})
+    (tmp_path / ".env").write_text("OPENAI_API_KEY=sk-x\n", encoding="utf-16")
+    with pytest.raises(RunError, match=r"\.env is not UTF-8 text \(byte 0xff at offset 0\)"):
+        load_dotenv(tmp_path / ".env", {})
+
+
 @pytest.mark.parametrize(
     ("entry", "provider"),
     [
