@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -557,6 +558,19 @@ def test_attach_over_tcp_with_listen(tmp_path: Path) -> None:
     assert process.wait(TIMEOUT) == 0
     close(process)
     client.close()
+
+
+def test_listen_on_a_port_in_use_says_so_without_a_traceback() -> None:
+    """Two runs with the guide's --listen 127.0.0.1:4711: the second ended in a traceback
+    ('OSError: [Errno 98] error while attempting to bind on address …')."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        args = [FEMS2PY, "debug", str(WEREWOLF), *OFFLINE, "--listen", address]
+        done = subprocess.run(args, capture_output=True, text=True, timeout=TIMEOUT)
+    assert done.returncode == 1
+    assert done.stderr == f"fems debugger: cannot listen on {address}: Address already in use\n"
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ traced with :mod:`bdb` (:mod:`.pycode`).
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -70,13 +71,25 @@ async def serve(target: Target, listen: str | None = None, shown: Sequence[str] 
         if not finished.done():
             finished.set_result(status)
 
-    server = await asyncio.start_server(client, host, int(port))
+    try:
+        server = await asyncio.start_server(client, host, int(port))
+    except OSError as error:  # a port in use, a host that is not this machine's
+        print(f"fems debugger: cannot listen on {listen}: {_reason(error)}", file=sys.stderr)
+        return 1
     bound = server.sockets[0].getsockname()
     print(f"fems debugger: listening on {bound[0]}:{bound[1]}", file=sys.stderr, flush=True)
     try:
         return await finished
     finally:
         server.close()
+
+
+def _reason(error: OSError) -> str:
+    """The reason of a failed listen, as the system words it (asyncio wraps it in a sentence
+    naming the address again)."""
+    if error.errno is not None and error.errno > 0:
+        return os.strerror(error.errno)
+    return error.strerror or str(error)  # getaddrinfo's errors have negative numbers
 
 
 __all__ = ["debug_program", "serve"]
