@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fems_runtime.options import folder, fork_point, port, run_flags
+from fems_runtime.options import RUN_OPTIONS, folder, fork_point, port, run_flags
 from fems_runtime.values import counted
 
 from fems2py import __version__
@@ -41,7 +41,14 @@ Commands = argparse._SubParsersAction  # the subcommands of ``fems2py``
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _argument_parser()
-    args, rest = parser.parse_known_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words[:1] in (["run"], ["debug"]):
+        ordered = _file_first(words[1:])
+        if ordered is None:
+            print(f"fems2py {words[0]}: give FILE with the module's options", file=sys.stderr)
+            return EXIT_USAGE
+        words[1:] = ordered
+    args, rest = parser.parse_known_args(words)
     args.own_process = argv is None  # the fems2py command itself, not a caller of main()
     if args.command is None:
         parser.print_help(sys.stderr)
@@ -51,6 +58,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command in ("run", "debug"):
         args.module_args = rest
     return args.handler(args)
+
+
+def _file_first(words: list[str]) -> list[str] | None:
+    """``run --model M FILE`` as ``run FILE --model M``: the module's options may come before
+    FILE too (they were taken for FILE: 'fems/mock:1:1: error: no such file'); None when they
+    are given without FILE."""
+    module = {option.flag: option.switch for option in RUN_OPTIONS}
+    front: list[str] = []  # --root, which run itself takes
+    moved: list[str] = []
+    at = 0
+    while at < len(words) and words[at].partition("=")[0] in module:
+        flag, _, value = words[at].partition("=")
+        width = 1 if value or module[flag] else 2
+        (front if flag == "--root" else moved).extend(words[at : at + width])
+        at += width
+    if moved and at == len(words):
+        return None
+    return front + words[at : at + 1] + moved + words[at + 1 :]
 
 
 def _argument_parser() -> argparse.ArgumentParser:
@@ -103,8 +128,8 @@ def _add_run_parser(commands: Commands[argparse.ArgumentParser]) -> None:
     run = commands.add_parser(
         "run",
         help="build (cached by source hash) and run a script; other options go to the module",
-        description="Build FILE (cached by its source hash) and run it. Every option after FILE "
-        f"is passed to the generated module: {run_flags()}.",
+        description="Build FILE (cached by its source hash) and run it. Every other option, "
+        f"before or after FILE, is passed to the generated module: {run_flags()}.",
     )
     run.add_argument("file", type=Path, metavar="FILE")
     run.add_argument("--root", type=_root, metavar="DIR", help=ROOT_HELP)
@@ -115,8 +140,8 @@ def _add_run_parser(commands: Commands[argparse.ArgumentParser]) -> None:
         help="build and run a script under a debugger (Debug Adapter Protocol on stdin/stdout)",
         description="Build FILE like run and run it under a Debug Adapter Protocol server on "
         "stdin/stdout (--listen HOST:PORT: for one client that attaches there). Without FILE, "
-        "the launch request's program and args say what to run. Every option after FILE is "
-        f"passed to the generated module: {run_flags()}.",
+        "the launch request's program and args say what to run. Every other option, before or "
+        f"after FILE, is passed to the generated module: {run_flags()}.",
     )
     debug.add_argument("file", type=Path, nargs="?", metavar="FILE")
     debug.add_argument("--root", type=_root, metavar="DIR", help=ROOT_HELP)
@@ -386,7 +411,7 @@ def _debug(args: argparse.Namespace) -> int:
         args.module_args = ["--debug", *args.module_args]
         return _run(args)
     if args.module_args:
-        print("fems2py debug: give FILE before the module's options", file=sys.stderr)
+        print("fems2py debug: give FILE with the module's options", file=sys.stderr)
         return EXIT_USAGE
     import asyncio
 

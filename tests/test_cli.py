@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -200,3 +201,15 @@ def test_a_port_out_of_range_is_a_usage_error(port, script, tmp_path, capsys):
     assert main(["run", str(script), "--db", ":memory:", "--serve", "--port", port]) == 2
     err = capsys.readouterr().err
     assert said in err and "Traceback" not in err
+
+
+def test_module_options_may_come_before_the_file(script, tmp_path, capsys):
+    """'fems2py run --model fems/mock FILE' took fems/mock for the file: 'fems/mock:1:1:
+    error: no such file'."""
+    result = tmp_path / "r.json"
+    argv = ["run", "--model", "fems/mock", "--seed=3", "--transcript", "--root", str(tmp_path)]
+    assert main([*argv, str(script), "--db", ":memory:", "--result", str(result)]) == 0
+    assert json.loads(result.read_text())["status"] == "completed"
+    assert "summary" in capsys.readouterr().out
+    assert main(["run", "--model", "fems/mock"]) == 2
+    assert capsys.readouterr().err == "fems2py run: give FILE with the module's options\n"
