@@ -267,6 +267,15 @@ def test_evaluate_and_set_variable_is_an_assignment(tmp_path: Path) -> None:
     assert json.loads(result.read_text())["vars"]["day"] == 1
 
 
+def test_a_condition_that_is_no_fem_expression_is_unverified_when_set(tmp_path: Path) -> None:
+    """'@voter ==' was accepted, then stopped at every vote, as if it held."""
+    with adapter(tmp_path) as client:
+        bad, good = {"line": VOTE_PROMPT, "condition": "@voter =="}, {"line": TALLY}
+        answers = set_points(client, bad, good)
+        assert answers[0]["message"] == "condition: not a FEM expression: '@voter =='"
+        assert [a["verified"] for a in answers] == [False, True]
+
+
 def test_hit_counts_and_logpoints(tmp_path: Path) -> None:
     with adapter(tmp_path) as client:
         log = {"line": WOLF_LOOP, "logMessage": "{@wolf} talks on night {night}"}

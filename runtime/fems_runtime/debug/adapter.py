@@ -14,7 +14,7 @@ from types import FrameType
 from typing import Any, Protocol
 
 from fems_runtime.debug.debugger import Debugger, Stop
-from fems_runtime.debug.expressions import ExpressionError, evaluate
+from fems_runtime.debug.expressions import ExpressionError, evaluate, parse
 from fems_runtime.debug.points import (
     HIT_COUNT_HELP,
     Breakpoint,
@@ -291,8 +291,8 @@ class Adapter:
         ident = self.new_id()
         if line is None:
             return {"id": ident, "verified": False, "line": asked, "message": "nothing runs here"}
-        if not valid_hit_condition(item.get("hitCondition")):
-            message = HIT_COUNT_HELP
+        message = _point_problem(item)
+        if message is not None:
             return {"id": ident, "verified": False, "line": line, "message": message}
         points[ident] = Breakpoint(
             ident, line, item.get("condition"), item.get("hitCondition"), item.get("logMessage")
@@ -471,6 +471,20 @@ class Adapter:
         self.debugger.output(f"restart from here: a new session forked from {fork}\n")
         self.options = options
         self.start_run(options)
+
+
+def _point_problem(item: dict[str, Any]) -> str | None:
+    """Why a breakpoint on a ``.fems`` line cannot be set as asked (None: it can): a hit count
+    or a condition that cannot be read is said when it is set, not at each stop."""
+    if not valid_hit_condition(item.get("hitCondition")):
+        return HIT_COUNT_HELP
+    condition = item.get("condition")
+    try:
+        if condition:
+            parse(str(condition))
+    except ExpressionError as error:
+        return f"condition: {error}"
+    return None
 
 
 def stack_frames(thread: int, stop: Stop, source: dict[str, Any]) -> list[dict[str, Any]]:

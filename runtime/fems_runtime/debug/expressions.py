@@ -80,14 +80,20 @@ def _check(tree: ast.AST, text: str) -> None:
             raise ExpressionError(f"not a FEM expression: {text!r}")
 
 
-def evaluate(text: str, frame: Frame) -> Any:
-    """The value of FEM expression ``text`` as ``frame`` sees it."""
-    code = python_of(text.strip())
+def parse(text: str) -> ast.Expression:
+    """The tree of FEM expression ``text``, checked: a mistake is found before it is read
+    (a breakpoint's condition, when the editor sets it)."""
     try:
-        tree = ast.parse(code, mode="eval")
+        tree = ast.parse(python_of(text.strip()), mode="eval")
     except SyntaxError:
         raise ExpressionError(f"not a FEM expression: {text!r}") from None
     _check(tree, text)
+    return tree
+
+
+def evaluate(text: str, frame: Frame) -> Any:
+    """The value of FEM expression ``text`` as ``frame`` sees it."""
+    tree = parse(text)
 
     def attr(actor: str, name: str) -> Any:
         return frame.attr(actor, name)
@@ -106,4 +112,4 @@ def evaluate(text: str, frame: Frame) -> Any:
         raise ExpressionError(f"{type(error).__name__}: {error}") from None
 
 
-__all__ = ["ExpressionError", "evaluate", "python_of"]
+__all__ = ["ExpressionError", "evaluate", "parse", "python_of"]
