@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -57,7 +58,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command in ("run", "debug"):
         args.module_args = rest
-    return args.handler(args)
+    try:
+        status = int(args.handler(args))
+        sys.stdout.flush()
+    except BrokenPipeError:  # `fems2py models X | head`: the reader stopped reading
+        if not args.own_process:
+            raise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+        return EXIT_ERRORS
+    return status
 
 
 def _file_first(words: list[str]) -> list[str] | None:

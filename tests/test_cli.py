@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -213,3 +215,17 @@ def test_module_options_may_come_before_the_file(script, tmp_path, capsys):
     assert "summary" in capsys.readouterr().out
     assert main(["run", "--model", "fems/mock"]) == 2
     assert capsys.readouterr().err == "fems2py run: give FILE with the module's options\n"
+
+
+@pytest.mark.parametrize("command", ["graph", "models"])
+def test_output_to_a_reader_that_stops_is_no_traceback(command, script):
+    """'fems2py models X | head -3' ended in 'BrokenPipeError: [Errno 32] Broken pipe'."""
+    args = [sys.executable, "-m", "fems2py", command, str(script), "--model", "fems/mock"]
+    if command == "graph":
+        args = args[:-2]
+    with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as child:
+        assert child.stdout is not None and child.stderr is not None
+        child.stdout.close()  # the reader is gone before the first line
+        err = child.stderr.read()
+        assert child.wait(timeout=60) == 1
+    assert "Error" not in err and "Traceback" not in err
