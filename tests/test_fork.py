@@ -225,11 +225,16 @@ def test_run_takes_fork_from_python_and_refuses_what_makes_no_sense(
         game.run(db=str(db), fork="one")
     with pytest.raises(RunError, match="--fork 9: session 9 does not exist"):
         game.run(db=str(db), fork=9)
+    for numbered_from_zero in (0, (0, 2), "0:2"):  # sessions are numbered from 1, as --reuse's
+        with pytest.raises(RunError, match="sessions numbered from 1"):
+            game.run(db=str(db), fork=numbered_from_zero)
     for args, problem in (
         (("--fork", "1", "--resume"), "--fork starts a new session; --resume continues one"),
         (("--reuse", "1", "--session", "2"), "--reuse starts a new session: leave out --session"),
         (("--fork", "1", "--reuse", "1"), "--fork and --reuse both start a new session"),
         (("--fork", "1:x"), "give SESSION or SESSION:TURN"),
+        (("--fork", "0"), "sessions numbered from 1"),
+        (("--fork", "00:3"), "sessions numbered from 1"),
     ):
         status, err = main(module, capsys, "--db", str(db), *args)
         assert status == 2 and problem in err

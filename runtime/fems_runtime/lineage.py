@@ -72,16 +72,19 @@ class Branch:
     @classmethod
     def fork(cls, value: str | int | Sequence[int]) -> Branch:
         """``run(fork=…)``: ``"3:40"``, ``"3"``, ``3`` or ``(3, 40)``."""
-        if isinstance(value, int) and not isinstance(value, bool):
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
             return cls(value)
         if isinstance(value, str):
             if found := FORK_POINT.fullmatch(value):
                 return cls(int(found[1]), int(found[2]) if found[2] else None)
         elif isinstance(value, tuple | list) and len(value) == 2:
             session_number, turn_number = value
-            if type(session_number) is int and type(turn_number) is int:
+            if type(session_number) is int and type(turn_number) is int and session_number >= 1:
                 return cls(session_number, turn_number)
-        raise RunError(f"--fork {value!r}: give SESSION or SESSION:TURN (for example 3:40)")
+        raise RunError(
+            f"--fork {value!r}: give SESSION or SESSION:TURN, sessions numbered from 1 (for "
+            "example 3:40)"
+        )
 
 
 def request_digest(request: Mapping[str, Any]) -> str:

@@ -52,14 +52,16 @@ def port(text: str) -> int:
     return int(text)
 
 
-FORK_POINT = re.compile(r"\s*(\d+)\s*(?::\s*(\d+)\s*)?")
+#: ``SESSION`` or ``SESSION:TURN``: sessions are numbered from 1 (§3), turns from 0 (none kept).
+FORK_POINT = re.compile(r"\s*0*([1-9]\d*)\s*(?::\s*(\d+)\s*)?")
 
 
 def fork_point(text: str) -> str:
     """``SESSION`` or ``SESSION:TURN`` (``--fork``), checked and kept as written."""
     if FORK_POINT.fullmatch(text) is None:
         raise argparse.ArgumentTypeError(
-            f"{text!r}: give SESSION or SESSION:TURN (for example --fork 3:40)"
+            f"{text!r}: give SESSION or SESSION:TURN, sessions numbered from 1 (for example "
+            "--fork 3:40)"
         )
     return text.strip()
 
