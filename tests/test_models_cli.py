@@ -155,6 +155,25 @@ def test_a_script_that_names_no_model_says_what_a_run_plays(
     assert status == 0 and out.startswith("openai/gpt-4o-mini → openai/gpt-4o-mini  (used")
 
 
+def test_an_offline_model_is_given_no_advice_on_settings_it_has_no_use_for(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """§15.3: fems/mock calls nothing, so 'set context_window' or 'set max_tokens' would send
+    a newcomer to settings that change nothing."""
+    script = project(tmp_path, "")
+    script.write_text(script.read_text().replace(" = source: local", ""), encoding="utf-8")
+    status, out = run_models(script, capsys, "--model", "fems/mock")
+    assert status == 0
+    assert out.splitlines()[:6] == [
+        "fems/mock → fems/mock  (used by the script)",
+        "    path         built in, offline (§15.3)",
+        "    window       none (offline: no call is made, nothing is cut)",
+        "    reply cap    none (offline: no call is made, its replies are not cut)",
+        "    price        free (offline: no call is made)",
+        "    concurrency  no limit (offline: no call is made, no turn waits)",
+    ]
+
+
 def test_a_check_of_a_script_that_names_no_model_says_it_checked_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

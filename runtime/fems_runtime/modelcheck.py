@@ -69,7 +69,7 @@ def describe(
         ensure_known(choice, client.model_map, client.prices)  # as a run would stop on it
     path = f"openai SDK, {route.base_url}" if route is not None else "litellm"
     if choice.offline:
-        path = "built in, offline (§15.3)"
+        return _offline_row(name, choice.model, used)
     return ModelRow(
         name=name,
         model=choice.model,
@@ -78,6 +78,22 @@ def describe(
         cap=_cap(options, meta),
         price=_price(client, choice),
         concurrency=_concurrency(client, choice, meta),
+        used=used,
+    )
+
+
+def _offline_row(name: str, model: str, used: bool) -> ModelRow:
+    """A built-in model (§15.3) calls nothing: no window, cap, price or slots apply to it, so
+    there is no setting to advise."""
+    offline = "offline: no call is made"
+    return ModelRow(
+        name=name,
+        model=model,
+        path="built in, offline (§15.3)",
+        window=Said("none", f"{offline}, nothing is cut"),
+        cap=Said("none", f"{offline}, its replies are not cut"),
+        price=Said("free", offline),
+        concurrency=Said("no limit", f"{offline}, no turn waits"),
         used=used,
     )
 
