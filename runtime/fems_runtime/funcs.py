@@ -48,6 +48,7 @@ def load_code(path: str | Path) -> ModuleType:
             raise RunError(f"code file {resolved} cannot be imported")
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
+        _find_beside(resolved.parent)
         try:
             spec.loader.exec_module(module)
         except Exception as error:
@@ -56,6 +57,14 @@ def load_code(path: str | Path) -> ModuleType:
             raise RunError(message) from error
         _modules[resolved] = module
         return module
+
+
+def _find_beside(folder: Path) -> None:
+    """Let a code file import the modules beside it (``from rules import ROLES``), as ``python
+    file.py`` would, wherever the run was started (§5). The folder goes last on the import path:
+    a file beside it never hides an installed module or the standard library's."""
+    if str(folder) not in sys.path:
+        sys.path.append(str(folder))
 
 
 class CodeFiles:

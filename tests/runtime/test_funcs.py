@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 from pathlib import Path
 
@@ -93,6 +94,28 @@ def test_code_files(code_dir: Path) -> None:
         roundabout.module("gone")
     with pytest.raises(RunError, match="not a code: alias"):
         files.module("x")
+
+
+def test_a_code_file_imports_the_modules_beside_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """§5: ``from rules_beside import ROLES`` works wherever the run starts, and the folder
+    comes last on the import path (a file there cannot hide the standard library's)."""
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.chdir(tmp_path.parent)
+    (tmp_path / "rules_beside.py").write_text("ROLES = ['wolf', 'seer']\n", encoding="utf-8")
+    (tmp_path / "json.py").write_text("raise RuntimeError('shadowed')\n", encoding="utf-8")
+    game = tmp_path / "game_beside.py"
+    game.write_text(
+        "import json\nfrom rules_beside import ROLES\n\ndef roles():\n"
+        "    return json.dumps(ROLES)\n",
+        encoding="utf-8",
+    )
+    try:
+        assert load_code(game).roles() == '["wolf", "seer"]'
+    finally:
+        sys.modules.pop("rules_beside", None)
+    assert sys.path[-1] == str(tmp_path)
 
 
 def test_import_errors_are_run_errors(tmp_path: Path) -> None:
