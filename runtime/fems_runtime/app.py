@@ -755,10 +755,9 @@ def _branch(options: RunOptions) -> Branch | None:
     """Where ``fork=`` or ``reuse=`` starts the run's session (§16.4a); options that contradict
     them, or ``resume`` with a new session, are refused as on the command line."""
     fork, reuse = options.fork, options.reuse
-    if options.resume or fork is not None or reuse is not None:
-        problem = session_conflict(options.session, options.resume, fork, reuse)
-        if problem is not None:
-            raise RunError(problem)
+    problem = session_conflict(options.session, options.resume, fork, reuse)
+    if problem is not None:
+        raise RunError(problem)
     if reuse is not None:
         if isinstance(reuse, bool) or not isinstance(reuse, int) or reuse < 1:
             raise RunError(f"--reuse {reuse!r}: give a session number")

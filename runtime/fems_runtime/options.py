@@ -47,9 +47,13 @@ def folder(text: str) -> str:
 
 def port(text: str) -> int:
     """A TCP port, 0 to 65535 (``--port``; 0: a free one)."""
-    if not text.strip().isdigit() or int(text) > 65535:
+    if not _is_port(text.strip()):
         raise argparse.ArgumentTypeError(f"{text!r}: give a port from 0 to 65535 (0: a free one)")
     return int(text)
+
+
+def _is_port(text: str) -> bool:
+    return text.isdigit() and int(text) <= 65535
 
 
 #: ``SESSION`` or ``SESSION:TURN``: sessions are numbered from 1 (§3), turns from 0 (none kept).
@@ -69,7 +73,7 @@ def fork_point(text: str) -> str:
 def address(text: str) -> str:
     """``HOST:PORT`` (``--listen``): checked and kept as written."""
     host, _, number = text.rpartition(":")
-    if not host or not number.isdigit() or int(number) > 65535:
+    if not host or not _is_port(number):
         raise argparse.ArgumentTypeError(f"{text!r}: give HOST:PORT (for example 127.0.0.1:4711)")
     return text
 
