@@ -209,6 +209,42 @@ def test_show_of_an_undeclared_variable_is_a_usage_error_before_the_run(tmp_path
     assert shown.returncode == 0 and shown.stderr.endswith("winner = 0\n")
 
 
+SHOWN_VALUES = """\
+vars:
+    ks = [@a, @b]
+    seen = {@a: 1}
+    done = false
+    nothing = None
+    word = "two words"
+actors:
+    ai @a = soul:x
+    ai @b = soul:y
+mainflow:
+    [START] -> [END]
+"""
+
+
+@pytest.mark.parametrize("transcript", [False, True])
+def test_show_prints_final_values_as_fem_writes_them(tmp_path: Path, transcript: bool) -> None:
+    """--show prints lists, dicts, booleans and null as the debugger and prompts do (§16.3),
+    not as Python does (['@a', '@b'], False, None), with or without --transcript's summary."""
+    module = build_script(tmp_path, SHOWN_VALUES)
+    shown = run_program(
+        module,
+        "--db",
+        ":memory:",
+        "--show",
+        "ks,seen,done,nothing,word",
+        *(["--transcript"] if transcript else []),
+    )
+    assert shown.returncode == 0, shown.stderr
+    output = shown.stdout if transcript else shown.stderr
+    lines = [line.strip() for line in output.splitlines()]
+    for line in ("ks = [@a, @b]", "seen = {@a: 1}", "done = false", "nothing = null"):
+        assert line in lines, output
+    assert "word = two words" in lines
+
+
 def test_result_and_trace_in_a_new_folder_are_written_and_a_folder_is_refused_first(
     tmp_path: Path,
 ) -> None:

@@ -59,7 +59,7 @@ from fems_runtime.otel import export_run
 from fems_runtime.records import RunError, StepCounter, TraceWriter, TurnLog, write_result
 from fems_runtime.store import Checkpoint, hide_password
 from fems_runtime.transcript import Transcript
-from fems_runtime.values import counted
+from fems_runtime.values import counted, format_value
 from fems_runtime.variables import ActorSpec, BlueprintSpec, Variables
 from fems_runtime.version import __version__
 
@@ -490,7 +490,7 @@ class Program:
                 f"{self.script.file}: {outcome.status} (session {outcome.session})",
                 outcome.steps,
                 outcome.model_calls,
-                {name: outcome.variables.get(name, "(not a variable)") for name in shown},
+                {name: _shown(outcome, name) for name in shown},
             )
             return EXIT_OK
         print(
@@ -500,7 +500,7 @@ class Program:
             file=sys.stderr,
         )
         for name in shown:
-            print(f"{name} = {outcome.variables.get(name, '(not a variable)')}", file=sys.stderr)
+            print(f"{name} = {_shown(outcome, name)}", file=sys.stderr)
         return EXIT_OK
 
     def traceback_text(self, error: BaseException) -> str:
@@ -769,6 +769,13 @@ def _argument_parser(script: ScriptInfo, prog: str | None = None) -> argparse.Ar
     """The module's command line (§16.3): the options of :data:`RUN_OPTIONS`."""
     description = f"Run {script.file} (compiled by fems2py {script.compiler})."
     return run_option_parser(description, prog)
+
+
+def _shown(outcome: RunResult, name: str) -> str:
+    """A final variable of ``--show`` as FEM writes it (§16.3): ``[@a, @b]``, ``{@a: 1}``,
+    ``true``, ``null``; a string as it is, as a prompt renders it (§9.4). ``--show`` names
+    only declared variables (checked before the run), and every one is in the result."""
+    return format_value(outcome.variables[name], inside=True)
 
 
 def _replayed(outcome: RunResult, options: Mapping[str, Any]) -> str:
