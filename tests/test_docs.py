@@ -76,18 +76,35 @@ def _nav_pages(entries: list) -> list[str]:
     return pages
 
 
-def test_the_site_lists_every_page_and_only_pages_that_exist():
-    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
-    listed = _nav_pages(config["nav"])
-    missing = [page for page in listed if not (ROOT / "docs" / page).is_file()]
-    assert not missing, f"mkdocs.yml lists pages that do not exist: {missing}"
-    excluded = ("zh/", "tour/", "README.md")
+@pytest.mark.parametrize(
+    ("config_file", "docs_dir", "excluded"),
+    [("mkdocs.yml", "docs", ("zh/", "tour/", "README.md")), ("mkdocs.zh.yml", "docs/zh", ())],
+)
+def test_the_site_lists_every_page_and_only_pages_that_exist(config_file, docs_dir, excluded):
+    """Each site's nav names its own pages (a link to the other site is a URL, not a page):
+    the Chinese site once inherited the English nav, whose pages it lacks."""
+    config = yaml.safe_load((ROOT / config_file).read_text(encoding="utf-8"))
+    listed = [page for page in _nav_pages(config["nav"]) if not page.startswith("/")]
+    missing = [page for page in listed if not (ROOT / docs_dir / page).is_file()]
+    assert not missing, f"{config_file} lists pages that do not exist: {missing}"
     pages = {
-        str(page.relative_to(ROOT / "docs"))
-        for page in (ROOT / "docs").rglob("*.md")
-        if not str(page.relative_to(ROOT / "docs")).startswith(excluded)
+        str(page.relative_to(ROOT / docs_dir))
+        for page in (ROOT / docs_dir).rglob("*.md")
+        if not str(page.relative_to(ROOT / docs_dir)).startswith(excluded)
     }
-    assert sorted(pages - set(listed)) == [], "pages missing from the nav of mkdocs.yml"
+    assert sorted(pages - set(listed)) == [], f"pages missing from the nav of {config_file}"
+
+
+def test_the_sites_share_settings_but_not_lists_they_would_append():
+    """Zensical merges an inherited config by appending lists: the shared base sets none that
+    a site sets for itself, so neither site gets the other's nav, search or exclusions."""
+    base = yaml.safe_load((ROOT / "mkdocs.base.yml").read_text(encoding="utf-8"))
+    assert not {"nav", "plugins", "exclude_docs"} & set(base), sorted(base)
+    for config_file in ("mkdocs.yml", "mkdocs.zh.yml"):
+        config = yaml.safe_load((ROOT / config_file).read_text(encoding="utf-8"))
+        assert config["INHERIT"] == "mkdocs.base.yml"
+        assert {"nav", "plugins", "docs_dir", "site_dir"} <= set(config), config_file
+        assert "markdown_extensions" not in config, f"{config_file}: would be appended twice"
 
 
 def test_the_reference_has_a_page_per_part():
