@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from fems_runtime.options import SESSION_SPEC
+from fems_runtime.words import SESSION_SPEC
 
 from fems2py.checks.report import Report
 from fems2py.diagnostics import suggest

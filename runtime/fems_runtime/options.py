@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fems_runtime.words import SESSION_SPEC
+
 
 def seconds(text: str) -> float:
     """A number of seconds > 0 (``--timeout``, ``--retry-budget``)."""
@@ -76,10 +78,6 @@ def address(text: str) -> str:
     if not host or not _is_port(number):
         raise argparse.ArgumentTypeError(f"{text!r}: give HOST:PORT (for example 127.0.0.1:4711)")
     return text
-
-
-#: ``new``, ``N`` or ``N / new`` with N ≥ 1: ``--session`` and meta ``session`` (§3).
-SESSION_SPEC = re.compile(r"\s*(?:new|0*[1-9]\d*(?:\s*/\s*new)?)\s*", re.IGNORECASE)
 
 
 def session_spec(text: str) -> str:

@@ -7,6 +7,7 @@ that comes back or drifts fails a test.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -31,6 +32,12 @@ OUT_TYPES = ("int", "float", "bool", "string", "actor", "enum", "dropdown")
 ACTOR_TYPES = ("ai", "human")
 #: §7.3: attributes every actor has; any other attribute is a dict declared in ``vars:``.
 FIXED_ACTOR_ATTRIBUTES = frozenset({"type", "soul", "source", "tools", "name"})
+
+#: §3: a session, as ``--session`` and meta ``session`` write it: ``new``, a number N ≥ 1, or
+#: ``N / new`` (N, created if it does not exist); the groups are ``number`` and ``or_new``.
+SESSION_SPEC = re.compile(
+    r"\s*(?:new|0*(?P<number>[1-9]\d*)(?P<or_new>\s*/\s*new)?)\s*", re.IGNORECASE
+)
 
 #: §13.2: the speaker name narration is stored and shown under (``[narrator]: text``).
 NARRATOR = "narrator"
@@ -86,6 +93,7 @@ __all__ = [
     "NARRATOR",
     "OUT_TYPES",
     "RESERVED_NODE_NAMES",
+    "SESSION_SPEC",
     "TERMINAL_NODES",
     "VISIBLE_KINDS",
     "MessageKind",

@@ -3,6 +3,7 @@ concurrency on one SQLite file, checkpoints, lineage and the migration of older 
 
 from __future__ import annotations
 
+import argparse
 import inspect
 import json
 import sqlite3
@@ -10,6 +11,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from fems_runtime.options import session_spec
 from fems_runtime.records import RunError
 from fems_runtime.store import (
     NewMessage,
@@ -41,6 +43,21 @@ def store(tmp_path: Path):
 )
 def test_parse_session_spec(spec, parsed) -> None:
     assert parse_session_spec(spec) == parsed
+
+
+@pytest.mark.parametrize(
+    "text", ["new", " 3 ", "03", "3 / NEW", "+3", "1_0", "３", "3 /", "/ new", "new / new", "0"]
+)
+def test_the_store_and_the_command_line_read_sessions_by_one_grammar(text: str) -> None:
+    """A session written in Python (``run(session=…)``) is read as ``--session`` and meta
+    ``session`` read it (§3): once, by words.SESSION_SPEC (int() took '+3' and '1_0')."""
+    try:
+        session_spec(text)
+    except argparse.ArgumentTypeError:
+        with pytest.raises(RunError, match="session must be"):
+            parse_session_spec(text)
+    else:
+        parse_session_spec(text)
 
 
 @pytest.mark.parametrize("spec", ["x", "3 / old", True, "1.5", 0, -1, "0", "-1 / new", "0 / new"])

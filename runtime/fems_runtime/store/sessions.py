@@ -12,6 +12,7 @@ from typing import Any
 from fems_runtime.records import RunError
 from fems_runtime.store.database import SESSION_LOCK, Database, serialize
 from fems_runtime.store.schema import tables
+from fems_runtime.words import SESSION_SPEC
 
 OnCreate = Callable[[Any, int], None]
 """Called with the connection and the new session's number inside the transaction that
@@ -28,8 +29,9 @@ class SessionNode:
 
 
 def parse_session_spec(spec: str | int | None) -> tuple[int | None, bool]:
-    """``new``/None → (None, True); ``N`` → (N, False); ``N / new`` → (N, True) (§3).
-    Sessions are numbered from 1, as ``--reuse`` and ``--fork`` name them."""
+    """``new``/None → (None, True); ``N`` → (N, False); ``N / new`` → (N, True), by the
+    grammar of :data:`~fems_runtime.words.SESSION_SPEC` (§3). Sessions are numbered from 1,
+    as ``--reuse`` and ``--fork`` name them."""
     if spec is None:
         return None, True
     wrong = f"session must be 'new', N or 'N / new' (N ≥ 1), not {spec!r}"
@@ -39,17 +41,14 @@ def parse_session_spec(spec: str | int | None) -> tuple[int | None, bool]:
         if spec < 1:
             raise RunError(wrong)
         return spec, False
-    text = str(spec).strip()
-    if text.lower() in ("", "new"):
+    if not str(spec).strip():
         return None, True
-    number, slash, rest = text.partition("/")
-    try:
-        value = int(number.strip())
-    except ValueError:
-        raise RunError(wrong) from None
-    if value < 1 or (slash and rest.strip().lower() != "new"):
+    found = SESSION_SPEC.fullmatch(str(spec))
+    if found is None:
         raise RunError(wrong)
-    return value, bool(slash)
+    if found["number"] is None:
+        return None, True
+    return int(found["number"]), found["or_new"] is not None
 
 
 class SessionCatalog:
