@@ -409,6 +409,15 @@ mainflow:
     [START] -> &Dive -> [END]
 """
 
+# 65 different modules, each calling the next: no recursion, but deeper than the limit
+CHAIN_OF_MODULES = (
+    "".join(
+        f"module M{n}:\n    flow:\n        [IN] -> {f'&M{n + 1} -> ' if n < 65 else ''}[OUT]\n"
+        for n in range(1, 66)
+    )
+    + "mainflow:\n    [START] -> &M1 -> [END]\n"
+)
+
 SPINNING = """
 vars:
     spins = 0
@@ -427,7 +436,8 @@ mainflow:
 @pytest.mark.parametrize(
     ("source", "message"),
     [
-        (RECURSIVE, "module recursion deeper than 64 calls"),
+        (RECURSIVE, r"module recursion deeper than 64 calls \(Dive\)"),
+        (CHAIN_OF_MODULES, r"module calls nested deeper than 64 \(M65 is called inside a chain"),
         (SPINNING, r"max_steps \(10\) exceeded in module Spin"),
     ],
 )

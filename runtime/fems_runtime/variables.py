@@ -228,10 +228,26 @@ class Frame:
     ) -> Frame:
         """A fresh frame for one module call: parameters and ``vars:`` locals (§11.2)."""
         if self.depth >= MAX_MODULE_DEPTH:
-            raise RunError(f"module recursion deeper than {MAX_MODULE_DEPTH} calls ({label})")
+            raise RunError(self._too_deep(label))
         names = {k: self.variables.adopt(v) for k, v in (local or {}).items()}
         names.update({k: self.variables.adopt(v) for k, v in (params or {}).items()})
         return Frame(self.variables, self, "module", names, label)
+
+    def _too_deep(self, label: str) -> str:
+        """Why a module call is refused at the depth limit (§11.6): a module that calls itself
+        without end, or a chain of different modules that long."""
+        if any(frame.kind == "module" and frame.label == label for frame in self._callers()):
+            return f"module recursion deeper than {MAX_MODULE_DEPTH} calls ({label})"
+        return (
+            f"module calls nested deeper than {MAX_MODULE_DEPTH} ({label} is called inside a "
+            f"chain of {MAX_MODULE_DEPTH} module calls; none calls itself)"
+        )
+
+    def _callers(self) -> Iterator[Frame]:
+        frame: Frame | None = self
+        while frame is not None:
+            yield frame
+            frame = frame.parent
 
     def loop(self, bindings: Mapping[str, Any]) -> Frame:
         """A branch-local frame binding loop variables for one iteration (§12.7)."""
