@@ -1,8 +1,9 @@
 """The author's Python (§5, §9.7) and the built-in ``system.spawn`` (§9.8).
 
 ``code:`` files are loaded by path (not by module name, so two scripts' ``utils.py`` never
-collide), once per path. Calls run in a worker thread; return values are mapped onto the
-action's outs with the spec's errors.
+collide), once per path. The modules beside them are imported by name, as Python does: two
+folders' ``rules.py`` in one process are a run error, never one of them silently. Calls run in
+a worker thread; return values are mapped onto the action's outs with the spec's errors.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import inspect
+import os
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
 
 _modules: dict[Path, ModuleType] = {}
 _load_lock = threading.Lock()
+_code_folders: set[Path] = set()  # where loaded code files are: their modules may clash
 
 
 def load_code(path: str | Path) -> ModuleType:
@@ -53,8 +56,14 @@ def load_code(path: str | Path) -> ModuleType:
             spec.loader.exec_module(module)
         except Exception as error:
             del sys.modules[name]
+            _one_module_per_name(resolved)  # a clash explains the failure better than its symptom
             message = f"importing {resolved} failed: {type(error).__name__}: {error}"
             raise RunError(message) from error
+        try:
+            _one_module_per_name(resolved)
+        except RunError:
+            del sys.modules[name]
+            raise
         _modules[resolved] = module
         return module
 
@@ -63,8 +72,39 @@ def _find_beside(folder: Path) -> None:
     """Let a code file import the modules beside it (``from rules import ROLES``), as ``python
     file.py`` would, wherever the run was started (§5). The folder goes last on the import path:
     a file beside it never hides an installed module or the standard library's."""
+    _code_folders.add(folder)
     if str(folder) not in sys.path:
         sys.path.append(str(folder))
+
+
+def _one_module_per_name(code: Path) -> None:
+    """Python keeps one module per name in a process: a code file with ``rules.py`` beside it
+    silently gets another code folder's ``rules`` when that was imported first, or when that
+    folder came first on the import path; which one depends on what else the process ran. So
+    that is a run error (§5), checked after the file ran (its imports are then in
+    ``sys.modules``). A module from anywhere else (the standard library, an installed package)
+    wins by design, in every run alike."""
+    folder = code.parent
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            stem, suffix = os.path.splitext(entry.name)
+            name = stem if suffix == ".py" else entry.name
+            theirs = getattr(sys.modules.get(name), "__file__", None)
+            if not isinstance(theirs, str) or "." in name:
+                continue  # not loaded (the common case), or a module without a file
+            mine = Path(entry.path) if suffix == ".py" else Path(entry.path, "__init__.py")
+            other = Path(theirs).resolve()
+            home = other.parent.parent if other.name == "__init__.py" else other.parent
+            if home == folder or home not in _code_folders or not mine.is_file():
+                continue  # its own, or from the standard library, an installed package …
+            if mine.resolve() == other:
+                continue  # a link to the very file: the same code
+            raise RunError(
+                f"code file {code} has {mine.relative_to(folder)} beside it, but this process "
+                f"already imported '{name}' from {other}, beside another code file: Python "
+                f"keeps one module per name, so {code.name} would run with that one; rename "
+                "one of the two"
+            )
 
 
 class CodeFiles:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fems_runtime import funcs
 from fems_runtime.funcs import (
     CodeFiles,
     assign_returns,
@@ -96,26 +98,117 @@ def test_code_files(code_dir: Path) -> None:
         files.module("x")
 
 
+@pytest.fixture
+def fresh_imports(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Loads in a test as in a process of their own: the import path, the code folders seen and
+    the loaded code files are restored afterwards, and the modules it imported are dropped."""
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setattr(funcs, "_code_folders", set())
+    monkeypatch.setattr(funcs, "_modules", {})
+    before = set(sys.modules)
+    yield
+    for name in set(sys.modules) - before:
+        del sys.modules[name]
+
+
+def _write(folder: Path, files: dict[str, str]) -> None:
+    """Real files (``name → text``, folders made) under ``folder``: loading reads the disk."""
+    for name, text in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text, encoding="utf-8")
+
+
+USES_RULES = "from clash_rules import WHO\n\ndef who():\n    return WHO\n"
+
+
+@pytest.mark.usefixtures("fresh_imports")
 def test_a_code_file_imports_the_modules_beside_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """§5: ``from rules_beside import ROLES`` works wherever the run starts, and the folder
-    comes last on the import path (a file there cannot hide the standard library's)."""
-    monkeypatch.setattr(sys, "path", list(sys.path))
+    comes last on the import path: a file there cannot hide the standard library's, and its
+    name matching a standard module's is no clash."""
     monkeypatch.chdir(tmp_path.parent)
-    (tmp_path / "rules_beside.py").write_text("ROLES = ['wolf', 'seer']\n", encoding="utf-8")
-    (tmp_path / "json.py").write_text("raise RuntimeError('shadowed')\n", encoding="utf-8")
-    game = tmp_path / "game_beside.py"
-    game.write_text(
-        "import json\nfrom rules_beside import ROLES\n\ndef roles():\n"
-        "    return json.dumps(ROLES)\n",
-        encoding="utf-8",
+    _write(
+        tmp_path,
+        {
+            "rules_beside.py": "ROLES = ['wolf', 'seer']\n",
+            "json.py": "raise RuntimeError('shadowed')\n",
+            "types.py": "raise RuntimeError('shadowed')\n",
+            "game_beside.py": "import json\nfrom rules_beside import ROLES\n\ndef roles():\n"
+            "    return json.dumps(ROLES)\n",
+        },
     )
-    try:
-        assert load_code(game).roles() == '["wolf", "seer"]'
-    finally:
-        sys.modules.pop("rules_beside", None)
+    assert load_code(tmp_path / "game_beside.py").roles() == '["wolf", "seer"]'
     assert sys.path[-1] == str(tmp_path)
+
+
+@pytest.mark.usefixtures("fresh_imports")
+def test_code_files_share_the_modules_of_their_own_folder_silently(tmp_path: Path) -> None:
+    """The common cases cost nothing and say nothing: two code files sharing the
+    ``clash_rules.py`` beside them, a file loaded again (a batch worker's next run), a file
+    beside nothing it imports, a folder whose ``clash_rules.py`` links to the same file."""
+    _write(tmp_path / "a", {"clash_rules.py": "WHO = 'a'\n", "game.py": USES_RULES})
+    _write(tmp_path / "a", {"more.py": USES_RULES})
+    _write(tmp_path / "b", {"plain.py": "def who():\n    return 'plain'\n"})
+    _write(tmp_path / "c", {"game.py": USES_RULES})
+    (tmp_path / "c" / "clash_rules.py").symlink_to(tmp_path / "a" / "clash_rules.py")
+    game = load_code(tmp_path / "a" / "game.py")
+    assert (game.who(), load_code(tmp_path / "a" / "more.py").who()) == ("a", "a")
+    assert load_code(tmp_path / "a" / "game.py") is game
+    assert load_code(tmp_path / "b" / "plain.py").who() == "plain"
+    assert load_code(tmp_path / "c" / "game.py").who() == "a"
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        pytest.param(USES_RULES, id="imported"),
+        pytest.param("def who():\n    return 'a'\n", id="only-on-the-path"),
+    ],
+)
+@pytest.mark.parametrize("beside", ["clash_rules.py", "clash_rules/__init__.py"])
+@pytest.mark.usefixtures("fresh_imports")
+def test_a_module_beside_two_code_folders_is_a_run_error(
+    tmp_path: Path, first: str, beside: str
+) -> None:
+    """Python keeps one module per name in a process: folder b's code file would silently get
+    folder a's ``clash_rules`` — imported already, or found first on the import path, where
+    folder a came first. Its load stops, naming both files, and is not cached."""
+    _write(tmp_path / "a", {"clash_rules.py": "WHO = 'a'\n", "game.py": first})
+    _write(tmp_path / "b", {beside: "WHO = 'b'\n", "game.py": USES_RULES})
+    assert load_code(tmp_path / "a" / "game.py").who() == "a"
+    for _ in range(2):
+        with pytest.raises(RunError) as caught:
+            load_code(tmp_path / "b" / "game.py")
+        assert str(caught.value) == (
+            f"code file {tmp_path / 'b' / 'game.py'} has {Path(beside)} beside it, but this "
+            f"process already imported 'clash_rules' from {tmp_path / 'a' / 'clash_rules.py'}, "
+            "beside another code file: Python keeps one module per name, so game.py would run "
+            "with that one; rename one of the two"
+        )
+    b_game = str(tmp_path / "b" / "game.py")
+    assert not [m for m in sys.modules.values() if getattr(m, "__file__", None) == b_game]
+
+
+@pytest.mark.parametrize(("first", "second"), [("a", "b"), ("b", "a")])
+@pytest.mark.usefixtures("fresh_imports")
+def test_the_clash_is_named_when_the_wrong_module_breaks_the_import(
+    tmp_path: Path, first: str, second: str
+) -> None:
+    """Each folder's file imports a name only its own module has: whichever loads second fails
+    to import, and the error says why, not just that the name is missing."""
+    _write(tmp_path / "a", {"clash_rules.py": "WHO = 'a'\n", "game.py": USES_RULES})
+    only_b = "from clash_rules import ONLY_B\n"
+    _write(tmp_path / "b", {"clash_rules.py": "ONLY_B = 1\n", "game.py": only_b})
+    load_code(tmp_path / first / "game.py")
+    with pytest.raises(RunError) as caught:
+        load_code(tmp_path / second / "game.py")
+    assert str(caught.value).startswith(f"code file {tmp_path / second / 'game.py'} has ")
+    assert f"already imported 'clash_rules' from {tmp_path / first / 'clash_rules.py'}" in str(
+        caught.value
+    )
+    assert isinstance(caught.value.__context__, ImportError)
 
 
 def test_import_errors_are_run_errors(tmp_path: Path) -> None:
