@@ -9,7 +9,7 @@ every fork (§12.5) and the signatures of the ``code:`` functions (§5).
 :func:`check` runs the checks of :mod:`fems2py.checks` in the order their results are needed:
 ``meta:`` (``meta.py``), what the script defines (``definitions.py``: actors, ``code:`` files,
 the namespace of each level), ``tools:`` (``tools.py``), where each action and module runs
-(``flows.py``) and so which names each sees (§11.3, worked out here), each action and method
+(``flows.py``) and so which names each sees (§11.3, ``callers.py``), each action and method
 (``actions.py``), then the flows (``flows.py``, with ``shared_state.py``). Every reference to
 a name goes through one :class:`~fems2py.checks.references.References`, every diagnostic into
 one :class:`~fems2py.checks.report.Report`. It never raises on a user mistake: everything
@@ -18,11 +18,12 @@ becomes a :class:`Diagnostic`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from fems2py.checks.actions import ActionChecks
+from fems2py.checks.callers import Callers, Key, action_key, module_key
 from fems2py.checks.codefiles import FuncSignature
 from fems2py.checks.definitions import (
     check_actors,
@@ -95,16 +96,20 @@ def check(script: Script, base_dir: Path, root: Path | None = None) -> CheckedSc
     flows = flows_of(script, top, namespaces)
     uses = collect_uses(flows, every)
     unused = report.unused_actions = unused_actions(script, top, namespaces)
-    seen = _Seen.of(every, uses, namespaces)
+    callers = references.callers = Callers.of(every, _uses_of(uses, namespaces))
+    seen, seen_by_action = callers.names.namespace_names(), callers.names.action_names()
     actions = ActionChecks(references)
     for namespace in every:
         check_variable_values(namespace, references)
-        names = seen.names.get(id(namespace), frozenset())
+        names = seen.get(id(namespace), frozenset())
         for action in namespace.actions.values():
-            actions.check_action(action, namespace, names | seen.actions.get(id(action), set()))
+            with references.reading_in(action_key(action)):
+                extra = seen_by_action.get(id(action), frozenset())
+                actions.check_action(action, namespace, names | extra)
         for method in namespace.methods.values():
             actions.check_method(method, names)
-    inputs = FlowInputs(script, flows, namespaces, seen.names, seen.caller_loop_vars, references)
+    caller_loop_vars = callers.caller_loop_vars.namespace_names()
+    inputs = FlowInputs(script, flows, namespaces, seen, caller_loop_vars, references)
     merge_nodes = check_flows(inputs)
     return CheckedScript(
         script=without_unused(script, unused),
@@ -117,86 +122,12 @@ def check(script: Script, base_dir: Path, root: Path | None = None) -> CheckedSc
     )
 
 
-@dataclass(frozen=True)
-class _Seen:
-    """What each namespace and action sees through the places it is used (§11.3): the
-    variables visible in each namespace (its own, the enclosing ones', those every call of it
-    binds), the names an action sees besides its namespace's (those every place it runs binds),
-    and the loop variables bound around some call of each namespace's module, by ``id`` of the
-    namespace or action."""
-
-    names: dict[int, frozenset[str]]
-    actions: dict[int, frozenset[str]]
-    caller_loop_vars: dict[int, frozenset[str]]
-
-    @staticmethod
-    def of(namespaces: Iterable[Namespace], uses: Uses, modules: Mapping[int, Namespace]) -> _Seen:
-        every = list(namespaces)
-        lexical = {id(ns): ns.lexical_names() for ns in every}
-        names, actions = _spread(lexical, uses, modules, everywhere=True)
-        loop_vars, _ = _spread({id(ns): set() for ns in every}, uses, modules, everywhere=False)
-        return _Seen(_frozen(names), _frozen(actions), _frozen(loop_vars))
-
-
-def _frozen(sets: Mapping[int, set[str]]) -> dict[int, frozenset[str]]:
-    return {key: frozenset(names) for key, names in sets.items()}
-
-
-def _spread(
-    base: dict[int, set[str]], found: Uses, modules: Mapping[int, Namespace], *, everywhere: bool
-) -> tuple[dict[int, set[str]], dict[int, set[str]]]:
-    """A fixpoint over uses: each namespace (by id) and each action (by id) gets, on top of
-    ``base``, the names of the places it is used, loop variables there included. With
-    ``everywhere``, only the names bound at every place (what a read can rely on: a module
-    called both inside and outside a loop cannot read the loop variable, §11.3), else the
-    names bound at any place. Modules and actions that no chain of calls from the main flow
-    reaches never run; they get the names of any place, so that calls among themselves
-    (``&R`` in R) cannot vouch for names no caller binds."""
-    module_keys = {module_id: id(modules[module_id]) for module_id in found.modules}
-    uses_of: dict[tuple[str, int], list[Use]] = {
-        **{("module", module_keys[key]): uses for key, uses in found.modules.items() if uses},
-        **{("action", key): uses for key, uses in found.actions.items() if uses},
+def _uses_of(uses: Uses, modules: Mapping[int, Namespace]) -> dict[Key, list[Use]]:
+    """The uses of each module and action that is used, by :data:`~fems2py.checks.callers.Key`."""
+    return {
+        **{module_key(modules[key]): found for key, found in uses.modules.items() if found},
+        **{("action", key): found for key, found in uses.actions.items() if found},
     }
-    grounded = _grounded(uses_of)
-    every_use = [use for uses in uses_of.values() for use in uses]
-    universe = set().union(*base.values(), *(use.loop_vars for use in every_use))
-    extra = {key: set(universe) if everywhere and key in grounded else set() for key in uses_of}
-
-    def seen_at(use: Use) -> set[str]:
-        names = base[id(use.namespace)] | extra.get(("module", id(use.namespace)), set())
-        if use.via_action is not None:
-            names |= extra.get(("action", use.via_action), set())
-        return names | use.loop_vars
-
-    # the ones that never run first: what they see does not depend on the others
-    for keys, meet in ((uses_of.keys() - grounded, False), (grounded, everywhere)):
-        changed = True
-        while changed:
-            changed = False
-            for key in keys:
-                sets = [seen_at(use) for use in uses_of[key]]
-                new = set.intersection(*sets) if meet else set.union(*sets)
-                if new != extra[key]:
-                    extra[key], changed = new, True
-    seen = {key: names | extra.get(("module", key), set()) for key, names in base.items()}
-    actions = {key: names for (kind, key), names in extra.items() if kind == "action"}
-    return seen, actions
-
-
-def _grounded(uses_of: Mapping[tuple[str, int], list[Use]]) -> set[tuple[str, int]]:
-    """The modules and actions some chain of uses from the main flow reaches."""
-    grounded: set[tuple[str, int]] = set()
-    changed = True
-    while changed:
-        changed = False
-        for key, uses in uses_of.items():
-            if key not in grounded and any(
-                use.namespace.module is None or ("module", id(use.namespace)) in grounded
-                for use in uses
-            ):
-                grounded.add(key)
-                changed = True
-    return grounded
 
 
 def _loop_variables(graph: Graph | None) -> set[str]:

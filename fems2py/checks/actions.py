@@ -155,8 +155,11 @@ class ActionChecks:
                 hint = self.references.actor_hint(ref.name, names) or suggest(
                     ref.name, {n for n in names if not n.startswith("@")}
                 )
-                if self.references.module_local_hint(ref.name) is not None:
-                    hint = None  # where it is declared says more than a look-alike name
+                if (
+                    self.references.module_local_hint(ref.name) is not None
+                    or self.references.caller_hint(ref.name) is not None
+                ):
+                    hint = None  # where it is declared or bound says more than a look-alike
                 literal = f"write {{{{{placeholder.path}}}}} for literal braces"
                 self.report.undefined(
                     f"undeclared variable '{ref.name}'",

@@ -20,6 +20,7 @@ from fems_runtime.words import (
     TERMINAL_NODES,
 )
 
+from fems2py.checks.callers import module_key
 from fems2py.checks.effects import EffectFinder
 from fems2py.checks.graphs import EXIT, dominators, immediate_post_dominators, reachable
 from fems2py.checks.iterables import check_iterable, whole_writes
@@ -91,12 +92,14 @@ def collect_uses(flows: Iterable[Flow], namespaces: Iterable[Namespace]) -> Uses
         if flow.graph is None:
             continue
         for part in split_parts(flow.graph):
-            use = Use(flow.namespace, part.loop_vars)
             for node in part.graph.nodes:
+                use = Use(flow.namespace, part.loop_vars, node.span)
                 record.visit(node.binding, flow.namespace, use)
     for namespace in namespaces:
         for action in namespace.actions.values():
-            record.visit(action.fallback, namespace, Use(namespace, frozenset(), id(action)))
+            span = dict(action.field_spans).get("fallback", action.span)
+            use = Use(namespace, frozenset(), span, id(action))
+            record.visit(action.fallback, namespace, use)
     return uses
 
 
@@ -175,11 +178,7 @@ class FlowChecker:
         # shape: reachability and dead-end reports would only echo that first error.
         shape_known = graph.complete and len(self.report) == errors
         for part in parts:
-            names = self.inputs.names.get(id(namespace), frozenset()) | part.loop_vars
-            for node in part.graph.nodes:
-                self.check_binding(node, part, namespace, names)
-            for edge in part.graph.edges:
-                self.inputs.references.check_expr(edge.condition, names, string_hint=True)
+            self.check_names(part, namespace)
         if not shape_known:
             for part in parts:
                 self.compute_merges(key, part)
@@ -206,6 +205,16 @@ class FlowChecker:
             self.check_joins(key, part)
         for part in parts:
             self.shared_state.check(key, part, namespace)
+
+    def check_names(self, part: Part, namespace: Namespace) -> None:
+        """What the nodes and conditions of ``part`` name exists where they run (§11.3)."""
+        names = self.inputs.names.get(id(namespace), frozenset()) | part.loop_vars
+        reader = module_key(namespace) if namespace.module is not None else None
+        with self.inputs.references.reading_in(reader):
+            for node in part.graph.nodes:
+                self.check_binding(node, part, namespace, names)
+            for edge in part.graph.edges:
+                self.inputs.references.check_expr(edge.condition, names, string_hint=True)
 
     def check_ownership(self, parts: list[Part]) -> None:
         """§12.7: no edge may connect a body's nodes to nodes outside that body."""

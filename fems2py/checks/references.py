@@ -9,11 +9,13 @@ names visible there (which the caller works out, §11.3), and reported in the sc
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
-from collections.abc import Iterable, Mapping, Sequence, Set
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Set
 
 from fems_runtime.words import FIXED_ACTOR_ATTRIBUTES
 
+from fems2py.checks.callers import Callers, Key
 from fems2py.checks.codefiles import FuncSignature, Param
 from fems2py.checks.report import Report
 from fems2py.checks.scope import Namespace, all_modules
@@ -54,6 +56,35 @@ class References:
         #: Spans of ``dict[word]`` targets whose word names no variable where it is written:
         #: the key is the string itself (§4.2), found by :meth:`check_index_key`.
         self.string_keys: set[Span] = set()
+        #: Where each module and action runs (§11.3), once the checker knows, and what the
+        #: names being checked are read in (:meth:`reading_in`).
+        self.callers: Callers | None = None
+        self.reader: Key | None = None
+
+    @contextlib.contextmanager
+    def reading_in(self, reader: Key | None) -> Iterator[None]:
+        """The names checked meanwhile are read in ``reader`` (a module's flow, an action): a
+        name that only some of the places it runs bind gets, in its hint, a place that does
+        not (§11.3), since the read itself is not what needs fixing."""
+        previous, self.reader = self.reader, reader
+        try:
+            yield
+        finally:
+            self.reader = previous
+
+    def where_unbound(self, name: str, outside: str) -> str | None:
+        """Where the module or action being checked runs without ``name`` though some place it
+        runs binds it (:meth:`Callers.where_unbound`)."""
+        if self.callers is None:
+            return None
+        return self.callers.where_unbound(self.reader, name, outside)
+
+    def caller_hint(self, name: str) -> str | None:
+        """The hint for a name that some of the places the module or action being checked runs
+        bind (§11.3): no typo, so it comes before any look-alike name."""
+        if self.callers is None or not self.callers.partly_bound(self.reader, name):
+            return None
+        return self.declare_hint(name)
 
     def declare_hint(self, name: str) -> str:
         """How to fix an undeclared name: a loop variable used outside its loop, a module's
@@ -62,19 +93,23 @@ class References:
         if local is not None:
             return local
         if name in self.loop_variables:
-            return f"'{name}' is bound only inside the body of its for/par loop (§12.7)"
+            hint = f"'{name}' is bound only inside the body of its for/par loop (§12.7)"
+            where = self.where_unbound(name, "that loop")
+            return f"{hint}, but {where}" if where else hint
         return f"every variable is declared in vars: first (§4.1), e.g. {name} = 0"
 
     def module_local_hint(self, name: str) -> str | None:
         """§12.11: a name declared only in a module's vars: is that module's (§11.2); say
-        where it is declared and how to share it."""
+        where it is declared, where it is read without it, and how to share it."""
         found = self.module_locals.get(name)
         if found is None:
             return None
         module, line = found
+        where = self.where_unbound(name, f"module {module}")
         return (
-            f"'{name}' is a local of module {module} (line {line}); "
-            "declare it in the top-level vars: to share it between modules"
+            f"'{name}' is a local of module {module} (line {line})"
+            + (f", but {where}" if where else "")
+            + "; declare it in the top-level vars: to share it between modules"
         )
 
     def inner_definition_hint(self, kind: str, name: str) -> str | None:
@@ -126,7 +161,8 @@ class References:
                 return True
             candidates = self.actors | {n for n in names if n.startswith("@")}
             hint = (
-                self.module_local_hint(name)
+                self.caller_hint(name)
+                or self.module_local_hint(name)
                 or (METHOD_ACTOR_HINT if name == "@actor" else None)
                 or suggest(name, candidates)
                 or (
@@ -139,7 +175,8 @@ class References:
             return False
         if name in names:
             return True
-        found = self.module_local_hint(name) or self.actor_hint(name, names)
+        found = self.caller_hint(name) or self.module_local_hint(name)
+        found = found or self.actor_hint(name, names)
         found = found or suggest(name, {n for n in names if not n.startswith("@")})
         if found is None and string_hint and name.isidentifier():
             found = f"did you mean the string '{name}'? Otherwise declare it in vars:"
@@ -231,8 +268,8 @@ class References:
             return
         if target.name in names:
             return
-        hint = self.module_local_hint(target.name) or suggest(target.name, names)
-        hint = hint or self.declare_hint(target.name)
+        hint = self.caller_hint(target.name) or self.module_local_hint(target.name)
+        hint = hint or suggest(target.name, names) or self.declare_hint(target.name)
         self.report.undefined(f"undeclared variable '{target.name}'", target.span, hint)
 
     def check_index_key(self, target: Target, names: Set[str], *, out: bool) -> None:

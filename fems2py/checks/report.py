@@ -18,7 +18,8 @@ class Report:
 
     def __init__(self) -> None:
         self.items: list[Diagnostic] = []
-        self.later_uses: dict[tuple[str, ActionBlock | None], list[Span]] = {}
+        #: The uses of each unknown name after the first reported, with their hints.
+        self.later_uses: dict[tuple[str, ActionBlock | None], list[tuple[Span, str | None]]] = {}
         #: Actions no flow uses (§12.11), once known: the uses of an unknown name inside one
         #: are reported apart from the others, as they become warnings.
         self.unused_actions: tuple[ActionBlock, ...] = ()
@@ -43,7 +44,7 @@ class Report:
             self.later_uses[key] = []
             self.error(message, span, hint)
         else:
-            later.append(span)
+            later.append((span, hint))
 
     def _key(self, message: str, span: Span) -> tuple[str, ActionBlock | None]:
         return message, holder(self.unused_actions, Diagnostic("error", message, span))
@@ -54,9 +55,9 @@ class Report:
         for item in self.items:
             later = self.later_uses.get(self._key(item.message, item.span))
             if later and item.severity == "error":
-                first, *others = sorted([item.span, *later], key=lambda s: (s.line, s.col))
-                lines = sorted({span.line for span in others} - {first.line})
-                hint = item.hint
+                uses = sorted([(item.span, item.hint), *later], key=lambda u: _position(u[0]))
+                (first, hint), *others = uses  # the hint of the use shown: it may say where it runs
+                lines = sorted({span.line for span, _ in others} - {first.line})
                 if lines:
                     also = f"also used at line{'s' if len(lines) > 1 else ''} "
                     also += ", ".join(map(str, lines))
@@ -65,3 +66,7 @@ class Report:
             items.append(item)
         unique = list(dict.fromkeys(items))
         return tuple(sorted(unique, key=lambda d: (d.span.line, d.span.col)))
+
+
+def _position(span: Span) -> tuple[int, int]:
+    return span.line, span.col

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from fems2py.nodes import Action, Method, Module, VarDecl
+from fems2py.nodes import Action, Method, Module, Span, VarDecl
 
 
 @dataclass
@@ -56,11 +56,13 @@ class Namespace:
 
 @dataclass(frozen=True)
 class Use:
-    """Where an action or module is used: the flow's namespace and the loop variables there
-    (``via_action`` is set for an action's ``fallback:``, which sees what that action sees)."""
+    """Where an action or module is used: the flow's namespace, the loop variables there and
+    the node (or ``fallback:`` field) that runs it, for a hint to point at (``via_action`` is
+    set for an action's ``fallback:``, which sees what that action sees)."""
 
     namespace: Namespace
     loop_vars: frozenset[str]
+    span: Span
     via_action: int | None = None
 
 
