@@ -202,20 +202,27 @@ class Callers:
         return chain
 
     def describe(self, chain: list[tuple[Key, Use]], outside: str) -> str:
-        """The chain in words, from what reads the name out to the call that runs it all."""
+        """The chain in words, from what reads the name out to the call that runs it all;
+        "also" where what runs has other places too (the ones that bind the name)."""
         (key, use), *rest = chain
-        verb = "is also called" if key[0] == "module" else "also runs"
-        text = f"{self.labels[key]} {verb} at line {_position(use)}"
+        text = f"{self.labels[key]} {self.runs(key)} at line {_position(use)}"
         for outer, outer_use in rest:
-            if outer[0] == "module":
-                text += f" in {self.labels[outer]}, which is called at line {_position(outer_use)}"
+            if outer[0] == "action":
+                text += f", the fallback: of {self.labels[outer]},"
             else:
-                text += f", the fallback: of {self.labels[outer]}, which runs at line "
-                text += _position(outer_use)
+                text += f" in {self.labels[outer]},"
+            text += f" which {self.runs(outer)} at line {_position(outer_use)}"
         last = chain[-1][1].namespace.module
         if last is not None:  # the chain stops in a module no call from the main flow reaches
             text += f" in &{last.name}"
         return f"{text}, outside {outside}"
+
+    def runs(self, key: Key) -> str:
+        """How a module or action is run, "also" when it runs elsewhere too."""
+        also = len(self.names.uses_of.get(key, ())) > 1
+        if key[0] == "module":
+            return "is also called" if also else "is called"
+        return "also runs" if also else "runs"
 
 
 def _position(use: Use) -> str:
