@@ -108,7 +108,7 @@ def check(script: Script, base_dir: Path, root: Path | None = None) -> CheckedSc
                 actions.check_action(action, namespace, names | extra)
         for method in namespace.methods.values():
             actions.check_method(method, names)
-    caller_loop_vars = callers.caller_loop_vars.namespace_names()
+    caller_loop_vars = callers.loop_vars.namespace_names()
     inputs = FlowInputs(script, flows, namespaces, seen, caller_loop_vars, references)
     merge_nodes = check_flows(inputs)
     return CheckedScript(

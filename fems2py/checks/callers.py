@@ -145,12 +145,14 @@ def grounded_keys(uses_of: Mapping[Key, Sequence[Use]]) -> frozenset[Key]:
 class Callers:
     """What every module and action of a script sees where it runs (§11.3): ``names``, the
     variables bound at every place (their namespace's included), ``some_names`` those bound
-    at some place, ``caller_loop_vars`` the loop variables bound around some call; with the
-    words a hint names them by (``labels``) and the namespace each action is defined in."""
+    at some place, ``loop_vars`` and ``some_loop_vars`` the same with only the loop variables
+    around those places (which a loop of its own may not shadow, §9.5, §12.7); with the words a
+    hint names them by (``labels``) and the namespace each action is defined in."""
 
     names: Spread
     some_names: Spread
-    caller_loop_vars: Spread
+    loop_vars: Spread
+    some_loop_vars: Spread
     labels: Mapping[Key, str]
     homes: Mapping[Key, int]
 
@@ -171,25 +173,33 @@ class Callers:
         return Callers(
             names=Spread.of(lexical, uses_of, grounded, everywhere=True),
             some_names=Spread.of(lexical, uses_of, grounded, everywhere=False),
-            caller_loop_vars=Spread.of(empty, uses_of, grounded, everywhere=False),
+            loop_vars=Spread.of(empty, uses_of, grounded, everywhere=True),
+            some_loop_vars=Spread.of(empty, uses_of, grounded, everywhere=False),
             labels=labels,
             homes=homes,
         )
 
-    def partly_bound(self, reader: Key | None, name: str) -> bool:
-        """Whether some of the places ``reader`` runs bind ``name``, and not all."""
-        if reader is None or reader not in self.names.grounded:
+    def partly_bound(self, reader: Key | None, name: str, *, loop_var: bool = False) -> bool:
+        """Whether some of the places ``reader`` runs bind ``name``, and not all (with
+        ``loop_var``, bind it as a loop variable)."""
+        every, some = (
+            (self.loop_vars, self.some_loop_vars) if loop_var else (self.names, self.some_names)
+        )
+        if reader is None or reader not in every.grounded:
             return False
-        some, every = self.some_names.extra, self.names.extra
-        return name in some.get(reader, ()) and name not in every.get(reader, ())
+        return name in some.extra.get(reader, ()) and name not in every.extra.get(reader, ())
 
-    def where_unbound(self, reader: Key | None, name: str, outside: str) -> str | None:
+    def where_unbound(
+        self, reader: Key | None, name: str, outside: str, *, loop_var: bool = False
+    ) -> str | None:
         """Where ``reader`` runs without ``name`` though some place it runs binds it
-        ("&Speak is also called at line 37:16, outside that loop"), else None."""
-        if not self.partly_bound(reader, name):
+        ("&Speak is also called at line 37:16, outside that loop"), else None. With
+        ``loop_var``, where it runs without a loop that binds ``name`` around it."""
+        if not self.partly_bound(reader, name, loop_var=loop_var):
             return None
         assert reader is not None
-        chain = self.names.unbound_chain(reader, name)
+        every = self.loop_vars if loop_var else self.names
+        chain = every.unbound_chain(reader, name)
         return self.describe(self.elided(chain), outside) if chain else None
 
     def elided(self, chain: list[tuple[Key, Use]]) -> list[tuple[Key, Use]]:

@@ -107,7 +107,7 @@ def collect_uses(flows: Iterable[Flow], namespaces: Iterable[Namespace]) -> Uses
 class FlowInputs:
     """What the flow checks are given: the script, its flows, each module's namespace (by
     ``id`` of the module), the names visible in each namespace and the loop variables bound
-    around its calls (by ``id`` of the namespace, §11.3), and the :class:`References` that
+    around every call of it (by ``id`` of the namespace, §11.3), and the :class:`References` that
     checks the conditions, iterables and calls the nodes hold and reports every problem."""
 
     script: Script
@@ -306,14 +306,16 @@ class FlowChecker:
         if not actor_loops:
             return
         if executor in self.inputs.caller_loop_vars.get(id(namespace), ()):
-            return  # bound by a loop around the call of this module (§11.3)
+            return  # bound by a loop around every call of this module (§11.3)
         if not self.unbound_actor_variable(executor, namespace):
             return
         loop = actor_loops[-1]
+        hint = f"loop with '{loop.kind} {executor} in …' or make '{action.name}' run as {loop.var}"
+        where = self.inputs.references.caller_loop_hint(executor)
         self.report.error(
             f"{loop.kind} binds {loop.var} but action '{action.name}' runs as {executor}",
             node.span,
-            f"loop with '{loop.kind} {executor} in …' or make '{action.name}' run as {loop.var}",
+            f"{where}; {hint}" if where else hint,
         )
 
     # ------------------------------------------------------------------ reachability (§12.11)
@@ -578,7 +580,14 @@ class _CheckBinding(BindingVisitor[None]):
             }
             self._written = whole_writes(scopes.values())
         bound = part.loop_vars | self.flows.inputs.caller_loop_vars.get(id(namespace), frozenset())
-        check_iterable(loop, namespace, bound, self._written, self.references.report)
+        check_iterable(
+            loop,
+            namespace,
+            bound,
+            self._written,
+            self.references.report,
+            where=self.references.caller_loop_hint,
+        )
 
     def visit_Join(
         self, join: Join, node: FlowNode, part: Part, namespace: Namespace, names: Set[str]

@@ -4,7 +4,7 @@ as a whole, is never a list, so looping over it is a build error rather than a r
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from fems2py.checks.effects import EffectFinder
 from fems2py.checks.report import Report
@@ -29,9 +29,13 @@ def check_iterable(
     loop_vars: frozenset[str],
     written: frozenset[str],
     report: Report,
+    *,
+    where: Callable[[str], str | None] = lambda name: None,
 ) -> None:
     """§12.7: ``for x in num`` where ``num`` is declared as a number, a bool or a text that
-    no action replaces is a build error (at run time: "cannot iterate over 3")."""
+    no action replaces is a build error (at run time: "cannot iterate over 3"). ``loop_vars``
+    are the loop variables bound around it, and ``where`` says where the module runs without a
+    loop that binds ``num`` when a loop around some call of it does (§11.3)."""
     reads = loop.iterable.reads
     if len(reads) != 1 or reads[0].attr is not None:
         return
@@ -45,6 +49,8 @@ def check_iterable(
     hint = f"a loop goes over a list: declare {name} as one ({name} = [a, b, …])"
     if isinstance(decl.value, NumberValue) and isinstance(decl.value.value, int):
         hint = f"loop over range({name}) for 0 … {name} - 1, or declare {name} as a list"
+    unbound = where(name)
+    hint = f"{unbound}; {hint}" if unbound else hint
     report.error(
         f"{loop.kind} {loop.var} in {name}: {name} is declared as {kind}, not a list, and "
         "nothing assigns it a list",

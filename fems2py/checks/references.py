@@ -72,12 +72,17 @@ class References:
         finally:
             self.reader = previous
 
-    def where_unbound(self, name: str, outside: str) -> str | None:
+    def where_unbound(self, name: str, outside: str, *, loop_var: bool = False) -> str | None:
         """Where the module or action being checked runs without ``name`` though some place it
         runs binds it (:meth:`Callers.where_unbound`)."""
         if self.callers is None:
             return None
-        return self.callers.where_unbound(self.reader, name, outside)
+        return self.callers.where_unbound(self.reader, name, outside, loop_var=loop_var)
+
+    def caller_loop_hint(self, name: str) -> str | None:
+        """Where the module being checked runs outside a loop that binds ``name``, when a loop
+        around some other call of it does (§11.3)."""
+        return self.where_unbound(name, f"a loop that binds {name}", loop_var=True)
 
     def caller_hint(self, name: str) -> str | None:
         """The hint for a name that some of the places the module or action being checked runs
