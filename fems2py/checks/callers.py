@@ -93,22 +93,23 @@ class Spread:
         """The names each action sees besides its namespace's, by ``id`` of the action."""
         return {key: names for (kind, key), names in self.extra.items() if kind == "action"}
 
-    def unbound_chain(self, key: Key, name: str) -> list[tuple[Key, Use]]:
+    def unbound_chain(self, key: Key, name: str, some: Spread) -> list[tuple[Key, Use]]:
         """Where ``key`` runs without ``name``: the first such use in source order and, while
-        that use is in a module (or a ``fallback:``) that runs without it in turn, the use of
-        that one, out to a call in the main flow; empty when every place binds ``name``."""
-        return self._chain(key, name, {key})
+        that use is in a module (or a ``fallback:``) that runs without it in turn though
+        ``some`` of its places bind it, the use of that one, out to the call that leaves it
+        unbound; empty when every place binds ``name``."""
+        return self._chain(key, name, some, {key})
 
-    def _chain(self, key: Key, name: str, visited: set[Key]) -> list[tuple[Key, Use]]:
+    def _chain(self, key: Key, name: str, some: Spread, visited: set[Key]) -> list[tuple[Key, Use]]:
         lacking = [use for use in self.uses_of.get(key, ()) if name not in self.seen_at(use)]
         lacking.sort(key=lambda use: (use.span.line, use.span.col))
         for use in lacking:
             outer = self.outer(use)
-            if outer is None or outer not in self.grounded:
-                return [(key, use)]
+            if outer is None or outer not in self.grounded or name not in some.extra.get(outer, ()):
+                return [(key, use)]  # what runs it binds the name nowhere: this use is the gap
             if outer not in visited:
                 visited.add(outer)
-                found = self._chain(outer, name, visited)
+                found = self._chain(outer, name, some, visited)
                 if found:
                     return [(key, use), *found]
         return [(key, lacking[0])] if lacking else []
@@ -179,12 +180,16 @@ class Callers:
             homes=homes,
         )
 
+    def spreads(self, loop_var: bool) -> tuple[Spread, Spread]:
+        """The names bound at every place and at some place, or only the loop variables."""
+        if loop_var:
+            return self.loop_vars, self.some_loop_vars
+        return self.names, self.some_names
+
     def partly_bound(self, reader: Key | None, name: str, *, loop_var: bool = False) -> bool:
         """Whether some of the places ``reader`` runs bind ``name``, and not all (with
         ``loop_var``, bind it as a loop variable)."""
-        every, some = (
-            (self.loop_vars, self.some_loop_vars) if loop_var else (self.names, self.some_names)
-        )
+        every, some = self.spreads(loop_var)
         if reader is None or reader not in every.grounded:
             return False
         return name in some.extra.get(reader, ()) and name not in every.extra.get(reader, ())
@@ -198,8 +203,8 @@ class Callers:
         if not self.partly_bound(reader, name, loop_var=loop_var):
             return None
         assert reader is not None
-        every = self.loop_vars if loop_var else self.names
-        chain = every.unbound_chain(reader, name)
+        every, some = self.spreads(loop_var)
+        chain = every.unbound_chain(reader, name, some)
         return self.describe(self.elided(chain), outside) if chain else None
 
     def elided(self, chain: list[tuple[Key, Use]]) -> list[tuple[Key, Use]]:
@@ -223,7 +228,7 @@ class Callers:
                 text += f" in {self.labels[outer]},"
             text += f" which {self.runs(outer)} at line {_position(outer_use)}"
         last = chain[-1][1].namespace.module
-        if last is not None:  # the chain stops in a module no call from the main flow reaches
+        if last is not None:  # it stops in a module: no call of it binds the name, or none runs
             text += f" in &{last.name}"
         return f"{text}, outside {outside}"
 
