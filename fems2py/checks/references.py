@@ -278,23 +278,29 @@ class References:
         self.report.undefined(f"undeclared variable '{target.name}'", target.span, hint)
 
     def check_index_key(self, target: Target, names: Set[str], *, out: bool) -> None:
-        """``dict[key]``: a bare word that names no variable here is the string itself (§4.2);
-        other reads must be declared; an out's key must be simple."""
+        """``dict[key]``: a bare word that names no variable here is the string itself (§4.2),
+        one that only some places the action runs bind is an error, as its read would be
+        (§7.3); other reads must be declared; an out's key must be simple."""
         expr = target.key_expr
         if expr is None:
             return
         word = target.key_word
         if word is not None:
-            if word not in names and word not in self.broken:
-                self.string_keys.add(target.span)
-                near = suggest(word, {n for n in names if not n.startswith("@")})
-                if near is not None:
-                    self.report.warning(
-                        f"'{word}' is not a variable here, so the key of "
-                        f"'{target.written}' is the string '{word}'",
-                        expr.span,
-                        f'{near} (write {target.name}["{word}"] for the string itself)',
-                    )
+            if word in names or word in self.broken:
+                return
+            if self.caller_hint(word) is not None:  # the variable, where some of its places run
+                hint = f'{self.declare_hint(word)}; or write {target.name}["{word}"] for the string'
+                self.report.undefined(f"undeclared variable '{word}'", expr.span, hint)
+                return
+            self.string_keys.add(target.span)
+            near = suggest(word, {n for n in names if not n.startswith("@")})
+            if near is not None:
+                self.report.warning(
+                    f"'{word}' is not a variable here, so the key of "
+                    f"'{target.written}' is the string '{word}'",
+                    expr.span,
+                    f'{near} (write {target.name}["{word}"] for the string itself)',
+                )
             return
         if out and expr.reads:
             self.report.error(
