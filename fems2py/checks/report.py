@@ -50,7 +50,8 @@ class Report:
         return message, holder(self.unused_actions, Diagnostic("error", message, span))
 
     def diagnostics(self) -> tuple[Diagnostic, ...]:
-        """Every diagnostic once, in source order; an unknown name's at its first use."""
+        """Every diagnostic once, in source order; an unknown name's at its first use, with that
+        use's hint (which may say where it runs without the name, §11.3)."""
         items = []
         for item in self.items:
             later = self.later_uses.get(self._key(item.message, item.span))
