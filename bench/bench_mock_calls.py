@@ -8,6 +8,11 @@ warm-up run so that one-off imports and schema creation are not counted. CPU tim
 too, and the times the run waited (none: a turn never waits for the store's writer or a
 thread), so on a loaded machine the gap between wall and CPU time is the time other processes
 held the CPU. Each figure is the fastest of three runs.
+
+Whether a call costs more as the run's transcript grows: a run of 500 turns and one of 6,000,
+the actor seeing every earlier reply and the narration of 350 characters before each turn;
+the calls after the 1,000th against the 500 before them, as a ratio of CPU time (1: a call's
+cost does not grow with the transcript).
 """
 
 from __future__ import annotations
@@ -26,18 +31,26 @@ from bench.modules import load_module
 from bench.otlp_sink import otlp_sink
 
 TURNS = 50 if quick() else 2_000
-SCRIPT = f"""\
+SHORT, LONG = (50, 200) if quick() else (500, 6_000)
+NARRATION = " ".join(["The night is long, and the village listens at every door."] * 6)
+
+
+def script(turns: int, narration: str = "") -> str:
+    """``turns`` AI turns in a loop, each seeing every earlier reply (and ``narration``, shown
+    to the room before each turn's prompt)."""
+    shown = f"\n    showprompt: {narration} Turn {{n}}." if narration else ""
+    return f"""\
 vars:
     n = 0
 actors:
     ai @a
     ai @b
 action talk @ai(@a):
-    scope: [@a, @b]
+    scope: [@a, @b]{shown}
     prompt: Say something short about turn {{n}}.
     out: n: int
 mainflow:
-    [START] -> for i in range({TURNS}):
+    [START] -> for i in range({turns}):
         -> talk ->
     -> [END]
 """
@@ -48,7 +61,7 @@ def main() -> list[Figure]:
     repeats = 1 if quick() else 3
     print(f"   ({load()})")
     with TemporaryDirectory() as folder:
-        module = load_module(Path(folder), "calls", SCRIPT)
+        module = load_module(Path(folder), "calls", script(TURNS))
         module.run(model="fems/mock", seed=0, db=":memory:")  # warm-up: imports, schema, caches
         for label, db in (("in-memory SQLite", ":memory:"), ("SQLite file", f"{folder}/calls.db")):
             timing, result = timed(
@@ -65,8 +78,33 @@ def main() -> list[Figure]:
                     f"fems/mock model call, {label}", f"{wall:,.0f} µs ({cpu:,.0f} CPU)", "≤ 500 µs"
                 )
             )
+        figures.append(_growth(Path(folder), repeats))
         figures.append(_with_export(module, repeats))
     return figures
+
+
+def _growth(folder: Path, repeats: int) -> Figure:
+    """The CPU cost of a call late in a long run against one early on (in-memory SQLite, no
+    export): runs of ``SHORT``, twice ``SHORT`` and ``LONG`` turns, each span of calls timed
+    as the difference of two runs, so that what every run costs once (its start, its end)
+    cancels out."""
+    cpu = {}
+    for turns in (SHORT, 2 * SHORT, LONG):
+        module = load_module(folder, f"calls_{turns}", script(turns, NARRATION))
+        module.run(model="fems/mock", seed=0, db=":memory:", otel=False)  # warm-up
+        timing, _ = timed(
+            lambda m=module: m.run(model="fems/mock", seed=1, db=":memory:", otel=False), repeats
+        )
+        cpu[turns] = timing.cpu
+    early = (cpu[2 * SHORT] - cpu[SHORT]) / SHORT * 1e6
+    late = (cpu[LONG] - cpu[2 * SHORT]) / (LONG - 2 * SHORT) * 1e6
+    print(
+        f"   CPU per call, narration and replies in the context: {early:,.0f} µs over turns "
+        f"{SHORT + 1:,}–{2 * SHORT:,}, {late:,.0f} µs over turns {2 * SHORT + 1:,}–{LONG:,} "
+        f"({late / early:.2f} ×)"
+    )
+    value = f"{late / early:.2f} × ({late:,.0f} µs late, {early:,.0f} µs early, CPU)"
+    return Figure(f"fems/mock call late in a {LONG:,}-turn run / early", value, "≈ 1 ×")
 
 
 def _with_export(module: ModuleType, repeats: int) -> Figure:
