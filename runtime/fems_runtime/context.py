@@ -86,17 +86,56 @@ def estimate_tokens(text: str) -> int:
     return wide + -(-(len(text) - wide) // 3)
 
 
-@dataclass(frozen=True)
-class ContextView:
-    """An actor's context as one turn sees it: its first ``count`` entries (messages), joined
-    by blank lines in ``text``; ``starts`` are where entries begin in the text. The lists are
-    shared with a :class:`ContextCache`, which appends later turns' entries; a view reads its
-    own. ``sizes`` holds the estimated tokens before each entry, worked out when a window asks
-    for them (§13.2a), so a run without a known window never estimates."""
+@dataclass
+class _Kept:
+    """An actor's context entries as they grow, where each starts in their text (the entries
+    joined by blank lines), and that text as far as a turn has asked for it: a turn adds only
+    its new entries, and a model call that reads no text (an offline one that nobody watches)
+    never joins it, so a turn's cost does not grow with the run's transcript."""
 
-    text: str = ""
+    entries: list[str] = field(default_factory=list)
     starts: list[int] = field(default_factory=list)
     sizes: list[int] = field(default_factory=lambda: [0])
+    joined: str = ""  # the text of the first ``joined_count`` entries
+    joined_count: int = 0
+    seen: int = 0  # the last sequence number read
+
+    def extend(self, entries: Sequence[str]) -> None:
+        if not entries:
+            return
+        at = self.starts[-1] + len(self.entries[-1]) + 2 if self.entries else 0
+        if len(entries) == 1:  # the usual turn: one message new to the actor
+            self.starts.append(at)
+        else:
+            lengths = accumulate((len(entry) + 2 for entry in entries), initial=at)
+            self.starts.extend(islice(lengths, len(entries)))
+        self.entries.extend(entries)
+
+    def text(self, count: int) -> str:
+        """The text of the first ``count`` entries: the text joined before, extended by the
+        entries added since (an earlier, shorter view's is cut from it)."""
+        done = self.joined_count
+        if count > done:
+            added = "\n\n".join(self.entries[done:count])
+            self.joined = f"{self.joined}\n\n{added}" if done else added
+            self.joined_count = done = count
+        if count == done:
+            return self.joined
+        return self.joined[: self.starts[count] - 2] if count else ""
+
+    def view(self) -> ContextView:
+        return ContextView(self, len(self.entries))
+
+
+@dataclass(frozen=True)
+class ContextView:
+    """An actor's context as one turn sees it: its first ``count`` entries (messages), oldest
+    first. The entries are shared with a :class:`ContextCache`, which appends later turns'
+    entries; a view reads its own. Their ``text`` (joined by blank lines) is made when first
+    asked for; ``sizes`` holds the estimated tokens before each entry, worked out when a
+    window asks for them (§13.2a), so a run without a known window never estimates."""
+
+    kept: _Kept = field(default_factory=_Kept)
     count: int = 0
 
     @classmethod
@@ -105,6 +144,16 @@ class ContextView:
         kept = _Kept()
         kept.extend(entries)
         return kept.view()
+
+    @property
+    def entries(self) -> list[str]:
+        """The entries of every view of this actor's context (this one's: the first ``count``);
+        the same list for each longer version, which only grows at its end."""
+        return self.kept.entries
+
+    @property
+    def text(self) -> str:
+        return self.kept.text(self.count)
 
     @property
     def tokens(self) -> int:
@@ -125,41 +174,15 @@ class ContextView:
         notice = (
             f"({left_out} earlier {'message is' if left_out == 1 else 'messages are'} not shown)"
         )
-        shown = self.text[self.starts[left_out] :] if keep else ""
+        shown = "\n\n".join(self.entries[left_out : self.count])
         return f"{notice}\n\n{shown}" if shown else notice
 
     def _sizes(self) -> list[int]:
         """``sizes`` up to this view's entries: each entry and the blank line after it."""
-        sizes, starts, text, count = self.sizes, self.starts, self.text, self.count
-        for index in range(len(sizes) - 1, count):
-            end = starts[index + 1] - 2 if index + 1 < count else len(text)
-            sizes.append(sizes[-1] + estimate_tokens(text[starts[index] : end]) + 1)
+        sizes, entries = self.kept.sizes, self.entries
+        for index in range(len(sizes) - 1, self.count):
+            sizes.append(sizes[-1] + estimate_tokens(entries[index]) + 1)
         return sizes
-
-
-@dataclass
-class _Kept:
-    """An actor's context text as it grows, with where its entries start."""
-
-    text: str = ""
-    starts: list[int] = field(default_factory=list)
-    sizes: list[int] = field(default_factory=lambda: [0])
-    seen: int = 0  # the last sequence number read
-
-    def extend(self, entries: Sequence[str]) -> None:
-        if not entries:
-            return
-        at = len(self.text) + 2 if self.text else 0
-        if len(entries) == 1:  # the usual turn: one message new to the actor
-            self.starts.append(at)
-        else:
-            lengths = accumulate((len(entry) + 2 for entry in entries), initial=at)
-            self.starts.extend(islice(lengths, len(entries)))
-        added = entries[0] if len(entries) == 1 else "\n\n".join(entries)
-        self.text = f"{self.text}\n\n{added}" if self.text else added
-
-    def view(self) -> ContextView:
-        return ContextView(self.text, self.starts, self.sizes, len(self.starts))
 
 
 class ContextCache:
@@ -275,9 +298,11 @@ class Request:
         memory_block = f"{MEMORY_HEADER}\n{memory.strip()}" if memory.strip() else ""
         return cls(_join(*system), context, memory_block, _join(narration, prompt))
 
-    def messages(self, keep: int | None = None) -> list[dict[str, str]]:
-        """The messages, with the newest ``keep`` context entries (default: all)."""
-        user = _join(self.context.block(keep), self.memory, self.prompt)
+    def messages(self, keep: int | None = None, *, context: bool = True) -> list[dict[str, str]]:
+        """The messages, with the newest ``keep`` context entries (default: all); without the
+        context when ``context`` is false, for a model that never reads it (the context is
+        the one part whose cost grows with the run)."""
+        user = _join(self.context.block(keep) if context else "", self.memory, self.prompt)
         messages = []
         if self.system:
             messages.append({"role": "system", "content": self.system})

@@ -348,27 +348,31 @@ def write_result(
 
 
 class GrowingTextDigests:
-    """sha256 digests of texts that only grow at their end, such as an actor's context kept
-    between its turns (``owner`` names the growing text: the same object for each longer
-    version): each text is hashed once, not again at every turn that sends it."""
+    """sha256 digests of texts made of entries joined by blank lines, whose list of entries
+    only grows at its end, such as an actor's context kept between its turns (the same list
+    for each longer version): each entry is hashed once, not again at every turn that sends
+    it, and the text itself is never joined for it."""
 
     KEEP = 64  # growing texts followed at once (an actor's context each)
 
     def __init__(self) -> None:
         self._hashed: dict[int, tuple[object, Any, int]] = {}
 
-    def digest(self, text: str, owner: object) -> str:
-        """The sha256 of ``text``, the newest version of ``owner``'s text."""
-        found = self._hashed.get(id(owner))
-        if found is not None and found[0] is owner and found[2] <= len(text):
+    def digest(self, entries: Sequence[str], count: int) -> str:
+        """The sha256 of the first ``count`` of ``entries`` joined by blank lines."""
+        found = self._hashed.get(id(entries))
+        if found is not None and found[0] is entries and found[2] <= count:
             hasher, done = found[1], found[2]
         else:
             hasher, done = hashlib.sha256(), 0
-        hasher.update(text[done:].encode("utf-8", "surrogatepass"))
-        self._hashed.pop(id(owner), None)
+        if count > done:
+            added = "\n\n".join(entries[done:count])
+            text = f"\n\n{added}" if done else added  # the blank line after the hashed ones
+            hasher.update(text.encode("utf-8", "surrogatepass"))
+        self._hashed.pop(id(entries), None)
         if len(self._hashed) >= self.KEEP:
             self._hashed.pop(next(iter(self._hashed)))
-        self._hashed[id(owner)] = (owner, hasher, len(text))
+        self._hashed[id(entries)] = (entries, hasher, count)
         return str(hasher.copy().hexdigest())
 
 

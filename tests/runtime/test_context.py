@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import threading
+from pathlib import Path
 
 import pytest
+from fems_helpers import build_script, load, read_trace
 from fems_runtime.context import (
     MEMORY_HEADER,
     ContextCache,
     ContextView,
     Request,
+    _Kept,
     builtin_context,
     call_method,
     format_context,
@@ -19,7 +23,7 @@ from fems_runtime.context import (
     method_text,
     retry_messages,
 )
-from fems_runtime.records import RunError
+from fems_runtime.records import GrowingTextDigests, RunError
 from fems_runtime.store import Message, NewMessage, Store
 from fems_runtime.variables import ActorSpec, Variables
 from hypothesis import given, settings
@@ -291,3 +295,73 @@ def test_retry_messages() -> None:
         {"role": "user", "content": "KILL must be alive"},
     ]
     assert first == [{"role": "user", "content": "Go."}]
+
+
+GROWING = """
+    vars:
+        n = 0
+    actors:
+        ai @a
+        ai @b
+    action talk @ai(@a):
+        scope: [@a, @b]
+        showprompt: Night {n} falls on the village.
+        prompt: Say something about turn {n}.
+        out: n: int
+    mainflow:
+        [START] -> for i in range(12):
+            -> talk ->
+        -> [END]
+"""
+
+
+def test_an_unwatched_mock_run_never_joins_the_growing_context(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cost of a `fems/mock` turn must not grow with the transcript: with nobody watching,
+    no turn joins the actor's context (its entries are added, never copied); a traced run
+    sends the whole of it, and the mock's replies are the same either way."""
+    joined: list[int] = []
+    text = _Kept.text
+
+    def counted(kept: _Kept, count: int) -> str:
+        joined.append(count)
+        return text(kept, count)
+
+    monkeypatch.setattr(_Kept, "text", counted)
+    module = load(build_script(tmp_path, GROWING))
+    quiet, traced = tmp_path / "quiet.db", tmp_path / "traced.db"
+    module.run(model="fems/mock", seed=3, db=str(quiet))
+    assert joined == []
+    module.run(model="fems/mock", seed=3, db=str(traced), trace=str(tmp_path / "t.jsonl"))
+    assert joined == list(range(0, 23, 2))  # each turn's call: narration and reply before it
+    assert _replies(quiet) == _replies(traced)
+    calls = [e for e in read_trace(tmp_path / "t.jsonl") if e["event"] == "llm_call"]
+    last = calls[-1]["messages"][0]["content"]  # the 11 turns before the last one
+    assert last.count("[narrator]: Night") == last.count("[@a]: ") == 11
+
+
+def _replies(db: Path) -> list[str]:
+    with Store(db) as store:
+        return [m.content for m in store.messages(1) if m.kind == "reply"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(batches=st.lists(st.lists(st.text(max_size=8), max_size=4), min_size=1, max_size=6))
+def test_a_growing_context_is_digested_as_its_joined_text(batches: list[list[str]]) -> None:
+    """Each entry is hashed once as the context grows, yet a digest is the sha256 of the
+    joined text (the digests a reuse compares with older records, §16.4a); an older, shorter
+    view's text and digest are its own."""
+    digests, kept = GrowingTextDigests(), _Kept()
+    views = []
+    for batch in batches:
+        kept.extend(batch)
+        view = kept.view()
+        views.append(view)
+        whole = "\n\n".join(view.entries[: view.count])
+        assert view.text == whole
+        expected = hashlib.sha256(whole.encode("utf-8", "surrogatepass")).hexdigest()
+        assert digests.digest(view.entries, view.count) == expected
+    first = views[0]
+    assert first.text == "\n\n".join(batches[0])
+    assert first.block(1) == ContextView.of(batches[0]).block(1)

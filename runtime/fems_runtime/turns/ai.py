@@ -314,7 +314,7 @@ class AiTurn(CallingTurn):
                 "tools": list(setup.schemas),
                 "sent": {
                     "system": request.system,
-                    "context": self.services.log.contexts.digest(context.text, context.starts),
+                    "context": self.services.log.contexts.digest(context.entries, context.count),
                     "entries": context.count,
                     "keep": plan.keep,
                     "memory": request.memory,

@@ -116,8 +116,8 @@ class CallPlan:
     added: tuple[dict[str, Any], ...]
     keep: int | None
 
-    def messages(self, keep: int | None) -> list[dict[str, Any]]:
-        return [*self.request.messages(keep), *self.added]
+    def messages(self, keep: int | None, *, context: bool = True) -> list[dict[str, Any]]:
+        return [*self.request.messages(keep, context=context), *self.added]
 
 
 @dataclass(frozen=True)
@@ -146,7 +146,7 @@ class CallingTurn(Turn):
         what had arrived when `interrupt:` cut it (§10.7). The context is cut to the model's
         window (§13.2a); a provider that still finds it too long gets half of it, once."""
         keep = plan.keep
-        messages = plan.messages(keep)
+        messages = plan.messages(keep, context=self.context_read())
         debugger = self.services.debugger
         if debugger is not None:  # held here, before the call (and its timeout) starts
             await debugger.before_call(self.held_call(messages))
@@ -193,6 +193,16 @@ class CallingTurn(Turn):
         if call is not None and call.finish_reason == "length":
             self.warn(self.cut_short())
         return answer
+
+    def context_read(self) -> bool:
+        """Whether anything reads the context that a call's messages carry: a model on the
+        network, a debugger, a listener of the run's events (the trace, the stage). An
+        offline model reads none (`fems/mock` looks at the messages' roles only), and
+        joining the actor's whole context for it at every turn made a long run's turns ever
+        slower."""
+        services = self.services
+        offline = self.setup.choice.offline
+        return not offline or services.debugger is not None or services.events.active
 
     def held_call(self, messages: list[dict[str, Any]], recorded: str | None = None) -> HeldCall:
         """This turn's call as a debugger holds it (``recorded``: the reply it replays)."""
