@@ -135,8 +135,9 @@ def check_text(text: str) -> str:
 
 def valid_text(text: str) -> str:
     """``text`` with every lone surrogate (text that is not valid Unicode, as a JSON ``\\ud800``
-    escape gives) replaced by U+FFFD, so that it can be stored, traced and printed."""
-    return _SURROGATE.sub("\ufffd", text)
+    escape gives) replaced by U+FFFD, so that it can be stored, traced and printed. ASCII
+    text, which holds none, is not scanned: the trace passes each call's whole context here."""
+    return text if text.isascii() else _SURROGATE.sub("\ufffd", text)
 
 
 def parse_literal(
