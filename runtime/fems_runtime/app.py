@@ -613,7 +613,8 @@ class _Run:
         if transcript:
             everyone = [spec.name for spec in program.actors]
             events.subscribe(
-                transcript if isinstance(transcript, Transcript) else Transcript(everyone=everyone)
+                transcript if isinstance(transcript, Transcript) else Transcript(everyone=everyone),
+                sent=False,  # it prints what is stored, never what a call sends
             )
         self._cost_limit(options.max_cost, turns)
         export_run(events, options.otel, program.script.file)
@@ -654,7 +655,7 @@ class _Run:
         limit.start(
             turns.session, spent, lambda text: turns.warn(f"{self.program.script.file}: {text}")
         )
-        self.events.subscribe(limit)
+        self.events.subscribe(limit, sent=False)
 
     async def completed(self) -> RunResult:
         """Close the run as completed and write its ``--result`` file."""

@@ -388,7 +388,8 @@ class ModelCallBegan(Began):
     users: frozenset[str] = frozenset()
     #: the actors in the turn's scope, sorted
     scope: tuple[str, ...] = ()
-    #: the messages sent (OpenAI protocol), as cut to the model's window
+    #: the messages sent (OpenAI protocol), as cut to the model's window; an offline
+    #: model's without the context while no subscriber reads them (:attr:`RunEvents.reads_sent`)
     messages: tuple[Mapping[str, Any], ...] = _content(())
 
 
@@ -541,6 +542,7 @@ class RunEvents:
     A subscriber may stop the run by raising (the cost limit raises a ``RunError`` at a
     turn's end); emitters build events only while :attr:`active`, and a point that only some
     subscribers read (stored messages, reply chunks, assignments) only when :meth:`wants` it.
+    An offline model's call carries its context only while :attr:`reads_sent`.
     """
 
     #: what the JSONL trace writes as ``format`` on its first line (``run``)
@@ -552,7 +554,7 @@ class RunEvents:
         self.session: int | None = None
         #: the run's span id (parent of its top-level steps)
         self.run_id: int | None = None
-        self._subscribers: list[tuple[Subscriber, frozenset[type[RunEvent]]]] = []
+        self._subscribers: list[tuple[Subscriber, frozenset[type[RunEvent]], bool]] = []
         self._calls: tuple[Subscriber, ...] = ()
         self._wheres: dict[tuple[Any, ...], Where] = {}
         self._wanted: frozenset[type[RunEvent]] = frozenset()
@@ -560,13 +562,22 @@ class RunEvents:
         self.new_id: Callable[[], int] = itertools.count(1).__next__
         #: whether anyone listens: a plain attribute, read at every point of the run
         self.active = False
+        #: whether a subscriber reads what model calls send (their events' ``messages``)
+        self.reads_sent = False
 
     def subscribe(
-        self, subscriber: Subscriber, only: Iterable[type[RunEvent]] | None = None
+        self,
+        subscriber: Subscriber,
+        only: Iterable[type[RunEvent]] | None = None,
+        *,
+        sent: bool = True,
     ) -> Callable[[], None]:
         """Call ``subscriber`` with each event from now on (``only``: the types it reads; it
-        may still be called with others, which it ignores); returns the call that stops it."""
-        entry = (subscriber, frozenset(only) if only is not None else _every_event_type())
+        may still be called with others, which it ignores); returns the call that stops it.
+        ``sent`` False: it never reads what a model call sends, so an offline model's call
+        may leave its context out (the one part whose cost grows with the run)."""
+        wanted = frozenset(only) if only is not None else _every_event_type()
+        entry = (subscriber, wanted, sent)
         self._subscribers.append(entry)
         self._listened()
 
@@ -579,8 +590,9 @@ class RunEvents:
 
     def _listened(self) -> None:
         self.active = bool(self._subscribers)
-        self._calls = tuple(subscriber for subscriber, _ in self._subscribers)
-        self._wanted = frozenset().union(*(wanted for _, wanted in self._subscribers))
+        self.reads_sent = any(sent for _, _, sent in self._subscribers)
+        self._calls = tuple(subscriber for subscriber, _, _ in self._subscribers)
+        self._wanted = frozenset().union(*(wanted for _, wanted, _ in self._subscribers))
 
     def wants(self, kind: type[RunEvent]) -> bool:
         """Whether a subscriber reads events of type ``kind``: a point nobody reads is not

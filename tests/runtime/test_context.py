@@ -318,9 +318,10 @@ GROWING = """
 def test_an_unwatched_mock_run_never_joins_the_growing_context(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The cost of a `fems/mock` turn must not grow with the transcript: with nobody watching,
-    no turn joins the actor's context (its entries are added, never copied); a traced run
-    sends the whole of it, and the mock's replies are the same either way."""
+    """The cost of a `fems/mock` turn must not grow with the transcript: while nobody reads
+    what its calls send (``--transcript`` and a cost limit read what is stored), no turn joins
+    the actor's context (its entries are added, never copied); a traced run sends the whole
+    of it, and the mock's replies are the same either way."""
     joined: list[int] = []
     text = _Kept.text
 
@@ -331,7 +332,7 @@ def test_an_unwatched_mock_run_never_joins_the_growing_context(
     monkeypatch.setattr(_Kept, "text", counted)
     module = load(build_script(tmp_path, GROWING))
     quiet, traced = tmp_path / "quiet.db", tmp_path / "traced.db"
-    module.run(model="fems/mock", seed=3, db=str(quiet))
+    module.run(model="fems/mock", seed=3, db=str(quiet), transcript=True, max_cost=1.0)
     assert joined == []
     module.run(model="fems/mock", seed=3, db=str(traced), trace=str(tmp_path / "t.jsonl"))
     assert joined == list(range(0, 23, 2))  # each turn's call: narration and reply before it

@@ -112,6 +112,19 @@ def test_the_bus_wants_only_what_its_subscribers_read() -> None:
     assert not bus.active and not bus.wants(ev.TurnBegan)
 
 
+def test_what_calls_send_is_read_only_by_a_subscriber_that_says_so() -> None:
+    """An exporter that captures no content reads no call's messages: an offline call may
+    leave its context out (the one part whose cost grows with the run)."""
+    bus = ev.RunEvents()
+    stop_spans = bus.subscribe(lambda event: None, only=EXPORTED, sent=False)
+    assert bus.active and not bus.reads_sent
+    stop_trace = bus.subscribe(lambda event: None)
+    assert bus.reads_sent
+    stop_trace()
+    assert not bus.reads_sent
+    stop_spans()
+
+
 class Collector:
     """An OTLP/HTTP receiver on 127.0.0.1 keeping the names of the spans it receives."""
 

@@ -311,4 +311,4 @@ def forward_run(
 ) -> None:
     """Export the run of ``events`` through this process's export process."""
     forwarder = RunForwarder(export_process(), service, capture=capture, tags=tags)
-    events.subscribe(forwarder, only=EXPORTED)
+    events.subscribe(forwarder, only=EXPORTED, sent=capture)  # content goes only if captured

@@ -196,13 +196,13 @@ class CallingTurn(Turn):
 
     def context_read(self) -> bool:
         """Whether anything reads the context that a call's messages carry: a model on the
-        network, a debugger, a listener of the run's events (the trace, the stage). An
+        network, a debugger, a listener of what calls send (the trace, the stage). An
         offline model reads none (`fems/mock` looks at the messages' roles only), and
         joining the actor's whole context for it at every turn made a long run's turns ever
         slower."""
         services = self.services
         offline = self.setup.choice.offline
-        return not offline or services.debugger is not None or services.events.active
+        return not offline or services.debugger is not None or services.events.reads_sent
 
     def held_call(self, messages: list[dict[str, Any]], recorded: str | None = None) -> HeldCall:
         """This turn's call as a debugger holds it (``recorded``: the reply it replays)."""
