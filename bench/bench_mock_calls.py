@@ -9,20 +9,23 @@ too, and the times the run waited (none: a turn never waits for the store's writ
 thread), so on a loaded machine the gap between wall and CPU time is the time other processes
 held the CPU. Each figure is the fastest of three runs.
 
-Whether a call costs more as the run's transcript grows: a run of 500 turns and one of 6,000,
-the actor seeing every earlier reply and the narration of 350 characters before each turn;
-the calls after the 1,000th against the 500 before them, as a ratio of CPU time (1: a call's
-cost does not grow with the transcript).
+Whether a call costs more as the run's transcript grows: a run of 6,000 turns, the actor
+seeing every earlier reply and the narration of 350 characters before each turn; its last
+1,000 calls against its second 1,000, as a ratio of CPU time (1: a call's cost does not grow
+with the transcript).
 """
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from tempfile import TemporaryDirectory
 from types import ModuleType
 from typing import Any
+from unittest.mock import patch
 
+from fems_runtime.llm import ModelClient
 from fems_runtime.otel import flush
 from fems_runtime.otel.forward import export_process
 
@@ -31,7 +34,7 @@ from bench.modules import load_module
 from bench.otlp_sink import otlp_sink
 
 TURNS = 50 if quick() else 2_000
-SHORT, LONG = (50, 200) if quick() else (500, 6_000)
+SPAN, LONG = (50, 200) if quick() else (1_000, 6_000)
 NARRATION = " ".join(["The night is long, and the village listens at every door."] * 6)
 
 
@@ -85,22 +88,28 @@ def main() -> list[Figure]:
 
 def _growth(folder: Path, repeats: int) -> Figure:
     """The CPU cost of a call late in a long run against one early on (in-memory SQLite, no
-    export): runs of ``SHORT``, twice ``SHORT`` and ``LONG`` turns, each span of calls timed
-    as the difference of two runs, so that what every run costs once (its start, its end)
-    cancels out."""
-    cpu = {}
-    for turns in (SHORT, 2 * SHORT, LONG):
-        module = load_module(folder, f"calls_{turns}", script(turns, NARRATION))
+    export), both timed inside the same run: the CPU clock is read as each model call starts
+    (a wrapper of :meth:`ModelClient.complete`), and a span of ``SPAN`` calls costs the time
+    between its first and its last; each span's figure is its fastest of ``repeats`` runs."""
+    module = load_module(folder, "calls_long", script(LONG, NARRATION))
+    clock: list[float] = []
+    complete = ModelClient.complete
+
+    async def clocked(client: ModelClient, *args: Any, **options: Any) -> Any:
+        clock.append(time.process_time())
+        return await complete(client, *args, **options)
+
+    early = late = float("inf")
+    with patch.object(ModelClient, "complete", clocked):
         module.run(model="fems/mock", seed=0, db=":memory:", otel=False)  # warm-up
-        timing, _ = timed(
-            lambda m=module: m.run(model="fems/mock", seed=1, db=":memory:", otel=False), repeats
-        )
-        cpu[turns] = timing.cpu
-    early = (cpu[2 * SHORT] - cpu[SHORT]) / SHORT * 1e6
-    late = (cpu[LONG] - cpu[2 * SHORT]) / (LONG - 2 * SHORT) * 1e6
+        for _ in range(repeats):
+            clock.clear()
+            module.run(model="fems/mock", seed=1, db=":memory:", otel=False)
+            early = min(early, (clock[2 * SPAN] - clock[SPAN]) / SPAN * 1e6)
+            late = min(late, (clock[-1] - clock[-1 - SPAN]) / SPAN * 1e6)
     print(
         f"   CPU per call, narration and replies in the context: {early:,.0f} µs over turns "
-        f"{SHORT + 1:,}–{2 * SHORT:,}, {late:,.0f} µs over turns {2 * SHORT + 1:,}–{LONG:,} "
+        f"{SPAN + 1:,}–{2 * SPAN:,}, {late:,.0f} µs over the last {SPAN:,} of {LONG:,} "
         f"({late / early:.2f} ×)"
     )
     value = f"{late / early:.2f} × ({late:,.0f} µs late, {early:,.0f} µs early, CPU)"
