@@ -301,6 +301,63 @@ def test_an_input_file_that_cannot_be_read_says_so_in_words(
         assert done.stderr.startswith(f"t.fems: error: {said}")
 
 
+TOOL_SCRIPT = """
+actors:
+    ai @clerk = tools: [clock.get_current_time]
+action ask @ai(@clerk):
+    prompt: What time is it?
+mainflow:
+    [START] -> ask -> [END]
+"""
+
+
+@pytest.mark.parametrize(
+    ("saved", "byte"),
+    [
+        ('[models]\nfast = "openai/x"\n'.encode("utf-16"), "0xff at offset 0"),
+        ('[models]\nfast = "café"\n'.encode("latin-1"), "0xe9 at offset 20"),
+    ],
+    ids=["utf-16", "latin-1"],
+)
+def test_a_fems_toml_not_in_utf_8_says_so_as_an_input_file_does(
+    tmp_path: Path, saved: bytes, byte: str
+) -> None:
+    """A fems.toml saved as UTF-16 (a Windows editor) or Latin-1 said Python's reason: "cannot
+    be read: 'utf-8' codec can't decode byte 0xff in position 0: invalid start byte". Every
+    reader of the one file (a run, `fems2py models`, `fems2py check` of a script naming a
+    server's tool, a generated module) says what --replies says, in one located line."""
+    module = build_script(tmp_path, "mainflow:\n    [START] -> [END]\n")
+    (tmp_path / "u.fems").write_text(TOOL_SCRIPT, encoding="utf-8")
+    (tmp_path / "fems.toml").write_bytes(saved)
+    said = f"not UTF-8 text (byte {byte}): save it with UTF-8 encoding"
+    fems2py = [sys.executable, "-m", "fems2py"]
+    for command in (
+        [sys.executable, str(module), "--db", ":memory:"],
+        [*fems2py, "run", "t.fems", "--db", ":memory:"],
+        [*fems2py, "models", "t.fems"],
+    ):
+        done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, check=False)
+        assert done.returncode == 1, done.stderr
+        [line] = done.stderr.splitlines()  # the path as the command has its folder
+        assert line.endswith(f"fems.toml: error: {said}")
+    checked = subprocess.run(
+        [*fems2py, "check", "u.fems"], capture_output=True, text=True, cwd=tmp_path, check=False
+    )
+    assert checked.returncode == 1 and "Traceback" not in checked.stderr
+    assert f"tool clock.get_current_time: fems.toml: {said}" in checked.stderr
+
+
+def test_a_fems_toml_that_is_a_folder_says_so_in_words(tmp_path: Path) -> None:
+    """A folder named fems.toml said "[Errno 21] Is a directory: '…/fems.toml'"."""
+    module = build_script(tmp_path, "mainflow:\n    [START] -> [END]\n")
+    (tmp_path / "fems.toml").mkdir()
+    done = run_program(module, "--db", ":memory:")
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        f"{tmp_path / 'fems.toml'}: error: cannot be read: Is a directory"
+    ]
+
+
 def test_replies_beside_the_mock_model_is_a_usage_error(tmp_path: Path) -> None:
     """--replies implies fems/script (§15.3): with --model fems/mock the two contradict, on
     the module's command line (exit 2, one error line) and from Python (a run error)."""

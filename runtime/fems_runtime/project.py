@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fems_runtime.records import RunError
+from fems_runtime.records import RunError, why_unreadable
 
 FILE_NAME = "fems.toml"
 DEFAULT_TIMEOUT = 30.0
@@ -90,8 +90,8 @@ class ProjectConfig:
             text = path.read_text(encoding="utf-8")
         except (FileNotFoundError, NotADirectoryError):
             return cls((path.parent,))
-        except (OSError, UnicodeDecodeError) as error:
-            raise ConfigError(f"cannot be read: {error}", str(path)) from None
+        except (OSError, UnicodeDecodeError) as error:  # a folder, UTF-16: as --replies says
+            raise ConfigError(why_unreadable(error), str(path)) from None
         import tomllib  # only for a project that has the file: ~6 ms of every start otherwise
 
         try:

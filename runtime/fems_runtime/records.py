@@ -314,14 +314,20 @@ def read_input(path: str | Path, what: str) -> str:
     name, and one saved in another encoding says to save it as UTF-8."""
     try:
         return Path(path).read_text(encoding="utf-8")
-    except OSError as error:
-        raise RunError(f"cannot read {what} {path}: {error.strerror}") from None
-    except UnicodeDecodeError as error:
+    except (OSError, UnicodeDecodeError) as error:
+        raise RunError(why_unreadable(error, f"{what} {path}")) from None
+
+
+def why_unreadable(error: OSError | UnicodeDecodeError, name: str = "") -> str:
+    """Why a file could not be read, in the same words for every file a user writes:
+    ``name`` is the file as the sentence names it (``replies file r.json``), or ``""`` when the
+    error is located in the file (``fems.toml: error: not UTF-8 text …``)."""
+    if isinstance(error, UnicodeDecodeError):
         byte = error.object[error.start]
-        raise RunError(
-            f"{what} {path} is not UTF-8 text (byte 0x{byte:02x} at offset {error.start}): "
-            "save it with UTF-8 encoding"
-        ) from None
+        where = f"byte 0x{byte:02x} at offset {error.start}"
+        said = f"not UTF-8 text ({where}): save it with UTF-8 encoding"
+        return f"{name} is {said}" if name else said
+    return f"cannot read {name}: {error.strerror}" if name else f"cannot be read: {error.strerror}"
 
 
 def write_result(
