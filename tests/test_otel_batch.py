@@ -1,6 +1,6 @@
 """``fems2py batch --otel`` (issue 31): one trace per session, tagged with the batch and the
 session's index, from the pool's worker processes and from Ray tasks, all of it in Phoenix
-before the batch exits."""
+before the batch exits; with no collector, one warning for the whole batch."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 import ray
 from batch_helpers import batch, coin_script, tagged_sessions
 
-from tests.phoenix_server import Phoenix
+from tests.phoenix_server import Phoenix, free_port
 
 
 def _check_traces(spans: list[dict[str, Any]], name: str, db: str, runs: int) -> None:
@@ -72,3 +72,40 @@ def test_ray_tasks_export_with_the_batch_s_variables(
         ray.shutdown()
     assert status == 0, err
     _check_traces(phoenix.spans(project, roots=3), "ray-coins", db, 3)
+
+
+NO_COLLECTOR = "no OpenTelemetry collector answers"
+
+
+@pytest.mark.parametrize("where", ["pool", "ray"])
+def test_a_batch_without_a_collector_says_so_once(
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    where: str,
+) -> None:
+    """Each worker exports through a process of its own: the pool's three each said the
+    warning (on the terminal, past the log their other messages go to), and Ray's went to
+    Ray's logs, unseen. The workers report it with their sessions' rows; the batch says it.
+    (capfd: the export processes write to the file descriptor, not to sys.stderr.)"""
+    endpoint = f"http://127.0.0.1:{free_port()}"
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+    script = coin_script(tmp_path, rounds=1)
+    args = ["--runs", "6", "--workers", "3", "--db", str(tmp_path / "b.db"), "--model", "fems/mock"]
+    if where == "ray":
+        ray.init(
+            num_cpus=3, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False
+        )
+    try:
+        status, err = batch(capfd, script, *args, *(["--ray"] if where == "ray" else []))
+    finally:
+        if where == "ray":
+            ray.shutdown()
+    assert status == 0, err
+    said = [line for line in err.splitlines() if NO_COLLECTOR in line]
+    assert said == [
+        f"fems: warning: {NO_COLLECTOR} at {endpoint}/v1/traces: the sessions' spans were not "
+        "exported; start one (docs/guide/observability.md) or unset OTEL_EXPORTER_OTLP_ENDPOINT"
+    ]
+    log = "".join(path.read_text(encoding="utf-8") for path in tmp_path.glob("out/*.log"))
+    assert NO_COLLECTOR not in log

@@ -438,6 +438,25 @@ class CostBudget:
         return self.spent() > self.limit
 
 
+class WorkerNotices:
+    """What sessions' workers report rather than say (a pool worker's stderr is the batch's
+    log, a Ray task's is Ray's; each worker exports through a process of its own): the model
+    fallback's notice and the warning that no OpenTelemetry collector answers, each said once
+    for the batch, as a run says it."""
+
+    def __init__(self) -> None:
+        self.said: set[str] = set()
+
+    def say(self, row: dict[str, Any]) -> None:
+        """Say what the session of ``row`` reports that the batch has not said yet."""
+        notices = {"fallback": FALLBACK_NOTICE if row.get("fell_back") else None}
+        notices["otel"] = row.get("otel_warning")
+        for kind, text in notices.items():
+            if text and kind not in self.said:
+                self.said.add(kind)
+                print(text, file=sys.stderr)
+
+
 def execute(
     executor: Executor,
     jobs: Iterable[Job],
@@ -456,7 +475,7 @@ def execute(
     done = len(earlier)
     failed = 0
     cost = sum(row.get("cost") or 0.0 for row in earlier)
-    fell_back = False
+    notices = WorkerNotices()
     try:
         while waiting or running:
             while waiting and len(running) < executor.slots:
@@ -476,9 +495,7 @@ def execute(
                 if isinstance(result, BaseException):
                     result = _error_row(job, result)
                 outcome.rows[job.index] = result
-                if result.get("fell_back") and not fell_back:
-                    fell_back = True  # said once, as a run says it (its worker's went to its log)
-                    print(FALLBACK_NOTICE, file=sys.stderr)
+                notices.say(result)
                 done += result["status"] == "completed"
                 failed += result["status"] != "completed"
                 cost += result.get("cost") or 0.0

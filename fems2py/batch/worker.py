@@ -198,12 +198,15 @@ def run_job(spec: BatchSpec, job: Job) -> dict[str, Any]:
             run = _run(program, spec, job, session, replays, result_file, limit)
             status, error = asyncio.run(run)
         ended = _read_result(result_file)
-    otel.flush()  # the session's spans sent before its row: a worker may end any time after
+    # the session's spans sent before its row (a worker may end any time after); a missing
+    # collector is reported in the row, for the batch to say once
+    otel_warning = otel.flush()
     row: dict[str, Any] = {
         "index": job.index,
         **settings,
         "model": job.model or _played(store, session),
         "fell_back": stderr.fell_back,
+        "otel_warning": otel_warning or None,
         "session": session,
         "status": status,
         "steps": ended.get("steps", 0),
@@ -382,6 +385,7 @@ def _otel_tags(spec: BatchSpec, job: Job) -> dict[str, str | int] | bool:
         return False
     for name, value in spec.otel.items():
         os.environ.setdefault(name, value)
+    otel.report_absence()  # the batch says it once, not each worker's export process
     return {"batch.name": spec.batch, "batch.index": job.index}
 
 

@@ -116,3 +116,22 @@ def test_only_a_refused_connection_is_no_collector(hanging_up: str) -> None:
     with pytest.raises(requests.ConnectionError):  # someone listens: the exporter retries
         Session(quiet, "spans", None).post(hanging_up, data=b"")
     assert not quiet.said
+
+
+def test_a_batch_worker_reports_the_absence_and_says_only_what_no_flush_reported(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """In a batch's worker (``report``) the warning goes back at the flush that ends each
+    session, for the batch to say once; one found after the last flush is said at the end."""
+    url = f"http://127.0.0.1:{free_port()}/v1/traces"
+    for flushed in (True, False):
+        absence = Absence(report=True)
+        assert absence.reported() == ""
+        with pytest.raises(CollectorAbsent):
+            Session(absence, "spans", None).post(url, data=b"")
+        assert capsys.readouterr().err == ""
+        if flushed:
+            assert f"answers at {url}: the sessions' spans were not" in absence.reported()
+        absence.say_unreported()
+        said = capsys.readouterr().err
+        assert said == ("" if flushed else f"{absence.warning}\n")

@@ -30,6 +30,9 @@ OTEL_EXTRA = "fems-runtime[otel]"
 TURNED_ON_BY = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES")
 """The standard variables whose presence turns export on without ``--otel``."""
 CAPTURE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+REPORT_ABSENCE = "FEMS_OTEL_REPORT_ABSENCE"
+"""Set (:func:`report_absence`) for an export process that reports a missing collector to its
+run's process at each :func:`flush` rather than saying it."""
 _CAPTURE_VALUES = {"true", "1", "yes", "span_only", "span_and_event"}
 _PACKAGES = (
     "opentelemetry.sdk",
@@ -86,10 +89,19 @@ def export_run(
     forward_run(events, service, capture=captures_content(), tags=tags)
 
 
-def flush() -> None:
+def report_absence() -> None:
+    """Have this process's export, started after this call, report a missing collector at
+    each :func:`flush` instead of saying it: a batch's workers each have an export process,
+    and the batch says the warning once for all of them."""
+    os.environ[REPORT_ABSENCE] = "1"
+
+
+def flush() -> str:
     """Send the spans and metrics this process's runs have made (a batch session's end), if
-    any of them exports, and wait until they are sent."""
+    any of them exports, and wait until they are sent. The warning that no collector answers
+    when the export found none and :func:`report_absence` was called, else ``""``."""
     if "fems_runtime.otel.forward" in sys.modules:
         from fems_runtime.otel.forward import flush as flush_export
 
-        flush_export()
+        return flush_export()
+    return ""

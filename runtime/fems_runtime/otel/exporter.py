@@ -3,11 +3,13 @@ runs of its parent, made of the events the parent pipes in (:mod:`.forward`) and
 OTLP/HTTP.
 
 It reads messages from its standard input: a run's events (a :class:`~.spans.RunSpans` per
-run makes its spans), ``flush`` (send everything now, then one byte on standard output, which
-nothing else writes to) and ``close``; at ``close`` or the end of its input (the parent gone,
-however it went) it sends what it has and exits. Spans are sent in batches by the loop that
-reads (:class:`SpanBatches`): while it sends, it does not read, and the pipe holds what the
-parent writes meanwhile, so no span is dropped however far behind it falls.
+run makes its spans), ``flush`` (send everything now, then one line on standard output, which
+nothing else writes to: empty, or the warning that no collector answers for a parent that
+reports it, :func:`fems_runtime.otel.report_absence`) and ``close``; at ``close`` or the end of
+its input (the parent gone, however it went) it sends what it has and exits. Spans are sent in
+batches by the loop that reads (:class:`SpanBatches`): while it sends, it does not read, and
+the pipe holds what the parent writes meanwhile, so no span is dropped however far behind it
+falls.
 """
 
 from __future__ import annotations
@@ -87,10 +89,12 @@ class Runs:
         if self.telemetry is not None and self.telemetry.processor is not None:
             self.telemetry.processor.force_flush()
 
-    def flush(self) -> None:
-        """Send every span and metric now."""
-        if self.telemetry is not None:
-            self.telemetry.flush()
+    def flush(self) -> str:
+        """Send every span and metric now; the warning to report if no collector answered."""
+        if self.telemetry is None:
+            return ""
+        self.telemetry.flush()
+        return self.telemetry.absence.reported() if self.telemetry.absence else ""
 
     def shutdown(self) -> None:
         if self.telemetry is not None:
@@ -126,8 +130,7 @@ def serve(source: int, acks: int) -> None:
             if message[0] == "run":
                 runs.received(*message[1:])
             elif message[0] == "flush":
-                runs.flush()
-                os.write(acks, b"\n")
+                os.write(acks, f"{runs.flush()}\n".encode())
             else:
                 return
     finally:

@@ -196,12 +196,26 @@ class ExportProcess:
             self._broken = True
             print(f"fems2py: OpenTelemetry export stopped: {error}", file=sys.stderr)
 
-    def flush(self) -> None:
-        """Have the child send all it received, and wait until it has (or :data:`WAIT`)."""
+    def flush(self) -> str:
+        """Have the child send all it received, and wait until it has (or :data:`WAIT`); what
+        it reports (a collector that is not there), or ``""``."""
         with self._lock:
             self._write(encoded(("flush",)))
-            if not self._broken and select.select([self._acks], [], [], WAIT)[0]:
-                os.read(self._acks, 1)
+            return "" if self._broken else self._acknowledgement()
+
+    def _acknowledgement(self) -> str:
+        """The child's answer to a flush: one line, empty unless it reports something."""
+        answer = b""
+        deadline = time.monotonic() + WAIT
+        while not answer.endswith(b"\n"):
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self._acks], [], [], left)[0]:
+                return ""
+            chunk = os.read(self._acks, 4096)
+            if not chunk:
+                return ""
+            answer += chunk
+        return answer.decode("utf-8", "replace").strip()
 
     def close(self) -> None:
         """Send the end, and wait for the child to have sent everything and exited."""
@@ -243,10 +257,10 @@ def export_process() -> ExportProcess:
         return _process
 
 
-def flush() -> None:
-    """Send what this process's runs have handed to the export process, if any did."""
-    if _process is not None:
-        _process.flush()
+def flush() -> str:
+    """Send what this process's runs have handed to the export process, if any did; what it
+    reports (:meth:`ExportProcess.flush`)."""
+    return _process.flush() if _process is not None else ""
 
 
 def _forget_after_fork() -> None:

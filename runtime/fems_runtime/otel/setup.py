@@ -33,6 +33,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from urllib3.exceptions import NewConnectionError
 
+from fems_runtime.otel import REPORT_ABSENCE
 from fems_runtime.version import __version__
 
 SCOPE = "fems_runtime"
@@ -64,8 +65,10 @@ class Telemetry:
         span_exporter: SpanExporter | None,
         metric_reader: MetricReader | None,
         span_processor: type[SpanProcessor],
+        absence: Absence | None = None,
     ) -> None:
         self.resource = resource
+        self.absence = absence
         self.scope = InstrumentationScope(SCOPE, __version__)
         self.processor: SpanProcessor | None = None
         if span_exporter is not None:
@@ -81,10 +84,13 @@ class Telemetry:
         self.meters.force_flush()
 
     def shutdown(self) -> None:
-        """Send what is queued and stop the exporters' threads."""
+        """Send what is queued and stop the exporters' threads; a missing collector found
+        since the last report is said here (nothing would say it otherwise)."""
         if self.processor is not None:
             self.processor.shutdown()
         self.meters.shutdown()
+        if self.absence is not None:
+            self.absence.say_unreported()
 
 
 class CollectorAbsent(Exception):
@@ -95,26 +101,46 @@ class CollectorAbsent(Exception):
 
 class Absence:
     """Whether a request found no collector, said once on standard error for the process
-    (the spans' and the metrics' exporters share it; the metrics send from a thread)."""
+    (the spans' and the metrics' exporters share it; the metrics send from a thread). With
+    ``report`` (a batch's worker, :func:`fems_runtime.otel.report_absence`) it is reported at
+    each flush instead, for the batch to say once for all its workers."""
 
-    def __init__(self) -> None:
-        self.said = False
+    def __init__(self, report: bool = False) -> None:
+        self.report = report
+        self.warning = ""
+        self._reported = False
         self._lock = threading.Lock()
+
+    @property
+    def said(self) -> bool:
+        """Whether a request found no collector."""
+        return bool(self.warning)
 
     def found(self, url: str, what: str, variable: str | None) -> None:
         """Say that no collector answers at ``url`` (``what``: the spans or the metrics,
         ``variable``: the one that named the endpoint, None for the default), once."""
-        with self._lock:
-            if self.said:
-                return
-            self.said = True
         remedy = f"unset {variable}" if variable else "point OTEL_EXPORTER_OTLP_ENDPOINT at one"
-        print(
-            f"fems: warning: no OpenTelemetry collector answers at {url}: the run's {what} "
-            f"were not exported; start one ({GUIDE}) or {remedy}",
-            file=sys.stderr,
-            flush=True,
-        )
+        whose = "sessions'" if self.report else "run's"
+        with self._lock:
+            if self.warning:
+                return
+            self.warning = (
+                f"fems: warning: no OpenTelemetry collector answers at {url}: the {whose} "
+                f"{what} were not exported; start one ({GUIDE}) or {remedy}"
+            )
+        if not self.report:
+            print(self.warning, file=sys.stderr, flush=True)
+
+    def reported(self) -> str:
+        """The warning for a flush's answer (``""``: every request found a collector)."""
+        with self._lock:
+            self._reported = bool(self.warning)
+            return self.warning
+
+    def say_unreported(self) -> None:
+        """Say the warning if it was to be reported and no flush did (found after the last)."""
+        if self.report and self.warning and not self._reported:
+            print(self.warning, file=sys.stderr, flush=True)
 
 
 class Session(requests.Session):
@@ -176,7 +202,7 @@ def from_environment(
     resource = Resource.create()
     if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
         resource = resource.merge(Resource({SERVICE_NAME: service}))
-    absence = Absence()
+    absence = Absence(report=bool(environ.get(REPORT_ABSENCE, "").strip()))
     own_session = any(environ.get(name, "").strip() for name in CREDENTIAL_PROVIDERS)
 
     def session(what: str, signal: str) -> Session | None:
@@ -193,4 +219,4 @@ def from_environment(
 
         metrics = OTLPMetricExporter(session=session("metrics", "METRICS"))
         reader = PeriodicExportingMetricReader(metrics)
-    return Telemetry(resource, span_exporter, reader, span_processor)
+    return Telemetry(resource, span_exporter, reader, span_processor, absence)
