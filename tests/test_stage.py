@@ -7,7 +7,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import importlib.util
+import subprocess
+import sys
 import textwrap
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -315,3 +318,62 @@ def test_a_run_in_memory_has_no_fork_commands(tmp_path: Path) -> None:
     summary = asyncio.run(watch())
     assert summary["fork"]["commands"] == [] and "in memory" in summary["fork"]["missing"]
     assert summary["children"] == [] and summary["parent"] is None
+
+
+def _unread(command: list[str], cwd: Path, stream: str) -> tuple[int, str]:
+    """Run a stage with ``stream`` a pipe whose reader leaves (``… | head``): at once for
+    stdout, after the stage's URL for stderr (``2>&1 | head``); its status and stderr."""
+    process = subprocess.Popen(
+        command,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE if stream == "stdout" else subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stderr is not None
+    deadline = threading.Timer(30, process.kill)  # one that serves on fails, not hangs
+    deadline.start()
+    try:
+        if process.stdout is not None:
+            process.stdout.close()
+        said = ""
+        while "the stage is at" not in said and (line := process.stderr.readline()):
+            said += line
+        if stream == "stderr":
+            process.stderr.close()
+        else:
+            said += process.stderr.read()
+        return process.wait(), said
+    finally:
+        deadline.cancel()
+        process.stderr.close()
+
+
+@pytest.mark.parametrize("stream", ["stdout", "stderr"])
+def test_a_stage_whose_output_is_no_longer_read_stops_as_ctrl_c_stops_it(
+    finished: Path, stream: str
+) -> None:
+    """`fems2py serve … | head` served on after head left, until Ctrl+C: it writes too
+    seldom to die of a broken pipe. Now it stops within a second, as Ctrl+C stops it (a run on
+    the stage is interrupted, resumable), and says no traceback."""
+    fems2py = [sys.executable, "-m", "fems2py", "serve", "--db", str(finished)]
+    status, said = _unread(fems2py, finished.parent, stream)
+    assert status == 0 and "Traceback" not in said and "Error" not in said
+    game = [sys.executable, "t_gen.py", "--serve", "--model", "fems/mock", "--db", "new.db"]
+    status, said = _unread(game, finished.parent, stream)  # its human waits in the page
+    assert status == 1 and "Traceback" not in said and "Error" not in said
+    if stream == "stdout":
+        assert said.splitlines()[-1] == (
+            "t.fems: error: interrupted; the same command with --resume goes on where it stopped"
+        )
+
+
+def test_a_transcript_no_longer_read_ends_the_run_on_the_stage_quietly(tmp_path: Path) -> None:
+    """`python game.py --serve --transcript | head -3`: the next line of the transcript
+    ends the run and the stage, with no message (as without the stage)."""
+    build_script(tmp_path, SCRIPT)
+    game = [sys.executable, "t_gen.py", "--serve", "--transcript", "--model", "fems/mock"]
+    status, said = _unread([*game, "--db", ":memory:"], tmp_path, "stdout")
+    assert status == 1 and said.startswith("t.fems: the stage is at ")
+    assert len(said.splitlines()) == 1

@@ -14,8 +14,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import secrets
+import select
 import socket
+import stat
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
@@ -39,6 +42,8 @@ if TYPE_CHECKING:
 
 STATIC = Path(__file__).parent / "static"
 EXIT_RUN_ERROR = 1
+OUTPUT_CHECK_S = 0.5
+"""How often a stage looks whether the reader of its output has left (:func:`_stop_unread`)."""
 
 
 class StagedProgram(Protocol):
@@ -241,6 +246,7 @@ async def run_on_stage(
     if options.get("human") is None:
         options["human"] = stage
     _say(f"{script.file}: the stage is at {url}")
+    watch = _stop_unread()
     try:
         try:
             outcome: Any = await program.run_async(**options, observer=stage)
@@ -254,6 +260,7 @@ async def run_on_stage(
             await serving
         return status
     finally:
+        watch.cancel()
         serving.cancel()
 
 
@@ -272,13 +279,50 @@ async def serve_archive(
         return EXIT_RUN_ERROR
     shown = f"&session={session}" if session is not None else ""
     _say(f"fems2py: the stage is at http://{address}/?token={token}{shown} (Ctrl+C stops it)")
+    watch = _stop_unread()
     try:
         with contextlib.suppress(asyncio.CancelledError):
             await serving
         return 0
     finally:
+        watch.cancel()
         serving.cancel()
 
 
+def _stop_unread() -> asyncio.Task[None]:
+    """Stop the current task as Ctrl+C does once the reader of the process's output leaves
+    (``fems2py serve … | head``): a server writes to its pipe too seldom to die of a broken
+    pipe, and would serve on, its URL unread, until Ctrl+C. The watch, to cancel at the end."""
+    return asyncio.create_task(_until_unread(asyncio.current_task()))
+
+
+async def _until_unread(stopped: asyncio.Task[Any] | None) -> None:
+    """Wait until standard output or error is a pipe whose reader left (never when neither
+    is a pipe: a terminal, a file); then send what is still said there to the null device,
+    so that nothing fails writing it, and cancel ``stopped``."""
+    pipes = [fd for fd in (1, 2) if _is_pipe(fd)]
+    if not pipes or stopped is None or not hasattr(select, "poll"):
+        return
+    poller = select.poll()
+    for fd in pipes:
+        poller.register(fd, 0)  # no event asked: only an error (no reader) or a hang-up
+    while not (gone := [fd for fd, _ in poller.poll(0)]):
+        await asyncio.sleep(OUTPUT_CHECK_S)
+    nowhere = os.open(os.devnull, os.O_WRONLY)
+    for fd in gone:
+        os.dup2(nowhere, fd)
+    os.close(nowhere)
+    stopped.cancel()
+
+
+def _is_pipe(fd: int) -> bool:
+    """Whether ``fd`` is a pipe: a terminal or a file has no reader that could leave."""
+    try:
+        return stat.S_ISFIFO(os.fstat(fd).st_mode)
+    except OSError:
+        return False
+
+
 def _say(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
+    with contextlib.suppress(BrokenPipeError):  # its reader left: the watch stops the stage
+        print(text, file=sys.stderr, flush=True)
