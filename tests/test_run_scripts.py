@@ -301,6 +301,30 @@ def test_an_input_file_that_cannot_be_read_says_so_in_words(
         assert done.stderr.startswith(f"t.fems: error: {said}")
 
 
+BOM = "\ufeff"  # what Windows editors write first when they save "UTF-8 with BOM"
+
+
+def test_files_saved_with_a_byte_order_mark_read_as_a_script_does(tmp_path: Path) -> None:
+    """A replies file or fems.toml saved as "UTF-8 with BOM" failed ("invalid JSON: Unexpected
+    UTF-8 BOM", "not valid TOML: Invalid statement") though a script with one builds: the mark
+    is dropped from every file a run reads (§1.1)."""
+    script = 'vars:\n    said = ""\nactors:\n    ai @a\naction ask @ai(@a):\n'
+    script += "    prompt: Say it.\n    out: said: string\nmainflow:\n    [START] -> ask -> [END]\n"
+    (tmp_path / "t.fems").write_text(BOM + script, encoding="utf-8")
+    (tmp_path / "fems.toml").write_text(BOM + '[models]\nfast = "fems/script"\n', "utf-8")
+    (tmp_path / "r.json").write_text(BOM + '{"ask": ["SET VARIABLE: <<said = yes>>"]}', "utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "fems2py", "run", "t.fems", "--db", ":memory:", "--model", "fast"]
+        + ["--replies", "r.json", "--show", "said"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.endswith("said = yes\n")
+
+
 TOOL_SCRIPT = """
 actors:
     ai @clerk = tools: [clock.get_current_time]

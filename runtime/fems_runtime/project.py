@@ -87,7 +87,7 @@ class ProjectConfig:
         """The ``fems.toml`` at ``path``; empty when there is no such file."""
         path = Path(path)
         try:
-            text = path.read_text(encoding="utf-8")
+            text = path.read_text(encoding="utf-8-sig")  # a BOM is dropped, as read_input does
         except (FileNotFoundError, NotADirectoryError):
             return cls((path.parent,))
         except (OSError, UnicodeDecodeError) as error:  # a folder, UTF-16: as --replies says

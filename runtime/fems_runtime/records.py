@@ -311,9 +311,10 @@ def _llm_call(event: events.ModelCallEnded) -> dict[str, Any]:
 def read_input(path: str | Path, what: str) -> str:
     """The text of a file the run is given (``what``: ``replies file``, ``answers file``,
     ``souls file``): one that cannot be read is a run error in words, never an exception's
-    name, and one saved in another encoding says to save it as UTF-8."""
+    name, and one saved in another encoding says to save it as UTF-8. A byte order mark
+    (Windows editors' "UTF-8 with BOM") is dropped, as a script's is (§1.1)."""
     try:
-        return Path(path).read_text(encoding="utf-8")
+        return Path(path).read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as error:
         raise RunError(why_unreadable(error, f"{what} {path}")) from None
 
