@@ -13,7 +13,6 @@ import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate, islice
 from typing import TYPE_CHECKING, Any, Protocol
 
 from fems_runtime.authored import off_loop
@@ -88,32 +87,20 @@ def estimate_tokens(text: str) -> int:
 
 @dataclass
 class _Kept:
-    """An actor's context entries as they grow, where each starts in their text (the entries
-    joined by blank lines), and that text as far as a turn has asked for it: a turn adds only
-    its new entries, and a model call that reads no text (an offline one that nobody watches)
-    never joins it, so a turn's cost does not grow with the run's transcript."""
+    """An actor's context entries as they grow, and their text (the entries joined by blank
+    lines) as far as a turn has asked for it: a turn adds only its new entries, and a model
+    call that reads no text (an offline one that nobody watches) never joins it, so a turn's
+    cost does not grow with the run's transcript."""
 
     entries: list[str] = field(default_factory=list)
-    starts: list[int] = field(default_factory=list)
     sizes: list[int] = field(default_factory=lambda: [0])
     joined: str = ""  # the text of the first ``joined_count`` entries
     joined_count: int = 0
     seen: int = 0  # the last sequence number read
 
-    def extend(self, entries: Sequence[str]) -> None:
-        if not entries:
-            return
-        at = self.starts[-1] + len(self.entries[-1]) + 2 if self.entries else 0
-        if len(entries) == 1:  # the usual turn: one message new to the actor
-            self.starts.append(at)
-        else:
-            lengths = accumulate((len(entry) + 2 for entry in entries), initial=at)
-            self.starts.extend(islice(lengths, len(entries)))
-        self.entries.extend(entries)
-
     def text(self, count: int) -> str:
         """The text of the first ``count`` entries: the text joined before, extended by the
-        entries added since (an earlier, shorter view's is cut from it)."""
+        entries added since (an earlier, shorter view's is joined apart: a rare ask)."""
         done = self.joined_count
         if count > done:
             added = "\n\n".join(self.entries[done:count])
@@ -121,7 +108,7 @@ class _Kept:
             self.joined_count = done = count
         if count == done:
             return self.joined
-        return self.joined[: self.starts[count] - 2] if count else ""
+        return "\n\n".join(self.entries[:count])
 
     def view(self) -> ContextView:
         return ContextView(self, len(self.entries))
@@ -142,7 +129,7 @@ class ContextView:
     def of(cls, entries: Sequence[str]) -> ContextView:
         """The view of ``entries``, oldest first."""
         kept = _Kept()
-        kept.extend(entries)
+        kept.entries.extend(entries)
         return kept.view()
 
     @property
@@ -211,7 +198,7 @@ class ContextCache:
         if kept is None:
             kept = self._kept[(session, soul, user)] = _Kept()
         new, kept.seen = self.store.visible_since(session, soul, user, after=kept.seen)
-        kept.extend(context_entries(line for _, line in new))
+        kept.entries.extend(context_entries(line for _, line in new))
         return kept.view()
 
 

@@ -356,7 +356,7 @@ def test_a_growing_context_is_digested_as_its_joined_text(batches: list[list[str
     digests, kept = GrowingTextDigests(), _Kept()
     views = []
     for batch in batches:
-        kept.extend(batch)
+        kept.entries.extend(batch)
         view = kept.view()
         views.append(view)
         whole = "\n\n".join(view.entries[: view.count])
