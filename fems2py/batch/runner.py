@@ -449,8 +449,10 @@ class WorkerNotices:
 
     def say(self, row: dict[str, Any]) -> None:
         """Say what the session of ``row`` reports that the batch has not said yet."""
-        notices = {"fallback": FALLBACK_NOTICE if row.get("fell_back") else None}
-        notices["otel"] = row.get("otel_warning")
+        notices = {
+            "fallback": FALLBACK_NOTICE if row.get("fell_back") else None,
+            "otel": row.get("otel_warning"),
+        }
         for kind, text in notices.items():
             if text and kind not in self.said:
                 self.said.add(kind)
