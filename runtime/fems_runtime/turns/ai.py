@@ -24,7 +24,7 @@ from fems_runtime.store import NewMessage
 from fems_runtime.tools import ToolCall, ToolOutcome
 from fems_runtime.turn_events import emit_point, tool_call_began, tool_call_ended
 from fems_runtime.turns.calls import Answer, CallingTurn, CallPlan, ModelSetup
-from fems_runtime.turns.turn import Room, Verdict, finish
+from fems_runtime.turns.turn import Room, Texts, Verdict, finish, turn_key
 from fems_runtime.values import valid_text
 
 if TYPE_CHECKING:
@@ -41,9 +41,31 @@ async def run_ai_turn(
     turn), what its calls share, its id and whether it replays, then its attempts."""
     room = room or Room.of(services, ctx.frame, spec)
     setup = await ModelSetup.of(services, spec, room.executor_spec)
-    turn = AiTurn.start(services, ctx, spec, room, setup=setup)
+    texts = Texts.of(ctx.frame, spec)
+    key = turn_key(services, ctx, spec, room)
+    log = services.log
+    replay = Replay.of(log, key, bool(setup.tools)) if log.replays else None
+    turn_id = _turn_id(services, key, setup, replay)
+    turn = AiTurn(services, ctx, spec, room, texts, key, turn_id, setup=setup, replay=replay)
     await turn.begin()
     return await turn.play()
+
+
+def _turn_id(
+    services: SharedServices, key: list[Any], setup: ModelSetup, replay: Replay | None
+) -> int:
+    """A turn's id: its first record's when it is replayed (§16.4); a reuse's parent's turn
+    when its first call matches, which it takes meanwhile (§16.4a); else a new one."""
+    log = services.log
+    first = replay.first if replay is not None else None
+    if first is not None:
+        return int(first["turn"])
+    if replay is not None and log.compares:
+        candidate = log.candidate(_round_key(key, 0) if setup.tools else key)
+        if candidate is not None:
+            log.turns.add(int(candidate["turn"]))
+            return int(candidate["turn"])
+    return log.new_turn(services.store, services.session)
 
 
 @dataclass
@@ -109,27 +131,14 @@ class AiTurn(CallingTurn):
     answered: Answered | None = field(default=None, kw_only=True)
 
     async def begin(self) -> None:
-        """Take the turn's id and the values its methods wrote from its first record when it
-        is replayed (§16.4), else a new id and the first call's request; a reuse compares
-        its calls with its parent's records, whose turn number the turn takes meanwhile
-        (§16.4a)."""
-        services, log = self.services, self.services.log
-        replay = Replay.of(log, self.key, bool(self.setup.tools)) if log.replays else None
-        self.replay = replay
-        first = replay.first if replay is not None else None
+        """A replayed turn takes the values its memory/context methods wrote from its first
+        record (§16.4); any other builds its first call's request. Its opening messages
+        wait for its first record."""
+        first = self.replay.first if self.replay is not None else None
         if first is not None:
-            self.id = int(first["turn"])
             for name, value in first["result"].get("outputs", ()):
                 self.frame.assign(name, "=", self.frame.variables.adopt(value))
         else:
-            candidate = None
-            if replay is not None and log.compares:  # a reuse: its parent's turn, if it matches
-                candidate = log.candidate(_round_key(self.key, 0) if self.setup.tools else self.key)
-            if candidate is not None:
-                self.id = int(candidate["turn"])
-                log.turns.add(self.id)
-            else:
-                self.id = log.new_turn(services.store, services.session)
             self.request = await model_request(self, self.outputs)
         self.unsaved = self.opening_messages()
 

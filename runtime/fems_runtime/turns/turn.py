@@ -172,16 +172,13 @@ class Turn:
         ctx: Context,
         spec: TurnSpec,
         room: Room | None = None,
-        **more: Any,
     ) -> Self:
         """The turn of ``spec`` starting now (its key counts this occurrence); ``room`` when
-        the caller has resolved it already (a mind turn, an AI turn); ``more``: the fields
-        of a kind of turn."""
+        the caller has resolved it already (a mind turn)."""
         frame = ctx.frame
         room = room or Room.of(services, frame, spec)
         texts = Texts.of(frame, spec)
-        key = services.log.key(ctx.path, ctx.node, spec.action, str(room.executor))
-        return cls(services, ctx, spec, room, texts, key, **more)
+        return cls(services, ctx, spec, room, texts, turn_key(services, ctx, spec, room))
 
     @property
     def frame(self) -> Frame:
@@ -343,6 +340,12 @@ class Turn:
         services, spec = self.services, self.spec
         where = f"{services.file}:{spec.line}" if services.file else f"line {spec.line}"
         return f"{where}: warning: action {spec.action}: {problem}"
+
+
+def turn_key(services: SharedServices, ctx: Context, spec: TurnSpec, room: Room) -> list[Any]:
+    """The record key of a turn of ``spec`` starting now (§16.4); it counts this occurrence of
+    the action on the branch's path."""
+    return services.log.key(ctx.path, ctx.node, spec.action, str(room.executor))
 
 
 def assigned(outcome: SignalOutcome) -> dict[str, Any]:
