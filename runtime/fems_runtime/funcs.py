@@ -2,12 +2,15 @@
 
 ``code:`` files are loaded by path (not by module name, so two scripts' ``utils.py`` never
 collide), once per path. The modules beside them are imported by name, as Python does: two
-folders' ``rules.py`` in one process are a run error, never one of them silently. Calls run in
-a worker thread; return values are mapped onto the action's outs with the spec's errors.
+folders' ``rules.py`` in one process, imported by code in the folder that would get the other's
+(read from its imports, a function's too), are a run error at load, never one of them silently.
+Calls run in a worker thread; return values are mapped onto the action's outs with the spec's
+errors.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib.util
 import inspect
@@ -15,6 +18,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -31,7 +35,19 @@ if TYPE_CHECKING:
 
 _modules: dict[Path, ModuleType] = {}
 _load_lock = threading.Lock()
-_code_folders: set[Path] = set()  # where loaded code files are: their modules may clash
+
+
+@dataclass
+class _CodeFolder:
+    """A folder code files were loaded from: the modules beside it, and the names its loaded
+    code files use (see :func:`_names_used`). Its modules may clash with another folder's."""
+
+    beside: dict[str, Path]  # module name → its file: rules.py, or rules/__init__.py
+    imports: set[str] = field(default_factory=set)
+
+
+_code_folders: dict[Path, _CodeFolder] = {}
+_imports_of: dict[Path, frozenset[str]] = {}  # a file's imports, parsed once
 
 
 def load_code(path: str | Path) -> ModuleType:
@@ -51,60 +67,151 @@ def load_code(path: str | Path) -> ModuleType:
             raise RunError(f"code file {resolved} cannot be imported")
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
-        _find_beside(resolved.parent)
+        folder = _find_beside(resolved.parent)
+        used = _names_used(resolved, folder.beside)
         try:
             spec.loader.exec_module(module)
         except Exception as error:
             del sys.modules[name]
-            _one_module_per_name(resolved)  # a clash explains the failure better than its symptom
+            _one_module_per_name(resolved, used)  # a clash explains the failure better
             message = f"importing {resolved} failed: {type(error).__name__}: {error}"
             raise RunError(message) from error
         try:
-            _one_module_per_name(resolved)
+            _one_module_per_name(resolved, used)
         except RunError:
             del sys.modules[name]
             raise
+        folder.imports |= used
         _modules[resolved] = module
         return module
 
 
-def _find_beside(folder: Path) -> None:
+def _find_beside(folder: Path) -> _CodeFolder:
     """Let a code file import the modules beside it (``from rules import ROLES``), as ``python
     file.py`` would, wherever the run was started (§5). The folder goes last on the import path:
     a file beside it never hides an installed module or the standard library's."""
-    _code_folders.add(folder)
+    known = _code_folders.get(folder)
+    if known is None:  # a folder is scanned once: a batch loads the same ones again and again
+        known = _code_folders[folder] = _CodeFolder(_modules_in(folder))
     if str(folder) not in sys.path:
         sys.path.append(str(folder))
+    return known
 
 
-def _one_module_per_name(code: Path) -> None:
-    """Python keeps one module per name in a process: a code file with ``rules.py`` beside it
-    silently gets another code folder's ``rules`` when that was imported first, or when that
-    folder came first on the import path; which one depends on what else the process ran. So
-    that is a run error (§5), checked after the file ran (its imports are then in
-    ``sys.modules``). A module from anywhere else (the standard library, an installed package)
-    wins by design, in every run alike."""
-    folder = code.parent
+def _modules_in(folder: Path) -> dict[str, Path]:
+    """What ``import NAME`` could find in ``folder``: ``rules.py``, or ``rules/__init__.py``,
+    which Python prefers when both are there."""
+    found: dict[str, Path] = {}
     with os.scandir(folder) as entries:
         for entry in entries:
             stem, suffix = os.path.splitext(entry.name)
-            name = stem if suffix == ".py" else entry.name
-            theirs = getattr(sys.modules.get(name), "__file__", None)
-            if not isinstance(theirs, str) or "." in name:
-                continue  # not loaded (the common case), or a module without a file
-            mine = Path(entry.path) if suffix == ".py" else Path(entry.path, "__init__.py")
-            other = Path(theirs).resolve()
-            home = other.parent.parent if other.name == "__init__.py" else other.parent
-            if home == folder or home not in _code_folders or not mine.is_file():
-                continue  # its own, or from the standard library, an installed package …
-            if mine.resolve() == other:
-                continue  # a link to the very file: the same code
+            if suffix == ".py" and stem.isidentifier():
+                found.setdefault(stem, Path(entry.path))
+            elif entry.name.isidentifier() and entry.is_dir():
+                init = Path(entry.path, "__init__.py")
+                if init.is_file():
+                    found[entry.name] = init
+    return found
+
+
+def _names_used(code: Path, beside: Mapping[str, Path]) -> set[str]:
+    """The modules ``code`` imports anywhere in it (a function's ``import rules`` too, which
+    runs only when called), and those that the modules beside it which it imports import in
+    turn: every name it may run with, read before any of it runs."""
+    used: set[str] = set()
+    todo, seen = [code], set()
+    while todo:
+        path = todo.pop()
+        if path not in seen:
+            seen.add(path)
+            names = _imports_in(path)
+            used |= names
+            todo.extend(beside[name] for name in names if name in beside)
+    return used
+
+
+def _imports_in(path: Path) -> frozenset[str]:
+    """The top-level names of a file's absolute imports (``import a.b``, ``from a import b``),
+    parsed once; a file Python cannot parse imports nothing (running it says why)."""
+    names = _imports_of.get(path)
+    if names is None:
+        try:
+            tree: ast.AST = ast.parse(path.read_bytes(), str(path))
+        except (OSError, SyntaxError, ValueError):
+            tree = ast.Module(body=[], type_ignores=[])
+        found: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                found.update(alias.name.partition(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                found.add(node.module.partition(".")[0])
+        names = _imports_of[path] = frozenset(found)
+    return names
+
+
+def _one_module_per_name(code: Path, used: set[str]) -> None:
+    """Python keeps one module per name in a process: a code file importing the ``rules.py``
+    beside it silently gets another code folder's ``rules`` when that was imported first, or
+    when that folder comes first on the import path; and a code file of that folder importing
+    ``rules`` gets this one when it wins. Which one depends on what else the process ran, so
+    that is a run error (§5) as soon as the file is loaded, even when only a function imports
+    ``rules``. A module from anywhere else (the standard library, an installed package) wins
+    by design, in every run alike; a ``rules.py`` beside code that imports no ``rules`` is no
+    clash."""
+    folder = code.parent
+    beside = _code_folders[folder].beside
+    for name in sorted(used & beside.keys()):
+        mine = beside[name]
+        others = _others(name, mine, folder)
+        if not others:
+            continue  # the common case: no other code folder has its own
+        found = _found(name)
+        rel = mine.relative_to(folder)
+        if found in others:
+            verb = "already imported" if name in sys.modules else "would import"
             raise RunError(
-                f"code file {code} has {mine.relative_to(folder)} beside it, but this process "
-                f"already imported '{name}' from {other}, beside another code file: Python "
-                f"keeps one module per name, so {code.name} would run with that one; rename "
-                "one of the two"
+                f"code file {code} has {rel} beside it, but this process {verb} '{name}' from "
+                f"{found}, beside another code file: Python keeps one module per name, so "
+                f"{code.name} would run with that one; rename one of the two"
             )
+        if found != mine.resolve():
+            continue  # the standard library's, an installed package's …: theirs too
+        for theirs, known in others.items():
+            if name in known.imports:
+                raise RunError(
+                    f"code file {code} has {rel} beside it, but code beside {theirs} imports "
+                    f"'{name}' too, and this process would import it from {mine}: Python keeps "
+                    "one module per name, so that code would run with this one; rename one of "
+                    "the two"
+                )
+
+
+def _others(name: str, mine: Path, folder: Path) -> dict[Path, _CodeFolder]:
+    """The other code folders with their own module ``name`` (by its real file): not a link
+    to ``mine``, which is the same code."""
+    others: dict[Path, _CodeFolder] = {}
+    for where, known in _code_folders.items():
+        theirs = known.beside.get(name)
+        if where == folder or theirs is None or not theirs.is_file():
+            continue
+        if theirs.resolve() != mine.resolve():
+            others[theirs.resolve()] = known
+    return others
+
+
+def _found(name: str) -> Path | None:
+    """The file ``import name`` gives now: the module imported already, or the one found first
+    on the import path (a built-in or frozen module has no file)."""
+    module = sys.modules.get(name)
+    if module is not None:
+        where = getattr(module, "__file__", None)
+    else:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            return None
+        where = spec.origin if spec is not None and spec.has_location else None
+    return Path(where).resolve() if isinstance(where, str) else None
 
 
 class CodeFiles:

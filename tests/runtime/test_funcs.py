@@ -103,7 +103,8 @@ def fresh_imports(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Loads in a test as in a process of their own: the import path, the code folders seen and
     the loaded code files are restored afterwards, and the modules it imported are dropped."""
     monkeypatch.setattr(sys, "path", list(sys.path))
-    monkeypatch.setattr(funcs, "_code_folders", set())
+    monkeypatch.setattr(funcs, "_code_folders", {})
+    monkeypatch.setattr(funcs, "_imports_of", {})
     monkeypatch.setattr(funcs, "_modules", {})
     before = set(sys.modules)
     yield
@@ -209,6 +210,134 @@ def test_the_clash_is_named_when_the_wrong_module_breaks_the_import(
         caught.value
     )
     assert isinstance(caught.value.__context__, ImportError)
+
+
+IN_A_FUNCTION = "def who():\n    from clash_rules import WHO\n\n    return WHO\n"
+PLAIN = "def who():\n    return 'plain'\n"
+
+
+def _clash(code: Path, verb: str, other: Path) -> str:
+    return (
+        f"code file {code} has clash_rules.py beside it, but this process {verb} 'clash_rules' "
+        f"from {other}, beside another code file: Python keeps one module per name, so "
+        f"{code.name} would run with that one; rename one of the two"
+    )
+
+
+@pytest.mark.parametrize(
+    ("first", "verb"),
+    [
+        pytest.param(USES_RULES, "already imported", id="imported"),
+        pytest.param(IN_A_FUNCTION, "would import", id="in-a-function"),
+        pytest.param(PLAIN, "would import", id="only-on-the-path"),
+    ],
+)
+@pytest.mark.usefixtures("fresh_imports")
+def test_a_clash_only_a_function_would_meet_is_a_run_error_at_load(
+    tmp_path: Path, first: str, verb: str
+) -> None:
+    """Folder b's file imports ``clash_rules`` only inside a function: loading it imports
+    nothing, and the call would silently get folder a's, imported already or first on the
+    import path. The load reads the file's imports, stops, and imported nothing of b's."""
+    _write(tmp_path / "a", {"clash_rules.py": "WHO = 'a'\n", "game.py": first})
+    _write(tmp_path / "b", {"clash_rules.py": "WHO = 'b'\n", "game.py": IN_A_FUNCTION})
+    load_code(tmp_path / "a" / "game.py")
+    with pytest.raises(RunError) as caught:
+        load_code(tmp_path / "b" / "game.py")
+    assert str(caught.value) == _clash(
+        tmp_path / "b" / "game.py", verb, tmp_path / "a" / "clash_rules.py"
+    )
+    assert "clash_rules" not in sys.modules or first == USES_RULES
+
+
+@pytest.mark.usefixtures("fresh_imports")
+def test_a_function_meeting_the_later_folders_module_imported_first_is_a_run_error(
+    tmp_path: Path,
+) -> None:
+    """The other timing: folder b's file imported its ``clash_rules`` when loaded, so folder
+    a's function, loaded next, would get b's when called."""
+    _write(tmp_path / "b", {"clash_rules.py": "WHO = 'b'\n", "game.py": USES_RULES})
+    _write(tmp_path / "a", {"clash_rules.py": "WHO = 'a'\n", "game.py": IN_A_FUNCTION})
+    assert load_code(tmp_path / "b" / "game.py").who() == "b"
+    with pytest.raises(RunError) as caught:
+        load_code(tmp_path / "a" / "game.py")
+    assert str(caught.value) == _clash(
+        tmp_path / "a" / "game.py", "already imported", tmp_path / "b" / "clash_rules.py"
+    )
+
+
+@pytest.mark.usefixtures("fresh_imports")
+def test_a_folder_first_on_the_import_path_would_give_its_module_to_another_code_folder(
+    tmp_path: Path,
+) -> None:
+    """Folder b was on the import path before its code file was loaded (the folder of the
+    program run): folder a's function, loaded first, would get b's ``clash_rules``. That
+    shows once b's file, importing its own, is loaded."""
+    _write(tmp_path / "a", {"clash_rules.py": "WHO = 'a'\n", "game.py": IN_A_FUNCTION})
+    _write(tmp_path / "b", {"clash_rules.py": "WHO = 'b'\n", "game.py": IN_A_FUNCTION})
+    sys.path.append(str(tmp_path / "b"))
+    load_code(tmp_path / "a" / "game.py")
+    with pytest.raises(RunError) as caught:
+        load_code(tmp_path / "b" / "game.py")
+    mine = tmp_path / "b" / "clash_rules.py"
+    assert str(caught.value) == (
+        f"code file {tmp_path / 'b' / 'game.py'} has clash_rules.py beside it, but code beside "
+        f"{tmp_path / 'a' / 'clash_rules.py'} imports 'clash_rules' too, and this process would "
+        f"import it from {mine}: Python keeps one module per name, so that code would run with "
+        "this one; rename one of the two"
+    )
+
+
+@pytest.mark.usefixtures("fresh_imports")
+def test_a_clash_through_a_module_beside_is_a_run_error(tmp_path: Path) -> None:
+    """The file imports ``clash_rules`` through the ``helpers.py`` beside it, both inside
+    functions: the modules beside it that it imports are read too."""
+    helpers = "def who():\n    import clash_rules\n\n    return clash_rules.WHO\n"
+    game = "def who():\n    import helpers\n\n    return helpers.who()\n"
+    _write(tmp_path / "a", {"clash_rules.py": "WHO = 'a'\n", "game.py": IN_A_FUNCTION})
+    _write(tmp_path / "b", {"clash_rules.py": "", "helpers.py": helpers, "game.py": game})
+    load_code(tmp_path / "a" / "game.py")
+    with pytest.raises(RunError) as caught:
+        load_code(tmp_path / "b" / "game.py")
+    assert str(caught.value) == _clash(
+        tmp_path / "b" / "game.py", "would import", tmp_path / "a" / "clash_rules.py"
+    )
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        pytest.param(USES_RULES, id="imported"),
+        pytest.param(IN_A_FUNCTION, id="in-a-function"),
+        pytest.param(PLAIN, id="not-at-all"),
+    ],
+)
+@pytest.mark.usefixtures("fresh_imports")
+def test_a_module_beside_code_that_does_not_import_it_is_no_clash(
+    tmp_path: Path, first: str
+) -> None:
+    """Only folder a's code imports ``clash_rules`` (or none does): folder b's, beside nothing
+    it imports, loads and runs. A file of b that imports it would get a's: that one is an
+    error, the other file of b is not."""
+    _write(tmp_path / "a", {"clash_rules.py": "WHO = 'a'\n", "game.py": first})
+    _write(tmp_path / "b", {"clash_rules.py": "", "game.py": PLAIN, "more.py": IN_A_FUNCTION})
+    assert load_code(tmp_path / "a" / "game.py").who() in ("a", "plain")
+    assert load_code(tmp_path / "b" / "game.py").who() == "plain"
+    with pytest.raises(RunError, match="rename one of the two"):
+        load_code(tmp_path / "b" / "more.py")
+    assert load_code(tmp_path / "a" / "game.py").who() in ("a", "plain")
+
+
+@pytest.mark.usefixtures("fresh_imports")
+def test_a_standard_module_name_beside_two_code_folders_is_no_clash(tmp_path: Path) -> None:
+    """Both folders have a ``json.py`` and import ``json``, in a function or when loaded: the
+    standard library's wins for both, silently, as before."""
+    shadow = "raise RuntimeError('shadowed')\n"
+    dump = "def dump():\n    import json\n\n    return json.dumps([1])\n"
+    _write(tmp_path / "a", {"json.py": shadow, "game.py": dump})
+    _write(tmp_path / "b", {"json.py": shadow, "game.py": "import json\n\n" + dump})
+    assert load_code(tmp_path / "a" / "game.py").dump() == "[1]"
+    assert load_code(tmp_path / "b" / "game.py").dump() == "[1]"
 
 
 def test_import_errors_are_run_errors(tmp_path: Path) -> None:
