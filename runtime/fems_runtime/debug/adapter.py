@@ -247,11 +247,13 @@ class Adapter:
 
     async def stop_run(self) -> None:
         """End the run, and a restart from here under way: it would start a new run after the
-        client has gone. The run then ends as interrupted (status 1), not as replaced."""
+        client has gone. The run then ends as interrupted (status 1), not as replaced. A run
+        that ended already is awaited too: cancelled before it began, it says so in a done
+        callback, which must run before the session's channel closes."""
         self.debugger.end()
         restarting, self.restarting = self.restarting, None
         for task in (restarting, self.run_task):
-            if task is not None and not task.done():
+            if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
 
