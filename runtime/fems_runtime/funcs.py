@@ -39,11 +39,16 @@ _load_lock = threading.Lock()
 
 @dataclass
 class _CodeFolder:
-    """A folder code files were loaded from: the modules beside it, and the names its loaded
-    code files use (see :func:`_names_used`). Its modules may clash with another folder's."""
+    """A folder code files were loaded from: the modules beside it, and its loaded code files.
+    Its modules may clash with another folder's."""
 
     beside: dict[str, Path]  # module name → its file: rules.py, or rules/__init__.py
-    imports: set[str] = field(default_factory=set)
+    code: list[Path] = field(default_factory=list)
+
+    def imports(self) -> set[str]:
+        """The names its loaded code files import (:func:`_names_used`), read when a clash is
+        possible: the common run, with one code folder, never parses a file."""
+        return set().union(*(_names_used(path, self.beside) for path in self.code))
 
 
 _code_folders: dict[Path, _CodeFolder] = {}
@@ -68,20 +73,19 @@ def load_code(path: str | Path) -> ModuleType:
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         folder = _find_beside(resolved.parent)
-        used = _names_used(resolved, folder.beside)
         try:
             spec.loader.exec_module(module)
         except Exception as error:
             del sys.modules[name]
-            _one_module_per_name(resolved, used)  # a clash explains the failure better
+            _one_module_per_name(resolved, folder)  # a clash explains the failure better
             message = f"importing {resolved} failed: {type(error).__name__}: {error}"
             raise RunError(message) from error
         try:
-            _one_module_per_name(resolved, used)
+            _one_module_per_name(resolved, folder)
         except RunError:
             del sys.modules[name]
             raise
-        folder.imports |= used
+        folder.code.append(resolved)
         _modules[resolved] = module
         return module
 
@@ -149,7 +153,7 @@ def _imports_in(path: Path) -> frozenset[str]:
     return names
 
 
-def _one_module_per_name(code: Path, used: set[str]) -> None:
+def _one_module_per_name(code: Path, folder: _CodeFolder) -> None:
     """Python keeps one module per name in a process: a code file importing the ``rules.py``
     beside it silently gets another code folder's ``rules`` when that was imported first, or
     when that folder comes first on the import path; and a code file of that folder importing
@@ -157,16 +161,22 @@ def _one_module_per_name(code: Path, used: set[str]) -> None:
     that is a run error (§5) as soon as the file is loaded, even when only a function imports
     ``rules``. A module from anywhere else (the standard library, an installed package) wins
     by design, in every run alike; a ``rules.py`` beside code that imports no ``rules`` is no
-    clash."""
-    folder = code.parent
-    beside = _code_folders[folder].beside
-    for name in sorted(used & beside.keys()):
+    clash. The file's imports are read only when another code folder has a module of a name
+    this one has."""
+    here, beside = code.parent, folder.beside
+    elsewhere = {
+        name for where, known in _code_folders.items() if where != here for name in known.beside
+    }
+    shared = beside.keys() & elsewhere
+    if not shared:
+        return  # the common case: one code folder, or folders without a name in common
+    for name in sorted(_names_used(code, beside) & shared):
         mine = beside[name]
-        others = _others(name, mine, folder)
+        others = _others(name, mine, here)
         if not others:
-            continue  # the common case: no other code folder has its own
+            continue  # theirs is a link to the very file
         found = _found(name)
-        rel = mine.relative_to(folder)
+        rel = mine.relative_to(here)
         if found in others:
             verb = "already imported" if name in sys.modules else "would import"
             raise RunError(
@@ -177,7 +187,7 @@ def _one_module_per_name(code: Path, used: set[str]) -> None:
         if found != mine.resolve():
             continue  # the standard library's, an installed package's …: theirs too
         for theirs, known in others.items():
-            if name in known.imports:
+            if name in known.imports():
                 raise RunError(
                     f"code file {code} has {rel} beside it, but code beside {theirs} imports "
                     f"'{name}' too, and this process would import it from {mine}: Python keeps "
