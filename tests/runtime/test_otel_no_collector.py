@@ -111,11 +111,11 @@ def test_only_a_refused_connection_is_no_collector(hanging_up: str) -> None:
     session = Session(absence, "spans", None)
     with pytest.raises(CollectorAbsent):
         session.post(f"http://127.0.0.1:{free_port()}/v1/traces", data=b"")
-    assert absence.said
+    assert absence.warning
     quiet = Absence()
     with pytest.raises(requests.ConnectionError):  # someone listens: the exporter retries
         Session(quiet, "spans", None).post(hanging_up, data=b"")
-    assert not quiet.said
+    assert not quiet.warning
 
 
 def test_a_batch_worker_reports_the_absence_and_says_only_what_no_flush_reported(

@@ -111,11 +111,6 @@ class Absence:
         self._reported = False
         self._lock = threading.Lock()
 
-    @property
-    def said(self) -> bool:
-        """Whether a request found no collector."""
-        return bool(self.warning)
-
     def found(self, url: str, what: str, variable: str | None) -> None:
         """Say that no collector answers at ``url`` (``what``: the spans or the metrics,
         ``variable``: the one that named the endpoint, None for the default), once."""
