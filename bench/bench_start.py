@@ -12,7 +12,11 @@ opening, a cost of start-up printed beside it, not of each request):
 - **the SDK alone**: a process that imports the SDK as the runtime does (aiohttp hidden,
   `openai.types` deferred: `fems_runtime.imports`, loaded alone), makes one `AsyncOpenAI`
   client and posts the same number of requests, each streamed as the runtime's are (§15.4),
-  the conversation growing as a chain's does.
+  the conversation growing as a chain's does;
+- for ``par_10``, **the SDK alone and the store**: the same, with SQLAlchemy imported and the
+  runtime's tables made in a SQLite file behind the first request, and the replies written
+  there at the end. The two libraries a run must use cost that much together, before any of
+  the engine's own work: the floor of ``par_10``'s process time, and so of its ratio to FemWA's.
 
 Figures are medians over the runs, with the peak RSS of each process; FemWA's side is
 ``python -m bench compare``'s. Every process keeps Python's bytecode (in a temporary
@@ -158,6 +162,48 @@ print(json.dumps(marks))
 )
 
 
+# The SDK alone and the store (see above): argv[3] = fems_runtime/store/schema.py (loaded alone,
+# as imports.py is), argv[4] = a new SQLite file; the tables are made by a thread started once
+# the first request is out, as a run's store opens, and one transaction writes the replies.
+SDK_AND_STORE = (
+    SDK_ALONE.replace(
+        "async def main(calls):",
+        """\
+import threading
+spec = importlib.util.spec_from_file_location("fems_schema", sys.argv[3])
+schema = sys.modules["fems_schema"] = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(schema)
+def open_store():
+    engine = schema.tables().sa.create_engine(f"sqlite:///{sys.argv[4]}")
+    with engine.begin() as db:
+        schema.tables().meta.create_all(db)
+    return engine
+opened = []
+opening = threading.Thread(target=lambda: opened.append(open_store()))
+async def main(calls):""",
+    )
+    .replace(
+        '        text = ""',
+        """\
+        if n == 0:
+            opening.start()
+        text = \"\"""",
+    )
+    .replace(
+        "asyncio.run(main(int(sys.argv[2])))",
+        """\
+asyncio.run(main(int(sys.argv[2])))
+opening.join()
+t = schema.tables()
+with opened[0].begin() as db:
+    db.execute(t.sessions.insert(), {"id": 1, "created": time.time()})
+    rows = [dict(session_id=1, seq=n + 1, turn=n + 1, kind="ai", content="Work unit finished.",
+                 created=time.time()) for n in range(int(sys.argv[2]))]
+    db.execute(t.messages.insert(), rows)""",
+    )
+)
+
+
 def _arrivals(base: str) -> list[float]:
     with urllib.request.urlopen(f"{base}/arrivals") as answer:
         return list(json.load(answer))
@@ -189,6 +235,22 @@ def _run(command: list[str], env: dict[str, str], base: str) -> dict[str, object
         "gap": (arrivals[-1] - arrivals[1]) / max(1, len(arrivals) - 2) if arrivals[1:] else 0.0,
         "phases": phases,
     }
+
+
+def _commands(module: Path, calls: int, database: str, *, floor: bool) -> dict[str, list[str]]:
+    """The processes of one bench: the generated module, the SDK alone and, with ``floor``, the
+    SDK alone and the store (``SDK_AND_STORE``: a run's floor at start; a chain measures gaps)."""
+    imports_py = str(Path(fems_runtime.imports.__file__))
+    schema_py = str(Path(fems_runtime.imports.__file__).parent / "store" / "schema.py")
+    model = ["--model", "openai/fake-model", "--db", database]
+    commands = {
+        "fems2py": [sys.executable, "-c", PHASES, str(module), *model],
+        "sdk": [sys.executable, "-c", SDK_ALONE, imports_py, str(calls)],
+    }
+    if floor:
+        store = [SDK_AND_STORE, imports_py, str(calls), schema_py, database]
+        commands["store"] = [sys.executable, "-c", *store]
+    return commands
 
 
 def _median(runs: list[dict[str, object]], key: str) -> float:
@@ -236,27 +298,26 @@ def main() -> list[Figure]:
             PYTHONPYCACHEPREFIX=str(Path(folder) / "pycache"),
         )
         env.pop("PYTHONDONTWRITEBYTECODE", None)
-        imports_py = str(Path(fems_runtime.imports.__file__))
         results: dict[tuple[str, str], list[dict[str, object]]] = {}
         for bench, source, calls in (("par_10", PAR_10, 10), ("chain", CHAIN_N, CHAIN)):
             module = build_module(Path(folder), bench, source)
             database = str(Path(folder) / f"{bench}.db")
-            fems2py = [sys.executable, "-c", PHASES, str(module), "--model", "openai/fake-model"]
-            sdk = [sys.executable, "-c", SDK_ALONE, imports_py, str(calls)]
+            commands = _commands(module, calls, database, floor=bench == "par_10")
             for rep in range(RUNS + 1):  # the first, untimed, writes the bytecode
-                for name, command in (("fems2py", fems2py), ("sdk", sdk)):
+                for name, command in commands.items():
                     for stale in Path(folder).glob(f"{bench}.db*"):
                         stale.unlink()
-                    extra = ["--db", database] if name == "fems2py" else []
-                    run = _run(command + extra, env, base)
+                    run = _run(command, env, base)
                     if rep:
                         results.setdefault((bench, name), []).append(run)
         server.stdin.close()
     par, par_sdk = results[("par_10", "fems2py")], results[("par_10", "sdk")]
+    par_store = results[("par_10", "store")]
     chain, chain_sdk = results[("chain", "fems2py")], results[("chain", "sdk")]
     print("   par_10 at 0 ms, fems2py: where the time to first request goes (medians)")
     _phases(par)
-    for label, runs in (("fems2py", par), ("the SDK alone", par_sdk)):
+    labels = ("fems2py", "the SDK alone", "the SDK alone and the store")
+    for label, runs in zip(labels, (par, par_sdk, par_store), strict=True):
         print(
             f"   par_10, {label}: first request {_median(runs, 'ttfr'):.3f} s (CPU "
             f"{_median(runs, 'cpu'):.3f} s), process {_median(runs, 'wall'):.3f} s, peak RSS "
@@ -272,6 +333,11 @@ def main() -> list[Figure]:
             "time to first request, par_10: fems2py / the SDK alone",
             f"{_median(par, 'ttfr'):.3f} s / {_median(par_sdk, 'ttfr'):.3f} s",
             "≤ the SDK alone + 0.15 s (#30); ≤ FemWA's (compare.py)",
+        ),
+        Figure(
+            "process, par_10: fems2py / the SDK alone and the store",
+            f"{_median(par, 'wall'):.3f} s / {_median(par_store, 'wall'):.3f} s",
+            "— (the floor of the SDK and SQLAlchemy together)",
         ),
         Figure(
             "CPU time to first connection, par_10: fems2py / the SDK alone",
