@@ -11,8 +11,10 @@ opening, a cost of start-up printed beside it, not of each request):
   ``chain_200`` with ``--model openai/fake-model``, a SQLite file as its store;
 - **the SDK alone**: a process that imports the SDK as the runtime does (aiohttp hidden,
   `openai.types` deferred: `fems_runtime.imports`, loaded alone), makes one `AsyncOpenAI`
-  client and posts the same number of requests, each streamed as the runtime's are (§15.4),
-  the conversation growing as a chain's does;
+  client and posts the same number of requests, each streamed as the runtime's are (§15.4)
+  and shaped as the chain's are: one user message, the replies before it as its context, then
+  the prompt. (Until 2026-12-07 it posted a growing list of messages instead, prompts and
+  replies apart: a third more instructions per request than this, a floor set too high);
 - for ``par_10``, **the SDK alone and the store**: the same, with SQLAlchemy imported and the
   runtime's tables made in a SQLite file behind the first request, and the replies written
   there at the end. The two libraries a run must use cost that much together, before any of
@@ -140,10 +142,10 @@ spec.loader.exec_module(imports)
 openai = imports.import_large("openai", hide=("aiohttp",), defer=("openai.types",))
 async def main(calls):
     client = openai.AsyncOpenAI(max_retries=0)
-    messages = [{"role": "system", "content": "You are Eve."}]
+    context = []
     for n in range(calls):
         prompt = f"Step {n}: say something short. FAKE_REPLY[[Step done. SET VARIABLE: <<n += 1>>]]"
-        messages.append({"role": "user", "content": prompt})
+        messages = [{"role": "user", "content": "\\n\\n".join([*context, prompt])}]
         body = {"model": "fake-model", "messages": messages, "stream": True,
                 "stream_options": {"include_usage": True}}
         chunks = await client.post(
@@ -154,7 +156,7 @@ async def main(calls):
         async for chunk in chunks:
             for choice in chunk.get("choices") or ():
                 text += choice["delta"].get("content") or ""
-        messages.append({"role": "assistant", "content": text})
+        context.append(f"[@eve]: {text}")
     await client.close()
 asyncio.run(main(int(sys.argv[2])))
 print(json.dumps(marks))
