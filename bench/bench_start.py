@@ -131,15 +131,29 @@ finally:
 """
 )
 
-# The SDK alone: argv[1] = fems_runtime/imports.py, argv[2] = the number of requests.
+# The SDK alone: argv[1] = fems_runtime/imports.py, argv[2] = the number of requests. With
+# argv[3] = fems_runtime/store/schema.py and argv[4] = a new SQLite file, the SDK alone and the
+# store (see above): the tables are made by a thread started once the first request is out, as
+# a run's store opens, and one transaction writes the replies at the end.
 SDK_ALONE = (
     MARKS
     + """\
-import asyncio, importlib.util
-spec = importlib.util.spec_from_file_location("fems_imports", sys.argv[1])
-imports = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(imports)
+import asyncio, importlib.util, threading
+def load(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = sys.modules[name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+imports = load("fems_imports", sys.argv[1])
 openai = imports.import_large("openai", hide=("aiohttp",), defer=("openai.types",))
+schema = load("fems_schema", sys.argv[3]) if len(sys.argv) > 3 else None
+def open_store():
+    engine = schema.tables().sa.create_engine(f"sqlite:///{sys.argv[4]}")
+    with engine.begin() as db:
+        schema.tables().meta.create_all(db)
+    return engine
+opened = []
+opening = threading.Thread(target=lambda: opened.append(open_store()))
 async def main(calls):
     client = openai.AsyncOpenAI(max_retries=0)
     context = []
@@ -152,57 +166,26 @@ async def main(calls):
             "/chat/completions", body=body, cast_to=object, options={"timeout": 60.0},
             stream=True, stream_cls=openai.AsyncStream[object],
         )
+        if n == 0 and schema is not None:
+            opening.start()
         text = ""
         async for chunk in chunks:
             for choice in chunk.get("choices") or ():
                 text += choice["delta"].get("content") or ""
         context.append(f"[@eve]: {text}")
     await client.close()
-asyncio.run(main(int(sys.argv[2])))
+    return context
+replies = asyncio.run(main(int(sys.argv[2])))
+if schema is not None:
+    opening.join()
+    t = schema.tables()
+    with opened[0].begin() as db:
+        db.execute(t.sessions.insert(), {"id": 1, "created": time.time()})
+        rows = [dict(session_id=1, seq=n + 1, turn=n + 1, kind="ai", content=text,
+                     created=time.time()) for n, text in enumerate(replies)]
+        db.execute(t.messages.insert(), rows)
 print(json.dumps(marks))
 """
-)
-
-
-# The SDK alone and the store (see above): argv[3] = fems_runtime/store/schema.py (loaded alone,
-# as imports.py is), argv[4] = a new SQLite file; the tables are made by a thread started once
-# the first request is out, as a run's store opens, and one transaction writes the replies.
-SDK_AND_STORE = (
-    SDK_ALONE.replace(
-        "async def main(calls):",
-        """\
-import threading
-spec = importlib.util.spec_from_file_location("fems_schema", sys.argv[3])
-schema = sys.modules["fems_schema"] = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(schema)
-def open_store():
-    engine = schema.tables().sa.create_engine(f"sqlite:///{sys.argv[4]}")
-    with engine.begin() as db:
-        schema.tables().meta.create_all(db)
-    return engine
-opened = []
-opening = threading.Thread(target=lambda: opened.append(open_store()))
-async def main(calls):""",
-    )
-    .replace(
-        '        text = ""',
-        """\
-        if n == 0:
-            opening.start()
-        text = \"\"""",
-    )
-    .replace(
-        "asyncio.run(main(int(sys.argv[2])))",
-        """\
-asyncio.run(main(int(sys.argv[2])))
-opening.join()
-t = schema.tables()
-with opened[0].begin() as db:
-    db.execute(t.sessions.insert(), {"id": 1, "created": time.time()})
-    rows = [dict(session_id=1, seq=n + 1, turn=n + 1, kind="ai", content="Work unit finished.",
-                 created=time.time()) for n in range(int(sys.argv[2]))]
-    db.execute(t.messages.insert(), rows)""",
-    )
 )
 
 
@@ -241,7 +224,7 @@ def _run(command: list[str], env: dict[str, str], base: str) -> dict[str, object
 
 def _commands(module: Path, calls: int, database: str, *, floor: bool) -> dict[str, list[str]]:
     """The processes of one bench: the generated module, the SDK alone and, with ``floor``, the
-    SDK alone and the store (``SDK_AND_STORE``: a run's floor at start; a chain measures gaps)."""
+    SDK alone and the store (a run's floor at start; a chain measures gaps)."""
     imports_py = str(Path(fems_runtime.imports.__file__))
     schema_py = str(Path(fems_runtime.imports.__file__).parent / "store" / "schema.py")
     model = ["--model", "openai/fake-model", "--db", database]
@@ -250,8 +233,7 @@ def _commands(module: Path, calls: int, database: str, *, floor: bool) -> dict[s
         "sdk": [sys.executable, "-c", SDK_ALONE, imports_py, str(calls)],
     }
     if floor:
-        store = [SDK_AND_STORE, imports_py, str(calls), schema_py, database]
-        commands["store"] = [sys.executable, "-c", *store]
+        commands["store"] = [*commands["sdk"], schema_py, database]
     return commands
 
 
