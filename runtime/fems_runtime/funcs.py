@@ -171,12 +171,13 @@ def _one_module_per_name(code: Path, folder: _CodeFolder) -> None:
     if not shared:
         return  # the common case: one code folder, or folders without a name in common
     for name in sorted(_names_used(code, beside) & shared):
-        mine = beside[name]
+        path = beside[name]
+        mine = path.resolve()
         others = _others(name, mine, here)
         if not others:
             continue  # theirs is a link to the very file
         found = _found(name)
-        rel = mine.relative_to(here)
+        rel = path.relative_to(here)
         if found in others:
             verb = "already imported" if name in sys.modules else "would import"
             raise RunError(
@@ -184,13 +185,13 @@ def _one_module_per_name(code: Path, folder: _CodeFolder) -> None:
                 f"{found}, beside another code file: Python keeps one module per name, so "
                 f"{code.name} would run with that one; rename one of the two"
             )
-        if found != mine.resolve():
+        if found != mine:
             continue  # the standard library's, an installed package's …: theirs too
         for theirs, known in others.items():
             if name in known.imports():
                 raise RunError(
                     f"code file {code} has {rel} beside it, but code beside {theirs} imports "
-                    f"'{name}' too, and this process would import it from {mine}: Python keeps "
+                    f"'{name}' too, and this process would import it from {path}: Python keeps "
                     "one module per name, so that code would run with this one; rename one of "
                     "the two"
                 )
@@ -198,14 +199,15 @@ def _one_module_per_name(code: Path, folder: _CodeFolder) -> None:
 
 def _others(name: str, mine: Path, folder: Path) -> dict[Path, _CodeFolder]:
     """The other code folders with their own module ``name`` (by its real file): not a link
-    to ``mine``, which is the same code."""
+    to ``mine`` (a real file too), which is the same code."""
     others: dict[Path, _CodeFolder] = {}
     for where, known in _code_folders.items():
         theirs = known.beside.get(name)
         if where == folder or theirs is None or not theirs.is_file():
             continue
-        if theirs.resolve() != mine.resolve():
-            others[theirs.resolve()] = known
+        real = theirs.resolve()
+        if real != mine:
+            others[real] = known
     return others
 
 
